@@ -1,0 +1,36 @@
+# perfcast: two entry points that work on a fresh clone with nothing installed by hand.
+#   make suite   create .venv, install perfcast, run the scenario suite
+#   make test    create .venv, install perfcast with its test extras, run the tests
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+TESTSTAMP := $(VENV)/.installed-test
+
+.PHONY: suite test venv bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=23"
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(TESTSTAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@ $(STAMP)
+
+venv: $(STAMP)
+
+suite: $(STAMP)
+	$(BIN)/perfcast suite
+
+test: $(TESTSTAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,196 @@
+"""Hardware catalog: typed device specs loaded from one YAML file per device.
+
+All values are base SI units (bytes, bytes/s, FLOP/s, Hz, W); peaks are *dense*
+(no structured sparsity) unless named otherwise. Nothing in the code names a
+device: a new GPU is one YAML file.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from perfcast.catalog.paths import catalog_dirs, normalize_name
+from perfcast.dtypes import DType
+from perfcast.errors import CatalogError, UnknownNameError, UnsupportedError
+
+__all__ = ["Fabric", "Hardware", "Interconnect", "PeakFlops", "list_hardware", "load_hardware"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PeakFlops(_Frozen):
+    """Dense peak throughput per format, FLOP/s (OP/s for integers); None = not supported.
+
+    ``fp32`` is the vector (CUDA-core / SIMD) rate; ``fp32_matrix`` is AMD's FP32
+    matrix-core (MFMA) rate; ``fp16``/``bf16``/``tf32``/``fp8``/``int8``/``fp4`` are
+    tensor/matrix-core rates.
+    """
+
+    fp64: float | None = None
+    fp64_tensor: float | None = None
+    fp32: float = Field(gt=0)
+    fp32_matrix: float | None = None
+    tf32: float | None = None
+    fp16: float | None = None
+    bf16: float | None = None
+    fp8: float | None = None
+    int8: float | None = None
+    int4: float | None = None
+    fp4: float | None = None
+
+
+class Fabric(StrEnum):
+    """Scale-up fabric between the GPUs of one node."""
+
+    NVLINK = "nvlink"
+    XGMI = "xgmi"
+    PCIE = "pcie"
+    NONE = "none"
+
+
+class Interconnect(_Frozen):
+    """Links of one device. Bandwidths are bidirectional totals per device, bytes/s, as vendors quote them."""
+
+    fabric: Fabric = Fabric.PCIE
+    fabric_bidir_bandwidth_Bps: float | None = Field(default=None, gt=0)
+    pcie_gen: int | None = Field(default=None, ge=1, le=7)
+    pcie_bidir_bandwidth_Bps: float | None = Field(default=None, gt=0)
+
+
+class Hardware(_Frozen):
+    """One device as PyTorch sees it (a multi-die board is described per die, see ``dies_per_board``)."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    name: str
+    vendor: Literal["nvidia", "amd", "intel", "google", "cpu", "other"]
+    kind: Literal["gpu", "cpu", "accelerator"] = "gpu"
+    architecture: str
+    process_nm: float | None = Field(default=None, gt=0)
+    form_factor: str = ""
+    release_year: int | None = None
+    aliases: tuple[str, ...] = ()
+
+    memory_bytes: float = Field(gt=0)
+    memory_type: str = ""
+    memory_bandwidth_Bps: float = Field(gt=0)
+
+    num_sms: int = Field(gt=0, description="streaming multiprocessors (NVIDIA) or compute units (AMD)")
+    fp32_lanes_per_sm: int = Field(gt=0, description="FP32 lanes per SM/CU")
+    boost_clock_hz: float = Field(gt=0)
+    base_clock_hz: float | None = Field(default=None, gt=0)
+    l2_cache_bytes: float = Field(gt=0)
+    shared_memory_per_sm_bytes: float = Field(gt=0)
+
+    peak_flops_per_s: PeakFlops
+    sparse_speedup: float = Field(default=1.0, ge=1.0, description="speedup of 2:4 structured sparsity on matrix formats")
+    interconnect: Interconnect = Interconnect()
+    tdp_W: float = Field(gt=0)
+    dies_per_board: int = Field(default=1, ge=1)
+
+    source: tuple[str, ...] = Field(min_length=1)
+    notes: str = ""
+
+    @field_validator("source")
+    @classmethod
+    def _source_not_blank(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not all(s.strip() for s in value):
+            raise ValueError("every source entry must be non-empty")
+        return value
+
+    def peak(self, dtype: DType, *, matrix: bool = True) -> float:
+        """Dense peak FLOP/s of ``dtype`` math; ``matrix=False`` gives the vector (non-tensor) rate.
+
+        FP32 matrix math is AMD's MFMA rate where the device has one, else the
+        vector rate (NVIDIA FP32 GEMMs with TF32 off run on CUDA cores). Raises
+        UnsupportedError when the device has no such format: no invented peak.
+        """
+        p = self.peak_flops_per_s
+        if not matrix:
+            if dtype is DType.FP64:
+                return p.fp64 or p.fp32 / 2.0
+            return p.fp32
+        value = {
+            DType.FP64: p.fp64_tensor or p.fp64,
+            DType.FP32: p.fp32_matrix or p.fp32,
+            DType.TF32: p.tf32,
+            DType.FP16: p.fp16,
+            DType.BF16: p.bf16,
+            DType.FP8: p.fp8,
+            DType.INT8: p.int8,
+            DType.INT4: p.int4,
+            DType.FP4: p.fp4,
+        }[dtype]
+        if value is None:
+            raise UnsupportedError(
+                f"{self.id} has no {dtype.value} peak in its datasheet; "
+                f"formats it supports: {', '.join(self.supported_dtypes())}"
+            )
+        return value
+
+    def supported_dtypes(self) -> list[str]:
+        """Formats with a peak on this device."""
+        p = self.peak_flops_per_s.model_dump()
+        out = [k for k, v in p.items() if v and k in {d.value for d in DType}]
+        return out
+
+
+def _read_yaml(path: Path) -> Hardware:
+    try:
+        with path.open(encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError) as exc:
+        raise CatalogError(f"{path}: cannot read hardware YAML ({exc.__class__.__name__}: {exc})") from None
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{path}: a hardware file must be a YAML mapping of fields")
+    try:
+        return Hardware.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        raise CatalogError(f"{path}: field {where}: {err['msg']}") from None
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> tuple[dict[str, Hardware], dict[str, str]]:
+    by_id: dict[str, Hardware] = {}
+    names: dict[str, str] = {}
+    for folder in catalog_dirs("hardware"):
+        for path in sorted(folder.glob("*.yaml")):
+            hw = _read_yaml(path)
+            if path.stem != hw.id:
+                raise CatalogError(f"{path}: file name must be the id ({hw.id}.yaml)")
+            by_id[hw.id] = hw  # a user file may override a shipped one
+            for alias in (hw.id, *hw.aliases):
+                names[normalize_name(alias)] = hw.id
+    return by_id, names
+
+
+def list_hardware() -> list[Hardware]:
+    """Every catalog device, sorted by id."""
+    by_id, _ = _catalog()
+    return [by_id[k] for k in sorted(by_id)]
+
+
+def load_hardware(name: str | Path) -> Hardware:
+    """Look up a device by id, alias (case-insensitive) or path to a YAML file."""
+    if isinstance(name, Hardware):
+        return name
+    text = str(name)
+    if text.endswith((".yaml", ".yml")):
+        path = Path(text)
+        if not path.is_file():
+            raise CatalogError(f"hardware file {text} does not exist")
+        return _read_yaml(path)
+    by_id, names = _catalog()
+    key = names.get(normalize_name(text))
+    if key is None:
+        raise UnknownNameError("hardware", text, by_id.keys(), list_command="perfcast hardware list")
+    return by_id[key]
