@@ -53,6 +53,7 @@ class Fabric(StrEnum):
     NVLINK = "nvlink"
     XGMI = "xgmi"
     PCIE = "pcie"
+    ETHERNET = "ethernet"  # on-die RoCE NICs as the scale-up fabric (Intel Gaudi)
     NONE = "none"
 
 

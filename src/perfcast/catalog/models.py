@@ -20,12 +20,22 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcast.catalog.paths import catalog_dirs, normalize_name
 from perfcast.errors import CatalogError, ConfigError, UnknownNameError
 
-__all__ = ["MLAConfig", "MoEConfig", "ModelConfig", "from_hf_config", "list_models", "load_model"]
+__all__ = [
+    "MLAConfig",
+    "MoEConfig",
+    "ModelConfig",
+    "VisionConfig",
+    "from_hf_config",
+    "list_models",
+    "load_model",
+]
+
+AttentionLayerType = Literal["full", "sliding", "chunked"]
 
 
 class _Frozen(BaseModel):
@@ -40,15 +50,20 @@ class MoEConfig(_Frozen):
     second layer starting at layer 1 (Switch, Llama-4 Maverick).
     """
 
-    num_experts: int = Field(gt=0)
+    num_experts: int = Field(gt=0, description="routed experts per MoE layer")
     experts_per_token: int = Field(gt=0, description="top-k routed experts per token")
-    expert_intermediate_size: int = Field(gt=0)
-    num_shared_experts: int = Field(default=0, ge=0)
-    shared_intermediate_size: int = Field(default=0, ge=0, description="per shared expert")
-    layer_step: int = Field(default=1, gt=0)
-    first_dense_layers: int = Field(default=0, ge=0)
+    expert_intermediate_size: int = Field(gt=0, description="MLP width of one routed expert (elements)")
+    num_shared_experts: int = Field(default=0, ge=0, description="experts every token goes through")
+    shared_intermediate_size: int = Field(default=0, ge=0, description="MLP width per shared expert (elements)")
+    layer_step: int = Field(default=1, gt=0, description="every layer_step-th layer is MoE (see above)")
+    first_dense_layers: int = Field(default=0, ge=0, description="leading dense layers (DeepSeek-V3: 3)")
     expert_capacity_tokens: int | None = Field(default=None, description="fixed capacity (Switch); None = dropless")
-    gated: bool = True
+    gated: bool = Field(default=True, description="experts (routed and shared) are GLU MLPs: gate, up, down")
+    expert_bias: bool = Field(default=False, description="expert up/gate and down projections carry biases (gpt-oss)")
+    router_bias: bool = Field(
+        default=False,
+        description="router has a per-expert bias vector (gpt-oss; DeepSeek-V3's e_score_correction_bias)",
+    )
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer ``index`` (0-based) of a stack is an MoE layer."""
@@ -60,13 +75,53 @@ class MoEConfig(_Frozen):
 
 
 class MLAConfig(_Frozen):
-    """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed K/V (and Q)."""
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed K/V (and Q).
 
-    q_lora_rank: int | None = None
-    kv_lora_rank: int = Field(gt=0)
-    qk_nope_head_dim: int = Field(gt=0)
-    qk_rope_head_dim: int = Field(gt=0)
-    v_head_dim: int = Field(gt=0)
+    All sizes are element counts per token. Q = W_qb(norm(W_qa x)) with rank
+    ``q_lora_rank`` (or W_q x when None); the cached latent is ``kv_lora_rank``
+    + ``qk_rope_head_dim`` wide; K_nope and V come from W_kvb(norm(latent)).
+    For an MLA model ``ModelConfig.head_dim`` is the query/key head width
+    ``qk_nope_head_dim + qk_rope_head_dim`` and ``v_head_dim`` is the value width.
+    """
+
+    q_lora_rank: int | None = Field(default=None, description="rank of the query compression; None = full q_proj")
+    kv_lora_rank: int = Field(gt=0, description="width of the cached K/V latent (elements)")
+    qk_nope_head_dim: int = Field(gt=0, description="per-head query/key width without RoPE (elements)")
+    qk_rope_head_dim: int = Field(gt=0, description="per-head query/key RoPE width; the key part is shared by heads")
+    v_head_dim: int = Field(gt=0, description="per-head value width (elements)")
+
+
+class VisionConfig(_Frozen):
+    """Vision encoder (a ViT) of a multimodal model and the projector into the text model.
+
+    The encoder is a pre-LN ViT: a bias-free patch embedding (``num_channels *
+    patch_size_px**2 -> hidden_size``), a class token, learned positions for
+    every patch plus the class token, LayerNorms with bias before and after the
+    stack, and ``num_layers`` blocks of biased MHA + biased non-gated MLP
+    (CLIP ViT-L/14-336 for LLaVA-1.5, Llama-4's 34-layer ViT). The projector is
+    a chain of linear layers whose widths are ``projector_dims`` (first = the
+    width entering it, last = the text model's hidden size).
+    """
+
+    model_type: str = Field(description="HF model_type of the vision config, e.g. clip_vision_model")
+    num_layers: int = Field(gt=0, description="ViT blocks")
+    hidden_size: int = Field(gt=0, description="ViT width (elements)")
+    num_heads: int = Field(gt=0, description="attention heads per ViT block")
+    intermediate_size: int = Field(gt=0, description="ViT MLP width (elements)")
+    image_size_px: int = Field(gt=0, description="side of the (square) input image or tile, pixels")
+    patch_size_px: int = Field(gt=0, description="side of one square patch, pixels")
+    num_channels: int = Field(default=3, gt=0, description="input image channels")
+    activation: str = Field(default="gelu", description="ViT MLP activation, HF spelling")
+    projector_dims: tuple[int, ...] = Field(
+        default=(), description="widths of the projector's linear chain, input first (elements)"
+    )
+    projector_bias: bool = Field(default=True, description="the projector's linear layers carry biases")
+    num_image_tokens: int = Field(gt=0, description="text-sequence tokens one image (tile) becomes")
+
+    @property
+    def num_patches(self) -> int:
+        """Patches per image (tile), without the class token."""
+        return (self.image_size_px // self.patch_size_px) ** 2
 
 
 class ModelConfig(_Frozen):
@@ -74,39 +129,106 @@ class ModelConfig(_Frozen):
 
     Sizes are counts (elements); ``num_layers`` is the decoder stack for decoder
     models, the encoder stack for encoders and encoder-decoders (then
-    ``num_decoder_layers`` is the decoder stack).
+    ``num_decoder_layers`` is the decoder stack). Multimodal models (LLaVA,
+    Llama-4) describe their text model here and their vision tower in ``vision``.
+
+    For MoE models ``intermediate_size`` is the MLP width of the dense
+    (non-MoE) layers; ``moe.expert_intermediate_size`` is each expert's width.
+    Per-layer attention: ``attention_layer_types`` is empty when every layer is
+    alike (then "sliding" if ``sliding_window`` is set, else "full"); use
+    :meth:`attention_type` rather than reading the fields directly.
     """
 
-    id: str
-    hf_id: str | None = None
+    id: str = Field(description="catalog id (file stem), or the normalized text of a synthetic name")
+    hf_id: str | None = Field(default=None, description="Hugging Face Hub repo id, None if not a Hub model")
     aliases: tuple[str, ...] = ()
-    source: tuple[str, ...] = ()
+    source: tuple[str, ...] = Field(default=(), description="where the config comes from (repo + file, paper + table)")
     notes: str = ""
     model_type: str = Field(description="HF model_type, e.g. gpt2, llama, bert")
     kind: Literal["decoder", "encoder", "encoder-decoder"]
-    num_layers: int = Field(gt=0)
-    num_decoder_layers: int = Field(default=0, ge=0)
-    hidden_size: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    vocab_size: int = Field(gt=0)
-    max_positions: int = Field(gt=0)
+    num_layers: int = Field(gt=0, description="decoder layers (decoder), encoder layers (encoder, encoder-decoder)")
+    num_decoder_layers: int = Field(default=0, ge=0, description="decoder layers of an encoder-decoder, else 0")
+    hidden_size: int = Field(gt=0, description="residual-stream width (elements)")
+    num_heads: int = Field(gt=0, description="query heads")
+    num_kv_heads: int = Field(gt=0, description="key/value heads (= num_heads for MHA, 1 for MQA)")
+    head_dim: int = Field(gt=0, description="width of one query/key head (elements)")
+    intermediate_size: int = Field(
+        gt=0, description="MLP width of one branch (elements): gated MLPs have gate and up of this width"
+    )
+    vocab_size: int = Field(gt=0, description="rows of the token-embedding table (tokens)")
+    max_positions: int = Field(gt=0, description="longest sequence the model supports (tokens); 2**20 if unbounded")
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    activation: str = "gelu"
-    gated_mlp: bool = False
-    qkv_bias: bool = True
-    out_bias: bool = True
-    mlp_bias: bool = True
+    activation: str = Field(default="gelu", description="MLP activation, HF spelling (gelu_new, silu, relu, relu2)")
+    gated_mlp: bool = Field(default=False, description="GLU MLP: act(gate(x)) * up(x), then down")
+    qkv_bias: bool = Field(default=True, description="q/k/v projections carry biases")
+    out_bias: bool = Field(default=True, description="the attention output projection carries a bias")
+    mlp_bias: bool = Field(default=True, description="the dense MLP's projections carry biases")
     parallel_block: bool = Field(default=False, description="attention and MLP read the same input (GPT-J, phi-2, Falcon)")
     position: Literal["learned", "rotary", "alibi", "relative", "none"] = "learned"
-    tie_word_embeddings: bool = True
-    type_vocab_size: int = 0
-    sliding_window: int | None = None
+    tie_word_embeddings: bool = Field(default=True, description="the LM head reuses the token-embedding matrix")
+    type_vocab_size: int = Field(default=0, ge=0, description="rows of BERT's token-type embedding table")
+    sliding_window: int | None = Field(default=None, gt=0, description="tokens a query sees in sliding layers")
+    rotary_frac: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="fraction of head_dim that gets rotary embedding (HF partial_rotary_factor, rotary_pct; "
+        "GPT-J rotary_dim/head_dim); 1 when position is not rotary",
+    )
+    attention_layer_types: tuple[AttentionLayerType, ...] = Field(
+        default=(),
+        description="per-layer attention span, one entry per layer: full (causal over all tokens), sliding "
+        "(last sliding_window tokens), chunked (only tokens of the same attention_chunk_size block); "
+        "empty = every layer alike",
+    )
+    attention_chunk_size: int | None = Field(
+        default=None, gt=0, description="tokens per block for chunked layers (Llama-4: 8192)"
+    )
+    nope_layers: tuple[int, ...] = Field(
+        default=(), description="0-based layers that apply no position encoding (Llama-4's NoPE layers)"
+    )
+    qk_norm: Literal["none", "rmsnorm", "layernorm", "l2"] = Field(
+        default="none",
+        description="norm on each query/key head before attention: rmsnorm has a head_dim weight shared by "
+        "heads (Qwen3), layernorm a head_dim weight and bias (phi qk_layernorm), l2 no weight (Llama-4 Scout)",
+    )
+    attention_sinks: bool = Field(default=False, description="one learned sink logit per head (gpt-oss)")
+    num_norms_per_layer: int = Field(
+        default=2,
+        ge=0,
+        description="normalization layers per block, not counting a decoder's cross-attention norm: 2 = before "
+        "(or after) attention and MLP; 1 = one norm shared by a parallel block (GPT-J, phi-2, Falcon-7B)",
+    )
+    norm_bias: bool = Field(default=True, description="layernorms carry a bias (MPT: no); ignored for rmsnorm")
+    embedding_norm: bool = Field(default=False, description="a norm right after the embeddings (BERT)")
+    final_norm: bool = Field(default=True, description="a norm after the last layer (pre-LN models)")
+    lm_head_bias: bool = Field(default=False, description="the LM head has a bias (GPT-J, phi-2)")
+    embedding_size: int | None = Field(
+        default=None,
+        gt=0,
+        description="token-embedding width when it differs from hidden_size (OPT word_embed_proj_dim); "
+        "bias-free project_in/project_out linears map it to and from hidden_size",
+    )
     moe: MoEConfig | None = None
     mla: MLAConfig | None = None
+    vision: VisionConfig | None = None
     hf_config: dict[str, Any] = Field(default_factory=dict, repr=False)
+
+    @model_validator(mode="after")
+    def _check_layers(self) -> ModelConfig:
+        layers = self.num_layers
+        if self.attention_layer_types:
+            if len(self.attention_layer_types) != layers:
+                raise ValueError(
+                    f"attention_layer_types has {len(self.attention_layer_types)} entries for {layers} layers"
+                )
+            if "sliding" in self.attention_layer_types and not self.sliding_window:
+                raise ValueError("sliding layers need sliding_window")
+            if "chunked" in self.attention_layer_types and not self.attention_chunk_size:
+                raise ValueError("chunked layers need attention_chunk_size")
+        if any(not 0 <= i < layers for i in self.nope_layers):
+            raise ValueError(f"nope_layers must be layer indices in [0, {layers})")
+        return self
 
     @property
     def q_dim(self) -> int:
@@ -117,6 +239,26 @@ class ModelConfig(_Frozen):
     def kv_dim(self) -> int:
         """Width of one of the K or V projection outputs (kv heads x head_dim)."""
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def token_embedding_size(self) -> int:
+        """Width of the token-embedding table (``embedding_size`` or ``hidden_size``)."""
+        return self.embedding_size or self.hidden_size
+
+    def attention_type(self, index: int) -> AttentionLayerType:
+        """Attention span of decoder layer ``index`` (0-based): full, sliding or chunked."""
+        if self.attention_layer_types:
+            return self.attention_layer_types[index]
+        return "sliding" if self.sliding_window else "full"
+
+    def attention_window(self, index: int) -> int | None:
+        """Tokens a query of layer ``index`` can see at most (None = all earlier tokens)."""
+        kind = self.attention_type(index)
+        if kind == "sliding":
+            return self.sliding_window
+        if kind == "chunked":
+            return self.attention_chunk_size
+        return None
 
     def num_params(self) -> int:
         """Total parameters (all experts), counted from the architecture; see :mod:`perfcast.catalog.params`."""
@@ -191,12 +333,21 @@ def _catalog() -> tuple[dict[str, tuple[Path, dict[str, Any]]], dict[str, str]]:
         for path in sorted(folder.glob("*.json")):
             meta = _read_meta(path.with_suffix(".yaml"))
             model_id = path.stem
+            if model_id in files:  # a user directory replaces a packaged model of the same id
+                names = {k: v for k, v in names.items() if v != model_id}
             files[model_id] = (path, meta)
             aliases = [model_id, *meta.get("aliases", [])]
             if meta.get("hf_id"):
                 aliases.append(meta["hf_id"])
             for alias in aliases:
-                names[normalize_name(alias)] = model_id
+                key = normalize_name(str(alias))
+                other = names.get(key)
+                if other is not None and other != model_id:
+                    raise CatalogError(
+                        f"{path.with_suffix('.yaml')}: name {alias!r} is already taken by model {other!r}; "
+                        "ids, aliases and hf_ids must be unique across the catalog"
+                    )
+                names[key] = model_id
     return files, names
 
 

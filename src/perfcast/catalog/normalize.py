@@ -5,6 +5,11 @@ HF families spell the same quantity differently (``n_embd``/``hidden_size``/
 defaults of the ``transformers`` config class when a key is absent) onto one
 vocabulary. One function per family keeps each mapping readable; unknown
 ``model_type`` values fall back to the common spellings.
+
+Remote-code families (``qwen``, ``internlm``, ``internlm2``, ``deepseek_v3``
+before transformers shipped it) follow the ``configuration_*.py`` published
+next to their checkpoints. Multimodal configs (``llava``, ``llama4``) are
+normalized to their text model, with the vision tower in ``vision``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,109 @@ from typing import Any
 __all__ = ["normalize_hf"]
 
 _UNBOUNDED_POSITIONS = 1 << 20  # relative / no position limit
+
+Raw = dict[str, Any]
+
+# transformers config-class defaults for the keys the normalizers read, applied
+# when a key is absent (an explicit null keeps its meaning). Values from
+# transformers 5.x ``configuration_<family>.py``; remote-code families from the
+# configuration file shipped with the checkpoint.
+_DEFAULTS: dict[str, Raw] = {
+    "gpt2": {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
+             "activation_function": "gelu_new", "tie_word_embeddings": True},
+    "opt": {"vocab_size": 50272, "hidden_size": 768, "num_hidden_layers": 12, "ffn_dim": 3072,
+            "max_position_embeddings": 2048, "num_attention_heads": 12, "activation_function": "relu",
+            "do_layer_norm_before": True, "_remove_final_layer_norm": False, "enable_bias": True,
+            "tie_word_embeddings": True},
+    "bert": {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+             "intermediate_size": 3072, "hidden_act": "gelu", "max_position_embeddings": 512,
+             "type_vocab_size": 2, "tie_word_embeddings": True},
+    "llama": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "hidden_act": "silu", "max_position_embeddings": 2048,
+              "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False},
+    "mistral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_act": "silu",
+                "max_position_embeddings": 4096 * 32, "tie_word_embeddings": False, "sliding_window": 4096},
+    "mixtral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_act": "silu",
+                "max_position_embeddings": 4096 * 32, "tie_word_embeddings": False, "sliding_window": None,
+                "num_experts_per_tok": 2, "num_local_experts": 8},
+    # Qwen (v1) remote code, configuration_qwen.py of Qwen/Qwen-7B
+    "qwen": {"vocab_size": 151936, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+             "max_position_embeddings": 8192, "kv_channels": 128, "intermediate_size": 22016,
+             "no_bias": True, "tie_word_embeddings": False},
+    "qwen2": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 32, "hidden_act": "silu",
+              "max_position_embeddings": 32768, "tie_word_embeddings": False, "use_sliding_window": False,
+              "sliding_window": 4096, "max_window_layers": 28},
+    "qwen3": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "hidden_act": "silu",
+              "max_position_embeddings": 32768, "tie_word_embeddings": False, "attention_bias": False,
+              "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28},
+    "qwen3_moe": {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
+                  "num_attention_heads": 32, "num_key_value_heads": 4, "hidden_act": "silu",
+                  "max_position_embeddings": 32768, "tie_word_embeddings": False, "attention_bias": False,
+                  "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28,
+                  "decoder_sparse_step": 1, "moe_intermediate_size": 768, "num_experts_per_tok": 8,
+                  "num_experts": 128, "mlp_only_layers": []},
+    "llama4_text": {"vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192,
+                    "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40,
+                    "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu",
+                    "max_position_embeddings": 4096 * 32, "tie_word_embeddings": False, "num_experts_per_tok": 1,
+                    "num_local_experts": 16, "interleave_moe_layer_step": 1, "use_qk_norm": True,
+                    "no_rope_layer_interval": 4, "attention_chunk_size": 8192, "attention_bias": False},
+    "llama4_vision_model": {"hidden_size": 768, "num_hidden_layers": 34, "num_attention_heads": 16,
+                            "num_channels": 3, "intermediate_size": 5632, "image_size": 448, "patch_size": 14,
+                            "pixel_shuffle_ratio": 0.5, "projector_input_dim": 4096,
+                            "projector_output_dim": 4096, "hidden_act": "gelu",
+                            "multi_modal_projector_bias": False},
+    "deepseek_v3": {"vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432,
+                    "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+                    "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256,
+                    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                    "qk_nope_head_dim": 128, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+                    "moe_layer_freq": 1, "topk_method": "noaux_tc", "hidden_act": "silu",
+                    "max_position_embeddings": 4096, "tie_word_embeddings": False, "attention_bias": False},
+    "gpt_oss": {"num_hidden_layers": 36, "num_local_experts": 128, "vocab_size": 201088, "hidden_size": 2880,
+                "intermediate_size": 2880, "head_dim": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
+                "sliding_window": 128, "tie_word_embeddings": False, "hidden_act": "silu",
+                "max_position_embeddings": 131072, "num_experts_per_tok": 4, "attention_bias": True},
+    "phi": {"vocab_size": 51200, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 24,
+            "num_attention_heads": 32, "hidden_act": "gelu_new", "max_position_embeddings": 2048,
+            "tie_word_embeddings": False, "qk_layernorm": False},
+    "gptj": {"vocab_size": 50400, "n_positions": 2048, "n_embd": 4096, "n_layer": 28, "n_head": 16,
+             "rotary_dim": 64, "activation_function": "gelu_new", "tie_word_embeddings": False},
+    "gpt_neox": {"vocab_size": 50432, "hidden_size": 6144, "num_hidden_layers": 44, "num_attention_heads": 64,
+                 "intermediate_size": 24576, "hidden_act": "gelu",
+                 "max_position_embeddings": 2048, "use_parallel_residual": True, "attention_bias": True,
+                 "tie_word_embeddings": False},
+    "falcon": {"vocab_size": 65024, "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71,
+               "alibi": False, "new_decoder_architecture": False, "multi_query": True, "parallel_attn": True,
+               "bias": False, "max_position_embeddings": 2048, "activation": "gelu", "tie_word_embeddings": True},
+    "mpt": {"d_model": 2048, "n_heads": 16, "n_layers": 24, "expansion_ratio": 4, "max_seq_len": 2048,
+            "vocab_size": 50368, "learned_pos_emb": True, "no_bias": True, "tie_word_embeddings": True},
+    # InternLM remote code, configuration_internlm.py of internlm/internlm-7b
+    "internlm": {"vocab_size": 103168, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                 "num_attention_heads": 32, "hidden_act": "silu", "max_position_embeddings": 2048,
+                 "bias": True, "tie_word_embeddings": False},
+    # InternLM2 remote code, configuration_internlm2.py of internlm/internlm2-7b
+    "internlm2": {"vocab_size": 103168, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "hidden_act": "silu", "max_position_embeddings": 2048,
+                  "bias": True, "tie_word_embeddings": False},
+    "nemotron": {"vocab_size": 256000, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 32,
+                 "num_attention_heads": 48, "hidden_act": "relu2", "max_position_embeddings": 4096,
+                 "attention_bias": False, "mlp_bias": False,
+                 "tie_word_embeddings": False},
+    "clip_vision_model": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+                          "num_attention_heads": 12, "num_channels": 3, "image_size": 224, "patch_size": 32,
+                          "hidden_act": "quick_gelu"},
+    "llava": {"vision_feature_select_strategy": "default", "multimodal_projector_bias": True},
+}
+
+
+def _with_defaults(raw: Raw, family: str) -> Raw:
+    """``raw`` with the family's transformers defaults filled in for absent keys."""
+    return {**_DEFAULTS.get(family, {}), **raw}
 
 
 def _first(raw: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -50,7 +158,23 @@ def _common(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _rotary_frac(raw: Raw, default: float = 1.0) -> float:
+    """Fraction of each head that gets RoPE: top-level keys, or transformers 5's ``rope_parameters``."""
+    rope = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) else {}
+    for value in (raw.get("partial_rotary_factor"), raw.get("rotary_pct"), rope.get("partial_rotary_factor")):
+        if value is not None:
+            return float(value)
+    return default
+
+
+def _sliding(raw: Raw) -> int | None:
+    """The sliding window in tokens, or None (0 and null mean no window)."""
+    window = raw.get("sliding_window")
+    return int(window) if window else None
+
+
 def _gpt2(raw: dict[str, Any]) -> dict[str, Any]:
+    raw = _with_defaults(raw, "gpt2")
     out = _common(raw)
     out.update(
         activation=str(raw.get("activation_function", "gelu_new")),
@@ -61,25 +185,32 @@ def _gpt2(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _opt(raw: dict[str, Any]) -> dict[str, Any]:
+    raw = _with_defaults(raw, "opt")
     out = _common(raw)
     bias = bool(raw.get("enable_bias", True))
+    proj = raw.get("word_embed_proj_dim")
     out.update(
         activation=str(raw.get("activation_function", "relu")),
         qkv_bias=bias,
         out_bias=bias,
         mlp_bias=bias,
-        position="learned",
+        position="learned",  # OPTLearnedPositionalEmbedding; its 2 offset rows are ignored
+        final_norm=bool(raw["do_layer_norm_before"]) and not bool(raw["_remove_final_layer_norm"]),
+        embedding_size=int(proj) if proj and int(proj) != out["hidden_size"] else None,
     )
     return out
 
 
 def _bert(raw: dict[str, Any]) -> dict[str, Any]:
+    raw = _with_defaults(raw, "bert")
     out = _common(raw)
     out.update(
         kind="encoder",
         activation=str(raw.get("hidden_act", "gelu")),
         type_vocab_size=int(raw.get("type_vocab_size", 2)),
         position="learned",
+        embedding_norm=True,  # BertEmbeddings.LayerNorm
+        final_norm=False,  # post-LN: each block ends in its own norm
     )
     return out
 
@@ -116,11 +247,13 @@ def _switch(raw: dict[str, Any]) -> dict[str, Any]:
             "layer_step": step,
             "expert_capacity_tokens": raw.get("expert_capacity"),
             "gated": bool(raw.get("is_gated_act", False)),
+            "router_bias": bool(raw.get("router_bias", False)),
         },
     }
 
 
-def _llama(raw: dict[str, Any]) -> dict[str, Any]:
+def _llama(raw: dict[str, Any], family: str = "llama") -> dict[str, Any]:
+    raw = _with_defaults(raw, family)
     out = _common(raw)
     bias = bool(raw.get("attention_bias", False))
     out.update(
@@ -131,19 +264,425 @@ def _llama(raw: dict[str, Any]) -> dict[str, Any]:
         out_bias=bias,
         mlp_bias=bool(raw.get("mlp_bias", False)),
         position="rotary",
+        rotary_frac=_rotary_frac(raw),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-        sliding_window=raw.get("sliding_window"),
+        sliding_window=_sliding(raw),
     )
     return out
 
 
+def _mistral(raw: Raw) -> Raw:
+    return _llama(raw, "mistral")
+
+
 def _mixtral(raw: dict[str, Any]) -> dict[str, Any]:
-    out = _llama(raw)
+    out = _llama(raw, "mixtral")
+    raw = _with_defaults(raw, "mixtral")
     out["moe"] = {
         "num_experts": int(raw["num_local_experts"]),
         "experts_per_token": int(raw.get("num_experts_per_tok", 2)),
         "expert_intermediate_size": int(raw["intermediate_size"]),
     }
+    return out
+
+
+def _qwen(raw: Raw) -> Raw:
+    """Qwen (v1) remote code: ``intermediate_size`` is w1 + w2 together, so each branch is half of it."""
+    raw = _with_defaults(raw, "qwen")
+    out = _llama({**raw, "intermediate_size": int(raw["intermediate_size"]) // 2, "head_dim": raw["kv_channels"]},
+                 "qwen")
+    no_bias = bool(raw["no_bias"])
+    out.update(
+        qkv_bias=True,  # c_attn always has a bias; no_bias covers c_proj and the MLP
+        out_bias=not no_bias,
+        mlp_bias=not no_bias,
+        rotary_frac=_rotary_frac(raw),
+        sliding_window=None,
+    )
+    return out
+
+
+def _qwen_sliding(raw: Raw, out: Raw) -> None:
+    """Qwen2/3 sliding window: only with use_sliding_window, and only for layers >= max_window_layers."""
+    window = _sliding(raw) if raw.get("use_sliding_window") else None
+    layer_types = raw.get("layer_types")
+    if layer_types:
+        out["attention_layer_types"] = tuple(_attention_kind(t) for t in layer_types)
+        out["sliding_window"] = window
+        return
+    out["sliding_window"] = window
+    if window is not None:
+        first = int(raw["max_window_layers"])
+        out["attention_layer_types"] = tuple(
+            "sliding" if i >= first else "full" for i in range(out["num_layers"])
+        )
+
+
+def _qwen2(raw: Raw) -> Raw:
+    raw = _with_defaults(raw, "qwen2")
+    out = _llama(raw, "qwen2")
+    out.update(qkv_bias=True, out_bias=False)  # Qwen2Attention: q/k/v biased, o_proj not
+    _qwen_sliding(raw, out)
+    return out
+
+
+def _qwen3(raw: Raw, family: str = "qwen3") -> Raw:
+    raw = _with_defaults(raw, family)
+    out = _llama(raw, family)
+    out["qk_norm"] = "rmsnorm"  # q_norm / k_norm over head_dim
+    _qwen_sliding(raw, out)
+    return out
+
+
+def _qwen3_moe(raw: Raw) -> Raw:
+    raw = _with_defaults(raw, "qwen3_moe")
+    out = _qwen3(raw, "qwen3_moe")
+    if raw.get("mlp_only_layers"):
+        raise ValueError("qwen3_moe with mlp_only_layers (dense layers at arbitrary indices) is not supported")
+    out["moe"] = {
+        "num_experts": int(raw["num_experts"]),
+        "experts_per_token": int(raw["num_experts_per_tok"]),
+        "expert_intermediate_size": int(raw["moe_intermediate_size"]),
+        "layer_step": int(raw["decoder_sparse_step"]),
+    }
+    return out
+
+
+def _attention_kind(layer_type: str) -> str:
+    kinds = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked"}
+    if layer_type not in kinds:
+        raise ValueError(f"unknown layer type {layer_type!r} (known: {', '.join(kinds)})")
+    return kinds[layer_type]
+
+
+def _vit(vis: Raw, family: str, *, projector_dims: tuple[int, ...], projector_bias: bool,
+         num_image_tokens: int) -> Raw:
+    vis = _with_defaults(vis, family)
+    return {
+        "model_type": str(vis.get("model_type", family)),
+        "num_layers": int(vis["num_hidden_layers"]),
+        "hidden_size": int(vis["hidden_size"]),
+        "num_heads": int(vis["num_attention_heads"]),
+        "intermediate_size": int(vis["intermediate_size"]),
+        "image_size_px": int(vis["image_size"]),
+        "patch_size_px": int(vis["patch_size"]),
+        "num_channels": int(vis.get("num_channels", 3)),
+        "activation": str(vis.get("hidden_act", "gelu")),
+        "projector_dims": projector_dims,
+        "projector_bias": projector_bias,
+        "num_image_tokens": num_image_tokens,
+    }
+
+
+def _llama4(raw: Raw) -> Raw:
+    """Llama 4: the text model of ``text_config`` (or a bare ``llama4_text`` config), vision in ``vision``.
+
+    Mirrors ``Llama4TextConfig.__post_init__``: ``moe_layers`` defaults to every
+    ``interleave_moe_layer_step``-th layer; ``no_rope_layers`` holds a 1 for each
+    layer that uses RoPE (default: all but every 4th); RoPE layers use chunked
+    attention, NoPE layers full attention. Dense layers use
+    ``intermediate_size_mlp``, experts and the shared expert ``intermediate_size``.
+    """
+    top = raw
+    text = _with_defaults(raw.get("text_config", raw), "llama4_text")
+    out = _llama(text, "llama4_text")
+    layers = out["num_layers"]
+    step = int(text["interleave_moe_layer_step"])
+    moe_layers = text.get("moe_layers")
+    if moe_layers is None:
+        moe_layers = list(range(step - 1, layers, step))
+    if sorted(moe_layers) != [i for i in range(layers) if (i + 1) % step == 0]:
+        raise ValueError(f"llama4 moe_layers {moe_layers} are not every {step}th layer")
+    interval = int(text["no_rope_layer_interval"])
+    rope_flags = text.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(layers)]
+    chunk = text.get("attention_chunk_size")
+    if text.get("layer_types"):
+        kinds = tuple(_attention_kind(t) for t in text["layer_types"])
+    else:
+        kinds = tuple("chunked" if flag and chunk else "full" for flag in rope_flags)
+    if not chunk:
+        kinds = tuple("full" for _ in kinds)
+    inter = int(text["intermediate_size"])
+    out.update(
+        model_type=str(top.get("model_type", "llama4")),
+        intermediate_size=int(text["intermediate_size_mlp"]),
+        tie_word_embeddings=bool(text.get("tie_word_embeddings", top.get("tie_word_embeddings", False))),
+        attention_layer_types=kinds,
+        attention_chunk_size=int(chunk) if chunk else None,
+        nope_layers=tuple(i for i, flag in enumerate(rope_flags) if not flag),
+        qk_norm="l2" if text.get("use_qk_norm") else "none",  # weightless L2 norm, RoPE layers only
+        sliding_window=None,
+        moe={
+            "num_experts": int(text["num_local_experts"]),
+            "experts_per_token": int(text["num_experts_per_tok"]),
+            "expert_intermediate_size": inter,
+            "num_shared_experts": 1,
+            "shared_intermediate_size": inter,
+            "layer_step": step,
+        },
+    )
+    if isinstance(top.get("vision_config"), dict):
+        vis = _with_defaults(top["vision_config"], "llama4_vision_model")
+        ratio = float(vis["pixel_shuffle_ratio"])
+        patches = (int(vis["image_size"]) // int(vis["patch_size"])) ** 2
+        out["vision"] = _vit(
+            vis,
+            "llama4_vision_model",
+            # pixel-shuffle MLP (intermediate -> projector_input -> projector_output), then the projector
+            projector_dims=(int(vis["intermediate_size"]), int(vis["projector_input_dim"]),
+                            int(vis["projector_output_dim"]), out["hidden_size"]),
+            projector_bias=bool(vis["multi_modal_projector_bias"]),
+            num_image_tokens=int(patches * ratio * ratio),
+        )
+    return out
+
+
+def _deepseek_v3(raw: Raw) -> Raw:
+    """DeepSeek-V3: MLA attention, first_k_dense_replace dense layers, then MoE with shared experts.
+
+    The multi-token-prediction module (``num_nextn_predict_layers``) is not part of
+    the inference graph in transformers and is ignored.
+    """
+    raw = _with_defaults(raw, "deepseek_v3")
+    out = _llama(raw, "deepseek_v3")
+    nope, rope = int(raw["qk_nope_head_dim"]), int(raw["qk_rope_head_dim"])
+    moe_inter = int(raw["moe_intermediate_size"])
+    q_rank = raw.get("q_lora_rank")
+    out.update(
+        head_dim=nope + rope,
+        rotary_frac=rope / (nope + rope),
+        sliding_window=None,
+        mla={
+            "q_lora_rank": int(q_rank) if q_rank else None,
+            "kv_lora_rank": int(raw["kv_lora_rank"]),
+            "qk_nope_head_dim": nope,
+            "qk_rope_head_dim": rope,
+            "v_head_dim": int(raw["v_head_dim"]),
+        },
+        moe={
+            "num_experts": int(raw["n_routed_experts"]),
+            "experts_per_token": int(raw["num_experts_per_tok"]),
+            "expert_intermediate_size": moe_inter,
+            "num_shared_experts": int(raw.get("n_shared_experts") or 0),
+            "shared_intermediate_size": moe_inter if raw.get("n_shared_experts") else 0,
+            "layer_step": int(raw["moe_layer_freq"]),
+            "first_dense_layers": int(raw["first_k_dense_replace"]),
+            "router_bias": raw.get("topk_method") == "noaux_tc",  # e_score_correction_bias
+        },
+    )
+    return out
+
+
+def _gpt_oss(raw: Raw) -> Raw:
+    """gpt-oss: biased GQA with per-head sinks, alternating sliding/full layers, biased MoE experts.
+
+    The experts use a clamped SwiGLU (``swiglu_limit``); ``activation`` keeps the
+    config's ``hidden_act``.
+    """
+    raw = _with_defaults(raw, "gpt_oss")
+    out = _llama(raw, "gpt_oss")
+    layers = out["num_layers"]
+    types = raw.get("layer_types") or [
+        "sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)
+    ]
+    out.update(
+        attention_layer_types=tuple(_attention_kind(t) for t in types),
+        attention_sinks=True,
+        moe={
+            "num_experts": int(raw["num_local_experts"]),
+            "experts_per_token": int(_first(raw, "num_experts_per_tok", "experts_per_token")),
+            "expert_intermediate_size": int(raw["intermediate_size"]),
+            "expert_bias": True,
+            "router_bias": True,
+        },
+    )
+    return out
+
+
+def _phi(raw: Raw) -> Raw:
+    raw = _with_defaults(raw, "phi")
+    out = _common(raw)
+    out.update(
+        activation=str(raw["hidden_act"]),
+        norm="layernorm",
+        position="rotary",
+        rotary_frac=_rotary_frac(raw, 0.5),
+        parallel_block=True,
+        num_norms_per_layer=1,  # input_layernorm feeds both attention and MLP
+        qk_norm="layernorm" if raw.get("qk_layernorm") else "none",
+        tie_word_embeddings=bool(raw["tie_word_embeddings"]),
+        lm_head_bias=True,
+    )
+    return out
+
+
+def _gptj(raw: Raw) -> Raw:
+    raw = _with_defaults(raw, "gptj")
+    out = _common(raw)
+    rotary_dim = raw.get("rotary_dim")
+    out.update(
+        activation=str(raw["activation_function"]),
+        norm="layernorm",
+        position="rotary",
+        rotary_frac=min(1.0, int(rotary_dim) / out["head_dim"]) if rotary_dim else 1.0,
+        qkv_bias=False,
+        out_bias=False,
+        parallel_block=True,
+        num_norms_per_layer=1,  # ln_1 feeds both attention and MLP
+        tie_word_embeddings=bool(raw["tie_word_embeddings"]),
+        lm_head_bias=True,
+    )
+    return out
+
+
+def _gpt_neox(raw: Raw) -> Raw:
+    raw = _with_defaults(raw, "gpt_neox")
+    out = _common(raw)
+    bias = bool(raw["attention_bias"])
+    out.update(
+        activation=str(raw["hidden_act"]),
+        norm="layernorm",
+        position="rotary",
+        rotary_frac=_rotary_frac(raw, 0.25),
+        qkv_bias=bias,
+        out_bias=bias,
+        parallel_block=bool(raw["use_parallel_residual"]),  # two norms even when parallel
+        tie_word_embeddings=bool(raw["tie_word_embeddings"]),
+    )
+    return out
+
+
+def _falcon(raw: Raw) -> Raw:
+    """Falcon: fused QKV; new_decoder_architecture = GQA with num_kv_heads, else multi_query = 1 KV head."""
+    raw = _with_defaults(raw, "falcon")
+    hidden = int(_first(raw, "n_embed", "hidden_size"))
+    heads = int(_first(raw, "n_head", "num_attention_heads"))
+    if raw["new_decoder_architecture"]:
+        kv_heads = int(_first(raw, "num_kv_heads", default=heads))
+    elif raw["multi_query"]:
+        kv_heads = 1
+    else:
+        kv_heads = heads
+    parallel = bool(raw["parallel_attn"]) or bool(raw["new_decoder_architecture"])
+    if not parallel:
+        norms = 2
+    else:
+        norms = int(raw.get("num_ln_in_parallel_attn") or (2 if raw["new_decoder_architecture"] else 1))
+    bias = bool(raw["bias"])
+    return {
+        "model_type": "falcon",
+        "kind": "decoder",
+        "num_layers": int(_first(raw, "n_layer", "num_hidden_layers")),
+        "hidden_size": hidden,
+        "num_heads": heads,
+        "num_kv_heads": kv_heads,
+        "head_dim": hidden // heads,
+        "intermediate_size": int(_first(raw, "ffn_hidden_size", default=4 * hidden)),
+        "vocab_size": int(raw["vocab_size"]),
+        "max_positions": int(raw["max_position_embeddings"]),
+        "norm": "layernorm",
+        "activation": str(raw["activation"]),
+        "qkv_bias": bias,
+        "out_bias": bias,
+        "mlp_bias": bias,
+        "parallel_block": parallel,
+        "num_norms_per_layer": norms,
+        "position": "alibi" if raw["alibi"] else "rotary",
+        "tie_word_embeddings": bool(raw["tie_word_embeddings"]),
+    }
+
+
+def _mpt(raw: Raw) -> Raw:
+    """MPT (HF MptConfig / llm-foundry): no biases anywhere with no_bias, ALiBi or learned positions."""
+    raw = _with_defaults(raw, "mpt")
+    attn = {"alibi": True, "attn_type": "multihead_attention", **(raw.get("attn_config") or {})}
+    d_model, heads = int(raw["d_model"]), int(raw["n_heads"])
+    if attn["attn_type"] == "multiquery_attention":
+        kv_heads = 1
+    elif attn["attn_type"] == "grouped_query_attention":
+        kv_heads = int(attn.get("kv_n_heads") or heads)
+    else:
+        kv_heads = heads
+    bias = not bool(raw["no_bias"])
+    if attn["alibi"]:
+        position = "alibi"  # transformers' MptModel has no position table with ALiBi
+    elif raw["learned_pos_emb"]:
+        position = "learned"
+    else:
+        position = "none"
+    return {
+        "model_type": "mpt",
+        "kind": "decoder",
+        "num_layers": int(raw["n_layers"]),
+        "hidden_size": d_model,
+        "num_heads": heads,
+        "num_kv_heads": kv_heads,
+        "head_dim": d_model // heads,
+        "intermediate_size": int(raw["expansion_ratio"]) * d_model,
+        "vocab_size": int(raw["vocab_size"]),
+        "max_positions": int(raw["max_seq_len"]),
+        "norm": "layernorm",
+        "norm_bias": bias,
+        "activation": "gelu",
+        "qkv_bias": bias,
+        "out_bias": bias,
+        "mlp_bias": bias,
+        "position": position,
+        "tie_word_embeddings": bool(raw["tie_word_embeddings"]),
+    }
+
+
+def _internlm(raw: Raw) -> Raw:
+    """InternLM (remote code): Llama layout; ``bias`` puts biases on q/k/v/o."""
+    raw = _with_defaults(raw, "internlm")
+    out = _llama(raw, "internlm")
+    out.update(qkv_bias=bool(raw["bias"]), out_bias=bool(raw["bias"]))
+    return out
+
+
+def _internlm2(raw: Raw) -> Raw:
+    """InternLM2 (remote code): Llama layout with a fused wqkv; ``bias`` covers wqkv and wo."""
+    raw = _with_defaults(raw, "internlm2")
+    out = _llama(raw, "internlm2")
+    out.update(qkv_bias=bool(raw["bias"]), out_bias=bool(raw["bias"]))
+    return out
+
+
+def _nemotron(raw: Raw) -> Raw:
+    """Nemotron(-4): GQA, non-gated squared-ReLU MLP, LayerNorm1P (with bias), partial RoPE, untied."""
+    raw = _with_defaults(raw, "nemotron")
+    out = _llama(raw, "nemotron")
+    out.update(
+        activation=str(raw["hidden_act"]),
+        gated_mlp=False,
+        norm="layernorm",
+        rotary_frac=_rotary_frac(raw, 0.5),
+    )
+    return out
+
+
+def _llava(raw: Raw) -> Raw:
+    """LLaVA: the text model of ``text_config`` (a Llama by default), the CLIP tower in ``vision``."""
+    raw = _with_defaults(raw, "llava")
+    text = dict(raw.get("text_config") or {})
+    text.setdefault("model_type", "llama")
+    if "vocab_size" not in text and "vocab_size" in raw:
+        text["vocab_size"] = raw["vocab_size"]
+    out = normalize_hf(text)
+    vis_raw = dict(raw.get("vision_config") or {})
+    vis = _with_defaults(vis_raw, "clip_vision_model")
+    patches = (int(vis["image_size"]) // int(vis["patch_size"])) ** 2
+    full = raw["vision_feature_select_strategy"] == "full"  # "default" drops the CLS token
+    out.update(
+        model_type=str(raw.get("model_type", "llava")),
+        vision=_vit(
+            vis,
+            "clip_vision_model",
+            projector_dims=(int(vis["hidden_size"]), out["hidden_size"], out["hidden_size"]),
+            projector_bias=bool(raw["multimodal_projector_bias"]),
+            num_image_tokens=patches + (1 if full else 0),
+        ),
+    )
     return out
 
 
@@ -153,8 +692,25 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "bert": _bert,
     "switch_transformers": _switch,
     "llama": _llama,
-    "mistral": _llama,
+    "mistral": _mistral,
     "mixtral": _mixtral,
+    "qwen": _qwen,
+    "qwen2": _qwen2,
+    "qwen3": _qwen3,
+    "qwen3_moe": _qwen3_moe,
+    "llama4": _llama4,
+    "llama4_text": _llama4,
+    "deepseek_v3": _deepseek_v3,
+    "gpt_oss": _gpt_oss,
+    "phi": _phi,
+    "gptj": _gptj,
+    "gpt_neox": _gpt_neox,
+    "falcon": _falcon,
+    "mpt": _mpt,
+    "internlm": _internlm,
+    "internlm2": _internlm2,
+    "nemotron": _nemotron,
+    "llava": _llava,
 }
 
 

@@ -1,0 +1,185 @@
+"""Parameter counts of a :class:`ModelConfig`, from the architecture alone.
+
+What is counted (every weight and bias tensor of the inference model as
+``transformers`` builds it, in elements):
+
+* embeddings: the token table (``vocab_size x token_embedding_size``), the
+  learned position table (``max_positions x hidden_size``, only when
+  ``position == "learned"``; OPT's two offset rows are left out), BERT's
+  token-type table and a norm right after the embeddings (``embedding_norm``).
+  These make up ``ParamCount.embedding``. OPT's project_in/project_out (when
+  ``embedding_size`` differs from ``hidden_size``) count in the total, not here.
+* per layer, attention: q/k/v/o projections and their biases, QK norms,
+  per-head attention sinks; for MLA the low-rank matrices (q_a, q_b, kv_a with
+  the RoPE key, kv_b, o) and the two latent RMSNorms.
+* per layer, the MLP (gated = 3 matrices, otherwise 2, plus biases) or, on MoE
+  layers, every routed expert, the shared experts and the router (weight and
+  optional bias). Dense layers of MoE models use ``intermediate_size``.
+* per layer, ``num_norms_per_layer`` norms (LayerNorm = weight + bias unless
+  ``norm_bias`` is false; RMSNorm = weight).
+* encoder-decoders: the decoder's cross-attention (same shape as its
+  self-attention) and its norm, and a final norm per stack.
+* the final norm (``final_norm``), and the LM head when it is not tied
+  (``vocab_size x token_embedding_size``) plus its bias (``lm_head_bias``).
+  Encoder-only models (BERT) count no head: the pooler and the MLM/NSP heads
+  are left out.
+* multimodal models: the vision tower and its projector, reported in
+  ``ParamCount.vision`` and included in ``total`` (not in ``active``).
+
+Not counted: T5/Switch relative-position bias tables (buckets x heads, a few
+thousand), DeepSeek-V3's multi-token-prediction module, rotary frequency
+buffers, and anything that is not a trained parameter.
+
+``active`` is what one text token touches: ``total`` minus the vision tower,
+with each MoE layer's routed experts counted ``experts_per_token`` times
+(shared experts, the router and everything else in full). Model cards differ on
+whether the input embedding is included; ``active`` includes it, and
+``active - embedding`` is the figure without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfcast.catalog.models import ModelConfig, MoEConfig, VisionConfig
+
+__all__ = ["ParamCount", "count_params"]
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameter counts (elements) of one model; see the module docstring for what is included."""
+
+    total: int
+    active: int
+    embedding: int
+    vision: int = 0
+
+
+def _linear(fan_in: int, fan_out: int, bias: bool) -> int:
+    """A dense layer: weight fan_in x fan_out, plus fan_out bias elements."""
+    return fan_in * fan_out + (fan_out if bias else 0)
+
+
+def _norm(cfg: ModelConfig, width: int) -> int:
+    """One norm over ``width`` elements: weight, plus bias for a biased LayerNorm."""
+    return width * (2 if cfg.norm == "layernorm" and cfg.norm_bias else 1)
+
+
+def _attention(cfg: ModelConfig) -> int:
+    """One (self- or cross-) attention block."""
+    h, heads = cfg.hidden_size, cfg.num_heads
+    if cfg.mla is not None:
+        mla = cfg.mla
+        qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        if mla.q_lora_rank:
+            q = _linear(h, mla.q_lora_rank, cfg.qkv_bias)  # q_a_proj
+            q += mla.q_lora_rank  # q_a_layernorm (RMSNorm)
+            q += _linear(mla.q_lora_rank, heads * qk_head, False)  # q_b_proj
+        else:
+            q = _linear(h, heads * qk_head, False)  # q_proj
+        kv = _linear(h, mla.kv_lora_rank + mla.qk_rope_head_dim, cfg.qkv_bias)  # kv_a_proj_with_mqa
+        kv += mla.kv_lora_rank  # kv_a_layernorm (RMSNorm)
+        kv += _linear(mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + mla.v_head_dim), False)  # kv_b_proj
+        o = _linear(heads * mla.v_head_dim, h, cfg.out_bias)  # o_proj
+        return q + kv + o
+    params = _linear(h, cfg.q_dim, cfg.qkv_bias)  # q
+    params += 2 * _linear(h, cfg.kv_dim, cfg.qkv_bias)  # k, v
+    params += _linear(cfg.q_dim, h, cfg.out_bias)  # o
+    qk_norm_per_tensor = {"none": 0, "l2": 0, "rmsnorm": cfg.head_dim, "layernorm": 2 * cfg.head_dim}
+    params += 2 * qk_norm_per_tensor[cfg.qk_norm]  # q_norm, k_norm (shared by heads)
+    if cfg.attention_sinks:
+        params += heads  # one sink logit per head
+    return params
+
+
+def _mlp(cfg: ModelConfig, width: int, *, gated: bool, bias: bool) -> int:
+    """One feed-forward block of inner ``width``: (gate,) up, down."""
+    h = cfg.hidden_size
+    up = _linear(h, width, bias) * (2 if gated else 1)
+    return up + _linear(width, h, bias)
+
+
+def _expert(cfg: ModelConfig, moe: MoEConfig, width: int) -> int:
+    return _mlp(cfg, width, gated=moe.gated, bias=moe.expert_bias)
+
+
+def _ffn(cfg: ModelConfig, index: int) -> tuple[int, int]:
+    """(total, active) parameters of layer ``index``'s MLP or MoE block."""
+    moe = cfg.moe
+    if moe is None or not moe.is_moe_layer(index):
+        dense = _mlp(cfg, cfg.intermediate_size, gated=cfg.gated_mlp, bias=cfg.mlp_bias)
+        return dense, dense
+    routed = _expert(cfg, moe, moe.expert_intermediate_size)
+    shared = moe.num_shared_experts * _expert(cfg, moe, moe.shared_intermediate_size)
+    router = _linear(cfg.hidden_size, moe.num_experts, moe.router_bias)
+    common = shared + router
+    return common + moe.num_experts * routed, common + moe.experts_per_token * routed
+
+
+def _stack(cfg: ModelConfig, num_layers: int, *, cross_attention: bool) -> tuple[int, int]:
+    """(total, active) parameters of ``num_layers`` blocks."""
+    per_layer = _attention(cfg) + cfg.num_norms_per_layer * _norm(cfg, cfg.hidden_size)
+    if cross_attention:
+        per_layer += _attention(cfg) + _norm(cfg, cfg.hidden_size)  # cross-attention and its norm
+    total = active = num_layers * per_layer
+    for i in range(num_layers):
+        ffn_total, ffn_active = _ffn(cfg, i)
+        total += ffn_total
+        active += ffn_active
+    return total, active
+
+
+def _vision(vis: VisionConfig) -> int:
+    """Vision tower (pre-LN ViT with class token) plus projector; see VisionConfig."""
+    h, inner = vis.hidden_size, vis.intermediate_size
+    params = vis.num_channels * vis.patch_size_px**2 * h  # bias-free patch embedding
+    params += h  # class embedding
+    params += (vis.num_patches + 1) * h  # positions of patches and class token
+    params += 2 * 2 * h  # pre and post LayerNorm
+    layer = 4 * _linear(h, h, True)  # q, k, v, o with biases
+    layer += _linear(h, inner, True) + _linear(inner, h, True)  # fc1, fc2
+    layer += 2 * 2 * h  # two LayerNorms
+    params += vis.num_layers * layer
+    dims = vis.projector_dims
+    params += sum(_linear(a, b, vis.projector_bias) for a, b in zip(dims, dims[1:], strict=False))
+    return params
+
+
+def count_params(cfg: ModelConfig) -> ParamCount:
+    """Count the parameters of ``cfg``: total, active per text token, embeddings, vision tower."""
+    h, emb_width = cfg.hidden_size, cfg.token_embedding_size
+    embedding = cfg.vocab_size * emb_width  # token table
+    if cfg.position == "learned":
+        embedding += cfg.max_positions * h  # learned position table
+    embedding += cfg.type_vocab_size * h  # BERT token types
+    if cfg.embedding_norm:
+        embedding += _norm(cfg, h)
+
+    other = 0
+    if cfg.embedding_size and cfg.embedding_size != h:
+        other += 2 * emb_width * h  # OPT project_in / project_out, no bias
+    if cfg.kind == "encoder-decoder":
+        enc_total, enc_active = _stack(cfg, cfg.num_layers, cross_attention=False)
+        dec_total, dec_active = _stack(cfg, cfg.num_decoder_layers or cfg.num_layers, cross_attention=True)
+        layers_total, layers_active = enc_total + dec_total, enc_active + dec_active
+        num_final_norms = 2
+    else:
+        layers_total, layers_active = _stack(cfg, cfg.num_layers, cross_attention=False)
+        num_final_norms = 1
+    if cfg.final_norm:
+        other += num_final_norms * _norm(cfg, h)
+    if cfg.kind != "encoder":
+        if not cfg.tie_word_embeddings:
+            other += cfg.vocab_size * emb_width  # LM head
+        if cfg.lm_head_bias:
+            other += cfg.vocab_size
+
+    vision = _vision(cfg.vision) if cfg.vision is not None else 0
+    text_total = embedding + other + layers_total
+    return ParamCount(
+        total=text_total + vision,
+        active=embedding + other + layers_active,
+        embedding=embedding,
+        vision=vision,
+    )

@@ -1,0 +1,233 @@
+"""Contract: the packaged model catalog is complete, sourced, and names every model the ground truth uses.
+
+Ground truth is found through ``PERFCAST_GROUNDTRUTH``, a ``shared/groundtruth``
+folder above this file, or ``/work/shared/groundtruth``; the tests that need it
+skip with the reason when none exists.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+
+from perfcast.catalog import list_models, load_model
+from perfcast.catalog.paths import normalize_name
+from perfcast.errors import UnknownNameError
+
+pytestmark = pytest.mark.contract
+
+MODELS_DIR = Path(str(resources.files("perfcast.catalog") / "data" / "models"))
+JSON_FILES = sorted(MODELS_DIR.glob("*.json"))
+MODEL_IDS = [p.stem for p in JSON_FILES]
+
+# training.csv `params_b` is nominal ("1.7") or NumParams/1e9 (llm-foundry); a correct shape lands within
+# rounding of the nominal figure. llm-foundry counts grow with the run's max_seq_len (learned positions), so
+# rows longer than the catalog model's max_positions are left out.
+NOMINAL_PARAMS_TOLERANCE = 0.05
+
+
+def _find_groundtruth() -> Path | None:
+    env = os.environ.get("PERFCAST_GROUNDTRUTH")
+    if env:
+        return Path(env) if Path(env).is_dir() else None
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "shared" / "groundtruth"
+        if candidate.is_dir():
+            return candidate
+    fallback = Path("/work/shared/groundtruth")
+    return fallback if fallback.is_dir() else None
+
+
+GROUNDTRUTH = _find_groundtruth()
+needs_groundtruth = pytest.mark.skipif(
+    GROUNDTRUTH is None,
+    reason="ground truth not found (set PERFCAST_GROUNDTRUTH, or place shared/groundtruth above the repo)",
+)
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _groundtruth_names() -> list[str]:
+    """Every model name the ground-truth tables use, as written there."""
+    if GROUNDTRUTH is None:
+        return []
+    names: set[str] = set()
+    for table in ("training.csv", "inference.csv"):
+        path = GROUNDTRUTH / "published" / table
+        if path.exists():
+            for row in _csv_rows(path):
+                names.update(v for v in (row.get("model_id", ""), row.get("model", "")) if v.strip())
+    compute = GROUNDTRUTH / "vidur" / "compute"
+    if compute.is_dir():
+        names.update(d.name for d in compute.glob("*/*") if d.is_dir())
+    vidur_models = GROUNDTRUTH / "vidur" / "configs" / "models.json"
+    if vidur_models.exists():
+        names.update(m["name"] for m in json.loads(vidur_models.read_text())["models"])
+    neusight = GROUNDTRUTH / "neusight"
+    names.update(p.stem for p in (neusight / "models").glob("*.json"))
+    for table in ("e2e.csv", "e2e_extra.csv"):
+        if (neusight / table).exists():
+            names.update(row["model"] for row in _csv_rows(neusight / table))
+    return sorted(names)
+
+
+def test_catalog_is_not_empty() -> None:
+    assert len(JSON_FILES) >= 50
+
+
+@pytest.mark.parametrize("path", JSON_FILES, ids=MODEL_IDS)
+def test_every_config_has_a_sourced_sidecar(path: Path) -> None:
+    sidecar = path.with_suffix(".yaml")
+    assert sidecar.exists(), f"{path.name} has no sidecar {sidecar.name}"
+    meta = yaml.safe_load(sidecar.read_text(encoding="utf-8"))
+    assert set(meta) == {"hf_id", "aliases", "source", "notes"}, f"{sidecar.name} keys: {sorted(meta)}"
+    assert isinstance(meta["source"], list) and all(isinstance(s, str) and s.strip() for s in meta["source"])
+    assert meta["source"], f"{sidecar.name} has an empty source"
+    assert isinstance(meta["aliases"], list)
+    assert meta["hf_id"] is None or "/" in meta["hf_id"]
+
+
+@pytest.mark.parametrize("path", JSON_FILES, ids=MODEL_IDS)
+def test_every_config_is_a_hf_config_json(path: Path) -> None:
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    assert isinstance(raw.get("model_type"), str) and raw["model_type"]
+    assert isinstance(raw.get("architectures"), list) and raw["architectures"]
+
+
+def test_ids_are_lowercase_with_dashes() -> None:
+    for model_id in MODEL_IDS:
+        assert model_id == normalize_name(model_id), model_id
+        assert "_" not in model_id and " " not in model_id
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_every_model_loads(model_id: str) -> None:
+    cfg = load_model(model_id)
+    assert cfg.id == model_id
+    assert cfg.source, f"{model_id} lost its source"
+    assert cfg.num_params() > 0
+    assert 0 < cfg.num_active_params() <= cfg.num_params()
+    if cfg.moe is None and cfg.vision is None:
+        assert cfg.num_active_params() == cfg.num_params()
+
+
+def test_list_models_matches_the_files() -> None:
+    ids = [m.id for m in list_models()]
+    assert ids == sorted(ids)
+    assert set(MODEL_IDS) <= set(ids)
+
+
+def test_names_are_unique_across_models() -> None:
+    owner: dict[str, str] = {}
+    for path in JSON_FILES:
+        meta = yaml.safe_load(path.with_suffix(".yaml").read_text(encoding="utf-8"))
+        names = [path.stem, *meta["aliases"], *([meta["hf_id"]] if meta["hf_id"] else [])]
+        for name in names:
+            key = normalize_name(name)
+            assert owner.setdefault(key, path.stem) == path.stem, (
+                f"{name!r} names both {owner[key]} and {path.stem}"
+            )
+
+
+def test_unknown_name_lists_the_nearest() -> None:
+    with pytest.raises(UnknownNameError, match="llama-2-7b"):
+        load_model("llama-2-7c")
+
+
+@needs_groundtruth
+@pytest.mark.parametrize("name", _groundtruth_names())
+def test_every_groundtruth_model_name_resolves(name: str) -> None:
+    cfg = load_model(name)
+    assert cfg.num_layers > 0
+
+
+@needs_groundtruth
+def test_groundtruth_names_were_found() -> None:
+    assert len(_groundtruth_names()) > 60
+
+
+@needs_groundtruth
+@pytest.mark.parametrize(
+    ("model_id", "neusight_file"),
+    [
+        ("bert-base", "bert.json"),
+        ("bert-large", "bert_large.json"),
+        ("gpt2-medium", "gpt2_med.json"),
+        ("gpt2-large", "gpt2_large.json"),
+        ("gpt2-xl", "gpt2_xl.json"),
+        ("gpt3-xl", "gpt3_xl.json"),
+        ("gpt3-2.7b", "gpt3_27.json"),
+        ("gpt3-6.7b", "gpt3_67.json"),
+        ("gpt3-13b", "gpt3_13.json"),
+        ("opt-1.3b", "opt_13.json"),
+        ("switch-xl", "switchxl4.json"),
+        ("opt-toy-1layer", "opt.json"),
+    ],
+)
+def test_neusight_configs_are_verbatim(model_id: str, neusight_file: str) -> None:
+    original = GROUNDTRUTH / "neusight" / "models" / neusight_file
+    if not original.exists():
+        pytest.skip(f"{original} not present")
+    assert (MODELS_DIR / f"{model_id}.json").read_bytes() == original.read_bytes()
+    assert load_model(Path(neusight_file).stem).id == model_id
+
+
+def _training_rows_with_params() -> list[tuple[str, str, str]]:
+    if GROUNDTRUTH is None or not (GROUNDTRUTH / "published" / "training.csv").exists():
+        return []
+    seen: dict[tuple[str, str], str] = {}
+    for row in _csv_rows(GROUNDTRUTH / "published" / "training.csv"):
+        name = row["model_id"] or row["model"]
+        if row["params_b"] and name:
+            seen.setdefault((name, row["params_b"]), row["seq_len"])
+    return [(name, params, seq) for (name, params), seq in sorted(seen.items())]
+
+
+@needs_groundtruth
+@pytest.mark.parametrize(("name", "params_b", "seq_len"), _training_rows_with_params())
+def test_catalog_sizes_match_published_params(name: str, params_b: str, seq_len: str) -> None:
+    # Expected value: the `params_b` column of published/training.csv (its `source` column names the paper
+    # or README of each row).
+    cfg = load_model(name)
+    if seq_len and int(seq_len) > cfg.max_positions:
+        pytest.skip(f"run used {seq_len} tokens; the catalog model has {cfg.max_positions} positions")
+    expected = float(params_b) * 1e9
+    assert cfg.num_params() == pytest.approx(expected, rel=NOMINAL_PARAMS_TOLERANCE)
+
+
+def _vidur_models() -> list[dict[str, object]]:
+    path = GROUNDTRUTH / "vidur" / "configs" / "models.json" if GROUNDTRUTH else None
+    if path is None or not path.exists():
+        return []
+    return json.loads(path.read_text())["models"]
+
+
+@needs_groundtruth
+@pytest.mark.parametrize("vidur", _vidur_models(), ids=lambda m: str(m["name"]))
+def test_shapes_agree_with_vidur(vidur: dict[str, object]) -> None:
+    # An independent transcription of the same models (vidur/config/model_config.py). Vidur pads some
+    # vocabularies and shortens some contexts, so vocab_size and max positions are not compared.
+    cfg = load_model(str(vidur["name"]))
+    assert cfg.num_layers == vidur["num_layers"]
+    assert cfg.hidden_size == vidur["embedding_dim"]
+    assert cfg.num_heads == vidur["num_q_heads"]
+    assert cfg.num_kv_heads == vidur["num_kv_heads"]
+    assert cfg.head_dim == vidur["head_dim"]
+    assert cfg.intermediate_size == vidur["mlp_hidden_dim"]
+    assert cfg.gated_mlp == vidur["use_gated_mlp"]
+    assert cfg.qkv_bias == vidur["use_qkv_bias"]
+    assert cfg.mlp_bias == vidur["use_bias"]
+    assert cfg.rotary_frac == pytest.approx(vidur["partial_rotary_factor"])
+    assert cfg.norm == {"rms_norm": "rmsnorm", "layer_norm": "layernorm"}[str(vidur["norm"])]
+    assert (cfg.num_norms_per_layer == 2) == vidur["post_attn_norm"]
