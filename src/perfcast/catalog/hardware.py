@@ -74,6 +74,7 @@ class Hardware(_Frozen):
     vendor: Literal["nvidia", "amd", "intel", "google", "cpu", "other"]
     kind: Literal["gpu", "cpu", "accelerator"] = "gpu"
     architecture: str
+    compute_capability: float | None = Field(default=None, description="NVIDIA CUDA compute capability (e.g. 8.0)")
     process_nm: float | None = Field(default=None, gt=0)
     form_factor: str = ""
     release_year: int | None = None

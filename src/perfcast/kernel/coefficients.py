@@ -1,0 +1,141 @@
+"""Fitted kernel-model coefficients: a versioned JSON file, never pickle.
+
+``coefficients.json`` in this package is what ``perfcast fit`` wrote; it names
+the command and the ground-truth rows it was fitted on. A file with another
+``schema_version`` is refused (DataError) rather than misread.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from perfcast.errors import DataError
+
+__all__ = ["SCHEMA_VERSION", "Coefficients", "GemmPath", "load_coefficients"]
+
+SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PowerCoefficients(_Model):
+    """Sustained clock under the power limit (see :mod:`perfcast.kernel.power`)."""
+
+    energy_pJ_per_flop_7nm: dict[str, float] = Field(description="per datapath: simt, matrix, tensor")
+    process_exponent: float = Field(description="energy per FLOP scales as (process_nm / 7) ** exponent")
+    static_frac: dict[str, float] = Field(description="share of TDP not available to the datapath, by memory kind")
+    vmin_frac: float = Field(description="voltage at zero clock as a fraction of the boost voltage")
+
+
+class GemmPath(_Model):
+    """GEMM efficiency on one datapath (simt = CUDA cores, matrix = AMD MFMA FP32, tensor = tensor cores)."""
+
+    max_efficiency: float = Field(description="fraction of the sustained peak a large 128x128 tile reaches")
+    k_overhead: float = Field(description="per-tile fixed cost, in K-loop steps (prologue/epilogue)")
+    tile_ai0: float = Field(description="tile efficiency = ai / (ai + tile_ai0), ai = tm*tn/(tm+tn)")
+    batched_tiles: list[tuple[int, int]]
+    linear_tiles: list[tuple[int, int]]
+    split_k: list[int]
+
+
+class GemmCoefficients(_Model):
+    paths: dict[str, GemmPath]
+    memory_efficiency: float = Field(description="fraction of peak DRAM bandwidth a GEMM streams at")
+
+
+class VectorCoefficients(_Model):
+    """Memory-bound kernels: bytes / (bandwidth * memory_efficiency * op_factor[op])."""
+
+    memory_efficiency: dict[str, float] = Field(description="by memory kind: hbm, gddr")
+    op_factor: dict[str, float] = Field(description="relative streaming efficiency per op (default 1)")
+    row_overhead_elems: float = Field(description="row reductions lose efficiency as cols / (cols + this)")
+
+
+class AttentionCoefficients(_Model):
+    """Fused (FlashAttention-style) kernels."""
+
+    compute_efficiency: float = Field(description="fraction of the sustained matrix peak for the score/value math")
+    backward_efficiency: float
+    memory_efficiency: float = Field(description="fraction of DRAM bandwidth when reading the KV cache")
+
+
+class ConvCoefficients(_Model):
+    """Convolutions priced as implicit GEMMs (cuDNN), with a Winograd speedup for 3x3 stride 1."""
+
+    efficiency: float
+    winograd_speedup: float
+
+
+class LaunchCoefficients(_Model):
+    """Fixed costs of a kernel and of the framework call that launches it."""
+
+    kernel_min_s: float = Field(description="shortest GPU time of any kernel (launch + tail), seconds")
+    dispatch_s: dict[str, float] = Field(description="host time of one eager framework op, by op class, seconds")
+
+
+class MeasurementCoefficients(_Model):
+    """How isolated-kernel benchmarks differ from steady state (used only to predict such tables)."""
+
+    burst_tau_s: float = Field(description="kernels much shorter than this run at boost clock before throttling")
+
+
+class Coefficients(_Model):
+    """All fitted coefficients of the kernel layer."""
+
+    schema_version: int
+    produced_by: str
+    fitted_on: dict[str, str]
+    power: PowerCoefficients
+    gemm: GemmCoefficients
+    vector: VectorCoefficients
+    attention: AttentionCoefficients
+    conv: ConvCoefficients
+    launch: LaunchCoefficients
+    measurement: MeasurementCoefficients
+
+    def to_json(self) -> str:
+        """The canonical JSON text of these coefficients."""
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def _default_path() -> Path:
+    return Path(str(resources.files("perfcast.kernel") / "coefficients.json"))
+
+
+def load_coefficients(path: str | Path | None = None) -> Coefficients:
+    """Load coefficients (the package's own when ``path`` is None)."""
+    if path is None:
+        return _load_default()
+    return _load(Path(path))
+
+
+@lru_cache(maxsize=1)
+def _load_default() -> Coefficients:
+    return _load(_default_path())
+
+
+def _load(path: Path) -> Coefficients:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DataError(f"cannot read coefficients {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if version != SCHEMA_VERSION:
+        raise DataError(
+            f"{path}: coefficients schema_version {version!r}, this perfcast reads {SCHEMA_VERSION}; "
+            "re-run `perfcast fit`"
+        )
+    try:
+        return Coefficients.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise DataError(f"{path}: field {'.'.join(map(str, err['loc']))}: {err['msg']}") from None

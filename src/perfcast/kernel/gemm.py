@@ -1,0 +1,79 @@
+"""GEMM time: output tiles in waves across SMs, a K loop with a fixed per-tile cost, a memory floor.
+
+For a product ``(batch, m, k, n)`` a BLAS kernel with ``tm x tn`` output tiles
+launches ``batch * ceil(m/tm) * ceil(n/tn)`` tiles, one per SM at a time, so
+time moves in whole waves of ``num_sms`` tiles (wave and padding
+quantization). A tile takes ``2*tm*tn*(k + k0)`` FLOPs' worth of time at the
+per-SM share of the sustained peak, scaled by the tile's efficiency (larger
+tiles reuse operands better: ``ai / (ai + ai0)`` with ``ai = tm*tn/(tm+tn)``).
+Linear layers may pick any candidate tile and split K across tiles when the
+grid is too small to fill the device; batched products use the library's
+batched tile. The compute time is blended with the DRAM time of the operands
+(a smooth maximum), and no kernel is shorter than the launch floor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfcast.catalog.hardware import Hardware
+from perfcast.dtypes import DType
+from perfcast.kernel.coefficients import Coefficients
+from perfcast.kernel.power import datapath, sustained_clock_frac
+
+__all__ = ["GemmTimes", "gemm_times"]
+
+_SMOOTH_MAX_P = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class GemmTimes:
+    """Per-GEMM times in seconds (arrays): total, compute part and memory part."""
+
+    time_s: np.ndarray
+    compute_s: np.ndarray
+    memory_s: np.ndarray
+
+
+def gemm_times(b: np.ndarray, m: np.ndarray, k: np.ndarray, n: np.ndarray, hw: Hardware, dtype: DType,
+               coeffs: Coefficients, *, batched: bool, clock_frac: np.ndarray | float | None = None,
+               operand_bytes: float | None = None) -> GemmTimes:
+    """Times of GEMMs ``(b, m, k, n)`` (arrays of equal shape) on ``hw`` in ``dtype``.
+
+    ``clock_frac`` overrides the sustained clock fraction (used to model short
+    benchmark bursts); ``operand_bytes`` overrides the bytes per element read
+    (weight-only quantization).
+    """
+    b, m, k, n = (np.asarray(v, dtype=float) for v in (b, m, k, n))
+    path = datapath(hw, dtype)
+    pc = coeffs.gemm.paths[path]
+    x = sustained_clock_frac(hw, path, coeffs) if clock_frac is None else clock_frac
+    peak_sm = hw.peak(dtype) * np.asarray(x) * pc.max_efficiency / hw.num_sms
+    ref = _tile_eff(128, 128, pc.tile_ai0)
+    tiles = pc.batched_tiles if batched else pc.linear_tiles
+    splits = [1] if batched else pc.split_k
+    esize = dtype.bytes if operand_bytes is None else operand_bytes
+    bw = hw.memory_bandwidth_Bps * coeffs.gemm.memory_efficiency
+    best = np.full(np.broadcast(b, m, k, n).shape, np.inf)
+    for tm, tn in tiles:
+        rate = peak_sm * (_tile_eff(tm, tn, pc.tile_ai0) / ref)
+        num_tiles = b * np.ceil(m / tm) * np.ceil(n / tn)
+        for s in splits:
+            ks = np.ceil(k / s)
+            t_tile = 2.0 * tm * tn * (ks + pc.k_overhead) / rate
+            t = np.ceil(num_tiles * s / hw.num_sms) * t_tile
+            if s > 1:
+                # partial sums written and reduced by a second kernel
+                t = t + b * m * n * 4.0 * (s + 1) / bw + coeffs.launch.kernel_min_s
+            best = np.minimum(best, t)
+    mem = b * (m * k * esize + k * n * esize + m * n * dtype.bytes) / bw
+    p = _SMOOTH_MAX_P
+    total = (best**p + mem**p) ** (1.0 / p) + coeffs.launch.kernel_min_s
+    return GemmTimes(time_s=total, compute_s=best, memory_s=mem)
+
+
+def _tile_eff(tm: int, tn: int, ai0: float) -> float:
+    ai = tm * tn / (tm + tn)
+    return ai / (ai + ai0)

@@ -1,0 +1,83 @@
+"""The clock a device sustains under its power limit while its math units are saturated.
+
+Boost clocks are quoted for light load; a saturated datapath draws power
+``P(x) = P_static + P_full * x * v(x)**2`` at clock fraction ``x`` of boost,
+where ``v(x) = vmin + (1 - vmin) * x`` is the voltage (DVFS lowers voltage with
+clock) and ``P_full = peak_flops * energy_per_flop`` is the datapath's power at
+boost. Energy per FLOP depends on the datapath (CUDA-core FP32, AMD FP32
+matrix cores, tensor cores) and scales with the process node. ``P_static`` is
+the share of TDP taken by memory, I/O and leakage. The device runs at the
+largest ``x <= 1`` with ``P(x) <= TDP``. Every input is a datasheet figure
+(TDP, process, peak) or a global fitted coefficient.
+"""
+
+from __future__ import annotations
+
+from perfcast.catalog.hardware import Hardware
+from perfcast.dtypes import DType
+from perfcast.kernel.coefficients import Coefficients
+
+__all__ = ["datapath", "memory_kind", "sustained_clock_frac"]
+
+
+def memory_kind(hw: Hardware) -> str:
+    """``gddr`` for GDDR/LPDDR boards (and CPUs' DDR), else ``hbm``."""
+    mt = hw.memory_type.lower()
+    return "gddr" if ("gddr" in mt or "ddr" in mt and "hbm" not in mt) else "hbm"
+
+
+def datapath(hw: Hardware, dtype: DType) -> str:
+    """Which math units a GEMM of ``dtype`` runs on: ``simt``, ``matrix`` (AMD FP32 MFMA) or ``tensor``."""
+    if dtype in (DType.FP32, DType.FP64):
+        return "matrix" if (dtype is DType.FP32 and hw.peak_flops_per_s.fp32_matrix) else "simt"
+    return "tensor"
+
+
+def _full_power_peak(hw: Hardware, path: str) -> float:
+    p = hw.peak_flops_per_s
+    if path == "simt":
+        return p.fp32
+    if path == "matrix":
+        return p.fp32_matrix or p.fp32
+    return p.fp16 or p.bf16 or p.fp8 or p.fp32
+
+
+_CACHE: dict[tuple[int, str, int], tuple[Hardware, Coefficients, float]] = {}
+
+
+def sustained_clock_frac(hw: Hardware, path: str, coeffs: Coefficients) -> float:
+    """Fraction of the boost clock sustained when ``path`` is saturated (0 < x <= 1)."""
+    key = (id(hw), path, id(coeffs))
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is hw and hit[1] is coeffs:
+        return hit[2]
+    value = _sustained(hw, path, coeffs)
+    if len(_CACHE) > 4096:
+        _CACHE.clear()
+    _CACHE[key] = (hw, coeffs, value)
+    return value
+
+
+def _sustained(hw: Hardware, path: str, coeffs: Coefficients) -> float:
+    pc = coeffs.power
+    energy = pc.energy_pJ_per_flop_7nm[path] * 1e-12 * ((hw.process_nm or 7.0) / 7.0) ** pc.process_exponent
+    p_full = _full_power_peak(hw, path) * energy
+    budget = hw.tdp_W * (1.0 - pc.static_frac[memory_kind(hw)])
+    vmin = pc.vmin_frac
+
+    def power(x: float) -> float:
+        v = vmin + (1.0 - vmin) * x
+        return p_full * x * v * v
+
+    if budget <= 0:
+        return 0.05
+    if power(1.0) <= budget:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(40):  # power(x) is increasing: bisection
+        mid = 0.5 * (lo + hi)
+        if power(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return max(lo, 0.05)

@@ -1,0 +1,114 @@
+"""Price a list of IR ops on one device: the entry point of layer 1."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfcast.catalog.hardware import Hardware, load_hardware
+from perfcast.kernel.attention import attention_times
+from perfcast.kernel.coefficients import Coefficients, load_coefficients
+from perfcast.kernel.conv import conv_times
+from perfcast.kernel.gemm import gemm_times
+from perfcast.kernel.vector import vector_times
+from perfcast.workload.types import Op, OpKind
+
+__all__ = ["KernelTime", "predict_kernel", "predict_ops"]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelTime:
+    """Predicted device time of one op instance.
+
+    ``bound`` is what limits it: ``compute`` (math units), ``memory`` (DRAM),
+    ``latency`` (launch floor), ``host`` (a synchronization) or ``comm``.
+    """
+
+    time_s: float
+    bound: str
+    flops: float
+    bytes: float
+
+
+def predict_kernel(op: Op, hardware: Hardware | str, coeffs: Coefficients | None = None) -> KernelTime:
+    """Device time of one instance of ``op`` on ``hardware``."""
+    return predict_ops([op], hardware, coeffs)[0]
+
+
+def predict_ops(ops: Sequence[Op], hardware: Hardware | str, coeffs: Coefficients | None = None,
+                *, clock_frac: float | None = None) -> list[KernelTime]:
+    """Device time of one instance of each op (vectorized by kind).
+
+    ``clock_frac`` overrides the sustained-clock model (benchmark bursts).
+    """
+    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+    co = coeffs or load_coefficients()
+    n = len(ops)
+    times = np.zeros(n)
+    bounds = ["latency"] * n
+    kmin = co.launch.kernel_min_s
+
+    groups: dict[tuple[OpKind, object], list[int]] = {}
+    for i, op in enumerate(ops):
+        key: tuple[OpKind, object]
+        if op.kind is OpKind.GEMM:
+            key = (op.kind, (op.op == "bmm", op.dtype, op.get("weight_dtype")))
+        elif op.kind in (OpKind.ATTENTION, OpKind.CONV):
+            key = (op.kind, op.dtype)
+        else:
+            key = (op.kind, None)
+        groups.setdefault(key, []).append(i)
+
+    for (kind, sub), idx in groups.items():
+        sel = [ops[i] for i in idx]
+        if kind is OpKind.GEMM:
+            batched, dtype, wdtype = sub  # type: ignore[misc]
+            d = np.array([o.dims for o in sel], dtype=float)
+            operand = None
+            if wdtype and wdtype != dtype.value:
+                from perfcast.dtypes import DType
+
+                operand = DType(wdtype).bytes  # weight-only quantization: weights stream narrower
+            g = gemm_times(d[:, 0], d[:, 1], d[:, 2], d[:, 3], hw, dtype, co, batched=batched,
+                           clock_frac=clock_frac, operand_bytes=operand)
+            for j, i in enumerate(idx):
+                times[i] = g.time_s[j]
+                bounds[i] = _bound(g.compute_s[j], g.memory_s[j], times[i], kmin)
+        elif kind is OpKind.ATTENTION:
+            fl = np.array([o.flops for o in sel])
+            by = np.array([o.bytes for o in sel])
+            bwd = np.array([o.op == "attention_backward" for o in sel])
+            t = attention_times(fl, by, hw, sub, co, backward=bwd)  # type: ignore[arg-type]
+            for j, i in enumerate(idx):
+                times[i] = t[j]
+                bounds[i] = "memory" if sel[j].dims[3] == 1 else "compute"
+        elif kind is OpKind.CONV:
+            d = np.array([o.dims for o in sel], dtype=float)
+            t = conv_times(d, hw, sub, co, clock_frac=clock_frac)  # type: ignore[arg-type]
+            for j, i in enumerate(idx):
+                times[i] = t[j]
+                bounds[i] = "compute"
+        elif kind in (OpKind.VECTOR, OpKind.EMBEDDING, OpKind.POOL):
+            names = [o.op for o in sel]
+            by = np.array([o.bytes for o in sel])
+            cols = np.array([o.dims[1] if kind is OpKind.VECTOR else o.dims[-1] for o in sel], dtype=float)
+            t = vector_times(names, by, cols, hw, co)
+            for j, i in enumerate(idx):
+                times[i] = t[j]
+                bounds[i] = "memory" if t[j] > 2 * kmin else "latency"
+        elif kind is OpKind.HOST:
+            for i in idx:
+                bounds[i] = "host"
+        elif kind is OpKind.COMM:
+            for i in idx:
+                bounds[i] = "comm"
+    return [KernelTime(time_s=float(times[i]), bound=bounds[i], flops=ops[i].flops, bytes=ops[i].bytes)
+            for i in range(n)]
+
+
+def _bound(compute: float, memory: float, total: float, kmin: float) -> str:
+    if total < 2 * kmin:
+        return "latency"
+    return "compute" if compute >= memory else "memory"

@@ -1,0 +1,77 @@
+"""Locate and read the measured ground-truth tables (``shared/groundtruth``).
+
+The tables are not shipped in the package. They are found, in order, at
+``$PERFCAST_GROUNDTRUTH``, at ``shared/groundtruth`` in the current directory
+or any parent of it (or of this package's source tree), or at
+``/work/shared/groundtruth``.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from perfcast.errors import ConfigError, DataError
+
+__all__ = ["find_groundtruth", "open_table", "read_rows", "read_header"]
+
+
+def find_groundtruth(required: bool = True) -> Path | None:
+    """The ground-truth root, or None (or DataError when ``required``)."""
+    env = os.environ.get("PERFCAST_GROUNDTRUTH")
+    candidates: list[Path] = []
+    if env:
+        candidates.append(Path(env))
+    for start in (Path.cwd(), Path(__file__).resolve()):
+        for parent in (start, *start.parents):
+            candidates.append(parent / "shared" / "groundtruth")
+            candidates.append(parent / "groundtruth")
+    candidates.append(Path("/work/shared/groundtruth"))
+    for c in candidates:
+        if (c / "README.md").is_file() and (c / "neusight").is_dir():
+            return c
+    if required:
+        raise DataError(
+            "cannot find the ground-truth tables (shared/groundtruth); set PERFCAST_GROUNDTRUTH to their folder"
+        )
+    return None
+
+
+def open_table(path: str | Path) -> io.TextIOBase:
+    """Open a CSV or CSV.gz as text."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"table {p} does not exist; give a CSV or CSV.gz file")
+    if p.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", newline="")
+    return p.open(encoding="utf-8", newline="")
+
+
+def read_header(path: str | Path) -> list[str]:
+    """The column names of a CSV/CSV.gz table."""
+    with open_table(path) as fh:
+        try:
+            return next(csv.reader(fh))
+        except StopIteration:
+            raise ConfigError(f"{path}: empty table; expected a header row") from None
+        except (csv.Error, UnicodeDecodeError, OSError, EOFError) as exc:
+            raise ConfigError(f"{path}: malformed CSV ({exc.__class__.__name__}: {exc})") from None
+
+
+def read_rows(path: str | Path) -> Iterator[dict[str, str]]:
+    """Rows of a CSV/CSV.gz table as dicts of strings (empty string = missing)."""
+    with open_table(path) as fh:
+        reader = csv.DictReader(fh)
+        line = 1
+        try:
+            for row in reader:
+                line = reader.line_num
+                if None in row:
+                    raise ConfigError(f"{path}:{line}: row has more fields than the header")
+                yield row
+        except (csv.Error, UnicodeDecodeError, OSError, EOFError) as exc:
+            raise ConfigError(f"{path}:{line}: malformed CSV ({exc.__class__.__name__}: {exc})") from None

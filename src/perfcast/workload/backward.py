@@ -1,0 +1,179 @@
+"""Training: derive the backward pass (and the optimizer step) from a forward op list.
+
+Autograd's kernels follow from each forward op (PyTorch ``derivatives.yaml``):
+
+- ``linear`` (``x @ W^T + b``): dX = dY @ W and dW = dY^T @ X (two GEMMs of the
+  forward's FLOPs), the bias gradient is a column sum of dY.
+- ``bmm`` ``(b, m, k, n)``: dA = dC @ B^T ``(b, m, n, k)``, dB = A^T @ dC ``(b, k, m, n)``.
+- fused attention: the FlashAttention backward (recomputes the scores; 2.5x
+  the forward's matmul FLOPs).
+- pointwise ops: additions pass the gradient through (no kernel); a product of
+  two tensors needs one kernel per input; unary functions one
+  ``*_backward`` kernel reading the gradient and the saved input.
+- row reductions: ``softmax_backward`` and ``layernorm_backward`` read the
+  saved tensors and the gradient and write the input gradient (norms also
+  reduce their parameter gradients).
+- ``embedding``: a zero-filled table gradient plus an index-add of the token rows.
+
+Every parameter tensor ends with an ``AccumulateGrad`` kernel when gradients
+accumulate into ``.grad`` (micro-batching, or NeuSight's runs without
+``zero_grad``), and the optimizer step reads and writes every parameter once.
+"""
+
+from __future__ import annotations
+
+from perfcast.dtypes import DType
+from perfcast.workload.types import Op, OpKind, Phase
+
+__all__ = ["backward_ops", "optimizer_ops"]
+
+# unary/binary pointwise forward op -> backward kernels: (op name, full-size inputs, outputs)
+_POINTWISE_BWD: dict[str, tuple[tuple[str, int, int], ...]] = {
+    "add": (), "addu": (), "sub": (), "subu": (), "cat": (("copy", 1, 1),),
+    "mulu": (("mulu", 1, 1),), "divu": (("divu", 1, 1),), "scale": (("mulu", 1, 1),),
+    "mul": (("mul", 2, 1), ("mul", 2, 1)), "div": (("div", 2, 1), ("div", 3, 1)),
+    "powu": (("powu", 1, 1), ("mulu", 1, 1), ("mul", 2, 1)),
+    "tanh": (("tanh_backward", 2, 1),), "gelu": (("gelu_backward", 2, 1),), "relu": (("relu_backward", 2, 1),),
+    "relu2": (("relu_backward", 2, 1), ("mul", 2, 1)), "silu": (("silu_backward", 2, 1),),
+    "sigmoid": (("sigmoid_backward", 2, 1),), "rsqrt": (("rsqrt_backward", 2, 1),),
+    "silu_mul": (("silu_mul_backward", 3, 2),), "rope": (("rope", 1, 1),),
+    "where": (("where", 1, 1),), "max": (("where", 1, 1), ("where", 1, 1), ("sum", 1, 0)),
+    "copy": (), "dropout": (("dropout_backward", 1, 1),),
+    "cross_entropy": (("cross_entropy_backward", 1, 1),),
+}
+# forward ops that are not differentiable (masks, indices) or whose gradient is a view
+_NO_GRAD = {"cumsum", "masked_fill", "bucket", "fill", "one_hot", "le", "lt", "nonzero", "bool"}
+
+
+def backward_ops(forward: tuple[Op, ...] | list[Op], *, accumulate_grads: bool = False) -> list[Op]:
+    """Backward kernels in autograd order (reverse of the forward)."""
+    out: list[Op] = []
+    for op in reversed(forward):
+        out.extend(_backward_of(op))
+        if op.params and accumulate_grads:
+            out.extend(_accumulate(op))
+    return out
+
+
+def _bwd(op: Op, suffix: str, new_op: str, kind: OpKind, dims: tuple[int, ...], flops: float, read: float,
+         written: float, **kw: object) -> Op:
+    return Op(
+        name=f"{op.name}.{suffix}", op=new_op, kind=kind, dims=dims, dtype=op.dtype, flops=flops,
+        bytes_read=read, bytes_written=written, count=op.count, phase=Phase.BACKWARD, group=op.group,
+        tp_split=str(kw.pop("tp_split", op.tp_split)), **kw,  # type: ignore[arg-type]
+    )
+
+
+def _backward_of(op: Op) -> list[Op]:
+    e = op.dtype.bytes
+    if op.kind is OpKind.GEMM:
+        b, m, k, n = op.dims
+        frozen = bool(op.get("frozen", False))
+        flops = 2.0 * b * m * k * n
+        row_split = {"column": "row", "row": "column"}.get(op.tp_split, op.tp_split)
+        # the input gradient of a column-split GEMM is a row-split GEMM and vice versa
+        outs = [_bwd(op, "grad_input", "bmm" if op.op == "bmm" else "linear", OpKind.GEMM, (b, m, n, k), flops,
+                     b * (m * n + n * k) * e, b * m * k * e, meta=(("bias", False),), tp_split=row_split)]
+        if op.op == "bmm":
+            outs.append(_bwd(op, "grad_other", "bmm", OpKind.GEMM, (b, k, m, n), flops,
+                             b * (k * m + m * n) * e, b * k * n * e))
+        elif not frozen:
+            outs.append(_bwd(op, "grad_weight", "linear", OpKind.GEMM, (1, n, m, k), flops,
+                             (m * n + m * k) * e, n * k * e, meta=(("bias", False),)))
+            if op.get("bias", False):
+                outs.append(_bwd(op, "grad_bias", "sum", OpKind.VECTOR, (m, n), float(m * n), m * n * e, n * e,
+                                 meta=(("inputs", 1), ("outputs", 1), ("reduce", True))))
+        return outs
+    if op.kind is OpKind.ATTENTION:
+        return [_bwd(op, "grad", "attention_backward", OpKind.ATTENTION, op.dims, 2.5 * op.flops,
+                     2 * op.bytes_read + op.bytes_written, op.bytes_read, meta=op.meta)]
+    if op.kind is OpKind.EMBEDDING:
+        tokens, dim, vocab = op.dims
+        outs = [_bwd(op, "grad_fill", "fill", OpKind.VECTOR, (1, vocab * dim), 0.0, 0.0, vocab * dim * e,
+                     meta=(("inputs", 0), ("outputs", 1)))]
+        outs.append(_bwd(op, "grad_index_add", "index_add", OpKind.VECTOR, (tokens, dim), float(tokens * dim),
+                         2 * tokens * dim * e + tokens * 8, tokens * dim * e, meta=(("inputs", 2), ("outputs", 1))))
+        return outs
+    if op.kind is OpKind.CONV:
+        # data gradient and weight gradient: two convolutions of the forward's FLOPs
+        return [
+            _bwd(op, "grad_input", "conv2d_backward_data", OpKind.CONV, op.dims, op.flops, op.bytes_read,
+                 op.bytes_read - op.weight_bytes),
+            _bwd(op, "grad_weight", "conv2d_backward_weight", OpKind.CONV, op.dims, op.flops,
+                 op.bytes_read + op.bytes_written - op.weight_bytes, op.weight_bytes),
+        ]
+    if op.kind is OpKind.POOL:
+        return [_bwd(op, "grad", f"{op.op}_backward", OpKind.POOL, op.dims, op.flops, op.bytes_written * 2,
+                     op.bytes_read)]
+    if op.kind is not OpKind.VECTOR or op.op in _NO_GRAD:
+        return []
+    rows, cols = op.dims
+    numel = rows * cols
+    if op.op in ("softmax", "layernorm", "rmsnorm"):
+        outs = [_bwd(op, "grad", f"{op.op}_backward", OpKind.VECTOR, op.dims, 4.0 * numel, 2 * numel * e,
+                     numel * e, meta=(("inputs", 2), ("outputs", 1), ("reduce", True)))]
+        if op.params:
+            outs.append(_bwd(op, "grad_params", "sum", OpKind.VECTOR, op.dims, 2.0 * numel, 2 * numel * e,
+                             op.params * e, meta=(("inputs", 2), ("outputs", 0), ("reduce", True))))
+        return outs
+    if op.op in ("mean", "sum"):
+        return [_bwd(op, "grad", "mulu", OpKind.VECTOR, op.dims, float(numel), rows * e, numel * e,
+                     meta=(("inputs", 0), ("outputs", 1)))]
+    rules = _POINTWISE_BWD.get(op.op)
+    if rules is None:
+        # unknown differentiable pointwise op: one backward kernel reading grad and input
+        rules = ((f"{op.op}_backward", 2, 1),)
+    if op.op == "dropout":
+        # grad * mask * scale: reads the gradient and the 1-byte mask
+        return [_bwd(op, "grad", "dropout_backward", OpKind.VECTOR, op.dims, float(numel), numel * (e + 1),
+                     numel * e, meta=(("inputs", 1), ("outputs", 1)))]
+    return [
+        _bwd(op, f"grad{i}", name, OpKind.VECTOR, op.dims, float(numel), numel * ins * e, numel * outs_ * e,
+             meta=(("inputs", ins), ("outputs", outs_)))
+        for i, (name, ins, outs_) in enumerate(rules)
+    ]
+
+
+def _accumulate(op: Op) -> list[Op]:
+    """``param.grad += grad`` per parameter tensor (weight, and bias when present)."""
+    e = op.dtype.bytes
+    tensors = [op.params]
+    if op.kind is OpKind.GEMM and op.get("bias", False):
+        _, _, k, n = op.dims
+        tensors = [k * n, n]
+    elif op.kind is OpKind.VECTOR and op.op == "layernorm":
+        tensors = [op.params // 2, op.params - op.params // 2]
+    return [
+        Op(name=f"{op.name}.accumulate_grad{i}", op="accumulate_grad", kind=OpKind.VECTOR, dims=(1, p),
+           dtype=op.dtype, flops=float(p), bytes_read=2.0 * p * e, bytes_written=float(p * e), count=op.count,
+           phase=Phase.BACKWARD, group=op.group, tp_split=op.tp_split, meta=(("inputs", 2), ("outputs", 1)))
+        for i, p in enumerate(tensors) if p > 0
+    ]
+
+
+def optimizer_ops(forward: tuple[Op, ...] | list[Op], *, optimizer: str = "adam",
+                  master_dtype: DType = DType.FP32) -> list[Op]:
+    """The optimizer step over every trainable parameter (multi-tensor ``foreach`` kernels).
+
+    Adam reads parameter, gradient and both moments and writes parameter and
+    moments (moments in ``master_dtype``); mixed precision adds an FP32 master
+    copy of the weights. SGD reads parameter and gradient and writes the parameter.
+    """
+    if optimizer == "none":
+        return []
+    params = sum(op.params * op.count for op in forward)
+    tensors = sum(op.count * (2 if op.get("bias", False) else 1) for op in forward if op.params)
+    if params == 0:
+        return []
+    dtype = forward[0].dtype
+    e, m = dtype.bytes, master_dtype.bytes
+    master = m if dtype.bytes < m else 0.0
+    if optimizer == "adam":
+        read = params * (2 * e + 2 * m + master)
+        written = params * (e + 2 * m + master)
+        flops = 12.0 * params
+    else:
+        read, written, flops = params * 2 * e, params * e, 2.0 * params
+    return [Op(name=f"optimizer.{optimizer}", op=optimizer, kind=OpKind.VECTOR, dims=(1, params), dtype=dtype,
+               flops=flops, bytes_read=float(read), bytes_written=float(written), count=1, phase=Phase.OPTIMIZER,
+               group="optimizer", meta=(("inputs", 4), ("outputs", 3), ("tensors", tensors)))]

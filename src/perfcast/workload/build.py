@@ -1,0 +1,138 @@
+"""Entry point of layer 0: (model, mode, batch, sequence, dtype) -> Workload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfcast.catalog.models import ModelConfig, load_model
+from perfcast.dtypes import DType, parse_dtype
+from perfcast.errors import ConfigError, UnsupportedError
+from perfcast.workload.backward import backward_ops, optimizer_ops
+from perfcast.workload.graph import Graph
+from perfcast.workload.models.common import lm_loss
+from perfcast.workload.models.decoder import DecoderShape, build_decoder
+from perfcast.workload.models.hf_bert import build_bert
+from perfcast.workload.models.hf_gpt2 import build_gpt2
+from perfcast.workload.models.hf_opt import build_opt
+from perfcast.workload.models.hf_switch import build_switch
+from perfcast.workload.types import Mode, Phase, Workload
+
+__all__ = ["WorkloadSpec", "build_workload"]
+
+_HF_BUILDERS = {"gpt2": build_gpt2, "opt": build_opt}
+_ATTENTION = ("eager", "sdpa", "flash")
+_STYLES = ("hf", "engine")
+_OPTIMIZERS = ("adam", "sgd", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """What to build.
+
+    ``seq_len`` is tokens per sequence; for ``decode`` it is the context length
+    (cached tokens including the one being generated). ``style`` is ``hf``
+    (eager PyTorch as Hugging Face writes the model) or ``engine`` (fused
+    serving/training kernels); ``attention`` is ``eager`` (explicit scores) or
+    ``sdpa``/``flash`` (one fused kernel). Defaults: ``hf``+``eager`` for
+    inference/training, ``engine``+``flash`` for prefill/decode.
+    """
+
+    mode: Mode
+    batch_size: int
+    seq_len: int
+    dtype: DType = DType.FP32
+    style: str | None = None
+    attention: str | None = None
+    optimizer: str = "adam"
+    loss: bool = True
+    accumulate_grads: bool = False
+
+    @property
+    def resolved_style(self) -> str:
+        """The launch style after defaults."""
+        if self.style:
+            return self.style
+        return "engine" if self.mode in (Mode.PREFILL, Mode.DECODE) else "hf"
+
+    @property
+    def resolved_attention(self) -> str:
+        """The attention implementation after defaults."""
+        if self.attention:
+            return self.attention
+        return "flash" if self.resolved_style == "engine" else "eager"
+
+
+def _check(cfg: ModelConfig, spec: WorkloadSpec) -> None:
+    if spec.batch_size < 1:
+        raise ConfigError(f"batch size must be a positive integer (got {spec.batch_size})")
+    if spec.seq_len < 1:
+        raise ConfigError(f"sequence length must be a positive integer (got {spec.seq_len})")
+    if spec.seq_len > cfg.max_positions:
+        raise ConfigError(
+            f"sequence length {spec.seq_len} exceeds the {cfg.max_positions} positions of {cfg.id}; "
+            f"use a sequence length in 1..{cfg.max_positions}"
+        )
+    if spec.resolved_style not in _STYLES:
+        raise ConfigError(f"unknown style {spec.resolved_style!r}; use one of {', '.join(_STYLES)}")
+    if spec.resolved_attention not in _ATTENTION:
+        raise ConfigError(f"unknown attention {spec.resolved_attention!r}; use one of {', '.join(_ATTENTION)}")
+    if spec.optimizer not in _OPTIMIZERS:
+        raise ConfigError(f"unknown optimizer {spec.optimizer!r}; use one of {', '.join(_OPTIMIZERS)}")
+    if spec.mode in (Mode.PREFILL, Mode.DECODE) and cfg.kind != "decoder":
+        raise UnsupportedError(
+            f"{cfg.id} is an {cfg.kind} model; prefill/decode modes need a decoder-only model "
+            "(use --mode inference or training)"
+        )
+
+
+def build_workload(model: str | ModelConfig, spec: WorkloadSpec) -> Workload:
+    """Build the op list of one step of ``model`` as described by ``spec``."""
+    cfg = load_model(model)
+    spec = WorkloadSpec(**{**{f: getattr(spec, f) for f in spec.__slots__}, "dtype": parse_dtype(spec.dtype)})
+    _check(cfg, spec)
+    training = spec.mode is Mode.TRAINING
+    g = Graph(spec.dtype, training=training)
+    b, s = spec.batch_size, spec.seq_len
+    style, attention = spec.resolved_style, spec.resolved_attention
+    logits_tokens = b * s
+    if spec.mode in (Mode.INFERENCE, Mode.TRAINING) and style == "hf" and cfg.model_type in _HF_BUILDERS:
+        _HF_BUILDERS[cfg.model_type](g, cfg, b, s, attention=attention)
+    elif cfg.model_type == "bert" or cfg.kind == "encoder":
+        if cfg.model_type != "bert":
+            raise UnsupportedError(f"{cfg.id}: encoder family {cfg.model_type!r} has no builder; supported: bert")
+        build_bert(g, cfg, b, s, attention=attention, pretraining_heads=training)
+    elif cfg.kind == "encoder-decoder":
+        if cfg.model_type != "switch_transformers":
+            raise UnsupportedError(
+                f"{cfg.id}: encoder-decoder family {cfg.model_type!r} has no builder; supported: switch_transformers"
+            )
+        build_switch(g, cfg, b, s, attention=attention)
+    else:
+        if spec.mode is Mode.DECODE:
+            shape = DecoderShape(batch=b, q_len=1, kv_len=s, logits_tokens=b)
+        elif spec.mode is Mode.PREFILL:
+            shape = DecoderShape(batch=b, q_len=s, kv_len=s, logits_tokens=b)
+        else:
+            shape = DecoderShape(batch=b, q_len=s, kv_len=s, logits_tokens=b * s)
+        logits_tokens = shape.logits_tokens
+        build_decoder(g, cfg, shape, style=style, attention=attention,
+                      kv_cache=spec.mode in (Mode.PREFILL, Mode.DECODE))
+    forward = list(g.ops)
+    ops = list(forward)
+    if training:
+        if spec.loss:
+            loss = Graph(spec.dtype, training=True)
+            lm_loss(loss, logits_tokens, cfg.vocab_size)
+            forward += loss.ops
+            ops += loss.ops
+        ops += backward_ops(forward, accumulate_grads=spec.accumulate_grads)
+        ops += optimizer_ops(forward, optimizer=spec.optimizer)
+    return Workload(
+        model_id=cfg.id, mode=spec.mode, batch_size=b, seq_len=s, dtype=spec.dtype, ops=tuple(ops),
+        kv_len=s if spec.mode is Mode.DECODE else 0,
+    )
+
+
+def forward_phase_ops(workload: Workload) -> tuple:
+    """Forward ops of a workload (helper for reports)."""
+    return workload.phase(Phase.FORWARD)

@@ -1,0 +1,62 @@
+"""Pieces shared by several model builders: activations, norms, the LM head, the loss."""
+
+from __future__ import annotations
+
+from perfcast.workload.graph import Graph
+
+__all__ = ["activation", "dropout_residual", "lm_loss", "python_rmsnorm"]
+
+
+def activation(g: Graph, name: str, kind: str, numel: int) -> None:
+    """The activation function as eager PyTorch launches it (``gelu_new`` is 8 kernels)."""
+    e = g.esize
+    if kind in ("gelu_new", "gelu_pytorch_tanh_python", "gelu_fast"):
+        chain = g.new_chain(f"{name}.gelu_new")
+        # NewGELUActivation: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))), one kernel per operator
+        steps = (("mulu", 1), ("powu", 1), ("mulu", 1), ("add", 2), ("mulu", 1), ("tanh", 1), ("addu", 1), ("mul", 2))
+        last = len(steps) - 1
+        for i, (op, inputs) in enumerate(steps):
+            fused = (numel * e if i == 0 else 0.0) + (numel * e if i == last else 0.0)
+            g.pointwise(f"{name}.{i}_{op}", op, numel, inputs=inputs, chain=chain, fused_bytes=fused)
+        return
+    op = {
+        "gelu": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_python": "gelu", "quick_gelu": "gelu",
+        "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh", "relu2": "relu2",
+        "squared-relu": "relu2", "sigmoid": "sigmoid",
+    }.get(kind, "gelu")
+    g.pointwise(name, op, numel, chain=g.new_chain(name))
+
+
+def dropout_residual(g: Graph, name: str, numel: int) -> None:
+    """``residual + dropout(hidden)``: dropout (training only) then the residual add, one fused chain."""
+    e = g.esize
+    chain = g.new_chain(name)
+    dropped = g.dropout(f"{name}.dropout", numel, chain=chain, first_in_chain=True)
+    # fused: read the residual (and the hidden state unless dropout already read it), write the sum
+    fused = numel * e * (2 if dropped is not None else 3)
+    g.pointwise(f"{name}.add", "add", numel, inputs=2, chain=chain, fused_bytes=fused)
+
+
+def python_rmsnorm(g: Graph, name: str, rows: int, cols: int) -> None:
+    """RMSNorm written in Python (Llama/T5 style): pow, mean, add-eps, rsqrt, mul, mul-weight.
+
+    Eager PyTorch launches one kernel per line; a compiler fuses them into one
+    kernel that reads the input once and writes the output once.
+    """
+    e = g.esize
+    numel = rows * cols
+    chain = g.new_chain(f"{name}.rmsnorm")
+    g.pointwise(f"{name}.pow", "powu", numel, chain=chain, fused_bytes=numel * e)
+    g.reduction(f"{name}.mean", "mean", rows, cols, out_cols=1, chain=chain, fused_bytes=0.0)
+    g.pointwise(f"{name}.add_eps", "addu", rows, chain=chain, fused_bytes=0.0)
+    g.pointwise(f"{name}.rsqrt", "rsqrt", rows, chain=chain, fused_bytes=0.0)
+    g.pointwise(f"{name}.mul", "mul", numel, inputs=1, extra_read_bytes=rows * e, chain=chain, fused_bytes=0.0)
+    g.pointwise(f"{name}.mul_weight", "mul", numel, inputs=1, extra_read_bytes=cols * e, chain=chain,
+                fused_bytes=numel * e)
+
+
+def lm_loss(g: Graph, tokens: int, vocab: int) -> None:
+    """Cross-entropy over the logits: log-softmax (a row reduction) and the NLL gather."""
+    with g.scope("loss", group="loss"):
+        g.reduction("log_softmax", "softmax", tokens, vocab)
+        g.pointwise("nll", "cross_entropy", tokens, inputs=1)

@@ -1,0 +1,281 @@
+"""Decoder-only LLMs (Llama, Mistral, Qwen, Mixtral, DeepSeek, gpt-oss, GPT-J, Falcon, MPT, phi...).
+
+One builder covers the modern decoder family from the normalized config:
+pre-norm blocks (or parallel attention+MLP blocks), RMSNorm or LayerNorm,
+rotary / learned / ALiBi positions, MHA/GQA/MQA or multi-head latent
+attention, dense (gated or not) or mixture-of-experts MLPs.
+
+Two launch styles:
+
+- ``hf``: eager PyTorch as Hugging Face ``transformers`` writes these models:
+  separate q/k/v projections, rotary embedding and RMSNorm as Python
+  expressions (several kernels each), ``repeat_kv`` copies for GQA, SiLU and
+  the gate product as separate kernels.
+- ``engine``: a serving/training engine (vLLM, Sarathi, Megatron): fused QKV and
+  gate-up GEMMs, one kernel per norm, rotary and activation, FlashAttention
+  with a paged KV cache, logits only where they are sampled.
+
+``q_len`` new tokens per sequence attend to ``kv_len`` tokens (cached +
+new): prefill is ``q_len == kv_len``, decode is ``q_len == 1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfcast.catalog.models import ModelConfig
+from perfcast.workload.graph import Graph
+from perfcast.workload.models.common import activation, python_rmsnorm
+
+__all__ = ["DecoderShape", "build_decoder"]
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderShape:
+    """Token geometry of one decoder forward.
+
+    ``batch`` sequences each bring ``q_len`` new tokens and attend to ``kv_len``
+    tokens in all (cached + new). ``logits_tokens`` is how many positions get
+    LM-head logits (all tokens in training, the last per sequence in serving).
+    """
+
+    batch: int
+    q_len: int
+    kv_len: int
+    logits_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        """New tokens in the batch."""
+        return self.batch * self.q_len
+
+
+def build_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str = "engine",
+                  attention: str = "flash", kv_cache: bool = False) -> None:
+    """Emit one decoder forward. ``kv_cache``: new K/V are written to a (paged) cache."""
+    t = shape.tokens
+    h = cfg.hidden_size
+    with g.scope("embed", group="embedding"):
+        g.embedding("embed_tokens", t, h, cfg.vocab_size)
+        if cfg.position == "learned":
+            g.embedding("embed_positions", t, h, cfg.max_positions, tp_split="none")
+            g.pointwise("add_positions", "add", t * h, inputs=2)
+        g.dropout("dropout", t * h)
+    moe = cfg.moe
+    num_moe = moe.num_moe_layers(cfg.num_layers) if moe else 0
+    windows = _layer_windows(cfg)
+    for sparse, count in ((False, cfg.num_layers - num_moe), (True, num_moe)):
+        if count == 0:
+            continue
+        # split the layers of this kind by attention window (full vs sliding)
+        for window, share in windows:
+            n = round(count * share)
+            if n == 0:
+                continue
+            label = ("moe_layers" if sparse else "layers") + (f"_window{window}" if window else "")
+            with g.scope(label, count=n):
+                _block(g, cfg, shape, sparse=sparse, style=style, attention=attention, kv_cache=kv_cache,
+                       window=window)
+    with g.scope("head", group="lm_head"):
+        _norm(g, cfg, "norm", t, h, style)
+        g.linear("lm_head", shape.logits_tokens, h, cfg.vocab_size, bias=False, tp_split="vocab")
+
+
+def _layer_windows(cfg: ModelConfig) -> list[tuple[int | None, float]]:
+    """(window, share of layers): sliding-window layers attend to at most ``window`` keys."""
+    types = cfg.hf_config.get("layer_types")
+    window = cfg.sliding_window
+    if isinstance(types, list) and types and window:
+        sliding = sum(1 for x in types if "sliding" in str(x)) / len(types)
+        return [(None, 1.0 - sliding), (int(window), sliding)]
+    if window:
+        return [(int(window), 1.0)]
+    return [(None, 1.0)]
+
+
+def _norm(g: Graph, cfg: ModelConfig, name: str, rows: int, cols: int, style: str) -> None:
+    if cfg.norm == "rmsnorm" and style == "hf":
+        python_rmsnorm(g, name, rows, cols)
+    else:
+        g.norm(name, cfg.norm, rows, cols, bias=cfg.norm == "layernorm")
+
+
+def _block(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, sparse: bool, style: str, attention: str,
+           kv_cache: bool, window: int | None) -> None:
+    t, h = shape.tokens, cfg.hidden_size
+    with g.scope("attn", group="attention"):
+        _norm(g, cfg, "input_layernorm", t, h, style)
+        if cfg.mla is not None:
+            _mla(g, cfg, shape, style=style, kv_cache=kv_cache, window=window)
+        else:
+            _attention(g, cfg, shape, style=style, attention=attention, kv_cache=kv_cache, window=window)
+        if not cfg.parallel_block:
+            g.pointwise("residual", "add", t * h, inputs=2, chain=g.new_chain("residual"))
+    with g.scope("mlp", group="moe" if sparse else "mlp"):
+        if not cfg.parallel_block or "new_decoder_architecture" in cfg.hf_config:
+            _norm(g, cfg, "post_attention_layernorm", t, h, style)
+        if sparse:
+            _moe(g, cfg, t, style=style)
+        else:
+            _mlp(g, cfg, t, cfg.intermediate_size, style=style)
+        g.pointwise("residual", "add", t * h, inputs=3 if cfg.parallel_block else 2,
+                    chain=g.new_chain("residual"))
+
+
+def _attention(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, attention: str, kv_cache: bool,
+               window: int | None) -> None:
+    b, s, kv = shape.batch, shape.q_len, shape.kv_len
+    t, h = shape.tokens, cfg.hidden_size
+    nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    q_dim, kv_dim = nh * hd, nkv * hd
+    if style == "engine":
+        g.linear("qkv_proj", t, h, q_dim + 2 * kv_dim, bias=cfg.qkv_bias)
+    else:
+        g.linear("q_proj", t, h, q_dim, bias=cfg.qkv_bias)
+        g.linear("k_proj", t, h, kv_dim, bias=cfg.qkv_bias)
+        g.linear("v_proj", t, h, kv_dim, bias=cfg.qkv_bias)
+    if cfg.position == "rotary":
+        _rotary(g, cfg, t, style)
+    if kv_cache:
+        g.pointwise("kv_cache_write", "copy", t * 2 * kv_dim, tp_split="heads")
+    keys = min(kv, window) if window else kv
+    if attention == "eager":
+        _eager_attention(g, cfg, b, s, keys)
+    else:
+        g.attention("attention", b, nh, nkv, s, keys, hd, causal=True)
+    g.linear("o_proj", t, q_dim, h, bias=cfg.out_bias, tp_split="row")
+
+
+def _rotary(g: Graph, cfg: ModelConfig, tokens: int, style: str) -> None:
+    q_el = tokens * cfg.num_heads * cfg.head_dim
+    k_el = tokens * cfg.num_kv_heads * cfg.head_dim
+    if style == "engine":
+        g.pointwise("rotary", "rope", q_el + k_el, inputs=1, tp_split="heads")
+        return
+    # apply_rotary_pos_emb: x*cos + rotate_half(x)*sin, rotate_half = cat(-x2, x1)
+    for name, numel in (("q", q_el), ("k", k_el)):
+        chain = g.new_chain(f"rope_{name}")
+        e = g.esize
+        g.pointwise(f"rope_{name}.mul_cos", "mul", numel, chain=chain, fused_bytes=numel * e, tp_split="heads")
+        g.pointwise(f"rope_{name}.neg", "mulu", numel // 2, chain=chain, fused_bytes=0.0, tp_split="heads")
+        g.pointwise(f"rope_{name}.cat", "cat", numel, chain=chain, fused_bytes=0.0, tp_split="heads")
+        g.pointwise(f"rope_{name}.mul_sin", "mul", numel, chain=chain, fused_bytes=0.0, tp_split="heads")
+        g.pointwise(f"rope_{name}.add", "add", numel, inputs=2, chain=chain, fused_bytes=numel * e,
+                    tp_split="heads")
+
+
+def _eager_attention(g: Graph, cfg: ModelConfig, b: int, s: int, kv: int) -> None:
+    """HF eager attention: repeat_kv copies for GQA, q@k^T, scale, mask, fp32 softmax, @v."""
+    nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    e = g.esize
+    if nkv != nh:
+        g.copy("repeat_kv_k", b * kv * nh * hd)
+        g.copy("repeat_kv_v", b * kv * nh * hd)
+    scores = b * nh * s * kv
+    g.bmm("qk", b * nh, s, hd, kv)
+    chain = g.new_chain("softmax")
+    g.pointwise("scale", "divu", scores, chain=chain, fused_bytes=scores * e, tp_split="heads")
+    g.pointwise("mask_add", "add", scores, extra_read_bytes=b * s * kv * e, chain=chain, fused_bytes=0.0,
+                tp_split="heads")
+    g.reduction("softmax", "softmax", b * nh * s, kv, chain=chain, fused_bytes=scores * e, tp_split="heads")
+    g.bmm("pv", b * nh, s, kv, hd)
+    g.copy("transpose_out", b * s * nh * hd)
+
+
+def _mla(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, kv_cache: bool,
+         window: int | None) -> None:
+    """Multi-head latent attention (DeepSeek-V2/V3).
+
+    Prefill/training expand the latent K/V per head (naive form); decode keeps
+    attention in the latent space with the up-projections absorbed into q and
+    the output (as serving engines do), so the cache holds
+    ``kv_lora_rank + qk_rope_head_dim`` elements per token.
+    """
+    assert cfg.mla is not None
+    m = cfg.mla
+    b, s, kv = shape.batch, shape.q_len, shape.kv_len
+    t, h, nh = shape.tokens, cfg.hidden_size, cfg.num_heads
+    qk_dim = m.qk_nope_head_dim + m.qk_rope_head_dim
+    if m.q_lora_rank:
+        g.linear("q_a_proj", t, h, m.q_lora_rank, bias=False, tp_split="none")
+        _norm(g, cfg, "q_a_layernorm", t, m.q_lora_rank, style)
+        g.linear("q_b_proj", t, m.q_lora_rank, nh * qk_dim, bias=False)
+    else:
+        g.linear("q_proj", t, h, nh * qk_dim, bias=False)
+    g.linear("kv_a_proj_with_mqa", t, h, m.kv_lora_rank + m.qk_rope_head_dim, bias=False, tp_split="none")
+    _norm(g, cfg, "kv_a_layernorm", t, m.kv_lora_rank, style)
+    g.pointwise("rotary", "rope", t * (nh + 1) * m.qk_rope_head_dim, tp_split="heads")
+    if kv_cache:
+        g.pointwise("kv_cache_write", "copy", t * (m.kv_lora_rank + m.qk_rope_head_dim), tp_split="none")
+    keys = min(kv, window) if window else kv
+    if s == 1:
+        # absorbed decode: q_nope @ W_uk per head, attention over the shared latent, then W_uv
+        g.bmm("q_absorb", nh, b, m.qk_nope_head_dim, m.kv_lora_rank)
+        g.attention("attention_latent", b, nh, 1, 1, keys, m.kv_lora_rank + m.qk_rope_head_dim, causal=True,
+                    v_head_dim=m.kv_lora_rank)
+        g.bmm("v_absorb", nh, b, m.kv_lora_rank, m.v_head_dim)
+    else:
+        g.linear("kv_b_proj", b * keys, m.kv_lora_rank, nh * (m.qk_nope_head_dim + m.v_head_dim), bias=False)
+        g.attention("attention", b, nh, nh, s, keys, qk_dim, causal=True, v_head_dim=m.v_head_dim)
+    g.linear("o_proj", t, nh * m.v_head_dim, h, bias=False, tp_split="row")
+
+
+def _mlp(g: Graph, cfg: ModelConfig, tokens: int, ff: int, *, style: str, gated: bool | None = None,
+         name: str = "") -> None:
+    h = cfg.hidden_size
+    gated = cfg.gated_mlp if gated is None else gated
+    p = f"{name}." if name else ""
+    if gated:
+        if style == "engine":
+            g.linear(f"{p}gate_up_proj", tokens, h, 2 * ff, bias=cfg.mlp_bias)
+            g.pointwise(f"{p}act_and_mul", "silu_mul", tokens * ff, inputs=2, tp_split="column",
+                        chain=g.new_chain("act"))
+        else:
+            g.linear(f"{p}gate_proj", tokens, h, ff, bias=cfg.mlp_bias)
+            g.linear(f"{p}up_proj", tokens, h, ff, bias=cfg.mlp_bias)
+            chain = g.new_chain("act")
+            e = g.esize
+            g.pointwise(f"{p}act", "silu", tokens * ff, chain=chain, fused_bytes=tokens * ff * e, tp_split="column")
+            g.pointwise(f"{p}mul", "mul", tokens * ff, inputs=2, chain=chain, fused_bytes=2 * tokens * ff * e,
+                        tp_split="column")
+        g.linear(f"{p}down_proj", tokens, ff, h, bias=cfg.mlp_bias, tp_split="row")
+        return
+    g.linear(f"{p}fc1", tokens, h, ff, bias=cfg.mlp_bias)
+    if style == "engine":
+        g.pointwise(f"{p}act", _engine_act(cfg.activation), tokens * ff, tp_split="column", chain=g.new_chain("act"))
+    else:
+        activation(g, f"{p}act", cfg.activation, tokens * ff)
+    g.linear(f"{p}fc2", tokens, ff, h, bias=cfg.mlp_bias, tp_split="row")
+
+
+def _engine_act(kind: str) -> str:
+    if "relu2" in kind or "squared" in kind:
+        return "relu2"
+    if "relu" in kind:
+        return "relu"
+    if "silu" in kind or "swish" in kind:
+        return "silu"
+    return "gelu"
+
+
+def _moe(g: Graph, cfg: ModelConfig, tokens: int, *, style: str) -> None:
+    """Router, token permutation, expert GEMMs on the tokens each active expert receives, un-permute."""
+    assert cfg.moe is not None
+    moe = cfg.moe
+    h = cfg.hidden_size
+    e_num, k = moe.num_experts, moe.experts_per_token
+    with g.scope("router"):
+        g.linear("gate", tokens, h, e_num, bias=False, tp_split="none")
+        g.reduction("topk_softmax", "softmax", tokens, e_num)
+    # uniform routing: expected number of experts that receive at least one token
+    active = e_num * (1.0 - (1.0 - k / e_num) ** tokens)
+    num_active = max(1, min(e_num, round(active)))
+    per_expert = max(1, round(tokens * k / num_active))
+    g.pointwise("permute", "copy", tokens * k * h, extra_read_bytes=tokens * k * 8, tp_split="none")
+    with g.scope("experts", count=num_active):
+        _mlp(g, cfg, per_expert, moe.expert_intermediate_size, style=style, gated=moe.gated)
+    if moe.num_shared_experts:
+        _mlp(g, cfg, tokens, moe.shared_intermediate_size * moe.num_shared_experts, style=style, gated=True,
+             name="shared_expert")
+    g.pointwise("unpermute_weighted_sum", "mul", tokens * k * h, inputs=1, extra_read_bytes=tokens * k * 4,
+                tp_split="none")
