@@ -43,18 +43,21 @@ class GemmPath(_Model):
     batched_tiles: list[tuple[int, int]]
     linear_tiles: list[tuple[int, int]]
     split_k: list[int]
+    memory_efficiency: float = Field(description="fraction of peak DRAM bandwidth a GEMM streams its operands at")
 
 
 class GemmCoefficients(_Model):
     paths: dict[str, GemmPath]
-    memory_efficiency: float = Field(description="fraction of peak DRAM bandwidth a GEMM streams at")
 
 
 class VectorCoefficients(_Model):
-    """Memory-bound kernels: bytes / (bandwidth * memory_efficiency * op_factor[op])."""
+    """Memory-bound kernels: ``bytes / (bandwidth * memory_efficiency * op_factor[op])`` plus
+    ``elements * sm_cycles_per_elem[op] / (num_sms * boost_clock)`` (issue/latency-bound work the
+    memory stream does not hide)."""
 
     memory_efficiency: dict[str, float] = Field(description="by memory kind: hbm, gddr")
     op_factor: dict[str, float] = Field(description="relative streaming efficiency per op (default 1)")
+    sm_cycles_per_elem: dict[str, float] = Field(default_factory=dict, description="SM cycles per output element")
     row_overhead_elems: float = Field(description="row reductions lose efficiency as cols / (cols + this)")
 
 
@@ -80,6 +83,13 @@ class LaunchCoefficients(_Model):
     dispatch_s: dict[str, float] = Field(description="host time of one eager framework op, by op class, seconds")
 
 
+class CommCoefficients(_Model):
+    """Point-to-point links between devices (a first model; layer 3 refines collectives)."""
+
+    link_efficiency: dict[str, float] = Field(description="achieved fraction of per-direction link bandwidth, by fabric")
+    latency_s: dict[str, float] = Field(description="per-hop latency by fabric, seconds")
+
+
 class MeasurementCoefficients(_Model):
     """How isolated-kernel benchmarks differ from steady state (used only to predict such tables)."""
 
@@ -98,6 +108,7 @@ class Coefficients(_Model):
     attention: AttentionCoefficients
     conv: ConvCoefficients
     launch: LaunchCoefficients
+    comm: CommCoefficients
     measurement: MeasurementCoefficients
 
     def to_json(self) -> str:

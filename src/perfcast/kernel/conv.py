@@ -14,6 +14,7 @@ from perfcast.catalog.hardware import Hardware
 from perfcast.dtypes import DType
 from perfcast.kernel.coefficients import Coefficients
 from perfcast.kernel.gemm import gemm_times
+from perfcast.kernel.power import datapath
 
 __all__ = ["conv_times"]
 
@@ -32,5 +33,5 @@ def conv_times(dims: np.ndarray, hw: Hardware, dtype: DType, coeffs: Coefficient
     compute = g.compute_s / speed
     # activations in and out stream through DRAM (weights are small)
     memory = (batch * cin * hw_in**2 + batch * cout * out**2) * dtype.bytes / (
-        hw.memory_bandwidth_Bps * coeffs.gemm.memory_efficiency)
+        hw.memory_bandwidth_Bps * coeffs.gemm.paths[datapath(hw, dtype)].memory_efficiency)
     return (compute**4 + memory**4) ** 0.25 + coeffs.launch.kernel_min_s

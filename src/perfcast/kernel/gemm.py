@@ -55,7 +55,7 @@ def gemm_times(b: np.ndarray, m: np.ndarray, k: np.ndarray, n: np.ndarray, hw: H
     tiles = pc.batched_tiles if batched else pc.linear_tiles
     splits = [1] if batched else pc.split_k
     esize = dtype.bytes if operand_bytes is None else operand_bytes
-    bw = hw.memory_bandwidth_Bps * coeffs.gemm.memory_efficiency
+    bw = hw.memory_bandwidth_Bps * pc.memory_efficiency
     best = np.full(np.broadcast(b, m, k, n).shape, np.inf)
     for tm, tn in tiles:
         rate = peak_sm * (_tile_eff(tm, tn, pc.tile_ai0) / ref)

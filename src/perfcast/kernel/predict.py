@@ -94,7 +94,9 @@ def predict_ops(ops: Sequence[Op], hardware: Hardware | str, coeffs: Coefficient
             names = [o.op for o in sel]
             by = np.array([o.bytes for o in sel])
             cols = np.array([o.dims[1] if kind is OpKind.VECTOR else o.dims[-1] for o in sel], dtype=float)
-            t = vector_times(names, by, cols, hw, co)
+            elems = np.array([o.dims[0] * o.dims[1] if kind is OpKind.VECTOR else o.bytes_written / o.dtype.bytes
+                              for o in sel], dtype=float)
+            t = vector_times(names, by, cols, hw, co, elements=elems)
             for j, i in enumerate(idx):
                 times[i] = t[j]
                 bounds[i] = "memory" if t[j] > 2 * kmin else "latency"

@@ -24,8 +24,11 @@ REDUCTIONS = frozenset({
 
 
 def vector_times(ops: list[str], bytes_moved: np.ndarray, cols: np.ndarray, hw: Hardware,
-                 coeffs: Coefficients) -> np.ndarray:
-    """Seconds for memory-bound kernels named ``ops`` moving ``bytes_moved`` over rows of ``cols``."""
+                 coeffs: Coefficients, elements: np.ndarray | None = None) -> np.ndarray:
+    """Seconds for memory-bound kernels named ``ops`` moving ``bytes_moved`` over rows of ``cols``.
+
+    ``elements`` (output elements) prices the per-element issue cost; without it only bytes count.
+    """
     vc = coeffs.vector
     eff = vc.memory_efficiency[memory_kind(hw)]
     factor = np.array([vc.op_factor.get(o, vc.op_factor.get(_family(o), 1.0)) for o in ops], dtype=float)
@@ -33,7 +36,11 @@ def vector_times(ops: list[str], bytes_moved: np.ndarray, cols: np.ndarray, hw: 
     cols = np.maximum(np.asarray(cols, dtype=float), 1.0)
     row = np.where(is_row, cols / (cols + vc.row_overhead_elems), 1.0)
     bw = hw.memory_bandwidth_Bps * eff * factor * row
-    return np.asarray(bytes_moved, dtype=float) / bw + coeffs.launch.kernel_min_s
+    t = np.asarray(bytes_moved, dtype=float) / bw + coeffs.launch.kernel_min_s
+    if elements is not None and vc.sm_cycles_per_elem:
+        cyc = np.array([vc.sm_cycles_per_elem.get(o, vc.sm_cycles_per_elem.get(_family(o), 0.0)) for o in ops])
+        t = t + np.asarray(elements, dtype=float) * cyc / (hw.num_sms * hw.boost_clock_hz)
+    return t
 
 
 def _family(op: str) -> str:

@@ -28,6 +28,7 @@ import numpy as np
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.validate.groundtruth import find_groundtruth
 from perfcast.validate.kernel_tables import KernelRows, load_kernel_rows, predict_kernel_rows
+from perfcast.validate.vidur_tables import load_vidur_rows, predict_vidur_rows, rows_ops
 from perfcast.validate.optimize import fit_least_squares
 
 __all__ = ["FitStage", "fit_coefficients", "set_path"]
@@ -78,11 +79,24 @@ GEMM_STAGE = FitStage(
         ("power.energy_pJ_per_flop_7nm.simt", "log"),
         ("power.static_frac.hbm", "logit"), ("power.static_frac.gddr", "logit"),
         ("gemm.paths.simt.max_efficiency", "logit"), ("gemm.paths.simt.k_overhead", "log"),
-        ("gemm.paths.simt.tile_ai0", "log"), ("gemm.memory_efficiency", "logit"),
+        ("gemm.paths.simt.tile_ai0", "log"), ("gemm.paths.simt.memory_efficiency", "logit"),
         ("launch.dispatch_s.bmm", "log"), ("launch.dispatch_s.linear", "log"),
         ("measurement.burst_tau_s", "log"),
     ),
     "neusight/kernels_gemm.csv.gz split=train",
+)
+TENSOR_STAGE = FitStage(
+    "tensor",
+    (
+        ("power.energy_pJ_per_flop_7nm.tensor", "log"),
+        ("gemm.paths.tensor.max_efficiency", "logit"), ("gemm.paths.tensor.k_overhead", "log"),
+        ("gemm.paths.tensor.tile_ai0", "log"), ("gemm.paths.tensor.memory_efficiency", "logit"),
+        ("vector.op_factor.rmsnorm", "log"), ("vector.op_factor.rope", "log"),
+        ("vector.op_factor.silu_mul", "log"),
+        ("vector.sm_cycles_per_elem.rmsnorm", "log"), ("vector.sm_cycles_per_elem.rope", "log"),
+        ("vector.sm_cycles_per_elem.silu_mul", "log"), ("vector.sm_cycles_per_elem.embedding", "log"),
+    ),
+    "vidur/compute/*/*/mlp.csv (all rows; no split)",
 )
 CONV_STAGE = FitStage(
     "conv",
@@ -91,16 +105,25 @@ CONV_STAGE = FitStage(
 )
 
 
-def _fit_stage(stage: FitStage, base: Coefficients, rows: KernelRows,
-               log: Callable[[str], None]) -> Coefficients:
+class _Data:
+    """Measured values and a predictor of the same shape, for one fitting stage."""
+
+    def __init__(self, measured: np.ndarray, predict: Callable[[Coefficients], np.ndarray], rows: int) -> None:
+        self.measured = measured
+        self.predict = predict
+        self.rows = rows
+
+
+def _fit_stage(stage: FitStage, base: Coefficients, data: _Data, log: Callable[[str], None]) -> Coefficients:
     raw = base.model_dump(mode="json")
     names = [p for p, _ in stage.params]
     kinds = [k for _, k in stage.params]
     x0 = [get_path(raw, p) for p in names]
-    measured = rows.latency_s
+    measured = data.measured
+    valid = np.isfinite(measured) & (measured > 0)
     # kernels that matter for whole-model time are the long ones; short calls are dominated by the
     # host dispatch of whatever machine ran the benchmark, so they weigh less
-    weight = np.sqrt(np.clip(measured / 2e-4, 0.05, 1.0))
+    weight = np.sqrt(np.clip(np.where(valid, measured, 1.0) / 2e-4, 0.05, 1.0))
 
     def make(x: np.ndarray) -> Coefficients:
         r = copy.deepcopy(raw)
@@ -109,16 +132,35 @@ def _fit_stage(stage: FitStage, base: Coefficients, rows: KernelRows,
         return Coefficients.model_validate(r)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        r = weight * np.log(predict_kernel_rows(rows, make(x)) / measured) / _SOFT_L1_SCALE
+        pred = data.predict(make(x))
+        r = weight[valid] * np.log(pred[valid] / measured[valid]) / _SOFT_L1_SCALE
         # soft-L1 loss: quadratic near zero, linear in the tails (a few pathological kernels,
         # e.g. K > 50k on Pascal, must not drag the global coefficients)
         return _SOFT_L1_SCALE * np.sign(r) * np.sqrt(2.0 * (np.sqrt(1.0 + r * r) - 1.0))
 
     x, mse = fit_least_squares(residuals, x0, kinds)
-    log(f"fit {stage.name}: {len(rows)} rows, rms log error {np.sqrt(mse):.3f}")
+    log(f"fit {stage.name}: {data.rows} rows, {int(valid.sum())} values, rms robust log error {np.sqrt(mse):.3f}")
     for p, v in zip(names, x, strict=True):
         log(f"  {p} = {v:.6g}")
     return make(x)
+
+
+def _vidur_data(root: Path, *, gpus: Sequence[str] | None, per_group: int, seed: int) -> tuple[_Data, str]:
+    paths = sorted((root / "vidur" / "compute").glob("*/*/mlp.csv*"))
+    rows = load_vidur_rows(paths)
+    if gpus:
+        rows = rows.subset(np.isin(rows.gpu, list(gpus)))
+    rng = np.random.default_rng(seed)
+    keep = np.zeros(len(rows), dtype=bool)
+    for gpu in np.unique(rows.gpu):
+        idx = np.flatnonzero(rows.gpu == gpu)
+        keep[rng.choice(idx, min(per_group, idx.size), replace=False)] = True
+    rows = rows.subset(keep)
+    prepared = rows_ops(rows)
+    measured = rows.measured_s.reshape(-1)
+    data = _Data(measured, lambda c: predict_vidur_rows(rows, c, prepared).reshape(-1), len(rows))
+    where = ",".join(sorted(np.unique(rows.gpu))) if gpus else "all GPUs"
+    return data, f"vidur/compute/*/*/mlp.csv, {where} ({len(rows)} rows sampled, seed {seed})"
 
 
 def _sample(rows: KernelRows, per_group: int, seed: int) -> KernelRows:
@@ -135,7 +177,8 @@ def _sample(rows: KernelRows, per_group: int, seed: int) -> KernelRows:
 
 
 def fit_coefficients(groundtruth: Path | None = None, *, base: Coefficients | None = None,
-                     stages: Sequence[str] = ("vector", "gemm", "conv"), per_group: int = 1500, seed: int = 0,
+                     stages: Sequence[str] = ("vector", "gemm", "conv", "tensor"), per_group: int = 1500,
+                     seed: int = 0, tensor_gpus: Sequence[str] | None = None,
                      log: Callable[[str], None] = print) -> Coefficients:
     """Fit the requested stages in order; returns the new coefficients."""
     root = groundtruth or find_groundtruth()
@@ -146,13 +189,79 @@ def fit_coefficients(groundtruth: Path | None = None, *, base: Coefficients | No
     tables = {"vector": ("kernels_vector", VECTOR_STAGE), "gemm": ("kernels_gemm", GEMM_STAGE),
               "conv": ("kernels_conv", CONV_STAGE)}
     for name in stages:
-        fname, stage = tables[name]
-        rows = load_kernel_rows(root / "neusight" / f"{fname}.csv.gz", name)
-        rows = rows.subset((rows.split == "train") & np.isfinite(rows.latency_s))
-        rows = _sample(rows, per_group, seed)
-        co = _fit_stage(stage, co, rows, log)
-        fitted_on[name] = f"{stage.description} ({len(rows)} rows sampled, seed {seed})"
+        if name == "tensor":
+            data, desc = _vidur_data(root, gpus=tensor_gpus, per_group=per_group, seed=seed)
+            stage = TENSOR_STAGE
+        else:
+            fname, stage = tables[name]
+            rows = load_kernel_rows(root / "neusight" / f"{fname}.csv.gz", name)
+            rows = rows.subset((rows.split == "train") & np.isfinite(rows.latency_s))
+            rows = _sample(rows, per_group, seed)
+            data = _Data(rows.latency_s, lambda c, r=rows: predict_kernel_rows(r, c), len(rows))
+            desc = f"{stage.description} ({len(rows)} rows sampled, seed {seed})"
+        co = _fit_stage(stage, co, data, log)
+        fitted_on[name] = desc
     raw = co.model_dump(mode="json")
     raw["fitted_on"] = fitted_on
     raw["produced_by"] = "perfcast fit --stages " + ",".join(stages)
     return Coefficients.model_validate(raw)
+
+
+def _log_ratio(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    ok = np.isfinite(measured) & np.isfinite(predicted) & (measured > 0) & (predicted > 0)
+    return np.log(measured[ok] / predicted[ok])
+
+
+def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *, quantiles: tuple[float, float] = (0.05, 0.95),
+                  log: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """Prediction-interval quantiles of the log error ``log(measured / predicted)`` per prediction kind.
+
+    kernel: NeuSight kernel rows with ``split=test`` (out of sample); vidur_op:
+    VIDUR rows predicted leave-one-GPU-out; step: NeuSight end-to-end rows (never
+    fitted on); gemm_published: published GEMM TFLOP/s rows.
+    """
+    from perfcast.compose.interval import INTERVAL_SCHEMA_VERSION
+    from perfcast.validate.predict_batch import predict_batch
+
+    root = groundtruth or find_groundtruth()
+    assert root is not None
+    kinds: dict[str, dict[str, Any]] = {}
+
+    def add(name: str, resid: np.ndarray, source: str) -> None:
+        lo, hi = (float(np.quantile(resid, q)) for q in quantiles)
+        kinds[name] = {"log_low": round(lo, 5), "log_high": round(hi, 5), "coverage_target": quantiles[1] - quantiles[0],
+                       "residuals": int(resid.size), "source": source}
+        log(f"interval {name}: [{np.exp(lo):.3f}, {np.exp(hi):.3f}] x prediction from {resid.size} residuals")
+
+    resid = []
+    for fname, kind in (("kernels_gemm", "gemm"), ("kernels_vector", "vector")):
+        rows = load_kernel_rows(root / "neusight" / f"{fname}.csv.gz", kind)
+        rows = rows.subset(rows.split == "test")
+        resid.append(_log_ratio(rows.latency_s, predict_kernel_rows(rows, coeffs)))
+    add("kernel", np.concatenate(resid), "neusight kernels_gemm/kernels_vector split=test")
+
+    paths = sorted((root / "vidur" / "compute").glob("*/*/mlp.csv*"))
+    all_rows = load_vidur_rows(paths)
+    vres = []
+    for gpu in np.unique(all_rows.gpu):
+        others = [g for g in np.unique(all_rows.gpu) if g != gpu]
+        co = fit_coefficients(root, base=coeffs, stages=("tensor",), tensor_gpus=others, per_group=600,
+                              log=lambda _m: None) if others else coeffs
+        rows = all_rows.subset(all_rows.gpu == gpu)
+        vres.append(_log_ratio(rows.measured_s.reshape(-1), predict_vidur_rows(rows, co).reshape(-1)))
+    add("vidur_op", np.concatenate(vres), "vidur/compute per-op medians, leave-one-GPU-out")
+
+    eres = []
+    for name in ("e2e.csv", "e2e_extra.csv"):
+        res = predict_batch(root / "neusight" / name, coeffs)
+        eres.append(_log_ratio(res.measured("measured_ms"), res.prediction.pred["measured_ms"]))
+    add("step", np.concatenate(eres), "neusight e2e.csv + e2e_extra.csv (never fitted on)")
+
+    res = predict_batch(root / "published" / "gemm.csv", coeffs)
+    add("gemm_published", _log_ratio(res.measured("tflops"), res.prediction.pred["tflops"])
+        * -1.0, "published/gemm.csv (TFLOP/s; the ratio is inverted to a time ratio)")
+    # TFLOP/s is inverse to time: an interval on time maps to the reversed interval on TFLOP/s
+    g = kinds["gemm_published"]
+    g["log_low"], g["log_high"] = -g["log_high"], -g["log_low"]
+    return {"schema_version": INTERVAL_SCHEMA_VERSION, "produced_by": "perfcast fit --intervals",
+            "quantiles": list(quantiles), "kinds": kinds}

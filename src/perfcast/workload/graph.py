@@ -42,6 +42,7 @@ class Graph:
         self._count = 1
         self._prefix = ""
         self._group = ""
+        self._split = "none"
         self._chains = itertools.count()
 
     # -- scoping -----------------------------------------------------------------
@@ -57,6 +58,16 @@ class Graph:
             yield
         finally:
             self._count, self._prefix, self._group = saved
+
+    @contextmanager
+    def split(self, tp_split: str) -> Iterator[None]:
+        """Vector ops added inside shard with tensor parallelism as ``tp_split`` (``heads``/``column``)."""
+        saved = self._split
+        self._split = tp_split
+        try:
+            yield
+        finally:
+            self._split = saved
 
     def new_chain(self, label: str) -> str:
         """A fresh chain id for a run of pointwise ops a compiler would fuse."""
@@ -140,7 +151,7 @@ class Graph:
     # -- vector ops ----------------------------------------------------------------
     def pointwise(self, name: str, op: str, numel: int, *, inputs: int = 1, outputs: int = 1,
                   extra_read_bytes: float = 0.0, chain: str | None = None, fused_bytes: float | None = None,
-                  rows: int | None = None, dtype: DType | None = None, tp_split: str = "none",
+                  rows: int | None = None, dtype: DType | None = None, tp_split: str | None = None,
                   out_dtype: DType | None = None) -> Op:
         """An elementwise op over ``numel`` elements with ``inputs`` full-size inputs.
 
@@ -155,13 +166,13 @@ class Graph:
             name, op, OpKind.VECTOR, (rows or 1, cols),
             flops=POINTWISE_FLOPS.get(op, 1) * numel,
             read=read, written=written, chain=chain,
-            fused_bytes=fused_bytes, dtype=dtype or self.dtype, tp_split=tp_split,
+            fused_bytes=fused_bytes, dtype=dtype or self.dtype, tp_split=tp_split or self._split,
             meta=(("inputs", inputs), ("outputs", outputs)),
         )
 
     def reduction(self, name: str, op: str, rows: int, cols: int, *, inputs: int = 1, out_cols: int | None = None,
                   chain: str | None = None, fused_bytes: float | None = None, dtype: DType | None = None,
-                  params: int = 0, tp_split: str = "none") -> Op:
+                  params: int = 0, tp_split: str | None = None) -> Op:
         """A row-wise op over ``rows`` rows of ``cols`` (softmax, layernorm, rmsnorm, sum).
 
         Output is ``rows x out_cols`` (default ``cols``, i.e. same shape as the input).
@@ -174,7 +185,7 @@ class Graph:
             flops=flops_per * rows * cols,
             read=rows * cols * inputs * e + params * e, written=rows * oc * e,
             chain=chain, fused_bytes=fused_bytes, dtype=dtype or self.dtype, params=params,
-            tp_split=tp_split, meta=(("inputs", inputs), ("outputs", 1), ("reduce", True)),
+            tp_split=tp_split or self._split, meta=(("inputs", inputs), ("outputs", 1), ("reduce", True)),
         )
 
     def norm(self, name: str, kind: str, rows: int, cols: int, *, affine: bool = True, bias: bool = True) -> Op:
@@ -201,7 +212,8 @@ class Graph:
         return self._op(
             name, "dropout", OpKind.VECTOR, (1, numel),
             flops=2.0 * numel, read=numel * e, written=numel * (e + 1),
-            chain=chain, fused_bytes=fused if chain else None, meta=(("inputs", 1), ("outputs", 2)),
+            chain=chain, fused_bytes=fused if chain else None, tp_split=self._split,
+            meta=(("inputs", 1), ("outputs", 2)),
         )
 
     def embedding(self, name: str, tokens: int, dim: int, vocab: int, *, tp_split: str = "vocab") -> Op:

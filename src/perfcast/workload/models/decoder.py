@@ -140,7 +140,8 @@ def _attention(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, a
         g.pointwise("kv_cache_write", "copy", t * 2 * kv_dim, tp_split="heads")
     keys = min(kv, window) if window else kv
     if attention == "eager":
-        _eager_attention(g, cfg, b, s, keys)
+        with g.split("heads"):
+            _eager_attention(g, cfg, b, s, keys)
     else:
         g.attention("attention", b, nh, nkv, s, keys, hd, causal=True)
     g.linear("o_proj", t, q_dim, h, bias=cfg.out_bias, tp_split="row")

@@ -42,26 +42,16 @@ def build_bert(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention: s
             g.linear("query", t, h, nh * hd)
             g.linear("key", t, h, nh * hd)
             g.linear("value", t, h, nh * hd)
-            if attention == "eager":
-                scores = batch * nh * seq * seq
-                g.copy("q_contiguous", t * nh * hd)
-                g.copy("k_contiguous", t * nh * hd)
-                g.bmm("qk", batch * nh, seq, hd, seq)
-                chain = g.new_chain("softmax")
-                g.pointwise("scale", "divu", scores, chain=chain, fused_bytes=scores * e)
-                g.pointwise("mask_add", "add", scores, extra_read_bytes=t * e, chain=chain, fused_bytes=0.0)
-                g.reduction("softmax", "softmax", batch * nh * seq, seq, chain=chain, fused_bytes=scores * e)
-                g.dropout("attn_dropout", scores, chain=chain)
-                g.copy("v_contiguous", t * nh * hd)
-                g.bmm("pv", batch * nh, seq, seq, hd)
-            else:
-                g.attention("sdpa", batch, nh, nh, seq, seq, hd, causal=False)
-            g.copy("merge_heads", t * nh * hd)
+            with g.split("heads"):
+                _bert_attention(g, batch, seq, nh, hd, attention)
+            with g.split("heads"):
+                g.copy("merge_heads", t * nh * hd)
             g.linear("output_dense", t, nh * hd, h, tp_split="row")
             _add_norm(g, "output", t, h)
         with g.scope("ffn", group="mlp"):
             g.linear("intermediate", t, h, ff)
-            activation(g, "act", cfg.activation, t * ff)
+            with g.split("column"):
+                activation(g, "act", cfg.activation, t * ff)
             g.linear("output_dense", t, ff, h, tp_split="row")
             _add_norm(g, "output", t, h)
     with g.scope("heads", group="lm_head"):
@@ -89,3 +79,23 @@ def _add_norm(g: Graph, name: str, tokens: int, hidden: int) -> None:
                 fused_bytes=numel * e * (1 if dropped is not None else 2))
     g.reduction(f"{name}.LayerNorm", "layernorm", tokens, hidden, params=2 * hidden, chain=chain,
                 fused_bytes=numel * e)
+
+
+def _bert_attention(g: Graph, batch: int, seq: int, nh: int, hd: int, attention: str) -> None:
+    """matmul on permuted views (q, k^T, v copied), scale, additive mask, softmax, dropout."""
+    e = g.esize
+    t = batch * seq
+    if attention != "eager":
+        g.attention("sdpa", batch, nh, nh, seq, seq, hd, causal=False)
+        return
+    scores = batch * nh * seq * seq
+    g.copy("q_contiguous", t * nh * hd)
+    g.copy("k_contiguous", t * nh * hd)
+    g.bmm("qk", batch * nh, seq, hd, seq)
+    chain = g.new_chain("softmax")
+    g.pointwise("scale", "divu", scores, chain=chain, fused_bytes=scores * e)
+    g.pointwise("mask_add", "add", scores, extra_read_bytes=t * e, chain=chain, fused_bytes=0.0)
+    g.reduction("softmax", "softmax", batch * nh * seq, seq, chain=chain, fused_bytes=scores * e)
+    g.dropout("attn_dropout", scores, chain=chain)
+    g.copy("v_contiguous", t * nh * hd)
+    g.bmm("pv", batch * nh, seq, seq, hd)

@@ -33,13 +33,15 @@ def build_gpt2(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention: s
         with g.scope("attn", group="attention"):
             g.norm("ln_1", "layernorm", t, h)
             g.linear("c_attn", t, h, 3 * nh * hd, tp_split="column")
-            _eager_or_fused_attention(g, batch, seq, nh, hd, attention=attention, mask="where")
+            with g.split("heads"):
+                _eager_or_fused_attention(g, batch, seq, nh, hd, attention=attention, mask="where")
             g.linear("c_proj", t, nh * hd, h, tp_split="row")
             dropout_residual(g, "residual", th)
         with g.scope("mlp", group="mlp"):
             g.norm("ln_2", "layernorm", t, h)
             g.linear("c_fc", t, h, ff, tp_split="column")
-            activation(g, "act", cfg.activation, t * ff)
+            with g.split("column"):
+                activation(g, "act", cfg.activation, t * ff)
             g.linear("c_proj", t, ff, h, tp_split="row")
             dropout_residual(g, "residual", th)
     with g.scope("head", group="lm_head"):

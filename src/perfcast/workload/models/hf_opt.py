@@ -43,30 +43,26 @@ def build_opt(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention: st
         with g.scope("self_attn", group="attention"):
             g.norm("self_attn_layer_norm", "layernorm", t, h)
             g.linear("q_proj", t, h, nh * hd, bias=cfg.qkv_bias)
-            g.pointwise("q_scale", "mulu", t * nh * hd, chain=g.new_chain("q_scale"))
+            g.pointwise("q_scale", "mulu", t * nh * hd, chain=g.new_chain("q_scale"), tp_split="column")
             g.linear("k_proj", t, h, nh * hd, bias=cfg.qkv_bias)
-            g.copy("k_contiguous", t * nh * hd)
+            with g.split("heads"):
+                g.copy("k_contiguous", t * nh * hd)
             g.linear("v_proj", t, h, nh * hd, bias=cfg.qkv_bias)
-            g.copy("v_contiguous", t * nh * hd)
-            g.copy("q_contiguous", t * nh * hd)
-            if attention == "eager":
-                scores = batch * nh * seq * seq
-                g.bmm("qk", batch * nh, seq, hd, seq)
-                chain = g.new_chain("softmax")
-                g.pointwise("mask_add", "add", scores, inputs=1, extra_read_bytes=batch * seq * seq * e,
-                            chain=chain, fused_bytes=scores * e + batch * seq * seq * e)
-                g.pointwise("clamp_min", "max", scores, chain=chain, fused_bytes=0.0)
-                g.reduction("softmax", "softmax", batch * nh * seq, seq, chain=chain, fused_bytes=scores * e)
-                g.bmm("pv", batch * nh, seq, seq, hd)
-            else:
-                g.attention("sdpa", batch, nh, nh, seq, seq, hd, causal=True)
-            g.copy("merge_heads", t * nh * hd)
+            with g.split("heads"):
+                g.copy("v_contiguous", t * nh * hd)
+            with g.split("heads"):
+                g.copy("q_contiguous", t * nh * hd)
+            with g.split("heads"):
+                _opt_attention(g, batch, seq, nh, hd, attention)
+            with g.split("heads"):
+                g.copy("merge_heads", t * nh * hd)
             g.linear("out_proj", t, nh * hd, h, bias=cfg.out_bias, tp_split="row")
             dropout_residual(g, "residual", th)
         with g.scope("mlp", group="mlp"):
             g.norm("final_layer_norm", "layernorm", t, h)
             g.linear("fc1", t, h, ff, bias=cfg.mlp_bias)
-            activation(g, "act", cfg.activation, t * ff)
+            with g.split("column"):
+                activation(g, "act", cfg.activation, t * ff)
             g.linear("fc2", t, ff, h, bias=cfg.mlp_bias, tp_split="row")
             dropout_residual(g, "residual", th)
     with g.scope("head", group="lm_head"):
@@ -74,3 +70,19 @@ def build_opt(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention: st
         if proj_dim != h:
             g.linear("project_out", t, h, proj_dim, bias=False, tp_split="none")
         g.linear("lm_head", t, proj_dim, v, bias=False, tp_split="vocab")
+
+
+def _opt_attention(g: Graph, batch: int, seq: int, nh: int, hd: int, attention: str) -> None:
+    """bmm scores, additive causal mask, clamp to the dtype minimum, softmax, bmm with v."""
+    e = g.esize
+    if attention != "eager":
+        g.attention("sdpa", batch, nh, nh, seq, seq, hd, causal=True)
+        return
+    scores = batch * nh * seq * seq
+    g.bmm("qk", batch * nh, seq, hd, seq)
+    chain = g.new_chain("softmax")
+    g.pointwise("mask_add", "add", scores, inputs=1, extra_read_bytes=batch * seq * seq * e,
+                chain=chain, fused_bytes=scores * e + batch * seq * seq * e)
+    g.pointwise("clamp_min", "max", scores, chain=chain, fused_bytes=0.0)
+    g.reduction("softmax", "softmax", batch * nh * seq, seq, chain=chain, fused_bytes=scores * e)
+    g.bmm("pv", batch * nh, seq, seq, hd)

@@ -97,27 +97,15 @@ def _stack(g: Graph, cfg: ModelConfig, num_layers: int, batch: int, seq: int, en
 def _attention(g: Graph, cfg: ModelConfig, name: str, batch: int, q_len: int, k_len: int, attention: str) -> None:
     d, nh, hd = cfg.hidden_size, cfg.num_heads, cfg.head_dim
     inner = nh * hd
-    e = g.esize
     tq, tk = batch * q_len, batch * k_len
     with g.scope(name, group="attention"):
         python_rmsnorm(g, "layer_norm", tq, d)
         g.linear("q", tq, d, inner, bias=False)
         g.linear("k", tk, d, inner, bias=False)
         g.linear("v", tk, d, inner, bias=False)
-        if attention == "eager":
-            scores = batch * nh * q_len * k_len
-            g.copy("q_contiguous", tq * inner)
-            g.copy("k_contiguous", tk * inner)
-            g.bmm("qk", batch * nh, q_len, hd, k_len)
-            chain = g.new_chain("softmax")
-            g.pointwise("add_position_bias", "add", scores, inputs=2, chain=chain, fused_bytes=2 * scores * e)
-            g.reduction("softmax", "softmax", batch * nh * q_len, k_len, chain=chain, fused_bytes=scores * e)
-            g.dropout("attn_dropout", scores, chain=chain)
-            g.copy("v_contiguous", tk * inner)
-            g.bmm("pv", batch * nh, q_len, k_len, hd)
-        else:
-            g.attention("sdpa", batch, nh, nh, q_len, k_len, hd, causal=False)
-        g.copy("unshape", tq * inner)
+        with g.split("heads"):
+            _scores(g, batch, nh, hd, q_len, k_len, inner, attention)
+            g.copy("unshape", tq * inner)
         g.linear("o", tq, inner, d, bias=False, tp_split="row")
         dropout_residual(g, "residual", tq * d)
 
@@ -125,8 +113,9 @@ def _attention(g: Graph, cfg: ModelConfig, name: str, batch: int, q_len: int, k_
 def _dense_mlp(g: Graph, cfg: ModelConfig, tokens: int, ff: int | None = None) -> None:
     ff = ff or cfg.intermediate_size
     g.linear("wi", tokens, cfg.hidden_size, ff, bias=False)
-    activation(g, "act", cfg.activation, tokens * ff)
-    g.dropout("dropout", tokens * ff)
+    with g.split("column"):
+        activation(g, "act", cfg.activation, tokens * ff)
+        g.dropout("dropout", tokens * ff)
     g.linear("wo", tokens, ff, cfg.hidden_size, bias=False, tp_split="row")
 
 
@@ -157,3 +146,22 @@ def _sparse_mlp(g: Graph, cfg: ModelConfig, batch: int, seq: int) -> None:
         _dense_mlp(g, cfg, expert_tokens, moe.expert_intermediate_size)
         g.pointwise("index_put", "copy", expert_tokens * d, extra_read_bytes=expert_tokens * 8)
     g.pointwise("scale_by_prob", "mul", t * d, inputs=1, extra_read_bytes=t * e)
+
+
+def _scores(g: Graph, batch: int, nh: int, hd: int, q_len: int, k_len: int, inner: int, attention: str) -> None:
+    """Unscaled scores plus the shared position bias, softmax, dropout, context."""
+    e = g.esize
+    tq, tk = batch * q_len, batch * k_len
+    if attention != "eager":
+        g.attention("sdpa", batch, nh, nh, q_len, k_len, hd, causal=False)
+        return
+    scores = batch * nh * q_len * k_len
+    g.copy("q_contiguous", tq * inner)
+    g.copy("k_contiguous", tk * inner)
+    g.bmm("qk", batch * nh, q_len, hd, k_len)
+    chain = g.new_chain("softmax")
+    g.pointwise("add_position_bias", "add", scores, inputs=2, chain=chain, fused_bytes=2 * scores * e)
+    g.reduction("softmax", "softmax", batch * nh * q_len, k_len, chain=chain, fused_bytes=scores * e)
+    g.dropout("attn_dropout", scores, chain=chain)
+    g.copy("v_contiguous", tk * inner)
+    g.bmm("pv", batch * nh, q_len, k_len, hd)

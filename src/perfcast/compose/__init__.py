@@ -1,0 +1,8 @@
+"""Layer 2: one device's step time from its kernels (fusion, launch and host overhead, intervals),
+and a first model of 4-GPU data/tensor/pipeline parallelism."""
+
+from perfcast.compose.predict import StepRequest, predict
+from perfcast.compose.step import predict_step
+from perfcast.compose.types import OpTime, StepTime
+
+__all__ = ["OpTime", "StepRequest", "StepTime", "predict", "predict_step"]

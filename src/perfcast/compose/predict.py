@@ -1,0 +1,73 @@
+"""One call from (model, hardware, mode, batch, sequence, ...) to a StepTime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfcast.catalog.hardware import Hardware, load_hardware
+from perfcast.catalog.models import ModelConfig, load_model
+from perfcast.compose.parallel import (
+    parse_parallelism,
+    predict_data_parallel,
+    predict_pipeline_parallel,
+    predict_tensor_parallel,
+)
+from perfcast.compose.step import predict_step
+from perfcast.compose.types import StepTime
+from perfcast.dtypes import DType, parse_dtype
+from perfcast.kernel.coefficients import Coefficients, load_coefficients
+from perfcast.workload.build import WorkloadSpec, build_workload
+from perfcast.workload.types import Mode, Workload
+
+__all__ = ["StepRequest", "predict"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepRequest:
+    """What to predict: one step of ``model`` on ``hardware``.
+
+    ``mode`` is inference (one forward pass), training (forward + backward +
+    optimizer unless ``optimizer='none'``), prefill or decode. ``parallelism`` is
+    ``none``, ``dpN``, ``tpN`` or ``ppN`` (GPUs of one node). ``allocator='cold'``
+    models runs that empty the CUDA cache between steps.
+    """
+
+    model: str | ModelConfig
+    hardware: str | Hardware
+    mode: Mode = Mode.INFERENCE
+    batch_size: int = 1
+    seq_len: int = 512
+    dtype: DType | str = DType.FP32
+    fused: bool = False
+    parallelism: str = "none"
+    microbatches: int | None = None
+    style: str | None = None
+    attention: str | None = None
+    optimizer: str = "adam"
+    loss: bool = True
+    accumulate_grads: bool = False
+    framework: str | None = None
+
+
+def predict(req: StepRequest, coeffs: Coefficients | None = None) -> StepTime:
+    """Predict one step (see :class:`StepRequest`)."""
+    cfg = load_model(req.model)
+    hw = load_hardware(req.hardware) if not isinstance(req.hardware, Hardware) else req.hardware
+    co = coeffs or load_coefficients()
+    par = parse_parallelism(req.parallelism)
+    mode = Mode(req.mode)
+    dtype = parse_dtype(req.dtype)
+
+    def build(batch: int) -> Workload:
+        spec = WorkloadSpec(mode, batch, req.seq_len, dtype=dtype, style=req.style, attention=req.attention,
+                            optimizer=req.optimizer, loss=req.loss, accumulate_grads=req.accumulate_grads)
+        return build_workload(cfg, spec)
+
+    kw = {"fused": req.fused, "framework": req.framework}
+    if par.kind == "dp":
+        return predict_data_parallel(build, req.batch_size, par.degree, hw, co, **kw)
+    if par.kind == "tp":
+        return predict_tensor_parallel(build(req.batch_size), cfg, par.degree, hw, co, **kw)
+    if par.kind == "pp":
+        return predict_pipeline_parallel(build, cfg, req.batch_size, par.degree, req.microbatches, hw, co, **kw)
+    return predict_step(build(req.batch_size), hw, coeffs=co, **kw)

@@ -1,0 +1,48 @@
+"""Rich tables for the terminal; conversion to display units happens only here."""
+
+from __future__ import annotations
+
+import math
+
+from rich.table import Table
+
+from perfcast.compose.types import StepTime
+from perfcast.units import format_time
+
+__all__ = ["pct", "step_table", "top_ops_table"]
+
+
+def pct(x: float) -> str:
+    """A fraction as a percentage string ('-' for NaN)."""
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def step_table(st: StepTime) -> Table:
+    """Summary of one step prediction."""
+    t = Table(title=f"{st.model_id} on {st.hardware_id}: {st.mode}, batch {st.batch_size}, seq {st.seq_len}, "
+                    f"{st.dtype}{', fused' if st.fused else ''}{'' if st.parallelism == 'none' else ', ' + st.parallelism}",
+              show_header=False)
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    t.add_row("step time", f"{format_time(st.time_s)}  (interval {format_time(st.low_s)} .. {format_time(st.high_s)})")
+    for phase, v in st.by_phase_s.items():
+        t.add_row(f"  device time, {phase}", format_time(v))
+    if st.comm_s:
+        t.add_row("  exposed communication", format_time(st.comm_s))
+    t.add_row("host dispatch", format_time(st.host_s))
+    t.add_row("kernels", f"{st.num_kernels:,}")
+    t.add_row("FLOPs", f"{st.flops / 1e12:.3f} TFLOP")
+    t.add_row("achieved", f"{st.achieved_flops_per_s / 1e12:.2f} TFLOP/s")
+    return t
+
+
+def top_ops_table(st: StepTime, n: int = 12) -> Table:
+    """The ops that take the most device time, with their bound and share."""
+    t = Table(title="top ops (device time)")
+    for c in ("op", "kind", "shape", "count", "time", "share", "bound"):
+        t.add_column(c, justify="right" if c in ("count", "time", "share") else "left")
+    busy = st.device_busy_s or 1.0
+    for o in st.top_ops(n):
+        t.add_row(o.op.name, o.op.op, "x".join(map(str, o.op.dims)), str(o.op.count), format_time(o.total_s),
+                  pct(o.total_s / busy), o.kernel.bound)
+    return t

@@ -1,0 +1,56 @@
+"""Error metrics of predictions against measurements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["ErrorSummary", "summarize"]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSummary:
+    """Errors of one group of rows: absolute percentage errors as fractions."""
+
+    rows: int
+    predicted: int
+    mape: float
+    median_ape: float
+    max_ape: float
+    bias: float
+    interval_coverage: float
+
+    @property
+    def coverage(self) -> float:
+        """Fraction of rows that got a prediction."""
+        return self.predicted / self.rows if self.rows else 0.0
+
+    def as_dict(self) -> dict[str, float | int]:
+        """JSON-ready dict with unit-bearing keys."""
+        return {
+            "rows": self.rows, "predicted_rows": self.predicted, "coverage_frac": round(self.coverage, 4),
+            "mape_frac": round(self.mape, 4), "median_ape_frac": round(self.median_ape, 4),
+            "max_ape_frac": round(self.max_ape, 4), "median_bias_frac": round(self.bias, 4),
+            "interval_coverage_frac": round(self.interval_coverage, 4),
+        }
+
+
+def summarize(measured: np.ndarray, predicted: np.ndarray, low: np.ndarray | None = None,
+              high: np.ndarray | None = None) -> ErrorSummary:
+    """Summarize rows with a finite positive measurement; rows without a prediction count against coverage."""
+    measured = np.asarray(measured, dtype=float)
+    predicted = np.asarray(predicted, dtype=float)
+    has_meas = np.isfinite(measured) & (measured > 0)
+    ok = has_meas & np.isfinite(predicted)
+    n = int(has_meas.sum())
+    if not ok.any():
+        return ErrorSummary(n, 0, float("nan"), float("nan"), float("nan"), float("nan"), float("nan"))
+    rel = predicted[ok] / measured[ok] - 1.0
+    ape = np.abs(rel)
+    cov = float("nan")
+    if low is not None and high is not None:
+        lo, hi = np.asarray(low, dtype=float)[ok], np.asarray(high, dtype=float)[ok]
+        cov = float(np.mean((measured[ok] >= lo) & (measured[ok] <= hi)))
+    return ErrorSummary(n, int(ok.sum()), float(ape.mean()), float(np.median(ape)), float(ape.max()),
+                        float(np.median(rel)), cov)

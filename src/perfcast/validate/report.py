@@ -1,0 +1,208 @@
+"""``perfcast validate``: predict the visible measured tables and report the error honestly.
+
+For each table and device: rows, coverage (rows predicted), MAPE, median and
+max absolute error, and how often the measurement falls inside the predicted
+interval. What was fitted on what is stated per table:
+
+- NeuSight kernel tables: coefficients are fitted on ``split=train`` rows;
+  errors are reported on ``split=test`` rows (and on train rows, marked as such).
+- NeuSight end-to-end rows: never fitted on; intervals for their coverage are
+  derived leave-one-GPU-out from the other GPUs' residuals.
+- VIDUR per-op tables: each GPU is predicted with tensor-path coefficients
+  fitted on the other GPU only (leave-one-GPU-out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from perfcast.kernel.coefficients import Coefficients, load_coefficients
+from perfcast.validate.groundtruth import find_groundtruth
+from perfcast.validate.metrics import ErrorSummary, summarize
+from perfcast.validate.predict_batch import BatchResult, predict_batch
+
+__all__ = ["TableReport", "ValidationReport", "default_tables", "run_validation"]
+
+
+@dataclass
+class GroupReport:
+    """Errors of one device (or split) within a table."""
+
+    group: str
+    summary: ErrorSummary
+
+
+@dataclass
+class TableReport:
+    """Errors of one table, overall and per device."""
+
+    table: str
+    kind: str
+    target: str
+    note: str
+    overall: ErrorSummary
+    groups: list[GroupReport] = field(default_factory=list)
+    status: str = "ok"
+
+
+@dataclass
+class ValidationReport:
+    """Every table's report."""
+
+    tables: list[TableReport]
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready dict."""
+        return {"tables": [{
+            "table": t.table, "kind": t.kind, "target": t.target, "note": t.note, "status": t.status,
+            "overall": t.overall.as_dict(),
+            "groups": {g.group: g.summary.as_dict() for g in t.groups},
+        } for t in self.tables]}
+
+
+def default_tables(root: Path) -> list[Path]:
+    """The visible tables validate runs by default."""
+    out = [root / "neusight" / "e2e.csv", root / "neusight" / "e2e_extra.csv",
+           root / "neusight" / "kernels_gemm.csv.gz", root / "neusight" / "kernels_vector.csv.gz",
+           root / "neusight" / "kernels_conv.csv.gz"]
+    out += sorted((root / "vidur" / "compute").glob("*/*/mlp.csv*"))
+    out += [root / "published" / "gemm.csv", root / "published" / "training.csv",
+            root / "published" / "inference.csv", root / "published" / "collectives.csv"]
+    out += sorted((root / "vidur" / "network").glob("*/*.csv"))
+    return [p for p in out if p.exists()]
+
+
+def _logo_interval_coverage(measured: np.ndarray, pred: np.ndarray, groups: np.ndarray,
+                            q: tuple[float, float] = (0.05, 0.95)) -> float:
+    """Interval coverage when each group's interval comes from the other groups' log residuals."""
+    ok = np.isfinite(measured) & (measured > 0) & np.isfinite(pred) & (pred > 0)
+    if not ok.any():
+        return float("nan")
+    lr = np.log(measured[ok] / pred[ok])
+    g = groups[ok]
+    hits = []
+    for grp in np.unique(g):
+        other = lr[g != grp]
+        if other.size < 5:
+            continue
+        lo, hi = np.quantile(other, q)
+        hits.extend(((lr[g == grp] >= lo) & (lr[g == grp] <= hi)).tolist())
+    return float(np.mean(hits)) if hits else float("nan")
+
+
+def _summaries(res: BatchResult, target: str, mask: np.ndarray | None = None,
+               logo_coverage: bool = False) -> tuple[ErrorSummary, list[GroupReport]]:
+    meas = res.measured(target)
+    p = res.prediction
+    pred, lo, hi = p.pred[target], p.low[target], p.high[target]
+    groups = np.array(p.groups)
+    m = np.ones(len(meas), dtype=bool) if mask is None else mask
+    overall = summarize(meas[m], pred[m], lo[m], hi[m])
+    if logo_coverage:
+        cov = _logo_interval_coverage(meas[m], pred[m], groups[m])
+        overall = ErrorSummary(overall.rows, overall.predicted, overall.mape, overall.median_ape, overall.max_ape,
+                               overall.bias, cov)
+    out = []
+    for g in sorted(set(groups[m].tolist())):
+        gm = m & (groups == g)
+        s = summarize(meas[gm], pred[gm], lo[gm], hi[gm])
+        if logo_coverage:
+            ok = m & np.isfinite(meas) & np.isfinite(pred) & (meas > 0)
+            other = np.log(meas[ok & (groups != g)] / pred[ok & (groups != g)])
+            if other.size >= 5:
+                qlo, qhi = np.quantile(other, (0.05, 0.95))
+                sel = gm & ok
+                lr = np.log(meas[sel] / pred[sel])
+                cov = float(np.mean((lr >= qlo) & (lr <= qhi))) if lr.size else float("nan")
+                s = ErrorSummary(s.rows, s.predicted, s.mape, s.median_ape, s.max_ape, s.bias, cov)
+        out.append(GroupReport(g, s))
+    return overall, out
+
+
+def _vidur_logo(paths: list[Path], root: Path, coeffs: Coefficients, log: Callable[[str], None]
+                ) -> list[TableReport]:
+    from perfcast.validate.fit import fit_coefficients
+    from perfcast.validate.tables import predict_table, recognize
+    from perfcast.validate.groundtruth import read_rows
+
+    gpus = sorted({p.parent.parent.name for p in paths})
+    reports = []
+    by_gpu: dict[str, list[Path]] = {g: [p for p in paths if p.parent.parent.name == g] for g in gpus}
+    tables = {}
+    for g, ps in by_gpu.items():
+        rows = [r for p in ps for r in read_rows(p)]
+        tables[g] = rows
+    gpu_ids = {g: tables[g][0]["gpu_id"] for g in gpus if tables[g]}
+    for g in gpus:
+        others = [gpu_ids[o] for o in gpus if o != g and o in gpu_ids]
+        if others:
+            log(f"fitting tensor-path coefficients on {', '.join(others)} to predict {gpu_ids[g]}")
+            co = fit_coefficients(root, base=coeffs, stages=("tensor",), tensor_gpus=others, per_group=600,
+                                  log=lambda _m: None)
+            note = f"leave-one-GPU-out: tensor coefficients fitted on {', '.join(others)} only"
+        else:
+            co, note = coeffs, "single GPU: in-sample"
+        rows = tables[g]
+        kind = recognize(list(rows[0].keys()))
+        pred = predict_table(kind, rows, co)
+        meas = np.concatenate([np.array([float(r[t]) if r.get(t, "") not in ("", None) else np.nan for r in rows])
+                               for t in pred.pred])
+        pr = np.concatenate([pred.pred[t] for t in pred.pred])
+        lo = np.concatenate([pred.low[t] for t in pred.pred])
+        hi = np.concatenate([pred.high[t] for t in pred.pred])
+        ops = np.concatenate([[t.split(".")[1]] * len(rows) for t in pred.pred])
+        overall = summarize(meas, pr, lo, hi)
+        groups = [GroupReport(op, summarize(meas[ops == op], pr[ops == op], lo[ops == op], hi[ops == op]))
+                  for op in dict.fromkeys(ops.tolist())]
+        reports.append(TableReport(f"vidur/compute/{g}/*/mlp.csv", "vidur_compute", "time_stats.*.median (ms)",
+                                   note, overall, groups))
+    return reports
+
+
+def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | None = None,
+                   log: Callable[[str], None] = lambda _m: None,
+                   progress: Callable[[str], None] = lambda _m: None) -> ValidationReport:
+    """Validate the given (default: all visible) tables."""
+    root = find_groundtruth()
+    assert root is not None
+    co = coeffs or load_coefficients()
+    paths = tables or default_tables(root)
+    vidur = [p for p in paths if "vidur" in p.parts and "compute" in p.parts]
+    others = [p for p in paths if p not in vidur]
+    reports: list[TableReport] = []
+    for p in others:
+        progress(str(p))
+        res = predict_batch(p, co)
+        name = str(p.relative_to(root)) if root in p.parents else str(p)
+        if res.kind.predict is None:
+            n = len(res.rows)
+            empty = ErrorSummary(n, 0, float("nan"), float("nan"), float("nan"), float("nan"), float("nan"))
+            reports.append(TableReport(name, res.kind.name, ",".join(res.targets), res.kind.unsupported, empty,
+                                       status="unsupported"))
+            continue
+        for target in res.targets:
+            if res.kind.name.startswith("neusight_") and "split" in res.header:
+                split = np.array([r.get("split", "") for r in res.rows])
+                for sp, note in (("test", "coefficients fitted on split=train rows; these are held out"),
+                                 ("train", "in-sample: these rows were used to fit")):
+                    m = split == sp
+                    if not m.any():
+                        continue
+                    overall, groups = _summaries(res, target, m)
+                    reports.append(TableReport(f"{name} [split={sp}]", res.kind.name, target, note, overall,
+                                               groups))
+            else:
+                e2e = res.kind.name == "neusight_e2e"
+                note = ("never fitted on; interval coverage leave-one-GPU-out" if e2e
+                        else "published: tensor path fitted on VIDUR tables only")
+                overall, groups = _summaries(res, target, logo_coverage=e2e)
+                if overall.rows:
+                    reports.append(TableReport(name, res.kind.name, target, note, overall, groups))
+    if vidur:
+        progress("vidur/compute (leave-one-GPU-out)")
+        reports += _vidur_logo(vidur, root, co, log)
+    return ValidationReport(reports)

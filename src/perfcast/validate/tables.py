@@ -1,0 +1,283 @@
+"""Recognize a ground-truth table by its columns and predict every row of it.
+
+Each supported table kind knows its target columns (the measured quantities
+``perfcast predict-batch`` adds ``pred_`` columns for) and how to predict a
+row. Rows that perfcast cannot predict keep their place with a one-line
+``status`` saying why; no row is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfcast.compose.interval import load_intervals
+from perfcast.errors import ConfigError, PerfcastError
+from perfcast.kernel.coefficients import Coefficients, load_coefficients
+
+__all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "recognize", "predict_table"]
+
+
+@dataclass
+class TablePrediction:
+    """Per target column: predictions and interval bounds (NaN where not predicted); per row: a status."""
+
+    pred: dict[str, np.ndarray]
+    low: dict[str, np.ndarray]
+    high: dict[str, np.ndarray]
+    status: list[str]
+    groups: list[str] = field(default_factory=list)  # per row: the device/GPU it belongs to
+
+
+@dataclass(frozen=True)
+class TableKind:
+    """A table schema perfcast recognizes."""
+
+    name: str
+    required: frozenset[str]
+    targets: tuple[str, ...]
+    interval: str
+    predict: Callable[[list[dict[str, str]], Coefficients], TablePrediction] | None
+    unsupported: str = ""
+
+
+def _f(row: dict[str, str], key: str, default: float = float("nan")) -> float:
+    v = row.get(key, "")
+    try:
+        return float(v) if v not in ("", None) else default
+    except ValueError:
+        return default
+
+
+def _empty(n: int, targets: tuple[str, ...]) -> TablePrediction:
+    return TablePrediction(
+        pred={t: np.full(n, np.nan) for t in targets},
+        low={t: np.full(n, np.nan) for t in targets},
+        high={t: np.full(n, np.nan) for t in targets},
+        status=["ok"] * n,
+    )
+
+
+def _apply_interval(p: TablePrediction, kind: str) -> None:
+    lo, hi = load_intervals().get(kind, load_intervals()["step"])
+    for t, v in p.pred.items():
+        p.low[t] = v * np.exp(lo)
+        p.high[t] = v * np.exp(hi)
+
+
+# -- NeuSight end-to-end ----------------------------------------------------------
+def _predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
+    from perfcast.compose.predict import StepRequest, predict
+    from perfcast.workload.types import Mode
+
+    targets = ("measured_ms", "measured_fw_ms", "measured_bw_ms")
+    out = _empty(len(rows), targets)
+    cache: dict[tuple[object, ...], tuple[float, float, float]] = {}
+    for i, r in enumerate(rows):
+        out.groups.append(r.get("device", ""))
+        try:
+            mode = Mode(r["mode"])
+            key = (r["device"], r["model"], r["mode"], r["batch_size"], r["seq_len"], r.get("fused", "false"),
+                   r.get("parallelism", "none"), r.get("pp_microbatches", ""))
+            if key not in cache:
+                mb = r.get("pp_microbatches", "")
+                req = StepRequest(
+                    model=r["model"], hardware=r["device"], mode=mode, batch_size=int(float(r["batch_size"])),
+                    seq_len=int(float(r["seq_len"])), fused=str(r.get("fused", "false")).lower() == "true",
+                    parallelism=r.get("parallelism", "none") or "none",
+                    microbatches=int(float(mb)) if mb not in ("", None) else None,
+                    optimizer="none", loss=False, accumulate_grads=True,
+                )
+                st = predict(req, coeffs)
+                busy = st.device_busy_s or 1.0
+                fw = st.time_s * st.by_phase_s.get("fwd", 0.0) / busy
+                bw = st.time_s - fw if mode is Mode.TRAINING else 0.0
+                cache[key] = (st.time_s * 1e3, (fw if mode is Mode.TRAINING else st.time_s) * 1e3, bw * 1e3)
+            total, fw, bw = cache[key]
+            out.pred["measured_ms"][i] = total
+            out.pred["measured_fw_ms"][i] = fw
+            out.pred["measured_bw_ms"][i] = bw
+        except PerfcastError as exc:
+            out.status[i] = f"unsupported: {exc}"
+        except (KeyError, ValueError) as exc:
+            out.status[i] = f"unsupported: malformed row ({exc})"
+    _apply_interval(out, "step")
+    return out
+
+
+# -- NeuSight kernels --------------------------------------------------------------
+def _kernel_predictor(kind: str) -> Callable[[list[dict[str, str]], Coefficients], TablePrediction]:
+    from perfcast.validate.kernel_tables import KernelRows, predict_kernel_rows
+    from perfcast.catalog.hardware import load_hardware
+
+    cols = {"gemm": ("batch", "m_rows", "k_reduction", "n_cols"), "vector": ("rows", "cols"),
+            "conv": ("batch", "in_channels", "out_channels", "kernel_size", "input_hw", "stride", "padding")}[kind]
+
+    def run(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
+        out = _empty(len(rows), ("latency_ms",))
+        good: list[int] = []
+        dims, devs, ops = [], [], []
+        for i, r in enumerate(rows):
+            out.groups.append(r.get("device", ""))
+            try:
+                load_hardware(r["device"])
+                d = [float(r[c]) for c in cols]
+                if any(not np.isfinite(x) or x <= 0 for x in d[:4 if kind != "conv" else 5]):
+                    raise ValueError("non-positive shape")
+                if kind == "conv":
+                    d.append(1.0)
+                op = r.get("op", "conv")
+                if kind == "vector":
+                    from perfcast.validate.kernel_tables import VECTOR_IO
+
+                    if op not in VECTOR_IO:
+                        raise ConfigError(f"vector op {op!r} not modelled; known: {', '.join(VECTOR_IO)}")
+                elif kind == "gemm" and op not in ("bmm", "linear"):
+                    raise ConfigError(f"gemm op {op!r} not modelled; known: bmm, linear")
+            except PerfcastError as exc:
+                out.status[i] = f"unsupported: {exc}"
+                continue
+            except (KeyError, ValueError) as exc:
+                out.status[i] = f"unsupported: malformed row ({exc})"
+                continue
+            good.append(i)
+            dims.append(d)
+            devs.append(r["device"])
+            ops.append(op)
+        if good:
+            kr = KernelRows(kind, np.array(devs), np.array(ops), np.array([""] * len(good)), np.array(dims),
+                            np.full(len(good), np.nan))
+            pred = predict_kernel_rows(kr, coeffs) * 1e3
+            out.pred["latency_ms"][np.array(good)] = pred
+        _apply_interval(out, "kernel")
+        return out
+
+    return run
+
+
+# -- VIDUR per-op tables -------------------------------------------------------------
+def _predict_vidur(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
+    from perfcast.validate.vidur_tables import VIDUR_OPS, block_ops
+    from perfcast.kernel.predict import predict_ops
+
+    targets = tuple(f"time_stats.{op}.median" for op in VIDUR_OPS)
+    present = [t for t in targets if t in rows[0]] if rows else []
+    out = _empty(len(rows), tuple(present))
+    per_gpu: dict[str, list[tuple[int, list]]] = {}
+    for i, r in enumerate(rows):
+        out.groups.append(r.get("gpu_id", ""))
+        try:
+            shape = np.array([_f(r, c) for c in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size")]
+                             + [1.0 if str(r.get("use_gated_mlp", "")).lower() == "true" else 0.0])
+            if not np.all(np.isfinite(shape[:5])) or np.any(shape[:5] <= 0):
+                raise ValueError("missing model shape columns")
+            ops = block_ops(r["model_id"], int(_f(r, "num_tokens")), int(_f(r, "num_tensor_parallel_workers")),
+                            shape)
+            per_gpu.setdefault(r["gpu_id"], []).append((i, ops))
+        except PerfcastError as exc:
+            out.status[i] = f"unsupported: {exc}"
+        except (KeyError, ValueError) as exc:
+            out.status[i] = f"unsupported: malformed row ({exc})"
+    for gpu, items in per_gpu.items():
+        try:
+            flat = [o for _, ops in items for o in ops]
+            times = np.array([k.time_s for k in predict_ops(flat, gpu, coeffs)]).reshape(len(items), len(VIDUR_OPS))
+        except PerfcastError as exc:
+            for i, _ in items:
+                out.status[i] = f"unsupported: {exc}"
+            continue
+        for (i, _), t in zip(items, times, strict=True):
+            for j, op in enumerate(VIDUR_OPS):
+                key = f"time_stats.{op}.median"
+                if key in out.pred:
+                    out.pred[key][i] = t[j] * 1e3
+    _apply_interval(out, "vidur_op")
+    return out
+
+
+# -- published GEMM TFLOP/s ------------------------------------------------------------
+def _predict_published_gemm(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
+    from perfcast.dtypes import parse_dtype
+    from perfcast.kernel.gemm import gemm_times
+    from perfcast.catalog.hardware import load_hardware
+
+    out = _empty(len(rows), ("tflops",))
+    for i, r in enumerate(rows):
+        out.groups.append(r.get("gpu_id", ""))
+        try:
+            hw = load_hardware(r["gpu_id"])
+            dtype = parse_dtype(r["dtype"])
+            m, n, k = (_f(r, c) for c in ("m", "n", "k"))
+            t = gemm_times(np.array([1.0]), np.array([m]), np.array([k]), np.array([n]), hw, dtype, coeffs,
+                           batched=False).time_s[0]
+            out.pred["tflops"][i] = 2.0 * m * n * k / t / 1e12
+        except PerfcastError as exc:
+            out.status[i] = f"unsupported: {exc}"
+        except (KeyError, ValueError) as exc:
+            out.status[i] = f"unsupported: malformed row ({exc})"
+    _apply_interval(out, "gemm_published")
+    return out
+
+
+TABLE_KINDS: tuple[TableKind, ...] = (
+    TableKind("neusight_e2e", frozenset({"device", "model", "mode", "batch_size", "seq_len", "measured_ms"}),
+              ("measured_ms", "measured_fw_ms", "measured_bw_ms"), "step", _predict_e2e),
+    TableKind("neusight_model_ops", frozenset({"node_name", "fx_op", "latency_ms"}),
+              ("latency_ms", "fw_latency_ms", "bw_latency_ms", "acc_latency_ms"), "kernel", None,
+              "per-fx-node latencies of isolated nodes are not predicted yet; predict the kernels or the model"),
+    TableKind("neusight_gemm", frozenset({"device", "op", "m_rows", "k_reduction", "n_cols", "latency_ms"}),
+              ("latency_ms",), "kernel", _kernel_predictor("gemm")),
+    TableKind("neusight_vector", frozenset({"device", "op", "rows", "cols", "latency_ms"}),
+              ("latency_ms",), "kernel", _kernel_predictor("vector")),
+    TableKind("neusight_conv", frozenset({"device", "in_channels", "out_channels", "kernel_size", "input_hw",
+                                          "latency_ms"}), ("latency_ms",), "kernel", _kernel_predictor("conv")),
+    TableKind("vidur_compute", frozenset({"gpu_id", "model_id", "num_tokens", "num_tensor_parallel_workers",
+                                          "n_embd"}), (), "vidur_op", _predict_vidur),
+    TableKind("vidur_network", frozenset({"collective", "size", "num_workers", "devices_per_node"}),
+              (), "step", None, "collective times arrive with the distributed-training layer"),
+    TableKind("vidur_attention", frozenset({"prefill_chunk_size", "kv_cache_size", "batch_size"}),
+              (), "step", None, "paged-attention kernels arrive with the serving layer"),
+    TableKind("published_training", frozenset({"tflops_per_gpu", "tokens_per_s_per_gpu", "num_gpus"}),
+              ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu", "step_time_s"), "step", None,
+              "cluster training steps arrive with the distributed-training layer"),
+    TableKind("published_inference", frozenset({"metric", "value", "input_len", "output_len"}),
+              ("value",), "step", None, "serving throughput arrives with the serving layer"),
+    TableKind("published_collectives", frozenset({"collective", "busbw_GBps", "size_bytes"}),
+              ("busbw_GBps", "algbw_GBps", "time_us"), "step", None,
+              "collective bandwidths arrive with the distributed-training layer"),
+    TableKind("published_gemm", frozenset({"gpu_id", "dtype", "m", "n", "k", "tflops"}),
+              ("tflops",), "gemm_published", _predict_published_gemm),
+)
+
+
+def recognize(header: list[str]) -> TableKind:
+    """The table kind whose required columns are all in ``header`` (raises ConfigError)."""
+    cols = set(header)
+    for kind in TABLE_KINDS:
+        if kind.required <= cols:
+            return kind
+    raise ConfigError(
+        "unrecognized table: its columns match no ground-truth schema perfcast knows "
+        f"({', '.join(k.name for k in TABLE_KINDS)}); see shared/groundtruth/README.md"
+    )
+
+
+def target_columns(kind: TableKind, header: list[str]) -> list[str]:
+    """The target columns present in this table (VIDUR tables: every time_stats.*.median)."""
+    if kind.name == "vidur_compute":
+        return [c for c in header if c.startswith("time_stats.") and c.endswith(".median")]
+    return [t for t in kind.targets if t in header]
+
+
+def predict_table(kind: TableKind, rows: list[dict[str, str]], coeffs: Coefficients | None = None
+                  ) -> TablePrediction:
+    """Predictions for every row of a recognized table."""
+    co = coeffs or load_coefficients()
+    if kind.predict is None:
+        out = _empty(len(rows), kind.targets)
+        out.status = [f"unsupported: {kind.unsupported}"] * len(rows)
+        out.groups = [r.get("gpu_id", r.get("device", "")) for r in rows]
+        return out
+    return kind.predict(rows, co)
