@@ -5,6 +5,9 @@ Such a kernel streams its operands once: ``bytes / (bandwidth * e)``, where
 on that memory kind, times an op factor (a softmax or a LayerNorm makes extra
 passes and synchronizes across a row, so it streams slower than an add).
 Short rows cost more per element in row reductions (one block per row).
+Kernels with narrow (16-bit, non-vectorized) accesses are also bound by how
+many elements the SMs can issue per cycle; the memory and issue times combine
+as a smooth maximum.
 """
 
 from __future__ import annotations
@@ -36,10 +39,18 @@ def vector_times(ops: list[str], bytes_moved: np.ndarray, cols: np.ndarray, hw: 
     cols = np.maximum(np.asarray(cols, dtype=float), 1.0)
     row = np.where(is_row, cols / (cols + vc.row_overhead_elems), 1.0)
     bw = hw.memory_bandwidth_Bps * eff * factor * row
-    t = np.asarray(bytes_moved, dtype=float) / bw + coeffs.launch.kernel_min_s
+    nbytes = np.asarray(bytes_moved, dtype=float)
+    if vc.l2_hit_frac > 0:
+        # operands produced by the previous kernel may still sit in L2: those reads skip DRAM
+        nbytes = nbytes - np.minimum(0.5 * nbytes, vc.l2_hit_frac * hw.l2_cache_bytes)
+    t = nbytes / bw
     if elements is not None and vc.sm_cycles_per_elem:
         cyc = np.array([vc.sm_cycles_per_elem.get(o, vc.sm_cycles_per_elem.get(_family(o), 0.0)) for o in ops])
-        t = t + np.asarray(elements, dtype=float) * cyc / (hw.num_sms * hw.boost_clock_hz)
+        issue = np.asarray(elements, dtype=float) * cyc / (hw.num_sms * hw.boost_clock_hz)
+        pw = np.array([vc.combine_p_op.get(o, vc.combine_p) for o in ops])
+        t = (t**pw + issue**pw) ** (1.0 / pw)
+    floor = np.array([vc.min_cycles.get(o, 0.0) for o in ops]) / hw.boost_clock_hz if vc.min_cycles else 0.0
+    t = np.maximum(t + coeffs.launch.kernel_min_s, floor)
     return t
 
 
