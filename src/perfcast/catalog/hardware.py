@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
+
+from perfcast.yamlio import safe_load
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from perfcast.catalog.paths import catalog_dirs, normalize_name
@@ -147,7 +149,7 @@ class Hardware(_Frozen):
 def _read_yaml(path: Path) -> Hardware:
     try:
         with path.open(encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
+            raw = safe_load(fh)
     except (OSError, yaml.YAMLError) as exc:
         raise CatalogError(f"{path}: cannot read hardware YAML ({exc.__class__.__name__}: {exc})") from None
     if not isinstance(raw, dict):

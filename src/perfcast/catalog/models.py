@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from perfcast.yamlio import safe_load
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcast.catalog.paths import catalog_dirs, normalize_name
@@ -317,7 +319,7 @@ def _read_meta(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise CatalogError(f"{path.with_suffix('.json')}: missing sidecar {path.name} with its source")
     with path.open(encoding="utf-8") as fh:
-        meta = yaml.safe_load(fh) or {}
+        meta = safe_load(fh) or {}
     if not isinstance(meta, dict) or not meta.get("source"):
         raise CatalogError(f"{path}: sidecar must be a mapping with a non-empty `source`")
     src = meta["source"]

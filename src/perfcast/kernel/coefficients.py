@@ -30,7 +30,10 @@ class PowerCoefficients(_Model):
 
     energy_pJ_per_flop_7nm: dict[str, float] = Field(description="per datapath: simt, matrix, tensor")
     process_exponent: float = Field(description="energy per FLOP scales as (process_nm / 7) ** exponent")
-    static_frac: dict[str, float] = Field(description="share of TDP not available to the datapath, by memory kind")
+    leakage_frac: float = Field(description="share of TDP taken by leakage, I/O and the rest of the board")
+    memory_pJ_per_bit: dict[str, float] = Field(description="DRAM interface energy per bit moved, by memory kind")
+    memory_activity: float = Field(description="fraction of peak DRAM bandwidth in use while the math units "
+                                   "are saturated")
     vmin_frac: float = Field(description="voltage at zero clock as a fraction of the boost voltage")
 
 

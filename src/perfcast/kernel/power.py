@@ -6,7 +6,8 @@ where ``v(x) = vmin + (1 - vmin) * x`` is the voltage (DVFS lowers voltage with
 clock) and ``P_full = peak_flops * energy_per_flop`` is the datapath's power at
 boost. Energy per FLOP depends on the datapath (CUDA-core FP32, AMD FP32
 matrix cores, tensor cores) and scales with the process node. ``P_static`` is
-the share of TDP taken by memory, I/O and leakage. The device runs at the
+a share of TDP for leakage and I/O plus the DRAM interface power (energy per
+bit of the memory kind, from the literature, times the bandwidth in use). The device runs at the
 largest ``x <= 1`` with ``P(x) <= TDP``. Every input is a datasheet figure
 (TDP, process, peak) or a global fitted coefficient.
 """
@@ -62,7 +63,8 @@ def _sustained(hw: Hardware, path: str, coeffs: Coefficients) -> float:
     pc = coeffs.power
     energy = pc.energy_pJ_per_flop_7nm[path] * 1e-12 * ((hw.process_nm or 7.0) / 7.0) ** pc.process_exponent
     p_full = _full_power_peak(hw, path) * energy
-    budget = hw.tdp_W * (1.0 - pc.static_frac[memory_kind(hw)])
+    memory_W = pc.memory_pJ_per_bit[memory_kind(hw)] * 1e-12 * 8.0 * hw.memory_bandwidth_Bps * pc.memory_activity
+    budget = hw.tdp_W * (1.0 - pc.leakage_frac) - memory_W
     vmin = pc.vmin_frac
 
     def power(x: float) -> float:

@@ -37,14 +37,44 @@ def predict_kernel(op: Op, hardware: Hardware | str, coeffs: Coefficients | None
     return predict_ops([op], hardware, coeffs)[0]
 
 
+_CACHE: dict[tuple[object, ...], KernelTime] = {}
+_CACHE_OWNERS: dict[tuple[int, int], tuple[Hardware, Coefficients]] = {}
+_CACHE_LIMIT = 200_000
+
+
+def _shape_key(op: Op) -> tuple[object, ...]:
+    """What an op's time depends on (not its name, count, phase or group)."""
+    return (op.kind, op.op, op.dims, op.dtype, op.flops, op.bytes_read, op.bytes_written, op.get("weight_dtype"))
+
+
 def predict_ops(ops: Sequence[Op], hardware: Hardware | str, coeffs: Coefficients | None = None,
                 *, clock_frac: float | None = None) -> list[KernelTime]:
-    """Device time of one instance of each op (vectorized by kind).
+    """Device time of one instance of each op (vectorized by kind, cached per op shape and device).
 
-    ``clock_frac`` overrides the sustained-clock model (benchmark bursts).
+    ``clock_frac`` overrides the sustained-clock model (benchmark bursts); such calls are not cached.
     """
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     co = coeffs or load_coefficients()
+    if clock_frac is not None:
+        return _predict_ops(ops, hw, co, clock_frac)
+    owner = (id(hw), id(co))
+    if _CACHE_OWNERS.get(owner, (None, None))[0] is not hw or _CACHE_OWNERS[owner][1] is not co:
+        # ids can be reused after garbage collection: forget entries of a dead owner
+        for k in [k for k in _CACHE if k[0] == owner]:
+            del _CACHE[k]
+        _CACHE_OWNERS[owner] = (hw, co)
+    keys = [(owner, _shape_key(o)) for o in ops]
+    missing = [i for i, k in enumerate(keys) if k not in _CACHE]
+    if missing:
+        if len(_CACHE) > _CACHE_LIMIT:
+            _CACHE.clear()
+        fresh = _predict_ops([ops[i] for i in missing], hw, co, None)
+        for i, kt in zip(missing, fresh, strict=True):
+            _CACHE[keys[i]] = kt
+    return [_CACHE[k] for k in keys]
+
+
+def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: float | None) -> list[KernelTime]:
     n = len(ops)
     times = np.zeros(n)
     bounds = ["latency"] * n

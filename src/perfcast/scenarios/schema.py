@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
+
+from perfcast.yamlio import safe_load
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfcast.errors import ConfigError, UnknownNameError
@@ -58,7 +60,7 @@ def load_scenario(name: str | Path) -> Scenario:
     if not path.is_file():
         raise ConfigError(f"scenario file {path} does not exist")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
     if not isinstance(raw, dict):

@@ -85,10 +85,25 @@ def _check(cfg: ModelConfig, spec: WorkloadSpec) -> None:
         )
 
 
+_CACHE: dict[tuple[int, WorkloadSpec], tuple[ModelConfig, Workload]] = {}
+
+
 def build_workload(model: str | ModelConfig, spec: WorkloadSpec) -> Workload:
-    """Build the op list of one step of ``model`` as described by ``spec``."""
+    """Build the op list of one step of ``model`` as described by ``spec`` (memoized per model object and spec)."""
     cfg = load_model(model)
     spec = WorkloadSpec(**{**{f: getattr(spec, f) for f in spec.__slots__}, "dtype": parse_dtype(spec.dtype)})
+    key = (id(cfg), spec)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    workload = _build(cfg, spec)
+    if len(_CACHE) > 4096:
+        _CACHE.clear()
+    _CACHE[key] = (cfg, workload)
+    return workload
+
+
+def _build(cfg: ModelConfig, spec: WorkloadSpec) -> Workload:
     _check(cfg, spec)
     training = spec.mode is Mode.TRAINING
     g = Graph(spec.dtype, training=training)
