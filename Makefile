@@ -15,10 +15,12 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m compileall -q src  # bytecode once, even where PYTHONDONTWRITEBYTECODE is set
 	touch $@
 
 $(TESTSTAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m compileall -q src
 	touch $@ $(STAMP)
 
 venv: $(STAMP)

@@ -9,24 +9,58 @@ The public API (every command of the CLI is a thin shell over these)::
     step.time_s, step.low_s, step.high_s
 """
 
-from perfcast.catalog.hardware import Hardware, list_hardware, load_hardware
-from perfcast.catalog.models import ModelConfig, list_models, load_model
-from perfcast.compose.predict import StepRequest, predict
-from perfcast.compose.step import predict_step
-from perfcast.compose.types import OpTime, StepTime
-from perfcast.dtypes import DType
-from perfcast.errors import (
-    CatalogError,
-    ConfigError,
-    DataError,
-    PerfcastError,
-    UnknownNameError,
-    UnsupportedError,
-)
-from perfcast.kernel.predict import KernelTime, predict_kernel, predict_ops
-from perfcast.scenarios import run_scenario
-from perfcast.workload.build import WorkloadSpec, build_workload
-from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the real imports, for type checkers; at run time names load on first use
+    from perfcast.catalog.hardware import Hardware, list_hardware, load_hardware
+    from perfcast.catalog.models import ModelConfig, list_models, load_model
+    from perfcast.compose.predict import StepRequest, predict
+    from perfcast.compose.step import predict_step
+    from perfcast.compose.types import OpTime, StepTime
+    from perfcast.dtypes import DType
+    from perfcast.errors import (
+        CatalogError,
+        ConfigError,
+        DataError,
+        PerfcastError,
+        UnknownNameError,
+        UnsupportedError,
+    )
+    from perfcast.kernel.predict import KernelTime, predict_kernel, predict_ops
+    from perfcast.scenarios.run import run_scenario
+    from perfcast.workload.build import WorkloadSpec, build_workload
+    from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
+
+_WHERE = {
+    "Hardware": "perfcast.catalog.hardware", "list_hardware": "perfcast.catalog.hardware",
+    "load_hardware": "perfcast.catalog.hardware", "ModelConfig": "perfcast.catalog.models",
+    "list_models": "perfcast.catalog.models", "load_model": "perfcast.catalog.models",
+    "StepRequest": "perfcast.compose.predict", "predict": "perfcast.compose.predict",
+    "predict_step": "perfcast.compose.step", "OpTime": "perfcast.compose.types", "StepTime": "perfcast.compose.types",
+    "DType": "perfcast.dtypes", "CatalogError": "perfcast.errors", "ConfigError": "perfcast.errors",
+    "DataError": "perfcast.errors", "PerfcastError": "perfcast.errors", "UnknownNameError": "perfcast.errors",
+    "UnsupportedError": "perfcast.errors", "KernelTime": "perfcast.kernel.predict",
+    "predict_kernel": "perfcast.kernel.predict", "predict_ops": "perfcast.kernel.predict",
+    "run_scenario": "perfcast.scenarios.run", "WorkloadSpec": "perfcast.workload.build",
+    "build_workload": "perfcast.workload.build", "Mode": "perfcast.workload.types", "Op": "perfcast.workload.types",
+    "OpKind": "perfcast.workload.types", "Phase": "perfcast.workload.types", "Workload": "perfcast.workload.types",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name on first use (keeps ``import perfcast`` and the CLI start-up light)."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'perfcast' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __version__ = "0.1.0"
 

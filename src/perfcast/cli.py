@@ -13,13 +13,14 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from perfcast.errors import PerfcastError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Predict the performance of ML workloads on hardware you may not have.")
@@ -28,9 +29,24 @@ models_app = typer.Typer(no_args_is_help=True, help="The model catalog.")
 app.add_typer(hardware_app, name="hardware")
 app.add_typer(models_app, name="models")
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
 _STATE = {"debug": False}
+_CONSOLES: dict[str, Console] = {}
+
+
+def _console(stderr: bool = False) -> Console:
+    """A rich console, created on first use (rich is imported only by commands that print tables)."""
+    key = "err" if stderr else "out"
+    if key not in _CONSOLES:
+        from rich.console import Console
+
+        _CONSOLES[key] = Console(stderr=stderr, highlight=False)
+    return _CONSOLES[key]
+
+
+def _table(*args: Any, **kwargs: Any) -> Any:
+    from rich.table import Table
+
+    return Table(*args, **kwargs)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -87,14 +103,14 @@ def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print one 
                                  "peak_fp32_flops_per_s": h.peak_flops_per_s.fp32, "tdp_W": h.tdp_W}
                                 for h in devices]})
         return
-    t = Table(title=f"{len(devices)} devices")
+    t = _table(title=f"{len(devices)} devices")
     for c in ("id", "name", "memory", "bandwidth", "bf16 dense", "fp32", "TDP"):
         t.add_column(c, justify="left" if c in ("id", "name") else "right")
     for h in devices:
         p = h.peak_flops_per_s
         t.add_row(h.id, h.name, f"{h.memory_bytes / 2**30:.0f} GiB", f"{h.memory_bandwidth_Bps / 1e12:.2f} TB/s",
                   f"{p.bf16 / 1e12:.0f} TF" if p.bf16 else "-", f"{p.fp32 / 1e12:.1f} TF", f"{h.tdp_W:.0f} W")
-    out.print(t)
+    _console().print(t)
 
 
 @hardware_app.command("show")
@@ -109,12 +125,12 @@ def hardware_show(hardware_id: str = typer.Argument(..., help="Device id or alia
     if as_json:
         emit_json(data)
         return
-    t = Table(title=f"{h.id}: {h.name}", show_header=False)
+    t = _table(title=f"{h.id}: {h.name}", show_header=False)
     t.add_column("field")
     t.add_column("value")
     for k, v in data.items():
         t.add_row(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
-    out.print(t)
+    _console().print(t)
 
 
 @models_app.command("list")
@@ -129,13 +145,13 @@ def models_list(as_json: bool = typer.Option(False, "--json", help="Print one JS
                                "num_layers": m.num_layers, "hidden_size": m.hidden_size,
                                "params": m.num_params(), "active_params": m.num_active_params()} for m in models]})
         return
-    t = Table(title=f"{len(models)} models")
+    t = _table(title=f"{len(models)} models")
     for c in ("id", "hf id", "type", "layers", "hidden", "params", "active"):
         t.add_column(c, justify="right" if c in ("layers", "hidden", "params", "active") else "left")
     for m in models:
         t.add_row(m.id, m.hf_id or "-", m.model_type, str(m.num_layers), str(m.hidden_size),
                   f"{m.num_params() / 1e9:.2f} B", f"{m.num_active_params() / 1e9:.2f} B")
-    out.print(t)
+    _console().print(t)
 
 
 @models_app.command("show")
@@ -152,12 +168,12 @@ def models_show(model: str = typer.Argument(..., help="Model id, alias, HF repo 
     if as_json:
         emit_json(data)
         return
-    t = Table(title=m.id, show_header=False)
+    t = _table(title=m.id, show_header=False)
     t.add_column("field")
     t.add_column("value")
     for k, v in data.items():
         t.add_row(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
-    out.print(t)
+    _console().print(t)
 
 
 # -- predictions -------------------------------------------------------------------------
@@ -210,9 +226,9 @@ def predict(
                                for o in st.top_ops(12)]
         emit_json(data)
         return
-    out.print(step_table(st))
+    _console().print(step_table(st))
     if explain:
-        out.print(top_ops_table(st))
+        _console().print(top_ops_table(st))
 
 
 @app.command("predict-batch")
@@ -238,10 +254,10 @@ def predict_batch_cmd(
     if as_json:
         emit_json(summary)
         return
-    out.print(f"{res.kind.name}: {len(res.rows)} rows, {ok} predicted -> {path}")
+    _console().print(f"{res.kind.name}: {len(res.rows)} rows, {ok} predicted -> {path}")
     for t, s in summary["targets"].items():
         if s["predicted_rows"]:
-            out.print(f"  {t}: MAPE {100 * s['mape_frac']:.1f}% over {s['predicted_rows']} measured rows")
+            _console().print(f"  {t}: MAPE {100 * s['mape_frac']:.1f}% over {s['predicted_rows']} measured rows")
 
 
 @app.command()
@@ -260,12 +276,12 @@ def validate(
         rep = run_validation(list(tables) if tables else None)
         emit_json(rep.as_dict())
         return
-    with Progress(console=err, transient=True) as prog:
+    with Progress(console=_console(stderr=True), transient=True) as prog:
         task = prog.add_task("validating", total=None)
         rep = run_validation(list(tables) if tables else None,
                              progress=lambda m: prog.update(task, description=f"validating {m}"))
     for t in rep.tables:
-        tbl = Table(title=f"{t.table}: {t.target}", caption=t.note)
+        tbl = _table(title=f"{t.table}: {t.target}", caption=t.note)
         for c in ("device", "rows", "coverage", "MAPE", "median", "max", "in interval"):
             tbl.add_column(c, justify="left" if c == "device" else "right")
         s = t.overall
@@ -275,30 +291,44 @@ def validate(
                         pct(gs.interval_coverage))
         tbl.add_row("[b]all[/b]", str(s.rows), pct(s.coverage), pct(s.mape), pct(s.median_ape), pct(s.max_ape),
                     pct(s.interval_coverage))
-        out.print(tbl)
+        _console().print(tbl)
 
 
 @app.command()
 @handled
 def fit(
     output: Path = typer.Option(None, "-o", "--output", help="Where to write coefficients (default: print only)."),
-    stages: str = typer.Option("vector,gemm,conv,tensor", "--stages", help="Comma-separated fit stages."),
+    stages: str = typer.Option("vector,gemm,conv,tensor", "--stages",
+                               help="Comma-separated stages: vector, gemm, conv, tensor (kernel tables) and host "
+                                    "(host time per eager kernel, from end-to-end rows of your own machine)."),
     intervals: Path = typer.Option(None, "--intervals", help="Also write prediction intervals to this JSON."),
+    compose_output: Path = typer.Option(None, "--compose-output",
+                                        help="Where the host stage writes composition coefficients."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Fit the kernel coefficients on the visible kernel tables (train split / VIDUR) and write them as JSON."""
     from perfcast.errors import ConfigError
-    from perfcast.validate.fit import fit_coefficients, fit_intervals
+    from perfcast.kernel.coefficients import load_coefficients
+    from perfcast.validate.fit import fit_coefficients, fit_host, fit_intervals
 
-    for p in (output, intervals):
+    for p in (output, intervals, compose_output):
         if p is not None and p.exists() and not force:
             raise ConfigError(f"{p} exists; pass --force to overwrite it")
+    chosen = [s.strip() for s in stages.split(",") if s.strip()]
+    known = {"vector", "gemm", "conv", "tensor", "host"}
+    if not chosen or set(chosen) - known:
+        raise ConfigError(f"unknown fit stages {sorted(set(chosen) - known) or chosen}; use {', '.join(sorted(known))}")
+    if "host" in chosen and compose_output is None:
+        raise ConfigError("the host stage needs --compose-output PATH for the composition coefficients")
     lines: list[str] = []
-    co = fit_coefficients(stages=[s.strip() for s in stages.split(",") if s.strip()],
-                          log=(lines.append if as_json else out.print))
+    logger = lines.append if as_json else _console().print
+    kernel_stages = [s for s in chosen if s != "host"]
+    co = fit_coefficients(stages=kernel_stages, log=logger) if kernel_stages else load_coefficients()
     if output is not None:
         output.write_text(co.to_json(), encoding="utf-8")
+    if "host" in chosen and compose_output is not None:
+        compose_output.write_text(fit_host(co, log=logger).to_json(), encoding="utf-8")
     iv = None
     if intervals is not None:
         iv = fit_intervals(co)
@@ -307,7 +337,7 @@ def fit(
         emit_json({"coefficients": co.model_dump(mode="json"), "log": lines, "intervals": iv,
                    "output": str(output) if output else None})
     elif output is None:
-        out.print(co.to_json())
+        _console().print(co.to_json())
 
 
 @app.command()
@@ -326,7 +356,7 @@ def suite(
 
     scenarios = [load_scenario(s.strip()) for s in only.split(",") if s.strip()] if only else list_scenarios()
     results = []
-    with Progress(console=err, transient=True, disable=as_json) as prog:
+    with Progress(console=_console(stderr=True), transient=True, disable=as_json) as prog:
         task = prog.add_task("suite", total=len(scenarios))
         for sc in scenarios:
             prog.update(task, description=f"scenario {sc.id}")
@@ -338,16 +368,16 @@ def suite(
         emit_json({"scenarios": [{"id": r.id, "status": r.status, **r.headline(), "rows": r.rows}
                                  for r in results]})
         return
-    t = Table(title="perfcast suite")
+    t = _table(title="perfcast suite")
     for c in ("id", "title", "predictions", "vs measured", "MAPE", "status"):
         t.add_column(c)
     for r in results:
         h = r.headline()
         t.add_row(r.id, r.title, str(h["predictions"]), str(h["with_measurement"]),
                   pct(h["mape_frac"]) if h["mape_frac"] is not None else "-", r.status)
-    out.print(t)
+    _console().print(t)
     for r in results:
-        detail = Table(title=f"{r.id}: predicted step time (measured where known)")
+        detail = _table(title=f"{r.id}: predicted step time (measured where known)")
         for c in ("model", "mode", "batch", "seq", "fused", "hardware", "predicted", "measured", "error"):
             detail.add_column(c)
         for row in r.rows:
@@ -361,7 +391,7 @@ def suite(
                            f"{1e3 * float(row['step_time_s']):.1f} ms",
                            f"{1e3 * float(meas):.1f} ms" if meas else "-",
                            pct(float(row["error_frac"])) if meas else "")
-        out.print(detail)
+        _console().print(detail)
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig
+from perfcast.compose.coefficients import ComposeCoefficients, load_compose_coefficients
 from perfcast.compose.step import predict_step
 from perfcast.compose.types import StepTime
 from perfcast.errors import ConfigError
@@ -60,7 +61,7 @@ def parse_parallelism(text: str) -> Parallelism:
     return Parallelism(m.group(1), int(m.group(2)))
 
 
-def link_bandwidth_Bps(hw: Hardware, coeffs: Coefficients) -> tuple[float, float]:
+def link_bandwidth_Bps(hw: Hardware, cc: ComposeCoefficients | None = None) -> tuple[float, float]:
     """Achieved per-direction bandwidth (bytes/s) and per-hop latency (s) between two GPUs of a node."""
     ic = hw.interconnect
     fabric = ic.fabric.value
@@ -68,15 +69,16 @@ def link_bandwidth_Bps(hw: Hardware, coeffs: Coefficients) -> tuple[float, float
     if not bidir:
         bidir = ic.pcie_bidir_bandwidth_Bps or 32e9
         fabric = "pcie"
-    eff = coeffs.comm.link_efficiency.get(fabric, 0.7)
-    return bidir / 2.0 * eff, coeffs.comm.latency_s.get(fabric, 1e-5)
+    comm = (cc or load_compose_coefficients()).comm
+    eff = comm.link_efficiency.get(fabric, 0.7)
+    return bidir / 2.0 * eff, comm.latency_s.get(fabric, 1e-5)
 
 
-def ring_allreduce_s(size_bytes: float, n: int, hw: Hardware, coeffs: Coefficients) -> float:
+def ring_allreduce_s(size_bytes: float, n: int, hw: Hardware, cc: ComposeCoefficients | None = None) -> float:
     """Ring all-reduce of ``size_bytes`` over ``n`` GPUs: 2(n-1)/n of the data crosses each link."""
     if n <= 1 or size_bytes <= 0:
         return 0.0
-    bw, lat = link_bandwidth_Bps(hw, coeffs)
+    bw, lat = link_bandwidth_Bps(hw, cc)
     return 2.0 * (n - 1) / n * size_bytes / bw + 2.0 * (n - 1) * lat
 
 
@@ -95,9 +97,10 @@ def predict_data_parallel(build: Callable[[int], Workload], batch: int, n: int, 
     step = predict_step(w, hw, coeffs=coeffs, **kw)  # type: ignore[arg-type]
     if w.mode is not Mode.TRAINING:
         return replace(step, parallelism=f"dp{n}", batch_size=batch)
+    cc = kw.get("compose")  # type: ignore[assignment]
     grad_bytes = sum(o.params * o.count * o.dtype.bytes for o in w.ops if o.phase is Phase.FORWARD)
-    total = ring_allreduce_s(grad_bytes, n, hw, coeffs)
-    last_bucket = ring_allreduce_s(min(_DDP_BUCKET_BYTES, grad_bytes), n, hw, coeffs)
+    total = ring_allreduce_s(grad_bytes, n, hw, cc)
+    last_bucket = ring_allreduce_s(min(_DDP_BUCKET_BYTES, grad_bytes), n, hw, cc)
     backward = step.by_phase_s.get("bwd", 0.0)
     exposed = max(last_bucket, total - backward)
     return replace(_with_comm_times(step, exposed), parallelism=f"dp{n}", batch_size=batch)
@@ -111,7 +114,8 @@ def predict_tensor_parallel(w: Workload, cfg: ModelConfig, n: int, hw: Hardware,
     comm = [o for o in ops if o.kind is OpKind.COMM]
     compute = replace(w, ops=tuple(o for o in ops if o.kind is not OpKind.COMM), tp=n)
     step = predict_step(compute, hw, coeffs=coeffs, **kw)  # type: ignore[arg-type]
-    comm_s = sum(ring_allreduce_s(o.dims[0], n, hw, coeffs) * o.count for o in comm)
+    cc = kw.get("compose")
+    comm_s = sum(ring_allreduce_s(o.dims[0], n, hw, cc) * o.count for o in comm)  # type: ignore[arg-type]
     return replace(_with_comm_times(step, comm_s), parallelism=f"tp{n}")
 
 
@@ -135,7 +139,7 @@ def predict_pipeline_parallel(build: Callable[[int], Workload], cfg: ModelConfig
     scale = full.time_s / full.device_busy_s if full.device_busy_s > 0 else 1.0
     stage *= scale
     act_bytes = (batch // m) * w.seq_len * cfg.hidden_size * w.dtype.bytes
-    bw, lat = link_bandwidth_Bps(hw, coeffs)
+    bw, lat = link_bandwidth_Bps(hw, kw.get("compose"))  # type: ignore[arg-type]
     send = act_bytes / bw + lat
     passes = 2 if w.mode is Mode.TRAINING else 1
     slots = m + n - 1

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
+from perfcast.compose.coefficients import ComposeCoefficients
 from perfcast.compose.parallel import (
     parse_parallelism,
     predict_data_parallel,
@@ -49,7 +50,8 @@ class StepRequest:
     framework: str | None = None
 
 
-def predict(req: StepRequest, coeffs: Coefficients | None = None) -> StepTime:
+def predict(req: StepRequest, coeffs: Coefficients | None = None,
+            compose: ComposeCoefficients | None = None) -> StepTime:
     """Predict one step (see :class:`StepRequest`)."""
     cfg = load_model(req.model)
     hw = load_hardware(req.hardware) if not isinstance(req.hardware, Hardware) else req.hardware
@@ -63,7 +65,7 @@ def predict(req: StepRequest, coeffs: Coefficients | None = None) -> StepTime:
                             optimizer=req.optimizer, loss=req.loss, accumulate_grads=req.accumulate_grads)
         return build_workload(cfg, spec)
 
-    kw = {"fused": req.fused, "framework": req.framework}
+    kw = {"fused": req.fused, "framework": req.framework, "compose": compose}
     if par.kind == "dp":
         return predict_data_parallel(build, req.batch_size, par.degree, hw, co, **kw)
     if par.kind == "tp":

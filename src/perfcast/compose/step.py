@@ -12,25 +12,29 @@ the number of layers.
 from __future__ import annotations
 
 from perfcast.catalog.hardware import Hardware, load_hardware
+from perfcast.compose.coefficients import ComposeCoefficients, HostCoefficients, load_compose_coefficients
 from perfcast.compose.fusion import fuse_chains
 from perfcast.compose.interval import interval_for
 from perfcast.compose.types import OpTime, StepTime
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.predict import predict_ops
-from perfcast.workload.types import Op, OpKind, Workload
+from perfcast.errors import ConfigError
+from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
 
 __all__ = ["FRAMEWORKS", "predict_step", "simulate_queue"]
 
 FRAMEWORKS = ("eager", "compiled", "graph")
 
 
-def _host_time(op: Op, framework: str, coeffs: Coefficients) -> float:
-    if op.kind is OpKind.HOST:
-        return coeffs.launch.dispatch_s.get("eager_op", 1e-5)
+def _host_times(framework: str, training: bool, host: HostCoefficients) -> dict[Phase, float]:
+    """Host time to launch one kernel, per phase, under ``framework``."""
     if framework == "graph":
-        return 0.0
-    key = "compiled_op" if framework == "compiled" else "eager_op"
-    return coeffs.launch.dispatch_s.get(key, coeffs.launch.dispatch_s.get("eager_op", 1e-5))
+        return {Phase.FORWARD: 0.0, Phase.BACKWARD: 0.0, Phase.OPTIMIZER: 0.0}
+    if framework == "compiled":
+        fwd = host.compiled_op_s
+    else:
+        fwd = host.eager_training_op_s if training else host.eager_op_s
+    return {Phase.FORWARD: fwd, Phase.BACKWARD: host.autograd_op_s, Phase.OPTIMIZER: host.autograd_op_s}
 
 
 def simulate_queue(times: list[OpTime]) -> tuple[float, float]:
@@ -69,7 +73,8 @@ def simulate_queue(times: list[OpTime]) -> tuple[float, float]:
     return max(cpu, gpu), host_total
 
 
-_TIMES: dict[tuple[object, ...], tuple[Workload, Hardware, Coefficients, list[Op], list[OpTime]]] = {}
+_TIMES: dict[tuple[object, ...], tuple[Workload, Hardware, Coefficients, ComposeCoefficients, list[Op],
+                                       list[OpTime]]] = {}
 
 
 def _run(seg: list[OpTime], cpu: float, gpu: float) -> tuple[float, float]:
@@ -84,7 +89,8 @@ def _run(seg: list[OpTime], cpu: float, gpu: float) -> tuple[float, float]:
 
 
 def predict_step(workload: Workload, hardware: Hardware | str, *, fused: bool = False, framework: str | None = None,
-                 coeffs: Coefficients | None = None, keep_ops: bool = True) -> StepTime:
+                 coeffs: Coefficients | None = None, compose: ComposeCoefficients | None = None,
+                 keep_ops: bool = True) -> StepTime:
     """Predict one step of ``workload`` on one device.
 
     ``fused`` applies compiler fusion (torch.compile); ``framework`` is the
@@ -93,20 +99,25 @@ def predict_step(workload: Workload, hardware: Hardware | str, *, fused: bool = 
     """
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     co = coeffs or load_coefficients()
+    cc = compose or load_compose_coefficients()
     fw = framework or ("compiled" if fused else "eager")
-    key = (id(workload), id(hw), id(co), fused, fw)
+    if fw not in FRAMEWORKS:
+        raise ConfigError(f"unknown framework {fw!r}; use one of {', '.join(FRAMEWORKS)}")
+    key = (id(workload), id(hw), id(co), id(cc), fused, fw)
     hit = _TIMES.get(key)
-    if hit is not None and hit[0] is workload and hit[1] is hw and hit[2] is co:
-        ops, times = hit[3], hit[4]
+    if hit is not None and hit[0] is workload and hit[1] is hw and hit[2] is co and hit[3] is cc:
+        ops, times = hit[4], hit[5]
     else:
         ops = fuse_chains(workload.ops) if fused else list(workload.ops)
         kernels = predict_ops(ops, hw, co)
-        times = [OpTime(op=o, kernel=k, host_s=_host_time(o, fw, co)) for o, k in zip(ops, kernels, strict=True)]
+        launch = _host_times(fw, workload.mode is Mode.TRAINING, cc.host)
+        times = [OpTime(op=o, kernel=k, host_s=cc.host.sync_s if o.kind is OpKind.HOST else launch[o.phase])
+                 for o, k in zip(ops, kernels, strict=True)]
         if len(_TIMES) > 2048:
             _TIMES.clear()
-        _TIMES[key] = (workload, hw, co, ops, times)
+        _TIMES[key] = (workload, hw, co, cc, ops, times)
     wall, host = simulate_queue(times)
-    wall += co.launch.dispatch_s.get("step", 0.0)
+    wall += cc.host.step_overhead_s
     by_phase: dict[str, float] = {}
     by_group: dict[str, float] = {}
     busy = 0.0
@@ -116,7 +127,7 @@ def predict_step(workload: Workload, hardware: Hardware | str, *, fused: bool = 
         busy += total
         if t.op.kind is OpKind.COMM:
             comm += total
-        by_phase[t.op.phase.value] = by_phase.get(t.op.phase.value, 0.0) + total
+        by_phase[t.op.phase] = by_phase.get(t.op.phase, 0.0) + total
         key = t.op.group or "other"
         by_group[key] = by_group.get(key, 0.0) + total
     low, high = interval_for(wall, kind="step", fused=fused)
@@ -125,6 +136,7 @@ def predict_step(workload: Workload, hardware: Hardware | str, *, fused: bool = 
         seq_len=workload.seq_len, dtype=workload.dtype.value, fused=fused, parallelism="none", time_s=wall,
         low_s=low, high_s=high, device_busy_s=busy, host_s=host, comm_s=comm,
         num_kernels=sum(o.count for o in ops if o.kind is not OpKind.HOST), flops=workload.flops,
-        bytes=sum(o.bytes * o.count for o in ops), by_phase_s=by_phase, by_group_s=by_group,
+        bytes=sum(o.bytes * o.count for o in ops), by_phase_s={str(k): v for k, v in by_phase.items()},
+        by_group_s=by_group,
         ops=tuple(times) if keep_ops else (),
     )

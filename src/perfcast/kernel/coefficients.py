@@ -90,14 +90,8 @@ class LaunchCoefficients(_Model):
     """Fixed costs of a kernel and of the framework call that launches it."""
 
     kernel_min_s: float = Field(description="shortest GPU time of any kernel (launch + tail), seconds")
-    dispatch_s: dict[str, float] = Field(description="host time of one eager framework op, by op class, seconds")
-
-
-class CommCoefficients(_Model):
-    """Point-to-point links between devices (a first model; layer 3 refines collectives)."""
-
-    link_efficiency: dict[str, float] = Field(description="achieved fraction of per-direction link bandwidth, by fabric")
-    latency_s: dict[str, float] = Field(description="per-hop latency by fabric, seconds")
+    dispatch_s: dict[str, float] = Field(description="host time of one isolated, event-timed framework call, by "
+                                         "op class, seconds (for isolated-kernel benchmark tables)")
 
 
 class MeasurementCoefficients(_Model):
@@ -118,7 +112,6 @@ class Coefficients(_Model):
     attention: AttentionCoefficients
     conv: ConvCoefficients
     launch: LaunchCoefficients
-    comm: CommCoefficients
     measurement: MeasurementCoefficients
 
     def to_json(self) -> str:

@@ -20,12 +20,13 @@ import numpy as np
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.dtypes import DType
-from perfcast.kernel.coefficients import Coefficients
+from perfcast.kernel.coefficients import Coefficients, GemmPath
 from perfcast.kernel.power import datapath, sustained_clock_frac
 
 __all__ = ["GemmTimes", "gemm_times"]
 
 _SMOOTH_MAX_P = 4.0
+_GRID_LIMIT = 20_000  # above this many (gemm x tile x split) cells the loop uses less memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,22 +57,42 @@ def gemm_times(b: np.ndarray, m: np.ndarray, k: np.ndarray, n: np.ndarray, hw: H
     splits = [1] if batched else pc.split_k
     esize = dtype.bytes if operand_bytes is None else operand_bytes
     bw = hw.memory_bandwidth_Bps * pc.memory_efficiency
-    best = np.full(np.broadcast(b, m, k, n).shape, np.inf)
-    for tm, tn in tiles:
-        rate = peak_sm * (_tile_eff(tm, tn, pc.tile_ai0) / ref)
-        num_tiles = b * np.ceil(m / tm) * np.ceil(n / tn)
-        for s in splits:
-            ks = np.ceil(k / s)
-            t_tile = 2.0 * tm * tn * (ks + pc.k_overhead) / rate
-            t = np.ceil(num_tiles * s / hw.num_sms) * t_tile
-            if s > 1:
-                # partial sums written and reduced by a second kernel
-                t = t + b * m * n * 4.0 * (s + 1) / bw + coeffs.launch.kernel_min_s
-            best = np.minimum(best, t)
+    shape = np.broadcast(b, m, k, n).shape
+    if b.size * len(tiles) * len(splits) <= _GRID_LIMIT:
+        best = _best_grid(b, m, k, n, hw, pc, tiles, splits, peak_sm, ref, bw, coeffs.launch.kernel_min_s)
+    else:
+        best = np.full(shape, np.inf)
+        for tm, tn in tiles:
+            rate = peak_sm * (_tile_eff(tm, tn, pc.tile_ai0) / ref)
+            num_tiles = b * np.ceil(m / tm) * np.ceil(n / tn)
+            for s in splits:
+                ks = np.ceil(k / s)
+                t_tile = 2.0 * tm * tn * (ks + pc.k_overhead) / rate
+                t = np.ceil(num_tiles * s / hw.num_sms) * t_tile
+                if s > 1:
+                    # partial sums written and reduced by a second kernel
+                    t = t + b * m * n * 4.0 * (s + 1) / bw + coeffs.launch.kernel_min_s
+                best = np.minimum(best, t)
     mem = b * (m * k * esize + k * n * esize + m * n * dtype.bytes) / bw
     p = _SMOOTH_MAX_P
     total = (best**p + mem**p) ** (1.0 / p) + coeffs.launch.kernel_min_s
     return GemmTimes(time_s=total, compute_s=best, memory_s=mem)
+
+
+def _best_grid(b: np.ndarray, m: np.ndarray, k: np.ndarray, n: np.ndarray, hw: Hardware, pc: GemmPath,
+               tiles: list[tuple[int, int]], splits: list[int], peak_sm: np.ndarray | float, ref: float,
+               bw: float, kmin: float) -> np.ndarray:
+    """The same search as the loop, on one (tile, split, gemm) grid: faster for a few GEMMs."""
+    b, m, k, n = (np.ravel(np.broadcast_to(v, np.broadcast(b, m, k, n).shape)) for v in (b, m, k, n))
+    tm = np.array([t[0] for t in tiles], dtype=float)[:, None, None]
+    tn = np.array([t[1] for t in tiles], dtype=float)[:, None, None]
+    s = np.array(splits, dtype=float)[None, :, None]
+    eff = np.array([_tile_eff(a, c, pc.tile_ai0) for a, c in tiles])[:, None, None]
+    rate = np.reshape(peak_sm, (1, 1, -1)) * (eff / ref)
+    t = np.ceil(b * np.ceil(m / tm) * np.ceil(n / tn) * s / hw.num_sms) * (2.0 * tm * tn * (np.ceil(k / s)
+                                                                                 + pc.k_overhead) / rate)
+    t = t + np.where(s > 1, b * m * n * 4.0 * (s + 1) / bw + kmin, 0.0)
+    return t.min(axis=(0, 1))
 
 
 def _tile_eff(tm: int, tn: int, ai0: float) -> float:

@@ -37,8 +37,7 @@ def predict_kernel(op: Op, hardware: Hardware | str, coeffs: Coefficients | None
     return predict_ops([op], hardware, coeffs)[0]
 
 
-_CACHE: dict[tuple[object, ...], KernelTime] = {}
-_CACHE_OWNERS: dict[tuple[int, int], tuple[Hardware, Coefficients]] = {}
+_CACHE: dict[tuple[int, int], tuple[Hardware, Coefficients, dict[tuple[object, ...], KernelTime]]] = {}
 _CACHE_LIMIT = 200_000
 
 
@@ -58,20 +57,23 @@ def predict_ops(ops: Sequence[Op], hardware: Hardware | str, coeffs: Coefficient
     if clock_frac is not None:
         return _predict_ops(ops, hw, co, clock_frac)
     owner = (id(hw), id(co))
-    if _CACHE_OWNERS.get(owner, (None, None))[0] is not hw or _CACHE_OWNERS[owner][1] is not co:
-        # ids can be reused after garbage collection: forget entries of a dead owner
-        for k in [k for k in _CACHE if k[0] == owner]:
-            del _CACHE[k]
-        _CACHE_OWNERS[owner] = (hw, co)
-    keys = [(owner, _shape_key(o)) for o in ops]
-    missing = [i for i, k in enumerate(keys) if k not in _CACHE]
-    if missing:
-        if len(_CACHE) > _CACHE_LIMIT:
+    entry = _CACHE.get(owner)
+    if entry is None or entry[0] is not hw or entry[1] is not co:
+        # ids are reused after garbage collection: an entry counts only for the same objects
+        if len(_CACHE) > 64:
             _CACHE.clear()
+        entry = (hw, co, {})
+        _CACHE[owner] = entry
+    cache = entry[2]
+    keys = [_shape_key(o) for o in ops]
+    missing = [i for i, k in enumerate(keys) if k not in cache]
+    if missing:
+        if len(cache) > _CACHE_LIMIT:
+            cache.clear()
         fresh = _predict_ops([ops[i] for i in missing], hw, co, None)
         for i, kt in zip(missing, fresh, strict=True):
-            _CACHE[keys[i]] = kt
-    return [_CACHE[k] for k in keys]
+            cache[keys[i]] = kt
+    return [cache[k] for k in keys]
 
 
 def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: float | None) -> list[KernelTime]:

@@ -279,3 +279,49 @@ def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *, quan
     g["log_low"], g["log_high"] = -g["log_high"], -g["log_low"]
     return {"schema_version": INTERVAL_SCHEMA_VERSION, "produced_by": "perfcast fit --intervals",
             "quantiles": list(quantiles), "kinds": kinds}
+
+
+HOST_PARAMS = (("host.eager_op_s", "log"), ("host.eager_training_op_s", "log"))
+
+
+def fit_host(coeffs: Coefficients, groundtruth: Path | None = None, *, exclude_devices: Sequence[str] = (),
+             base: Any = None, log: Callable[[str], None] = lambda _m: None) -> Any:
+    """Fit the host time per eager kernel (inference and training forward) on NeuSight end-to-end rows.
+
+    The kernel coefficients stay fixed (fitted on kernel tables); only the host-side
+    dispatch cost of eager PyTorch, which no kernel table can show, is fitted here.
+    ``exclude_devices`` leaves devices out (``perfcast validate`` predicts each device
+    with this fitted on the other devices only).
+    """
+    from perfcast.compose.coefficients import ComposeCoefficients, load_compose_coefficients
+    from perfcast.validate.groundtruth import read_rows
+    from perfcast.validate.tables import _predict_e2e
+
+    root = groundtruth or find_groundtruth()
+    assert root is not None
+    cc = base or load_compose_coefficients()
+    rows = [r for name in ("e2e.csv", "e2e_extra.csv") for r in read_rows(root / "neusight" / name)]
+    rows = [r for r in rows if r["device"] not in set(exclude_devices) and r.get("measured_ms")]
+    measured = np.array([float(r["measured_ms"]) for r in rows])
+    raw = cc.model_dump(mode="json")
+    names = [p for p, _ in HOST_PARAMS]
+
+    def make(x: np.ndarray) -> ComposeCoefficients:
+        r = copy.deepcopy(raw)
+        for p, v in zip(names, x, strict=True):
+            set_path(r, p, v)
+        return ComposeCoefficients.model_validate(r)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        pred = _predict_e2e(rows, coeffs, make(x)).pred["measured_ms"]
+        return np.log(pred / measured)
+
+    x, mse = fit_least_squares(residuals, [get_path(raw, p) for p in names], [k for _, k in HOST_PARAMS])
+    log(f"fit host: {len(rows)} end-to-end rows, rms log error {np.sqrt(mse):.3f}")
+    for p, v in zip(names, x, strict=True):
+        log(f"  {p} = {v:.6g}")
+    out = make(x).model_dump(mode="json")
+    excluded = f" without {', '.join(exclude_devices)}" if exclude_devices else ""
+    out["fitted_on"] = {**out["fitted_on"], "host": f"neusight e2e.csv + e2e_extra.csv{excluded} ({len(rows)} rows)"}
+    out["produced_by"] = "perfcast fit (host stage)"
+    return ComposeCoefficients.model_validate(out)

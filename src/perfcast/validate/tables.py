@@ -68,7 +68,7 @@ def _apply_interval(p: TablePrediction, kind: str) -> None:
 
 
 # -- NeuSight end-to-end ----------------------------------------------------------
-def _predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
+def _predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: object = None) -> TablePrediction:
     from perfcast.compose.predict import StepRequest, predict
     from perfcast.workload.types import Mode
 
@@ -90,7 +90,7 @@ def _predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePredi
                     microbatches=int(float(mb)) if mb not in ("", None) else None,
                     optimizer="none", loss=False, accumulate_grads=True,
                 )
-                st = predict(req, coeffs)
+                st = predict(req, coeffs, compose)  # type: ignore[arg-type]
                 busy = st.device_busy_s or 1.0
                 fw = st.time_s * st.by_phase_s.get("fwd", 0.0) / busy
                 bw = st.time_s - fw if mode is Mode.TRAINING else 0.0

@@ -1,0 +1,83 @@
+"""Composition coefficients (layer 2): host-side costs of launching kernels, and node links.
+
+Like the kernel coefficients they are a versioned JSON file (``compose/coefficients.json``)
+naming what they were fitted on; ``perfcast fit`` writes them.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from perfcast.errors import DataError
+
+__all__ = ["COMPOSE_SCHEMA_VERSION", "ComposeCoefficients", "load_compose_coefficients"]
+
+COMPOSE_SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HostCoefficients(_Model):
+    """Host (CPU) time per launched kernel, seconds, including the framework ops around it (views, sizes)."""
+
+    eager_op_s: float = Field(description="eager PyTorch forward under no_grad (inference)")
+    eager_training_op_s: float = Field(description="eager PyTorch forward with autograd recording (training)")
+    autograd_op_s: float = Field(description="backward kernels, dispatched by the C++ autograd engine")
+    compiled_op_s: float = Field(description="a torch.compile (Inductor) graph's kernels")
+    sync_s: float = Field(description="a host synchronization (nonzero, item) besides waiting for the device")
+    step_overhead_s: float = Field(description="fixed cost of one step (Python call, allocator)")
+
+
+class CommCoefficients(_Model):
+    """Links between the GPUs of a node (a first model; the distributed layer refines collectives)."""
+
+    link_efficiency: dict[str, float] = Field(description="achieved fraction of per-direction link bandwidth")
+    latency_s: dict[str, float] = Field(description="per-hop latency by fabric, seconds")
+
+
+class ComposeCoefficients(_Model):
+    """All layer-2 coefficients."""
+
+    schema_version: int
+    produced_by: str
+    fitted_on: dict[str, str]
+    host: HostCoefficients
+    comm: CommCoefficients
+
+    def to_json(self) -> str:
+        """Canonical JSON text."""
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def load_compose_coefficients(path: str | Path | None = None) -> ComposeCoefficients:
+    """Load composition coefficients (the package's own when ``path`` is None)."""
+    if path is None:
+        return _default()
+    return _load(Path(path))
+
+
+@lru_cache(maxsize=1)
+def _default() -> ComposeCoefficients:
+    return _load(Path(str(resources.files("perfcast.compose") / "coefficients.json")))
+
+
+def _load(path: Path) -> ComposeCoefficients:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"cannot read composition coefficients {path}: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("schema_version") != COMPOSE_SCHEMA_VERSION:
+        raise DataError(f"{path}: composition coefficients schema_version {raw.get('schema_version')!r}, "
+                        f"expected {COMPOSE_SCHEMA_VERSION}; re-run `perfcast fit`")
+    try:
+        return ComposeCoefficients.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise DataError(f"{path}: field {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
