@@ -298,9 +298,10 @@ def validate(
 @handled
 def fit(
     output: Path = typer.Option(None, "-o", "--output", help="Where to write coefficients (default: print only)."),
-    stages: str = typer.Option("vector,gemm,conv,tensor", "--stages",
-                               help="Comma-separated stages: vector, gemm, conv, tensor (kernel tables) and host "
-                                    "(host time per eager kernel, from end-to-end rows of your own machine)."),
+    stages: str = typer.Option("vector,gemm,conv,tensor,attention", "--stages",
+                               help="Comma-separated stages: vector, gemm, conv, tensor, attention (kernel tables) and host "
+                                    "(host time per eager kernel, from end-to-end rows of your own machine); "
+                                    "none = keep the current coefficients (e.g. to recompute --intervals)."),
     intervals: Path = typer.Option(None, "--intervals", help="Also write prediction intervals to this JSON."),
     compose_output: Path = typer.Option(None, "--compose-output",
                                         help="Where the host stage writes composition coefficients."),
@@ -315,9 +316,9 @@ def fit(
     for p in (output, intervals, compose_output):
         if p is not None and p.exists() and not force:
             raise ConfigError(f"{p} exists; pass --force to overwrite it")
-    chosen = [s.strip() for s in stages.split(",") if s.strip()]
-    known = {"vector", "gemm", "conv", "tensor", "host"}
-    if not chosen or set(chosen) - known:
+    chosen = [s.strip() for s in stages.split(",") if s.strip() and s.strip() != "none"]
+    known = {"vector", "gemm", "conv", "tensor", "attention", "host"}
+    if set(chosen) - known or (not chosen and stages.strip() != "none"):
         raise ConfigError(f"unknown fit stages {sorted(set(chosen) - known) or chosen}; use {', '.join(sorted(known))}")
     if "host" in chosen and compose_output is None:
         raise ConfigError("the host stage needs --compose-output PATH for the composition coefficients")

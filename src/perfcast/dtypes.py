@@ -65,9 +65,16 @@ def parse_dtype(text: str | DType) -> DType:
     if isinstance(text, DType):
         return text
     key = str(text).strip().lower().removeprefix("torch.")
+    # "fp8_e4m3 (1x128 block-scaled)" -> "fp8_e4m3"; "amp_bf16" -> "bf16"
+    key = key.split("(")[0].split()[0] if key.split() else key
+    key = key.removeprefix("amp_")
     try:
         return DType(key)
     except ValueError:
         if key in _ALIASES:
             return _ALIASES[key]
+        if key.startswith(("fp8", "float8", "e4m3", "e5m2", "mxfp8")):
+            return DType.FP8
+        if key.startswith(("fp4", "nvfp4", "mxfp4")):
+            return DType.FP4
     raise ConfigError(f"unknown dtype {text!r}; use one of {', '.join(d.value for d in DType)}")

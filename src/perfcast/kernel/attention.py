@@ -18,8 +18,8 @@ __all__ = ["attention_times"]
 
 
 def attention_times(flops: np.ndarray, bytes_moved: np.ndarray, hw: Hardware, dtype: DType, coeffs: Coefficients,
-                    *, backward: np.ndarray | None = None) -> np.ndarray:
-    """Seconds for fused attention kernels with the given FLOPs and DRAM bytes."""
+                    *, backward: np.ndarray | None = None, sequences: np.ndarray | None = None) -> np.ndarray:
+    """Seconds for fused attention kernels with the given FLOPs, DRAM bytes and batch of sequences."""
     ac = coeffs.attention
     path = datapath(hw, dtype)
     x = sustained_clock_frac(hw, path, coeffs)
@@ -28,4 +28,6 @@ def attention_times(flops: np.ndarray, bytes_moved: np.ndarray, hw: Hardware, dt
         eff = np.where(backward, ac.backward_efficiency, eff)
     compute = np.asarray(flops, dtype=float) / (hw.peak(dtype) * x * eff)
     memory = np.asarray(bytes_moved, dtype=float) / (hw.memory_bandwidth_Bps * ac.memory_efficiency)
-    return (compute**4 + memory**4) ** 0.25 + coeffs.launch.kernel_min_s
+    seqs = np.zeros(np.shape(flops)) if sequences is None else np.asarray(sequences, dtype=float)
+    return ((compute**4 + memory**4) ** 0.25 + coeffs.launch.kernel_min_s + ac.fixed_s
+            + ac.per_sequence_s * seqs)

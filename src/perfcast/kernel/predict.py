@@ -112,7 +112,8 @@ def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: 
             fl = np.array([o.flops for o in sel])
             by = np.array([o.bytes for o in sel])
             bwd = np.array([o.op == "attention_backward" for o in sel])
-            t = attention_times(fl, by, hw, sub, co, backward=bwd)  # type: ignore[arg-type]
+            seqs = np.array([o.dims[0] for o in sel], dtype=float)
+            t = attention_times(fl, by, hw, sub, co, backward=bwd, sequences=seqs)  # type: ignore[arg-type]
             for j, i in enumerate(idx):
                 times[i] = t[j]
                 bounds[i] = "memory" if sel[j].dims[3] == 1 else "compute"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import math
 import io
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,7 @@ def predict_batch(table: str | Path, coeffs: Coefficients | None = None) -> Batc
 
 
 def _fmt(x: float) -> str:
-    return "" if not np.isfinite(x) else f"{x:.6g}"
+    return f"{x:.6g}" if math.isfinite(x) else ""
 
 
 def write_predictions(result: BatchResult, out: str | Path, *, force: bool = False) -> Path:
@@ -63,25 +64,26 @@ def write_predictions(result: BatchResult, out: str | Path, *, force: bool = Fal
     extra: list[str] = []
     for t in result.targets:
         extra += [f"pred_{t}", f"pred_{t}_low", f"pred_{t}_high"]
-    fieldnames = cols + [c for c in extra if c not in cols] + (["status"] if "status" not in cols else [])
+    if any(c in cols for c in [*extra, "status"]):
+        raise ConfigError(f"{path}: the input already has prediction columns (pred_*/status); give the original table")
+    fieldnames = cols + extra + ["status"]
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=fieldnames, lineterminator="\n", extrasaction="ignore")
-    writer.writeheader()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(fieldnames)
     p = result.prediction
+    columns = [(p.pred[t].tolist(), p.low[t].tolist(), p.high[t].tolist()) if t in p.pred else None
+               for t in result.targets]
     for i, row in enumerate(result.rows):
-        rec = dict(row)
-        for t in result.targets:
-            v = p.pred.get(t)
-            rec[f"pred_{t}"] = _fmt(v[i]) if v is not None else ""
-            rec[f"pred_{t}_low"] = _fmt(p.low[t][i]) if v is not None else ""
-            rec[f"pred_{t}_high"] = _fmt(p.high[t][i]) if v is not None else ""
-        rec["status"] = p.status[i]
-        writer.writerow(rec)
+        values = [row.get(c, "") for c in cols]
+        for col in columns:
+            values += ["", "", ""] if col is None else [_fmt(col[0][i]), _fmt(col[1][i]), _fmt(col[2][i])]
+        values.append(p.status[i])
+        writer.writerow(values)
     data = buf.getvalue().encode("utf-8")
     if path.parent and not path.parent.exists():
         raise ConfigError(f"output folder {path.parent} does not exist")
     if path.suffix == ".gz":
-        with gzip.open(path, "wb") as fh:
+        with gzip.open(path, "wb", compresslevel=6) as fh:
             fh.write(data)
     else:
         path.write_bytes(data)

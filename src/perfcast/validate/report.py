@@ -70,6 +70,7 @@ def default_tables(root: Path) -> list[Path]:
            root / "neusight" / "kernels_gemm.csv.gz", root / "neusight" / "kernels_vector.csv.gz",
            root / "neusight" / "kernels_conv.csv.gz"]
     out += sorted((root / "vidur" / "compute").glob("*/*/mlp.csv*"))
+    out += sorted((root / "vidur" / "legacy" / "compute").glob("*/attention_*.csv*"))
     out += [root / "published" / "gemm.csv", root / "published" / "training.csv",
             root / "published" / "inference.csv", root / "published" / "collectives.csv"]
     out += sorted((root / "vidur" / "network").glob("*/*.csv"))
@@ -171,7 +172,7 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
     assert root is not None
     co = coeffs or load_coefficients()
     paths = tables or default_tables(root)
-    vidur = [p for p in paths if "vidur" in p.parts and "compute" in p.parts]
+    vidur = [p for p in paths if "vidur" in p.parts and "compute" in p.parts and "legacy" not in p.parts]
     others = [p for p in paths if p not in vidur]
     reports: list[TableReport] = []
     for p in others:
@@ -197,8 +198,11 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
                                                groups))
             else:
                 e2e = res.kind.name == "neusight_e2e"
-                note = ("never fitted on; interval coverage leave-one-GPU-out" if e2e
-                        else "published: tensor path fitted on VIDUR tables only")
+                note = {
+                    "neusight_e2e": "never fitted on; interval coverage leave-one-GPU-out",
+                    "vidur_attention": "in-sample: the attention stage is fitted on this table (the only one)",
+                    "published_gemm": "not fitted on: tensor path fitted on VIDUR tables only",
+                }.get(res.kind.name, "")
                 overall, groups = _summaries(res, target, logo_coverage=e2e)
                 if overall.rows:
                     reports.append(TableReport(name, res.kind.name, target, note, overall, groups))

@@ -119,10 +119,19 @@ def _kernel_predictor(kind: str) -> Callable[[list[dict[str, str]], Coefficients
         out = _empty(len(rows), ("latency_ms",))
         good: list[int] = []
         dims, devs, ops = [], [], []
+        known: dict[str, str | None] = {}
         for i, r in enumerate(rows):
             out.groups.append(r.get("device", ""))
             try:
-                load_hardware(r["device"])
+                dev = r["device"]
+                if dev not in known:
+                    try:
+                        load_hardware(dev)
+                        known[dev] = None
+                    except PerfcastError as exc:
+                        known[dev] = str(exc)
+                if known[dev] is not None:
+                    raise ConfigError(str(known[dev]))
                 d = [float(r[c]) for c in cols]
                 if any(not np.isfinite(x) or x <= 0 for x in d[:4 if kind != "conv" else 5]):
                     raise ValueError("non-positive shape")
@@ -197,6 +206,31 @@ def _predict_vidur(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePre
     return out
 
 
+# -- VIDUR attention kernels -------------------------------------------------------------
+def _predict_vidur_attention(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
+    from perfcast.kernel.predict import predict_ops
+    from perfcast.validate.attention_tables import attention_op, row_geometry
+
+    targets = ("time_stats.attn_prefill.median", "time_stats.attn_decode.median")
+    out = _empty(len(rows), targets)
+    ops, where = [], []
+    for i, r in enumerate(rows):
+        out.groups.append(r.get("gpu_id", "a100-pcie-80gb"))
+        try:
+            pre, b, c, kv, heads = row_geometry(r)
+            ops.append(attention_op(pre, b, c, kv, heads))
+            where.append((i, targets[0] if pre else targets[1]))
+        except (KeyError, ValueError, ZeroDivisionError) as exc:
+            out.status[i] = f"unsupported: malformed row ({exc})"
+    if ops:
+        # the table comes from VIDUR's A100 80GB profiling (see its README)
+        times = predict_ops(ops, "a100-pcie-80gb", coeffs)
+        for (i, t), kt in zip(where, times, strict=True):
+            out.pred[t][i] = kt.time_s * 1e3
+    _apply_interval(out, "attention")
+    return out
+
+
 # -- published GEMM TFLOP/s ------------------------------------------------------------
 def _predict_published_gemm(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
     from perfcast.dtypes import parse_dtype
@@ -237,8 +271,9 @@ TABLE_KINDS: tuple[TableKind, ...] = (
                                           "n_embd"}), (), "vidur_op", _predict_vidur),
     TableKind("vidur_network", frozenset({"collective", "size", "num_workers", "devices_per_node"}),
               (), "step", None, "collective times arrive with the distributed-training layer"),
-    TableKind("vidur_attention", frozenset({"prefill_chunk_size", "kv_cache_size", "batch_size"}),
-              (), "step", None, "paged-attention kernels arrive with the serving layer"),
+    TableKind("vidur_attention", frozenset({"prefill_chunk_size", "kv_cache_size", "batch_size", "is_prefill"}),
+              ("time_stats.attn_prefill.median", "time_stats.attn_decode.median"), "attention",
+              _predict_vidur_attention),
     TableKind("published_training", frozenset({"tflops_per_gpu", "tokens_per_s_per_gpu", "num_gpus"}),
               ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu", "step_time_s"), "step", None,
               "cluster training steps arrive with the distributed-training layer"),
