@@ -299,7 +299,8 @@ def validate(
 def fit(
     output: Path = typer.Option(None, "-o", "--output", help="Where to write coefficients (default: print only)."),
     stages: str = typer.Option("vector,gemm,conv,tensor,attention", "--stages",
-                               help="Comma-separated stages: vector, gemm, conv, tensor, attention (kernel tables) and host "
+                               help="Comma-separated stages: vector, gemm, conv, tensor, attention (kernel "
+                                    "tables) and host "
                                     "(host time per eager kernel, from end-to-end rows of your own machine); "
                                     "none = keep the current coefficients (e.g. to recompute --intervals)."),
     intervals: Path = typer.Option(None, "--intervals", help="Also write prediction intervals to this JSON."),

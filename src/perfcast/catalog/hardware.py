@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-
-from perfcast.yamlio import safe_load
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from perfcast.catalog.paths import catalog_dirs, normalize_name
 from perfcast.dtypes import DType
 from perfcast.errors import CatalogError, UnknownNameError, UnsupportedError
+from perfcast.yamlio import safe_load
 
 __all__ = ["Fabric", "Hardware", "Interconnect", "PeakFlops", "list_hardware", "load_hardware"]
 
@@ -94,7 +93,8 @@ class Hardware(_Frozen):
     shared_memory_per_sm_bytes: float = Field(gt=0)
 
     peak_flops_per_s: PeakFlops
-    sparse_speedup: float = Field(default=1.0, ge=1.0, description="speedup of 2:4 structured sparsity on matrix formats")
+    sparse_speedup: float = Field(default=1.0, ge=1.0,
+                                  description="speedup of 2:4 structured sparsity on matrix formats")
     interconnect: Interconnect = Interconnect()
     tdp_W: float = Field(gt=0)
     dies_per_board: int = Field(default=1, ge=1)

@@ -19,13 +19,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
-from perfcast.yamlio import safe_load
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcast.catalog.paths import catalog_dirs, normalize_name
 from perfcast.errors import CatalogError, ConfigError, UnknownNameError
+from perfcast.yamlio import safe_load
 
 __all__ = [
     "MLAConfig",
@@ -165,7 +163,8 @@ class ModelConfig(_Frozen):
     qkv_bias: bool = Field(default=True, description="q/k/v projections carry biases")
     out_bias: bool = Field(default=True, description="the attention output projection carries a bias")
     mlp_bias: bool = Field(default=True, description="the dense MLP's projections carry biases")
-    parallel_block: bool = Field(default=False, description="attention and MLP read the same input (GPT-J, phi-2, Falcon)")
+    parallel_block: bool = Field(default=False,
+                                 description="attention and MLP read the same input (GPT-J, phi-2, Falcon)")
     position: Literal["learned", "rotary", "alibi", "relative", "none"] = "learned"
     tie_word_embeddings: bool = Field(default=True, description="the LM head reuses the token-embedding matrix")
     type_vocab_size: int = Field(default=0, ge=0, description="rows of BERT's token-type embedding table")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import replace
 
 from perfcast.catalog.hardware import Hardware
@@ -30,8 +31,6 @@ from perfcast.compose.types import StepTime
 from perfcast.errors import ConfigError
 from perfcast.kernel.coefficients import Coefficients
 from perfcast.workload.sharding import check_tp, shard_tp
-from collections.abc import Callable
-
 from perfcast.workload.types import Mode, OpKind, Phase, Workload
 
 __all__ = ["Parallelism", "link_bandwidth_Bps", "parse_parallelism", "ring_allreduce_s"]
@@ -88,8 +87,8 @@ def _with_comm_times(step: StepTime, comm_s: float) -> StepTime:
                    comm_s=step.comm_s + comm_s)
 
 
-def predict_data_parallel(build: Callable[[int], Workload], batch: int, n: int, hw: Hardware, coeffs: Coefficients, **kw: object
-                          ) -> StepTime:
+def predict_data_parallel(build: Callable[[int], Workload], batch: int, n: int, hw: Hardware,
+                          coeffs: Coefficients, **kw: object) -> StepTime:
     """``dpN``: the per-GPU batch plus the exposed gradient all-reduce."""
     if batch % n:
         raise ConfigError(f"data parallelism dp{n} needs a batch divisible by {n} (got {batch})")
@@ -119,8 +118,9 @@ def predict_tensor_parallel(w: Workload, cfg: ModelConfig, n: int, hw: Hardware,
     return replace(_with_comm_times(step, comm_s), parallelism=f"tp{n}")
 
 
-def predict_pipeline_parallel(build: Callable[[int], Workload], cfg: ModelConfig, batch: int, n: int, microbatches: int | None,
-                              hw: Hardware, coeffs: Coefficients, **kw: object) -> StepTime:
+def predict_pipeline_parallel(build: Callable[[int], Workload], cfg: ModelConfig, batch: int, n: int,
+                              microbatches: int | None, hw: Hardware, coeffs: Coefficients,
+                              **kw: object) -> StepTime:
     """``ppN``: ``m`` micro-batches through ``N`` stages; the slowest stage sets the pace."""
     layers = cfg.num_layers + (cfg.num_decoder_layers or 0)
     if layers < n:

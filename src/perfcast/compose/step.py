@@ -16,9 +16,9 @@ from perfcast.compose.coefficients import ComposeCoefficients, HostCoefficients,
 from perfcast.compose.fusion import fuse_chains
 from perfcast.compose.interval import interval_for
 from perfcast.compose.types import OpTime, StepTime
+from perfcast.errors import ConfigError
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.predict import predict_ops
-from perfcast.errors import ConfigError
 from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
 
 __all__ = ["FRAMEWORKS", "predict_step", "simulate_queue"]

@@ -19,9 +19,9 @@ def pct(x: float) -> str:
 
 def step_table(st: StepTime) -> Table:
     """Summary of one step prediction."""
+    extra = ("" if not st.fused else ", fused") + ("" if st.parallelism == "none" else ", " + st.parallelism)
     t = Table(title=f"{st.model_id} on {st.hardware_id}: {st.mode}, batch {st.batch_size}, seq {st.seq_len}, "
-                    f"{st.dtype}{', fused' if st.fused else ''}{'' if st.parallelism == 'none' else ', ' + st.parallelism}",
-              show_header=False)
+                    f"{st.dtype}{extra}", show_header=False)
     t.add_column("quantity")
     t.add_column("value", justify="right")
     t.add_row("step time", f"{format_time(st.time_s)}  (interval {format_time(st.low_s)} .. {format_time(st.high_s)})")

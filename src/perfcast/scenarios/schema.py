@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-
-from perfcast.yamlio import safe_load
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfcast.errors import ConfigError, UnknownNameError
+from perfcast.yamlio import safe_load
 
 __all__ = ["LatencyRun", "Scenario", "list_scenarios", "load_scenario"]
 

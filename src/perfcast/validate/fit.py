@@ -28,8 +28,8 @@ import numpy as np
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.validate.groundtruth import find_groundtruth
 from perfcast.validate.kernel_tables import KernelRows, load_kernel_rows, predict_kernel_rows
-from perfcast.validate.vidur_tables import load_vidur_rows, predict_vidur_rows, rows_ops
 from perfcast.validate.optimize import fit_least_squares
+from perfcast.validate.vidur_tables import load_vidur_rows, predict_vidur_rows, rows_ops
 
 __all__ = ["FitStage", "fit_coefficients", "set_path"]
 
@@ -241,7 +241,8 @@ def _log_ratio(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     return np.log(measured[ok] / predicted[ok])
 
 
-def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *, quantiles: tuple[float, float] = (0.05, 0.95),
+def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *,
+                  quantiles: tuple[float, float] = (0.05, 0.95),
                   log: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     """Prediction-interval quantiles of the log error ``log(measured / predicted)`` per prediction kind.
 

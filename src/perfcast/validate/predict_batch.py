@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import csv
 import gzip
-import math
 import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -127,8 +127,8 @@ def _summaries(res: BatchResult, target: str, mask: np.ndarray | None = None,
 def _vidur_logo(paths: list[Path], root: Path, coeffs: Coefficients, log: Callable[[str], None]
                 ) -> list[TableReport]:
     from perfcast.validate.fit import fit_coefficients
-    from perfcast.validate.tables import predict_table, recognize
     from perfcast.validate.groundtruth import read_rows
+    from perfcast.validate.tables import predict_table, recognize
 
     gpus = sorted({p.parent.parent.name for p in paths})
     reports = []

@@ -109,8 +109,8 @@ def _predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: obje
 
 # -- NeuSight kernels --------------------------------------------------------------
 def _kernel_predictor(kind: str) -> Callable[[list[dict[str, str]], Coefficients], TablePrediction]:
-    from perfcast.validate.kernel_tables import KernelRows, predict_kernel_rows
     from perfcast.catalog.hardware import load_hardware
+    from perfcast.validate.kernel_tables import KernelRows, predict_kernel_rows
 
     cols = {"gemm": ("batch", "m_rows", "k_reduction", "n_cols"), "vector": ("rows", "cols"),
             "conv": ("batch", "in_channels", "out_channels", "kernel_size", "input_hw", "stride", "padding")}[kind]
@@ -168,8 +168,8 @@ def _kernel_predictor(kind: str) -> Callable[[list[dict[str, str]], Coefficients
 
 # -- VIDUR per-op tables -------------------------------------------------------------
 def _predict_vidur(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
-    from perfcast.validate.vidur_tables import VIDUR_OPS, block_ops
     from perfcast.kernel.predict import predict_ops
+    from perfcast.validate.vidur_tables import VIDUR_OPS, block_ops
 
     targets = tuple(f"time_stats.{op}.median" for op in VIDUR_OPS)
     present = [t for t in targets if t in rows[0]] if rows else []
@@ -233,9 +233,9 @@ def _predict_vidur_attention(rows: list[dict[str, str]], coeffs: Coefficients) -
 
 # -- published GEMM TFLOP/s ------------------------------------------------------------
 def _predict_published_gemm(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
+    from perfcast.catalog.hardware import load_hardware
     from perfcast.dtypes import parse_dtype
     from perfcast.kernel.gemm import gemm_times
-    from perfcast.catalog.hardware import load_hardware
 
     out = _empty(len(rows), ("tflops",))
     for i, r in enumerate(rows):

@@ -10,11 +10,10 @@ operators in engine style and prices them with the kernel layer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-
-from functools import lru_cache
 
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.dtypes import DType

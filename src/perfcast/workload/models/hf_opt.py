@@ -20,7 +20,6 @@ __all__ = ["build_opt"]
 def build_opt(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention: str = "eager") -> None:
     """Emit the forward pass of an OPT causal LM over ``batch x seq`` tokens."""
     h, nh, hd, ff, v = cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size
-    e = g.esize
     t = batch * seq
     th = t * h
     proj_dim = int(cfg.hf_config.get("word_embed_proj_dim") or h)
