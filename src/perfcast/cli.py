@@ -246,18 +246,18 @@ def predict_batch_cmd(
     res = predict_batch(table)
     path = write_predictions(res, output, force=force)
     ok = sum(1 for s in res.prediction.status if s == "ok")
-    summary = {"table": str(table), "kind": res.kind.name, "rows": len(res.rows), "predicted_rows": ok,
-               "output": str(path), "targets": {}}
+    targets: dict[str, dict[str, float | int]] = {}
     for t in res.targets:
         s = summarize(res.measured(t), res.prediction.pred[t], res.prediction.low[t], res.prediction.high[t])
-        summary["targets"][t] = s.as_dict()
+        targets[t] = s.as_dict()
     if as_json:
-        emit_json(summary)
+        emit_json({"table": str(table), "kind": res.kind.name, "rows": len(res.rows), "predicted_rows": ok,
+                   "output": str(path), "targets": targets})
         return
-    _console().print(f"{res.kind.name}: {len(res.rows)} rows, {ok} predicted -> {path}")
-    for t, s in summary["targets"].items():
-        if s["predicted_rows"]:
-            _console().print(f"  {t}: MAPE {100 * s['mape_frac']:.1f}% over {s['predicted_rows']} measured rows")
+    sys.stdout.write(f"{res.kind.name}: {len(res.rows)} rows, {ok} predicted -> {path}\n")
+    for t, d in targets.items():
+        if d["predicted_rows"]:
+            sys.stdout.write(f"  {t}: MAPE {100 * d['mape_frac']:.1f}% over {d['predicted_rows']} measured rows\n")
 
 
 @app.command()
@@ -375,8 +375,9 @@ def suite(
         t.add_column(c)
     for r in results:
         h = r.headline()
+        mape = h["mape_frac"]
         t.add_row(r.id, r.title, str(h["predictions"]), str(h["with_measurement"]),
-                  pct(h["mape_frac"]) if h["mape_frac"] is not None else "-", r.status)
+                  pct(float(mape)) if isinstance(mape, (int, float)) else "-", r.status)
     _console().print(t)
     for r in results:
         detail = _table(title=f"{r.id}: predicted step time (measured where known)")
@@ -388,11 +389,12 @@ def suite(
                                str(row["fused"]), str(row["hardware"]), "error", str(row.get("error", "")), "")
                 continue
             meas = row.get("measured_step_time_s")
+            err = row.get("error_frac")
             detail.add_row(str(row["model"]), str(row["mode"]), str(row["batch_size"]), str(row["seq_len"]),
                            "yes" if row["fused"] else "", str(row["hardware"]),
-                           f"{1e3 * float(row['step_time_s']):.1f} ms",
-                           f"{1e3 * float(meas):.1f} ms" if meas else "-",
-                           pct(float(row["error_frac"])) if meas else "")
+                           f"{1e3 * float(str(row['step_time_s'])):.1f} ms",
+                           f"{1e3 * float(str(meas)):.1f} ms" if meas is not None else "-",
+                           pct(float(str(err))) if err is not None else "")
         _console().print(detail)
 
 

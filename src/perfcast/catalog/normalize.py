@@ -160,7 +160,8 @@ def _common(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _rotary_frac(raw: Raw, default: float = 1.0) -> float:
     """Fraction of each head that gets RoPE: top-level keys, or transformers 5's ``rope_parameters``."""
-    rope = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) else {}
+    params = raw.get("rope_parameters")
+    rope: dict[str, Any] = params if isinstance(params, dict) else {}
     for value in (raw.get("partial_rotary_factor"), raw.get("rotary_pct"), rope.get("partial_rotary_factor")):
         if value is not None:
             return float(value)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig
@@ -33,7 +33,16 @@ from perfcast.kernel.coefficients import Coefficients
 from perfcast.workload.sharding import check_tp, shard_tp
 from perfcast.workload.types import Mode, OpKind, Phase, Workload
 
-__all__ = ["Parallelism", "link_bandwidth_Bps", "parse_parallelism", "ring_allreduce_s"]
+__all__ = [
+    "Parallelism",
+    "StepOptions",
+    "link_bandwidth_Bps",
+    "parse_parallelism",
+    "predict_data_parallel",
+    "predict_pipeline_parallel",
+    "predict_tensor_parallel",
+    "ring_allreduce_s",
+]
 
 _DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP default bucket_cap_mb
 
@@ -87,16 +96,29 @@ def _with_comm_times(step: StepTime, comm_s: float) -> StepTime:
                    comm_s=step.comm_s + comm_s)
 
 
+@dataclass(frozen=True, slots=True)
+class StepOptions:
+    """How each GPU's step is composed (see :func:`perfcast.compose.step.predict_step`)."""
+
+    fused: bool = False
+    framework: str | None = None
+    compose: ComposeCoefficients | None = None
+
+    def step(self, w: Workload, hw: Hardware, coeffs: Coefficients) -> StepTime:
+        """One GPU's step under these options."""
+        return predict_step(w, hw, coeffs=coeffs, fused=self.fused, framework=self.framework, compose=self.compose)
+
+
 def predict_data_parallel(build: Callable[[int], Workload], batch: int, n: int, hw: Hardware,
-                          coeffs: Coefficients, **kw: object) -> StepTime:
+                          coeffs: Coefficients, opts: StepOptions) -> StepTime:
     """``dpN``: the per-GPU batch plus the exposed gradient all-reduce."""
     if batch % n:
         raise ConfigError(f"data parallelism dp{n} needs a batch divisible by {n} (got {batch})")
     w: Workload = build(batch // n)
-    step = predict_step(w, hw, coeffs=coeffs, **kw)  # type: ignore[arg-type]
+    step = opts.step(w, hw, coeffs)
     if w.mode is not Mode.TRAINING:
         return replace(step, parallelism=f"dp{n}", batch_size=batch)
-    cc = kw.get("compose")  # type: ignore[assignment]
+    cc = opts.compose
     grad_bytes = sum(o.params * o.count * o.dtype.bytes for o in w.ops if o.phase is Phase.FORWARD)
     total = ring_allreduce_s(grad_bytes, n, hw, cc)
     last_bucket = ring_allreduce_s(min(_DDP_BUCKET_BYTES, grad_bytes), n, hw, cc)
@@ -106,21 +128,20 @@ def predict_data_parallel(build: Callable[[int], Workload], batch: int, n: int, 
 
 
 def predict_tensor_parallel(w: Workload, cfg: ModelConfig, n: int, hw: Hardware, coeffs: Coefficients,
-                            **kw: object) -> StepTime:
+                            opts: StepOptions) -> StepTime:
     """``tpN``: sharded ops plus their (exposed) all-reduces."""
     check_tp(cfg, n)
     ops = shard_tp(w.ops, n)
     comm = [o for o in ops if o.kind is OpKind.COMM]
     compute = replace(w, ops=tuple(o for o in ops if o.kind is not OpKind.COMM), tp=n)
-    step = predict_step(compute, hw, coeffs=coeffs, **kw)  # type: ignore[arg-type]
-    cc = kw.get("compose")
-    comm_s = sum(ring_allreduce_s(o.dims[0], n, hw, cc) * o.count for o in comm)  # type: ignore[arg-type]
+    step = opts.step(compute, hw, coeffs)
+    comm_s = sum(ring_allreduce_s(float(o.dims[0]), n, hw, opts.compose) * o.count for o in comm)
     return replace(_with_comm_times(step, comm_s), parallelism=f"tp{n}")
 
 
 def predict_pipeline_parallel(build: Callable[[int], Workload], cfg: ModelConfig, batch: int, n: int,
                               microbatches: int | None, hw: Hardware, coeffs: Coefficients,
-                              **kw: object) -> StepTime:
+                              opts: StepOptions) -> StepTime:
     """``ppN``: ``m`` micro-batches through ``N`` stages; the slowest stage sets the pace."""
     layers = cfg.num_layers + (cfg.num_decoder_layers or 0)
     if layers < n:
@@ -129,7 +150,7 @@ def predict_pipeline_parallel(build: Callable[[int], Workload], cfg: ModelConfig
     if batch % m:
         raise ConfigError(f"pipeline parallelism with {m} micro-batches needs a batch divisible by {m} (got {batch})")
     w: Workload = build(batch // m)
-    full = predict_step(w, hw, coeffs=coeffs, **kw)  # type: ignore[arg-type]
+    full = opts.step(w, hw, coeffs)
     per_layer = [t for t in full.ops if t.op.count > 1]
     repeated = sum(t.total_s for t in per_layer)
     rest = full.device_busy_s - repeated
@@ -139,7 +160,7 @@ def predict_pipeline_parallel(build: Callable[[int], Workload], cfg: ModelConfig
     scale = full.time_s / full.device_busy_s if full.device_busy_s > 0 else 1.0
     stage *= scale
     act_bytes = (batch // m) * w.seq_len * cfg.hidden_size * w.dtype.bytes
-    bw, lat = link_bandwidth_Bps(hw, kw.get("compose"))  # type: ignore[arg-type]
+    bw, lat = link_bandwidth_Bps(hw, opts.compose)
     send = act_bytes / bw + lat
     passes = 2 if w.mode is Mode.TRAINING else 1
     slots = m + n - 1

@@ -8,12 +8,12 @@ from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.compose.coefficients import ComposeCoefficients
 from perfcast.compose.parallel import (
+    StepOptions,
     parse_parallelism,
     predict_data_parallel,
     predict_pipeline_parallel,
     predict_tensor_parallel,
 )
-from perfcast.compose.step import predict_step
 from perfcast.compose.types import StepTime
 from perfcast.dtypes import DType, parse_dtype
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
@@ -65,11 +65,11 @@ def predict(req: StepRequest, coeffs: Coefficients | None = None,
                             optimizer=req.optimizer, loss=req.loss, accumulate_grads=req.accumulate_grads)
         return build_workload(cfg, spec)
 
-    kw = {"fused": req.fused, "framework": req.framework, "compose": compose}
+    opts = StepOptions(fused=req.fused, framework=req.framework, compose=compose)
     if par.kind == "dp":
-        return predict_data_parallel(build, req.batch_size, par.degree, hw, co, **kw)
+        return predict_data_parallel(build, req.batch_size, par.degree, hw, co, opts)
     if par.kind == "tp":
-        return predict_tensor_parallel(build(req.batch_size), cfg, par.degree, hw, co, **kw)
+        return predict_tensor_parallel(build(req.batch_size), cfg, par.degree, hw, co, opts)
     if par.kind == "pp":
-        return predict_pipeline_parallel(build, cfg, req.batch_size, par.degree, req.microbatches, hw, co, **kw)
-    return predict_step(build(req.batch_size), hw, coeffs=co, **kw)
+        return predict_pipeline_parallel(build, cfg, req.batch_size, par.degree, req.microbatches, hw, co, opts)
+    return opts.step(build(req.batch_size), hw, co)

@@ -128,8 +128,8 @@ def predict_step(workload: Workload, hardware: Hardware | str, *, fused: bool = 
         if t.op.kind is OpKind.COMM:
             comm += total
         by_phase[t.op.phase] = by_phase.get(t.op.phase, 0.0) + total
-        key = t.op.group or "other"
-        by_group[key] = by_group.get(key, 0.0) + total
+        group = t.op.group or "other"
+        by_group[group] = by_group.get(group, 0.0) + total
     low, high = interval_for(wall, kind="step", fused=fused)
     return StepTime(
         model_id=workload.model_id, hardware_id=hw.id, mode=workload.mode.value, batch_size=workload.batch_size,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from perfcast.catalog.hardware import Hardware, load_hardware
+from perfcast.dtypes import DType
 from perfcast.kernel.attention import attention_times
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.conv import conv_times
@@ -96,12 +98,10 @@ def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: 
     for (kind, sub), idx in groups.items():
         sel = [ops[i] for i in idx]
         if kind is OpKind.GEMM:
-            batched, dtype, wdtype = sub  # type: ignore[misc]
+            batched, dtype, wdtype = cast(tuple[bool, DType, str | None], sub)
             d = np.array([o.dims for o in sel], dtype=float)
             operand = None
             if wdtype and wdtype != dtype.value:
-                from perfcast.dtypes import DType
-
                 operand = DType(wdtype).bytes  # weight-only quantization: weights stream narrower
             g = gemm_times(d[:, 0], d[:, 1], d[:, 2], d[:, 3], hw, dtype, co, batched=batched,
                            clock_frac=clock_frac, operand_bytes=operand)

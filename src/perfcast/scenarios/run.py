@@ -10,6 +10,7 @@ from perfcast.catalog.models import load_model
 from perfcast.compose.predict import StepRequest, predict
 from perfcast.errors import PerfcastError
 from perfcast.scenarios.schema import Scenario
+from perfcast.workload.types import Mode
 
 __all__ = ["ScenarioResult", "run_scenario"]
 
@@ -26,7 +27,7 @@ class ScenarioResult:
 
     def headline(self) -> dict[str, object]:
         """The scenario's summary metrics."""
-        errs = [abs(float(r["error_frac"])) for r in self.rows if r.get("error_frac") is not None]
+        errs = [abs(float(str(r["error_frac"]))) for r in self.rows if r.get("error_frac") is not None]
         ok = [r for r in self.rows if r["status"] == "ok"]
         return {
             "predictions": len(ok),
@@ -66,7 +67,7 @@ def run_scenario(sc: Scenario) -> ScenarioResult:
             row: dict[str, object] = {"model": run.model, "hardware": hw, "mode": run.mode,
                                       "batch_size": run.batch_size, "seq_len": run.seq_len, "fused": run.fused}
             try:
-                st = predict(StepRequest(model=run.model, hardware=hw, mode=run.mode, batch_size=run.batch_size,
+                st = predict(StepRequest(model=run.model, hardware=hw, mode=Mode(run.mode), batch_size=run.batch_size,
                                          seq_len=run.seq_len, dtype=sc.dtype, fused=run.fused,
                                          parallelism=run.parallelism, optimizer=sc.optimizer, loss=False,
                                          accumulate_grads=True))

@@ -18,6 +18,7 @@ What each stage fits, and on which rows (only rows whose ``split`` is
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,6 +155,16 @@ def _fit_stage(stage: FitStage, base: Coefficients, data: _Data, log: Callable[[
     return make(x)
 
 
+def _predict_kernels(rows: KernelRows, coeffs: Coefficients) -> np.ndarray:
+    return predict_kernel_rows(rows, coeffs)
+
+
+def _predict_attention(rows: Any, coeffs: Coefficients) -> np.ndarray:
+    from perfcast.validate.attention_tables import predict_attention_rows
+
+    return predict_attention_rows(rows, coeffs)
+
+
 def _vidur_data(root: Path, *, gpus: Sequence[str] | None, per_group: int, seed: int) -> tuple[_Data, str]:
     paths = sorted((root / "vidur" / "compute").glob("*/*/mlp.csv*"))
     rows = load_vidur_rows(paths)
@@ -202,12 +213,12 @@ def fit_coefficients(groundtruth: Path | None = None, *, base: Coefficients | No
             data, desc = _vidur_data(root, gpus=tensor_gpus, per_group=per_group, seed=seed)
             stage = TENSOR_STAGE
         elif name == "attention":
-            from perfcast.validate.attention_tables import load_attention_rows, predict_attention_rows
+            from perfcast.validate.attention_tables import load_attention_rows
 
             path = sorted((root / "vidur" / "legacy" / "compute").glob("*/attention_*.csv*"))[0]
             arows = load_attention_rows(path)
             arows = arows.subset(np.isfinite(arows.measured_s))
-            data = _Data(arows.measured_s, lambda c, r=arows: predict_attention_rows(r, c), len(arows))
+            data = _Data(arows.measured_s, functools.partial(_predict_attention, arows), len(arows))
             stage = ATTENTION_STAGE
             desc = f"{stage.description} ({len(arows)} rows)"
         else:
@@ -215,7 +226,7 @@ def fit_coefficients(groundtruth: Path | None = None, *, base: Coefficients | No
             rows = load_kernel_rows(root / "neusight" / f"{fname}.csv.gz", name)
             rows = rows.subset((rows.split == "train") & np.isfinite(rows.latency_s))
             rows = _sample(rows, per_group, seed)
-            data = _Data(rows.latency_s, lambda c, r=rows: predict_kernel_rows(r, c), len(rows))
+            data = _Data(rows.latency_s, functools.partial(_predict_kernels, rows), len(rows))
             desc = f"{stage.description} ({len(rows)} rows sampled, seed {seed})"
         co = _fit_stage(stage, co, data, log)
         fitted_on[name] = desc
@@ -277,8 +288,8 @@ def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *,
         others = [g for g in np.unique(all_rows.gpu) if g != gpu]
         co = fit_coefficients(root, base=coeffs, stages=("tensor",), tensor_gpus=others, per_group=600,
                               log=lambda _m: None) if others else coeffs
-        rows = all_rows.subset(all_rows.gpu == gpu)
-        vres.append(_log_ratio(rows.measured_s.reshape(-1), predict_vidur_rows(rows, co).reshape(-1)))
+        vrows = all_rows.subset(all_rows.gpu == gpu)
+        vres.append(_log_ratio(vrows.measured_s.reshape(-1), predict_vidur_rows(vrows, co).reshape(-1)))
     add("vidur_op", np.concatenate(vres), "vidur/compute per-op medians, leave-one-GPU-out")
 
     eres = []

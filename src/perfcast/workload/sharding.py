@@ -89,6 +89,6 @@ def _shard(op: Op, tp: int) -> Op:
         return op.with_(dims=(tokens, dim, _div(vocab, tp)), weight_bytes=op.weight_bytes * f,
                         params=int(op.params * f))
     rows, cols = op.dims
-    dims = (_div(rows, tp), cols) if rows > 1 else (rows, _div(cols, tp))
-    return op.with_(dims=dims, flops=op.flops * f, bytes_read=op.bytes_read * f, bytes_written=op.bytes_written * f,
+    vdims = (_div(rows, tp), cols) if rows > 1 else (rows, _div(cols, tp))
+    return op.with_(dims=vdims, flops=op.flops * f, bytes_read=op.bytes_read * f, bytes_written=op.bytes_written * f,
                     fused_bytes=None if op.fused_bytes is None else op.fused_bytes * f, params=int(op.params * f))
