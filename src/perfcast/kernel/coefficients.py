@@ -64,11 +64,12 @@ class VectorCoefficients(_Model):
     combine_p: float = Field(default=2.0, description="memory and issue times combine as (m**p + i**p)**(1/p): "
                              "1 = they add, large = the longer hides the shorter")
     combine_p_op: dict[str, float] = Field(default_factory=dict, description="per-op exponent where it differs")
-    min_cycles: dict[str, float] = Field(default_factory=dict,
-                                         description="shortest time of a kernel of this op in clock cycles at "
-                                         "boost (reductions and gathers have longer fixed latencies)")
-    l2_hit_frac: float = Field(default=0.0, description="fraction of the L2 cache that serves reads of "
-                               "just-produced operands instead of DRAM")
+    min_time_s: dict[str, float] = Field(default_factory=dict,
+                                         description="shortest time of a kernel of this op, seconds (reductions "
+                                         "and gathers have longer fixed latencies than a plain launch)")
+    l2_hit_frac: float = Field(default=0.0, description="fraction of the L2 cache that holds just-produced "
+                               "operands a kernel reads again")
+    l2_cost_frac: float = Field(default=0.35, description="cost of a byte read from L2 relative to DRAM")
     row_overhead_elems: float = Field(description="row reductions lose efficiency as cols / (cols + this)")
 
 

@@ -41,15 +41,16 @@ def vector_times(ops: list[str], bytes_moved: np.ndarray, cols: np.ndarray, hw: 
     bw = hw.memory_bandwidth_Bps * eff * factor * row
     nbytes = np.asarray(bytes_moved, dtype=float)
     if vc.l2_hit_frac > 0:
-        # operands produced by the previous kernel may still sit in L2: those reads skip DRAM
-        nbytes = nbytes - np.minimum(0.5 * nbytes, vc.l2_hit_frac * hw.l2_cache_bytes)
+        # operands produced by the previous kernel may still sit in L2: those reads cost less than DRAM
+        hit = np.minimum(0.6 * nbytes, vc.l2_hit_frac * hw.l2_cache_bytes)
+        nbytes = nbytes - hit * (1.0 - vc.l2_cost_frac)
     t = nbytes / bw
     if elements is not None and vc.sm_cycles_per_elem:
         cyc = np.array([vc.sm_cycles_per_elem.get(o, vc.sm_cycles_per_elem.get(_family(o), 0.0)) for o in ops])
         issue = np.asarray(elements, dtype=float) * cyc / (hw.num_sms * hw.boost_clock_hz)
         pw = np.array([vc.combine_p_op.get(o, vc.combine_p) for o in ops])
         t = (t**pw + issue**pw) ** (1.0 / pw)
-    floor = np.array([vc.min_cycles.get(o, 0.0) for o in ops]) / hw.boost_clock_hz if vc.min_cycles else 0.0
+    floor = np.array([vc.min_time_s.get(o, 0.0) for o in ops]) if vc.min_time_s else 0.0
     t = np.maximum(t + coeffs.launch.kernel_min_s, floor)
     return t
 

@@ -97,8 +97,8 @@ TENSOR_STAGE = FitStage(
         ("vector.sm_cycles_per_elem.rmsnorm", "log"), ("vector.sm_cycles_per_elem.rope", "log"),
         ("vector.sm_cycles_per_elem.silu_mul", "log"), ("vector.sm_cycles_per_elem.embedding", "log"),
         # CUPTI kernel durations (no host time) pin the kernel floor and the per-op fixed latencies
-        ("launch.kernel_min_s", "log"), ("vector.min_cycles.rmsnorm", "log"), ("vector.min_cycles.rope", "log"),
-        ("vector.min_cycles.silu_mul", "log"), ("vector.min_cycles.embedding", "log"),
+        ("launch.kernel_min_s", "log"), ("vector.min_time_s.rmsnorm", "log"), ("vector.min_time_s.rope", "log"),
+        ("vector.min_time_s.silu_mul", "log"), ("vector.min_time_s.embedding", "log"), ("vector.l2_hit_frac", "logit"),
     ),
     "vidur/compute/*/*/mlp.csv (all rows; no split)",
 )
