@@ -88,6 +88,9 @@ class ConvCoefficients(_Model):
 
     efficiency: float
     winograd_speedup: float
+    memory_factor: float = Field(default=1.0, description="DRAM traffic relative to reading the input and writing "
+                                 "the output once (im2col/Winograd transforms move more)")
+    kernels_per_call: float = Field(default=1.0, description="kernels a convolution launches (transforms + GEMM)")
 
 
 class LaunchCoefficients(_Model):

@@ -3,7 +3,9 @@
 A 2-D convolution ``(batch, in_ch, out_ch, kernel, in_hw, stride, padding, groups)``
 is a GEMM with ``m = batch * out_hw**2`` output pixels, ``n = out_ch`` and
 ``k = in_ch/groups * kernel**2``. 3x3 stride-1 convolutions may use Winograd,
-which saves multiplies: its compute time is divided by a fitted speedup.
+which saves multiplies: its compute time is divided by a fitted speedup. The
+transforms around the GEMM stream the activations several times (a fitted
+memory factor), and do not overlap with it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,6 @@ def conv_times(dims: np.ndarray, hw: Hardware, dtype: DType, coeffs: Coefficient
     speed = np.where(winograd, coeffs.conv.winograd_speedup, 1.0) * coeffs.conv.efficiency
     compute = g.compute_s / speed
     # activations in and out stream through DRAM (weights are small)
-    memory = (batch * cin * hw_in**2 + batch * cout * out**2) * dtype.bytes / (
+    memory = coeffs.conv.memory_factor * (batch * cin * hw_in**2 + batch * cout * out**2) * dtype.bytes / (
         hw.memory_bandwidth_Bps * coeffs.gemm.paths[datapath(hw, dtype)].memory_efficiency)
-    return (compute**4 + memory**4) ** 0.25 + coeffs.launch.kernel_min_s
+    return compute + memory + coeffs.conv.kernels_per_call * coeffs.launch.kernel_min_s

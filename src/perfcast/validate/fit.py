@@ -110,7 +110,8 @@ ATTENTION_STAGE = FitStage(
 )
 CONV_STAGE = FitStage(
     "conv",
-    (("conv.efficiency", "log"), ("conv.winograd_speedup", "log")),
+    # kernels_per_call stays at its prior (3: input transform, GEMM, output transform)
+    (("conv.efficiency", "log"), ("conv.winograd_speedup", "log"), ("conv.memory_factor", "log")),
     "neusight/kernels_conv.csv.gz split=train",
 )
 
