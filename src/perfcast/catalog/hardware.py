@@ -12,13 +12,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfcast.catalog.paths import catalog_dirs, normalize_name
 from perfcast.dtypes import DType
 from perfcast.errors import CatalogError, UnknownNameError, UnsupportedError
-from perfcast.yamlio import safe_load
+from perfcast.yamlio import load_model_file
 
 __all__ = ["Fabric", "Hardware", "Interconnect", "PeakFlops", "list_hardware", "load_hardware"]
 
@@ -147,19 +146,8 @@ class Hardware(_Frozen):
 
 
 def _read_yaml(path: Path) -> Hardware:
-    try:
-        with path.open(encoding="utf-8") as fh:
-            raw = safe_load(fh)
-    except (OSError, yaml.YAMLError) as exc:
-        raise CatalogError(f"{path}: cannot read hardware YAML ({exc.__class__.__name__}: {exc})") from None
-    if not isinstance(raw, dict):
-        raise CatalogError(f"{path}: a hardware file must be a YAML mapping of fields")
-    try:
-        return Hardware.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(root)"
-        raise CatalogError(f"{path}: field {where}: {err['msg']}") from None
+    hw: Hardware = load_model_file(path, Hardware, what="hardware file", error=CatalogError)
+    return hw
 
 
 @lru_cache(maxsize=1)

@@ -11,9 +11,9 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from perfcast.errors import DataError
+from perfcast.jsonio import load_versioned
 
 __all__ = ["COMPOSE_SCHEMA_VERSION", "ComposeCoefficients", "load_compose_coefficients"]
 
@@ -69,15 +69,4 @@ def _default() -> ComposeCoefficients:
 
 
 def _load(path: Path) -> ComposeCoefficients:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"cannot read composition coefficients {path}: {exc}") from None
-    if not isinstance(raw, dict) or raw.get("schema_version") != COMPOSE_SCHEMA_VERSION:
-        raise DataError(f"{path}: composition coefficients schema_version {raw.get('schema_version')!r}, "
-                        f"expected {COMPOSE_SCHEMA_VERSION}; re-run `perfcast fit`")
-    try:
-        return ComposeCoefficients.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise DataError(f"{path}: field {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    return load_versioned(path, ComposeCoefficients, version=COMPOSE_SCHEMA_VERSION, what="composition coefficients")

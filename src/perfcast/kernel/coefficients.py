@@ -12,9 +12,9 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from perfcast.errors import DataError
+from perfcast.jsonio import load_versioned
 
 __all__ = ["SCHEMA_VERSION", "Coefficients", "GemmPath", "load_coefficients"]
 
@@ -143,20 +143,4 @@ def _load_default() -> Coefficients:
 
 
 def _load(path: Path) -> Coefficients:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DataError(f"cannot read coefficients {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    version = raw.get("schema_version") if isinstance(raw, dict) else None
-    if version != SCHEMA_VERSION:
-        raise DataError(
-            f"{path}: coefficients schema_version {version!r}, this perfcast reads {SCHEMA_VERSION}; "
-            "re-run `perfcast fit`"
-        )
-    try:
-        return Coefficients.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise DataError(f"{path}: field {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    return load_versioned(path, Coefficients, version=SCHEMA_VERSION, what="kernel coefficients")

@@ -6,11 +6,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from perfcast.errors import ConfigError, UnknownNameError
-from perfcast.yamlio import safe_load
+from perfcast.yamlio import load_model_file
 
 __all__ = ["LatencyRun", "Scenario", "list_scenarios", "load_scenario"]
 
@@ -58,22 +57,8 @@ def load_scenario(name: str | Path) -> Scenario:
         path = ids[text]
     if not path.is_file():
         raise ConfigError(f"scenario file {path} does not exist")
-    try:
-        raw = safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: a scenario must be a YAML mapping")
-    try:
-        return Scenario.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(root)"
-        allowed = ""
-        if err["type"] == "extra_forbidden":
-            model = Scenario if len(err["loc"]) == 1 else LatencyRun
-            allowed = f"; accepted keys: {', '.join(model.model_fields)}"
-        raise ConfigError(f"{path}: key {where}: {err['msg']}{allowed}") from None
+    scenario: Scenario = load_model_file(path, Scenario, what="scenario", error=ConfigError)
+    return scenario
 
 
 def list_scenarios() -> list[Scenario]:

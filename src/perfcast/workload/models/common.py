@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from perfcast.workload.graph import Graph
 
-__all__ = ["activation", "dropout_residual", "lm_loss", "python_rmsnorm"]
+__all__ = ["activation", "dropout_residual", "lm_loss", "matmul_attention", "python_rmsnorm"]
 
 
 def activation(g: Graph, name: str, kind: str, numel: int) -> None:
@@ -60,3 +60,38 @@ def lm_loss(g: Graph, tokens: int, vocab: int) -> None:
     with g.scope("loss", group="loss"):
         g.reduction("log_softmax", "softmax", tokens, vocab)
         g.pointwise("nll", "cross_entropy", tokens, inputs=1)
+
+
+def matmul_attention(g: Graph, batch: int, q_len: int, k_len: int, nh: int, hd: int, *, scale: bool,
+                     mask: str | None) -> None:
+    """Eager attention written with ``torch.matmul`` on permuted views (GPT-2, BERT, T5).
+
+    matmul copies q, k^T and v into contiguous ``(b*h, s, d)`` buffers; the
+    scores then pass through an optional scale, a mask (``where`` = GPT-2's
+    causal ``torch.where``, ``add`` = an additive mask row, ``bias`` = T5's
+    full position bias tensor) and a softmax (and dropout in training). Under a
+    compiler the scale, mask, softmax and dropout fuse into one kernel.
+    """
+    e = g.esize
+    scores = batch * nh * q_len * k_len
+    g.copy("q_contiguous", batch * q_len * nh * hd)
+    g.copy("k_contiguous", batch * k_len * nh * hd)
+    g.bmm("qk", batch * nh, q_len, hd, k_len)
+    chain = g.new_chain("softmax")
+    read_scores = scores * e  # the fused kernel reads the scores once
+    if scale:
+        g.pointwise("scale", "divu", scores, chain=chain, fused_bytes=read_scores)
+        read_scores = 0.0
+    if mask == "where":
+        g.pointwise("causal_mask", "where", scores, extra_read_bytes=q_len * k_len, chain=chain,
+                    fused_bytes=read_scores)
+    elif mask == "add":
+        g.pointwise("mask_add", "add", scores, extra_read_bytes=batch * k_len * e, chain=chain,
+                    fused_bytes=read_scores)
+    elif mask == "bias":
+        g.pointwise("add_position_bias", "add", scores, inputs=2, chain=chain, fused_bytes=read_scores + scores * e)
+    consumed = 0.0 if (scale or mask) else scores * e
+    g.reduction("softmax", "softmax", batch * nh * q_len, k_len, chain=chain, fused_bytes=consumed + scores * e)
+    g.dropout("attn_dropout", scores, chain=chain)
+    g.copy("v_contiguous", batch * k_len * nh * hd)
+    g.bmm("pv", batch * nh, q_len, k_len, hd)

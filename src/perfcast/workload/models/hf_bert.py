@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from perfcast.catalog.models import ModelConfig
 from perfcast.workload.graph import Graph
-from perfcast.workload.models.common import activation
+from perfcast.workload.models.common import activation, matmul_attention
 
 __all__ = ["build_bert"]
 
@@ -83,19 +83,7 @@ def _add_norm(g: Graph, name: str, tokens: int, hidden: int) -> None:
 
 def _bert_attention(g: Graph, batch: int, seq: int, nh: int, hd: int, attention: str) -> None:
     """matmul on permuted views (q, k^T, v copied), scale, additive mask, softmax, dropout."""
-    e = g.esize
-    t = batch * seq
     if attention != "eager":
         g.attention("sdpa", batch, nh, nh, seq, seq, hd, causal=False)
         return
-    scores = batch * nh * seq * seq
-    g.copy("q_contiguous", t * nh * hd)
-    g.copy("k_contiguous", t * nh * hd)
-    g.bmm("qk", batch * nh, seq, hd, seq)
-    chain = g.new_chain("softmax")
-    g.pointwise("scale", "divu", scores, chain=chain, fused_bytes=scores * e)
-    g.pointwise("mask_add", "add", scores, extra_read_bytes=t * e, chain=chain, fused_bytes=0.0)
-    g.reduction("softmax", "softmax", batch * nh * seq, seq, chain=chain, fused_bytes=scores * e)
-    g.dropout("attn_dropout", scores, chain=chain)
-    g.copy("v_contiguous", t * nh * hd)
-    g.bmm("pv", batch * nh, seq, seq, hd)
+    matmul_attention(g, batch, seq, seq, nh, hd, scale=True, mask="add")

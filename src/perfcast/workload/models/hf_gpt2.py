@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from perfcast.catalog.models import ModelConfig
 from perfcast.workload.graph import Graph
-from perfcast.workload.models.common import activation, dropout_residual
+from perfcast.workload.models.common import activation, dropout_residual, matmul_attention
 
 __all__ = ["build_gpt2"]
 
@@ -50,23 +50,9 @@ def build_gpt2(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention: s
 
 
 def _eager_or_fused_attention(g: Graph, batch: int, seq: int, nh: int, hd: int, *, attention: str, mask: str) -> None:
-    """Scores, mask, softmax, context for self-attention over ``seq`` tokens (no KV cache)."""
-    e = g.esize
-    t = batch * seq
+    """Scores, causal mask, softmax, context for self-attention over ``seq`` tokens (no KV cache)."""
     if attention != "eager":
         g.attention("sdpa", batch, nh, nh, seq, seq, hd, causal=True)
-        return
-    scores = batch * nh * seq * seq
-    # torch.matmul on permuted views copies q and k^T into contiguous (b*h, s, d) buffers
-    g.copy("q_contiguous", t * nh * hd)
-    g.copy("k_contiguous", t * nh * hd)
-    g.bmm("qk", batch * nh, seq, hd, seq)
-    chain = g.new_chain("softmax")
-    g.pointwise("scale", "divu", scores, chain=chain, fused_bytes=scores * e)
-    if mask == "where":
-        g.pointwise("causal_mask", "where", scores, extra_read_bytes=seq * seq, chain=chain, fused_bytes=0.0)
-    g.reduction("softmax", "softmax", batch * nh * seq, seq, chain=chain, fused_bytes=scores * e)
-    g.dropout("attn_dropout", scores, chain=chain)
-    g.copy("v_contiguous", t * nh * hd)
-    g.bmm("pv", batch * nh, seq, seq, hd)
-    g.copy("merge_heads", t * nh * hd)
+    else:
+        matmul_attention(g, batch, seq, seq, nh, hd, scale=True, mask=mask)
+    g.copy("merge_heads", batch * seq * nh * hd)

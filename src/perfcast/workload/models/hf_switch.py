@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from perfcast.catalog.models import ModelConfig
 from perfcast.workload.graph import Graph
-from perfcast.workload.models.common import activation, dropout_residual, python_rmsnorm
+from perfcast.workload.models.common import activation, dropout_residual, matmul_attention, python_rmsnorm
 
 __all__ = ["build_switch"]
 
@@ -104,7 +104,7 @@ def _attention(g: Graph, cfg: ModelConfig, name: str, batch: int, q_len: int, k_
         g.linear("k", tk, d, inner, bias=False)
         g.linear("v", tk, d, inner, bias=False)
         with g.split("heads"):
-            _scores(g, batch, nh, hd, q_len, k_len, inner, attention)
+            _scores(g, batch, nh, hd, q_len, k_len, attention)
             g.copy("unshape", tq * inner)
         g.linear("o", tq, inner, d, bias=False, tp_split="row")
         dropout_residual(g, "residual", tq * d)
@@ -148,20 +148,9 @@ def _sparse_mlp(g: Graph, cfg: ModelConfig, batch: int, seq: int) -> None:
     g.pointwise("scale_by_prob", "mul", t * d, inputs=1, extra_read_bytes=t * e)
 
 
-def _scores(g: Graph, batch: int, nh: int, hd: int, q_len: int, k_len: int, inner: int, attention: str) -> None:
+def _scores(g: Graph, batch: int, nh: int, hd: int, q_len: int, k_len: int, attention: str) -> None:
     """Unscaled scores plus the shared position bias, softmax, dropout, context."""
-    e = g.esize
-    tq, tk = batch * q_len, batch * k_len
     if attention != "eager":
         g.attention("sdpa", batch, nh, nh, q_len, k_len, hd, causal=False)
         return
-    scores = batch * nh * q_len * k_len
-    g.copy("q_contiguous", tq * inner)
-    g.copy("k_contiguous", tk * inner)
-    g.bmm("qk", batch * nh, q_len, hd, k_len)
-    chain = g.new_chain("softmax")
-    g.pointwise("add_position_bias", "add", scores, inputs=2, chain=chain, fused_bytes=2 * scores * e)
-    g.reduction("softmax", "softmax", batch * nh * q_len, k_len, chain=chain, fused_bytes=scores * e)
-    g.dropout("attn_dropout", scores, chain=chain)
-    g.copy("v_contiguous", tk * inner)
-    g.bmm("pv", batch * nh, q_len, k_len, hd)
+    matmul_attention(g, batch, q_len, k_len, nh, hd, scale=False, mask="bias")

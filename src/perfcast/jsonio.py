@@ -1,0 +1,34 @@
+"""Versioned JSON data files (fitted coefficients, intervals): read one or refuse it in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from perfcast.errors import DataError
+
+__all__ = ["load_versioned"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_versioned(path: Path, model: type[M], *, version: int, what: str) -> M:
+    """Parse ``path`` as ``model`` if its ``schema_version`` is ``version`` (else DataError: re-run the fit)."""
+    try:
+        raw: Any = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DataError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    found = raw.get("schema_version") if isinstance(raw, dict) else None
+    if found != version:
+        raise DataError(f"{path}: {what} schema_version {found!r}, this perfcast reads {version}; "
+                        "re-run `perfcast fit`")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise DataError(f"{path}: field {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
