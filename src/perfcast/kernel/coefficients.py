@@ -32,8 +32,8 @@ class PowerCoefficients(_Model):
     process_exponent: float = Field(description="energy per FLOP scales as (process_nm / 7) ** exponent")
     leakage_frac: float = Field(description="share of TDP taken by leakage, I/O and the rest of the board")
     memory_pJ_per_bit: dict[str, float] = Field(description="DRAM interface energy per bit moved, by memory kind")
-    memory_activity: float = Field(description="fraction of peak DRAM bandwidth in use while the math units "
-                                   "are saturated")
+    flop_per_dram_byte: float = Field(description="FLOPs per DRAM byte of a compute-bound GEMM: sets the DRAM "
+                                      "traffic (and its interface power) that goes with the math units' rate")
     vmin_frac: float = Field(description="voltage at zero clock as a fraction of the boost voltage")
 
 

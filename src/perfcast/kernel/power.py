@@ -6,8 +6,10 @@ where ``v(x) = vmin + (1 - vmin) * x`` is the voltage (DVFS lowers voltage with
 clock) and ``P_full = peak_flops * energy_per_flop`` is the datapath's power at
 boost. Energy per FLOP depends on the datapath (CUDA-core FP32, AMD FP32
 matrix cores, tensor cores) and scales with the process node. ``P_static`` is
-a share of TDP for leakage and I/O plus the DRAM interface power (energy per
-bit of the memory kind, from the literature, times the bandwidth in use). The device runs at the
+a share of TDP for leakage and I/O. The DRAM traffic that feeds the math units
+adds interface power (energy per bit of the memory kind, from the literature)
+in proportion to the FLOP rate; it does not depend on the peak bandwidth, so
+more bandwidth never slows a device down. The device runs at the
 largest ``x <= 1`` with ``P(x) <= TDP``. Every input is a datasheet figure
 (TDP, process, peak) or a global fitted coefficient.
 """
@@ -63,13 +65,16 @@ def _sustained(hw: Hardware, path: str, coeffs: Coefficients) -> float:
     pc = coeffs.power
     energy = pc.energy_pJ_per_flop_7nm[path] * 1e-12 * ((hw.process_nm or 7.0) / 7.0) ** pc.process_exponent
     p_full = _full_power_peak(hw, path) * energy
-    memory_W = pc.memory_pJ_per_bit[memory_kind(hw)] * 1e-12 * 8.0 * hw.memory_bandwidth_Bps * pc.memory_activity
-    budget = hw.tdp_W * (1.0 - pc.leakage_frac) - memory_W
+    # DRAM traffic of a compute-bound kernel follows its FLOP rate (not the device's peak bandwidth),
+    # so its interface power is a per-FLOP cost at the memory's energy per bit
+    memory_full = _full_power_peak(hw, path) * pc.memory_pJ_per_bit[memory_kind(hw)] * 1e-12 * 8.0 / (
+        pc.flop_per_dram_byte)
+    budget = hw.tdp_W * (1.0 - pc.leakage_frac)
     vmin = pc.vmin_frac
 
     def power(x: float) -> float:
         v = vmin + (1.0 - vmin) * x
-        return p_full * x * v * v
+        return p_full * x * v * v + memory_full * x
 
     if budget <= 0:
         return 0.05
