@@ -66,7 +66,8 @@ def parse_dtype(text: str | DType) -> DType:
         return text
     key = str(text).strip().lower().removeprefix("torch.")
     # "fp8_e4m3 (1x128 block-scaled)" -> "fp8_e4m3"; "amp_bf16" -> "bf16"
-    key = key.split("(")[0].split()[0] if key.split() else key
+    head = key.split("(")[0].split()
+    key = head[0] if head else key
     key = key.removeprefix("amp_")
     try:
         return DType(key)

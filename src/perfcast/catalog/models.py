@@ -65,6 +65,12 @@ class MoEConfig(_Frozen):
         description="router has a per-expert bias vector (gpt-oss; DeepSeek-V3's e_score_correction_bias)",
     )
 
+    @model_validator(mode="after")
+    def _check_top_k(self) -> MoEConfig:
+        if self.experts_per_token > self.num_experts:
+            raise ValueError(f"experts_per_token={self.experts_per_token} exceeds num_experts={self.num_experts}")
+        return self
+
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer ``index`` (0-based) of a stack is an MoE layer."""
         return index >= self.first_dense_layers and (index + 1) % self.layer_step == 0
@@ -274,6 +280,19 @@ class ModelConfig(_Frozen):
         return count_params(self).active
 
 
+_MAX_SIZE = 2**31  # widths, vocabularies, positions: far beyond any real model; FLOP counts stay finite floats
+
+
+def _check_sizes(fields: dict[str, Any], model_id: str, where: str = "") -> None:
+    """Refuse sizes no model has (a typo like 1e153) before they overflow the FLOP arithmetic."""
+    for key, value in fields.items():
+        if isinstance(value, dict):
+            _check_sizes(value, model_id, f"{where}{key}.")
+        elif isinstance(value, int) and not isinstance(value, bool) and value > _MAX_SIZE:
+            raise CatalogError(f"{model_id}: config field {where}{key}={value} is beyond what perfcast models "
+                               f"(at most {_MAX_SIZE})")
+
+
 def from_hf_config(raw: dict[str, Any], *, model_id: str, meta: dict[str, Any] | None = None) -> ModelConfig:
     """Normalize a Hugging Face config dict into a ModelConfig (raises CatalogError)."""
     from perfcast.catalog.normalize import normalize_hf
@@ -281,8 +300,9 @@ def from_hf_config(raw: dict[str, Any], *, model_id: str, meta: dict[str, Any] |
     meta = meta or {}
     try:
         fields = normalize_hf(raw)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, ArithmeticError) as exc:  # ArithmeticError: 0 heads, Infinity
         raise CatalogError(f"{model_id}: cannot read the config ({exc.__class__.__name__}: {exc})") from None
+    _check_sizes(fields, model_id)
     try:
         return ModelConfig(
             id=model_id,

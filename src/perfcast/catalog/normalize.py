@@ -715,7 +715,23 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
+_MAX_LAYERS = 100_000  # far beyond any real model; per-layer lists and counts stay cheap below it
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers")
+
+
+def _check_layer_counts(raw: Raw) -> None:
+    """Refuse absurd layer counts before any per-layer list is built (a typo must not hang the tool)."""
+    for cfg in (raw, raw.get("text_config")):
+        if not isinstance(cfg, dict):
+            continue
+        for key in _LAYER_KEYS:
+            value = cfg.get(key)
+            if isinstance(value, (int, float)) and not value <= _MAX_LAYERS:
+                raise ValueError(f"{key}={value} is not a layer count perfcast models (at most {_MAX_LAYERS})")
+
+
 def normalize_hf(raw: dict[str, Any]) -> dict[str, Any]:
-    """Map a HF config onto ModelConfig field names (raises KeyError/TypeError/ValueError)."""
+    """Map a HF config onto ModelConfig field names (raises KeyError/TypeError/ValueError/ArithmeticError)."""
+    _check_layer_counts(raw)
     family = _FAMILIES.get(str(raw.get("model_type", "")), _common)
     return family(raw)

@@ -65,7 +65,7 @@ def read_header(path: str | Path) -> list[str]:
 def read_rows(path: str | Path) -> Iterator[dict[str, str]]:
     """Rows of a CSV/CSV.gz table as dicts of strings (empty string = missing)."""
     with open_table(path) as fh:
-        reader = csv.DictReader(fh)
+        reader = csv.DictReader(fh, restval="")  # a short row: its missing fields are empty (missing)
         line = 1
         try:
             for row in reader:

@@ -46,8 +46,9 @@ def predict_batch(table: str | Path, coeffs: Coefficients | None = None) -> Batc
     header = read_header(table)
     kind = recognize(header)
     rows = list(read_rows(table))
-    targets = target_columns(kind, header)
     pred = predict_table(kind, rows, coeffs)
+    # only the targets perfcast predicts (a VIDUR table may carry time_stats of ops it does not model)
+    targets = [t for t in target_columns(kind, header) if t in pred.pred]
     return BatchResult(kind, header, rows, targets, pred)
 
 

@@ -50,7 +50,7 @@ def backward_ops(forward: tuple[Op, ...] | list[Op], *, accumulate_grads: bool =
     out: list[Op] = []
     for op in reversed(forward):
         out.extend(_backward_of(op))
-        if op.params and accumulate_grads:
+        if (op.params or (op.get("tied", False) and not op.get("frozen", False))) and accumulate_grads:
             out.extend(_accumulate(op))
     return out
 
@@ -135,12 +135,16 @@ def _backward_of(op: Op) -> list[Op]:
 
 
 def _accumulate(op: Op) -> list[Op]:
-    """``param.grad += grad`` per parameter tensor (weight, and bias when present)."""
+    """``param.grad += grad`` per parameter tensor (weight, and bias when present).
+
+    A tied weight (an LM head sharing the embedding table) adds its gradient into the shared
+    tensor's: the same traffic as accumulating a tensor of its own.
+    """
     e = op.dtype.bytes
     tensors = [op.params]
-    if op.kind is OpKind.GEMM and op.get("bias", False):
+    if op.kind is OpKind.GEMM and (op.get("bias", False) or op.get("tied", False)):
         _, _, k, n = op.dims
-        tensors = [k * n, n]
+        tensors = [k * n, n] if op.get("bias", False) else [k * n]
     elif op.kind is OpKind.VECTOR and op.op == "layernorm":
         tensors = [op.params // 2, op.params - op.params // 2]
     return [

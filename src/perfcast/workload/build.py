@@ -23,6 +23,7 @@ _HF_BUILDERS = {"gpt2": build_gpt2, "opt": build_opt}
 _ATTENTION = ("eager", "sdpa", "flash")
 _STYLES = ("hf", "engine")
 _OPTIMIZERS = ("adam", "sgd", "none")
+_MAX_BATCH = 2**31  # sequences per step; larger counts would overflow the FLOP arithmetic (floats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,8 @@ class WorkloadSpec:
 def _check(cfg: ModelConfig, spec: WorkloadSpec) -> None:
     if spec.batch_size < 1:
         raise ConfigError(f"batch size must be a positive integer (got {spec.batch_size})")
+    if spec.batch_size > _MAX_BATCH:
+        raise ConfigError(f"batch size {spec.batch_size} is beyond what perfcast models (at most {_MAX_BATCH})")
     if spec.seq_len < 1:
         raise ConfigError(f"sequence length must be a positive integer (got {spec.seq_len})")
     if spec.seq_len > cfg.max_positions:

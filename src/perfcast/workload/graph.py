@@ -103,19 +103,25 @@ class Graph:
 
     # -- matrix ops --------------------------------------------------------------
     def linear(self, name: str, tokens: int, in_features: int, out_features: int, *, bias: bool = True,
-               tp_split: str = "column", frozen: bool = False, weight_dtype: DType | None = None) -> Op:
-        """``y = x @ W^T (+ b)`` for ``tokens`` rows: a GEMM ``(1, tokens, in, out)``."""
+               tp_split: str = "column", frozen: bool = False, weight_dtype: DType | None = None,
+               tied: bool = False) -> Op:
+        """``y = x @ W^T (+ b)`` for ``tokens`` rows: a GEMM ``(1, tokens, in, out)``.
+
+        ``tied``: ``W`` is another op's parameter (an LM head tied to the token embedding); its
+        gradient is still computed, but only the bias counts as this op's parameters.
+        """
         e = self.esize
         we = (weight_dtype or self.dtype).bytes
         weight = in_features * out_features * we + (out_features * e if bias else 0)
-        params = in_features * out_features + (out_features if bias else 0)
+        params = (0 if tied else in_features * out_features) + (out_features if bias else 0)
         return self._op(
             name, "linear", OpKind.GEMM, (1, tokens, in_features, out_features),
             flops=2.0 * tokens * in_features * out_features + (tokens * out_features if bias else 0),
             read=tokens * in_features * e + weight,
             written=tokens * out_features * e,
             weight_bytes=weight, tp_split=tp_split, params=0 if frozen else params,
-            meta=(("bias", bias), ("frozen", frozen), ("weight_dtype", (weight_dtype or self.dtype).value)),
+            meta=(("bias", bias), ("frozen", frozen), ("weight_dtype", (weight_dtype or self.dtype).value),
+                  ("tied", tied)),
         )
 
     def bmm(self, name: str, batch: int, m: int, k: int, n: int, *, tp_split: str = "heads") -> Op:
@@ -152,10 +158,11 @@ class Graph:
     def pointwise(self, name: str, op: str, numel: int, *, inputs: int = 1, outputs: int = 1,
                   extra_read_bytes: float = 0.0, chain: str | None = None, fused_bytes: float | None = None,
                   rows: int | None = None, dtype: DType | None = None, tp_split: str | None = None,
-                  out_dtype: DType | None = None) -> Op:
+                  out_dtype: DType | None = None, params: int = 0) -> Op:
         """An elementwise op over ``numel`` elements with ``inputs`` full-size inputs.
 
-        ``extra_read_bytes`` covers small broadcast operands (a mask row, a bias).
+        ``extra_read_bytes`` covers small broadcast operands (a mask row, a bias); ``params`` counts
+        a broadcast operand that is a trainable parameter (a norm weight written in Python).
         """
         e = (dtype or self.dtype).bytes
         oe = (out_dtype or dtype or self.dtype).bytes
@@ -166,7 +173,7 @@ class Graph:
             name, op, OpKind.VECTOR, (rows or 1, cols),
             flops=POINTWISE_FLOPS.get(op, 1) * numel,
             read=read, written=written, chain=chain,
-            fused_bytes=fused_bytes, dtype=dtype or self.dtype, tp_split=tp_split or self._split,
+            fused_bytes=fused_bytes, dtype=dtype or self.dtype, tp_split=tp_split or self._split, params=params,
             meta=(("inputs", inputs), ("outputs", outputs)),
         )
 

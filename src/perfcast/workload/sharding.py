@@ -23,7 +23,8 @@ def check_tp(cfg: ModelConfig, tp: int) -> None:
     if tp < 1:
         raise ConfigError(f"tensor-parallel degree must be >= 1 (got {tp})")
     heads = cfg.num_heads
-    valid = [d for d in range(1, heads + 1) if heads % d == 0]
+    # degrees to suggest (computed up to 4096 GPUs only: a malformed config may have 10**12 heads)
+    valid = [d for d in range(1, min(heads, 4096) + 1) if heads % d == 0]
     if heads % tp:
         raise ConfigError(
             f"tp={tp} must divide num_attention_heads={heads} ({cfg.id}); use tp in {{{', '.join(map(str, valid))}}}"

@@ -51,7 +51,7 @@ def python_rmsnorm(g: Graph, name: str, rows: int, cols: int) -> None:
     g.pointwise(f"{name}.add_eps", "addu", rows, chain=chain, fused_bytes=0.0)
     g.pointwise(f"{name}.rsqrt", "rsqrt", rows, chain=chain, fused_bytes=0.0)
     g.pointwise(f"{name}.mul", "mul", numel, inputs=1, extra_read_bytes=rows * e, chain=chain, fused_bytes=0.0)
-    g.pointwise(f"{name}.mul_weight", "mul", numel, inputs=1, extra_read_bytes=cols * e, chain=chain,
+    g.pointwise(f"{name}.mul_weight", "mul", numel, inputs=1, extra_read_bytes=cols * e, chain=chain, params=cols,
                 fused_bytes=numel * e)
 
 

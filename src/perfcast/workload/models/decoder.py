@@ -78,7 +78,8 @@ def build_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str
                        window=window)
     with g.scope("head", group="lm_head"):
         _norm(g, cfg, "norm", t, h, style)
-        g.linear("lm_head", shape.logits_tokens, h, cfg.vocab_size, bias=False, tp_split="vocab")
+        g.linear("lm_head", shape.logits_tokens, h, cfg.vocab_size, bias=False, tp_split="vocab",
+                 tied=cfg.tie_word_embeddings)
 
 
 def _layer_windows(cfg: ModelConfig) -> list[tuple[int | None, float]]:

@@ -62,7 +62,7 @@ def build_bert(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention: s
             g.linear("mlm_transform", t, h, h, tp_split="none")
             activation(g, "mlm_act", cfg.activation, th)
             g.norm("mlm_norm", "layernorm", t, h)
-            g.linear("mlm_decoder", t, h, v, bias=True, tp_split="vocab")
+            g.linear("mlm_decoder", t, h, v, bias=True, tp_split="vocab", tied=cfg.tie_word_embeddings)
             g.linear("nsp", batch, h, 2, tp_split="none")
         else:
             g.dropout("dropout", batch * h)

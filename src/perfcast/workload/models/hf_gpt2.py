@@ -46,7 +46,7 @@ def build_gpt2(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention: s
             dropout_residual(g, "residual", th)
     with g.scope("head", group="lm_head"):
         g.norm("ln_f", "layernorm", t, h)
-        g.linear("lm_head", t, h, v, bias=False, tp_split="vocab")
+        g.linear("lm_head", t, h, v, bias=False, tp_split="vocab", tied=cfg.tie_word_embeddings)
 
 
 def _eager_or_fused_attention(g: Graph, batch: int, seq: int, nh: int, hd: int, *, attention: str, mask: str) -> None:

@@ -68,7 +68,7 @@ def build_opt(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention: st
         g.norm("final_layer_norm", "layernorm", t, h)
         if proj_dim != h:
             g.linear("project_out", t, h, proj_dim, bias=False, tp_split="none")
-        g.linear("lm_head", t, proj_dim, v, bias=False, tp_split="vocab")
+        g.linear("lm_head", t, proj_dim, v, bias=False, tp_split="vocab", tied=cfg.tie_word_embeddings)
 
 
 def _opt_attention(g: Graph, batch: int, seq: int, nh: int, hd: int, attention: str) -> None:

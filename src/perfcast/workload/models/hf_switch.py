@@ -47,7 +47,7 @@ def build_switch(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention:
         t = batch * dseq
         if cfg.tie_word_embeddings:
             g.pointwise("rescale", "mulu", t * d)
-        g.linear("lm_head", t, d, v, bias=False, tp_split="vocab")
+        g.linear("lm_head", t, d, v, bias=False, tp_split="vocab", tied=cfg.tie_word_embeddings)
 
 
 def _position_bias(g: Graph, cfg: ModelConfig, batch: int, q_len: int, k_len: int, *, relative: bool,

@@ -1,0 +1,217 @@
+"""Property: whatever a user types, perfcast answers or refuses in one line; it never shows a traceback.
+
+Hypothesis drives the CLI (Typer's CliRunner) and the Python API with random model and hardware names,
+batch sizes (0, negative, huge), sequence lengths (beyond the model's positions), dtypes, parallelism
+strings, malformed config.json files and malformed tables for ``predict-batch``. Every run must exit 0
+(an answer) or 2 (a user error: exactly one stderr line starting with ``error:``); the API raises
+nothing but ``PerfcastError``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner, Result
+
+from perfcast.cli import app
+from perfcast.compose.predict import StepRequest, predict
+from perfcast.errors import PerfcastError
+
+pytestmark = pytest.mark.property
+
+runner = CliRunner()
+# PERFCAST_FUZZ_EXAMPLES=2000 fuzzes deeper with fresh random examples; the default run is small and fixed
+_DEEP = int(os.environ.get("PERFCAST_FUZZ_EXAMPLES", "0"))
+
+
+def fuzz_settings(examples: int) -> settings:
+    return settings(max_examples=_DEEP or examples, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                    derandomize=not _DEEP, database=None)
+
+
+SETTINGS = fuzz_settings(40)
+
+MODELS = ["gpt2", "bert-base", "opt-toy-1layer", "switch-xl", "llama-2-7b", "mixtral-8x7b", "deepseek-v3",
+          "gpt2-xl", "phi-2", "falcon-180b", "GPT-18B (hidden 6144, 40 layers, vocab 51200)", "gpt2_large"]
+HARDWARE = ["a100-pcie-40gb", "h100-sxm-80gb", "p100-pcie-16gb", "t4", "mi250", "gaudi2", "h100", "A100-PCIE-40GB"]
+DTYPES = ["fp32", "fp16", "bf16", "fp8", "int8", "int4", "fp4", "tf32", "fp64", "bfloat16", "torch.float16",
+          "fp8_e4m3 (1x128 block-scaled)", "amp_bf16", "(", "", " "]
+PARALLEL = ["none", "dp2", "dp4", "tp2", "tp4", "tp8", "pp2", "pp4", "dp0", "tp", "pp1000", "ep4", "1", ""]
+MODES = ["inference", "training", "prefill", "decode"]
+
+names = st.one_of(st.text(max_size=20), st.sampled_from(["", ".", "/", "x.json", "x.yaml", "../config.json"]))
+weird_sizes = st.one_of(st.integers(-3, 70), st.sampled_from([0, -1, 4096, 10**6, 2**31, 10**18, 10**30]))
+# mostly sizes a model accepts, so that many examples get past validation into the predictors
+sizes = st.one_of(st.integers(1, 64), st.integers(1, 64), weird_sizes)
+
+
+def check_cli(res: Result) -> None:
+    """Exit 0 (an answer) or 2 (one ``error:`` line on stderr); never a traceback."""
+    text = res.stdout + res.stderr
+    assert "Traceback" not in text
+    assert res.exit_code in (0, 2), (res.exit_code, res.exception, text[-500:])
+    if res.exit_code == 2:
+        lines = res.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    else:
+        assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def predict_args(model: str, hardware: str, mode: str, batch: int, seq: int, dtype: str, par: str, fused: bool,
+                 explain: bool, as_json: bool) -> list[str]:
+    args = ["predict", f"--model={model}", f"--hardware={hardware}", f"--mode={mode}", f"--batch-size={batch}",
+            f"--seq-len={seq}", f"--dtype={dtype}", f"--parallelism={par}"]
+    return args + (["--fused"] if fused else []) + (["--explain"] if explain else []) + (["--json"] if as_json else [])
+
+
+def mostly(valid: st.SearchStrategy, weird: st.SearchStrategy) -> st.SearchStrategy:
+    """Three draws in four from ``valid``."""
+    return st.one_of(valid, valid, valid, weird)
+
+
+@SETTINGS
+@given(model=mostly(st.sampled_from(MODELS), names), hardware=mostly(st.sampled_from(HARDWARE), names),
+       mode=mostly(st.sampled_from(MODES), st.text(max_size=8)), batch=sizes, seq=sizes,
+       dtype=mostly(st.sampled_from(["fp32", "fp16", "bf16"]), st.one_of(st.sampled_from(DTYPES), st.text(max_size=8))),
+       par=mostly(st.sampled_from(["none", "dp2", "tp2", "pp2"]),
+                  st.one_of(st.sampled_from(PARALLEL), st.text(max_size=6))),
+       fused=st.booleans(), explain=st.booleans(), as_json=st.booleans())
+def test_cli_predict_never_tracebacks(model: str, hardware: str, mode: str, batch: int, seq: int, dtype: str,
+                                      par: str, fused: bool, explain: bool, as_json: bool) -> None:
+    res = runner.invoke(app, predict_args(model, hardware, mode, batch, seq, dtype, par, fused, explain, as_json))
+    check_cli(res)
+    if res.exit_code == 0 and as_json:
+        data = json.loads(res.stdout)
+        assert data["step_time_low_s"] <= data["step_time_s"] <= data["step_time_high_s"]
+
+
+@SETTINGS
+@given(model=st.sampled_from(MODELS), hardware=st.sampled_from(HARDWARE), mode=st.sampled_from(MODES),
+       batch=sizes, seq=sizes, dtype=mostly(st.sampled_from(["fp32", "fp16", "bf16"]), st.sampled_from(DTYPES)),
+       par=mostly(st.sampled_from(["none", "dp2", "tp2", "pp2"]), st.sampled_from(PARALLEL)), fused=st.booleans(),
+       microbatches=st.one_of(st.none(), st.none(), st.integers(-2, 16)),
+       optimizer=mostly(st.sampled_from(["adam", "sgd", "none"]), st.just("lion")),
+       attention=mostly(st.sampled_from([None, "eager", "sdpa", "flash"]), st.just("ring")),
+       style=mostly(st.sampled_from([None, "hf", "engine"]), st.just("jax")))
+def test_api_predict_answers_or_raises_perfcast_error(model: str, hardware: str, mode: str, batch: int, seq: int,
+                                                      dtype: str, par: str, fused: bool, microbatches: int | None,
+                                                      optimizer: str, attention: str | None,
+                                                      style: str | None) -> None:
+    req = StepRequest(model=model, hardware=hardware, mode=mode, batch_size=batch, seq_len=seq,  # type: ignore[arg-type]
+                      dtype=dtype, fused=fused, parallelism=par, microbatches=microbatches, optimizer=optimizer,
+                      attention=attention, style=style)
+    try:
+        st_ = predict(req)
+    except PerfcastError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    assert math.isfinite(st_.time_s) and st_.time_s > 0
+    assert st_.low_s <= st_.time_s <= st_.high_s
+    assert st_.device_busy_s <= st_.time_s * (1 + 1e-9) or st_.parallelism.startswith("pp")
+
+
+@SETTINGS
+@given(name=st.one_of(st.sampled_from(MODELS + HARDWARE), names), as_json=st.booleans(),
+       which=st.sampled_from(["hardware", "models"]))
+def test_cli_catalog_show_never_tracebacks(name: str, as_json: bool, which: str) -> None:
+    # "--" ends the options: a name like "-0" is a name, not an unknown flag (a Click usage error)
+    check_cli(runner.invoke(app, [which, "show"] + (["--json"] if as_json else []) + ["--", name]))
+
+
+# -- malformed config.json --------------------------------------------------------------------------------------
+CONFIG_KEYS = ["model_type", "n_embd", "n_layer", "n_head", "vocab_size", "n_positions", "hidden_size",
+               "num_attention_heads", "num_hidden_layers", "intermediate_size", "num_key_value_heads",
+               "max_position_embeddings", "head_dim", "activation_function", "hidden_act", "num_local_experts",
+               "num_experts_per_tok", "sliding_window", "tie_word_embeddings", "rotary_dim", "kv_lora_rank",
+               "n_inner", "ffn_dim", "word_embed_proj_dim", "layer_types", "text_config", "num_layers", "d_model"]
+MODEL_TYPES = ["gpt2", "opt", "bert", "llama", "mistral", "mixtral", "qwen2", "qwen3_moe", "deepseek_v3", "gpt_oss",
+               "falcon", "mpt", "phi", "gptj", "switch_transformers", "llava", "llama4", "t5", ""]
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-5, 70), st.sampled_from([0, 2**20, 10**9, 10**30]),
+              st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(CONFIG_KEYS), inner,
+                                                                          max_size=3)),
+    max_leaves=6,
+)
+configs = st.builds(
+    lambda mt, rest: {"model_type": mt, **rest},
+    st.one_of(st.sampled_from(MODEL_TYPES), json_values),
+    st.dictionaries(st.sampled_from(CONFIG_KEYS), json_values, max_size=8),
+)
+config_texts = st.one_of(configs.map(lambda d: json.dumps(d, allow_nan=True)), st.text(max_size=40),
+                         st.sampled_from(["", "[]", "null", "{", '{"n_layer": Infinity}', '{"n_embd": 1e400}']))
+
+
+@fuzz_settings(60)
+@given(text=config_texts, mode=st.sampled_from(MODES), par=st.sampled_from(["none", "tp2", "pp2"]))
+def test_cli_malformed_config_json_never_tracebacks(tmp_path_factory: pytest.TempPathFactory, text: str, mode: str,
+                                                    par: str) -> None:
+    folder = tmp_path_factory.mktemp("cfg")
+    path = folder / "config.json"
+    path.write_text(text, encoding="utf-8")
+    check_cli(runner.invoke(app, ["models", "show", str(path), "--json"]))
+    check_cli(runner.invoke(app, ["predict", "-m", str(path), "-H", "a100-pcie-40gb", "-s", "16", "-b", "2",
+                                  "--mode", mode, "--parallelism", par, "--json"]))
+
+
+# -- malformed tables for predict-batch ---------------------------------------------------------------------------
+HEADERS = {
+    "e2e": ["device", "model", "mode", "batch_size", "seq_len", "fused", "parallelism", "pp_microbatches",
+            "measured_ms", "measured_fw_ms", "measured_bw_ms"],
+    "gemm": ["device", "op", "split", "batch", "m_rows", "k_reduction", "n_cols", "latency_ms"],
+    "vector": ["device", "op", "split", "rows", "cols", "latency_ms"],
+    "conv": ["device", "op", "split", "batch", "in_channels", "out_channels", "kernel_size", "input_hw", "stride",
+             "padding", "latency_ms"],
+    "vidur": ["gpu_id", "model_id", "num_tokens", "num_tensor_parallel_workers", "n_head", "n_kv_head", "n_embd",
+              "n_expanded_embd", "vocab_size", "use_gated_mlp", "time_stats.emb.median", "time_stats.add.median"],
+    "published_gemm": ["gpu_id", "dtype", "m", "n", "k", "tflops"],
+    "unknown": ["a", "b"],
+}
+CELLS = ["", "0", "-1", "1", "2", "8", "512", "1e400", "nan", "inf", "-inf", "abc", "true", "false", "none", "dp4",
+         "tp3", "pp2", "1.5", "10000000000000000000000", "A100-PCIE-40GB", "a100-pcie-80gb", "T4", "bert_large",
+         "gpt2_large", "switchxl4", "meta-llama/Llama-2-7b-hf", "inference", "training", "decode", "bmm",
+         "linear", "add", "softmax", "ln", "conv", "bf16", "fp8", '"', ",", "\n", "\x00"]
+cells = st.one_of(st.sampled_from(CELLS), st.text(max_size=6))
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> bytes:
+    kind = draw(st.sampled_from([*HEADERS, "raw"]))
+    if kind == "raw":
+        return draw(st.binary(max_size=80))
+    header = list(HEADERS[kind])
+    if draw(st.booleans()) and len(header) > 2:
+        header.pop(draw(st.integers(0, len(header) - 1)))  # a required column missing
+    rows = draw(st.lists(st.lists(cells, min_size=0, max_size=len(header) + 2), max_size=4))
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(header)
+    writer.writerows(rows)
+    data = buf.getvalue()
+    if draw(st.booleans()):
+        data = data.replace('"', "", draw(st.integers(0, 3)))  # break the quoting
+    return data.encode("utf-8", errors="surrogatepass")
+
+
+@fuzz_settings(60)
+@given(data=tables(), gz=st.booleans(), as_json=st.booleans())
+def test_cli_predict_batch_malformed_tables_never_traceback(tmp_path_factory: pytest.TempPathFactory, data: bytes,
+                                                            gz: bool, as_json: bool) -> None:
+    folder: Path = tmp_path_factory.mktemp("tbl")
+    table = folder / ("t.csv.gz" if gz else "t.csv")
+    table.write_bytes(data)  # a .gz name with plain bytes inside is malformed too
+    out = folder / "pred.csv"
+    res = runner.invoke(app, ["predict-batch", str(table), "-o", str(out), "--force"]
+                        + (["--json"] if as_json else []))
+    check_cli(res)
+    if res.exit_code == 0:
+        assert out.exists()

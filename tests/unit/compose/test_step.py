@@ -1,0 +1,363 @@
+"""Unit tests of layer 2 (``perfcast.compose``): one device's step, its parts and interval, simple
+4-GPU parallelism, and the ``predict`` entry point."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from perfcast.catalog.hardware import load_hardware
+from perfcast.compose.coefficients import load_compose_coefficients
+from perfcast.compose.interval import load_intervals
+from perfcast.compose.parallel import link_bandwidth_Bps, parse_parallelism, ring_allreduce_s
+from perfcast.compose.predict import StepRequest, predict
+from perfcast.compose.step import predict_step, simulate_queue
+from perfcast.compose.types import OpTime, StepTime
+from perfcast.dtypes import DType
+from perfcast.errors import ConfigError, DataError
+from perfcast.kernel.predict import KernelTime
+from perfcast.workload.build import WorkloadSpec, build_workload
+from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
+
+pytestmark = pytest.mark.unit
+
+CASES = [
+    ("gpt2", "a100-pcie-40gb", Mode.INFERENCE, 4, 256, DType.FP32),
+    ("gpt2", "v100-sxm2-32gb", Mode.TRAINING, 2, 128, DType.FP32),
+    ("bert-large", "t4", Mode.INFERENCE, 2, 128, DType.FP16),
+    ("switch-xl", "a100-pcie-40gb", Mode.TRAINING, 1, 64, DType.FP32),
+    ("llama-2-7b", "h100-sxm-80gb", Mode.DECODE, 8, 2048, DType.BF16),
+    ("mixtral-8x7b", "mi300x", Mode.PREFILL, 1, 1024, DType.BF16),
+]
+IDS = [f"{c[0]}-{c[2].value}-{c[1]}" for c in CASES]
+
+
+def _workload(model: str, mode: Mode, b: int, s: int, dtype: DType) -> Workload:
+    return build_workload(model, WorkloadSpec(mode, b, s, dtype=dtype))
+
+
+@pytest.fixture(params=CASES, ids=IDS)
+def step(request: pytest.FixtureRequest) -> tuple[Workload, StepTime]:
+    model, hw, mode, b, s, dtype = request.param
+    w = _workload(model, mode, b, s, dtype)
+    return w, predict_step(w, hw)
+
+
+# -- what a StepTime says about itself ---------------------------------------------------------------------
+def test_interval_brackets_the_prediction(step: tuple[Workload, StepTime]) -> None:
+    _, st = step
+    assert 0 < st.low_s < st.time_s < st.high_s
+    assert all(math.isfinite(x) for x in (st.low_s, st.time_s, st.high_s))
+
+
+def test_phases_and_groups_sum_to_device_busy(step: tuple[Workload, StepTime]) -> None:
+    w, st = step
+    assert sum(st.by_phase_s.values()) == pytest.approx(st.device_busy_s, rel=1e-9)
+    assert sum(st.by_group_s.values()) == pytest.approx(st.device_busy_s, rel=1e-9)
+    assert set(st.by_phase_s) == {p.value for p in {o.phase for o in w.ops}}
+    assert sum(t.total_s for t in st.ops) == pytest.approx(st.device_busy_s, rel=1e-9)
+
+
+def test_wall_time_covers_device_and_host(step: tuple[Workload, StepTime]) -> None:
+    """One device queue runs every kernel in turn, and one host thread dispatches them all."""
+    _, st = step
+    assert st.time_s >= st.device_busy_s
+    assert st.time_s >= st.host_s
+    assert st.time_s <= st.device_busy_s + st.host_s + 1.0e-3  # plus the fixed step overhead at most
+
+
+def test_step_echoes_its_request_and_workload(step: tuple[Workload, StepTime]) -> None:
+    w, st = step
+    assert (st.model_id, st.mode, st.batch_size, st.seq_len, st.dtype) == \
+        (w.model_id, w.mode.value, w.batch_size, w.seq_len, w.dtype.value)
+    assert st.flops == w.flops and st.num_kernels == w.num_kernels
+    assert st.parallelism == "none" and st.comm_s == 0.0
+    assert len(st.ops) == len(w.ops)
+
+
+def test_achieved_flops_below_peak(step: tuple[Workload, StepTime]) -> None:
+    w, st = step
+    hw = load_hardware(st.hardware_id)
+    assert 0 < st.achieved_flops_per_s < hw.peak(w.dtype)
+
+
+def test_top_ops_are_sorted_by_device_time(step: tuple[Workload, StepTime]) -> None:
+    _, st = step
+    top = st.top_ops(5)
+    assert len(top) == min(5, len(st.ops))
+    totals = [t.total_s for t in top]
+    assert totals == sorted(totals, reverse=True)
+    assert totals[0] == max(t.total_s for t in st.ops)
+
+
+def test_keep_ops_false_drops_the_op_list() -> None:
+    w = _workload("gpt2", Mode.INFERENCE, 1, 64, DType.FP32)
+    full, slim = predict_step(w, "a100-pcie-40gb"), predict_step(w, "a100-pcie-40gb", keep_ops=False)
+    assert slim.ops == () and slim.time_s == full.time_s
+
+
+# -- frameworks, fusion and synchronization ------------------------------------------------------------------
+@pytest.mark.parametrize(("model", "mode"), [("gpt2", Mode.INFERENCE), ("gpt2", Mode.TRAINING),
+                                             ("switch-xl", Mode.INFERENCE), ("bert-base", Mode.TRAINING)])
+@pytest.mark.parametrize("hw", ["a100-pcie-40gb", "h100-sxm-80gb", "t4"])
+def test_cheaper_launches_are_never_slower(model: str, mode: Mode, hw: str) -> None:
+    """CUDA graphs (no host time per kernel) <= compiled launches <= eager launches, same device time."""
+    w = _workload(model, mode, 1, 64, DType.FP32)
+    eager = predict_step(w, hw, framework="eager")
+    compiled = predict_step(w, hw, framework="compiled")
+    graph = predict_step(w, hw, framework="graph")
+    assert graph.time_s <= compiled.time_s <= eager.time_s
+    assert eager.device_busy_s == compiled.device_busy_s == graph.device_busy_s
+    assert graph.host_s <= compiled.host_s <= eager.host_s
+
+
+def test_unknown_framework_is_config_error() -> None:
+    w = _workload("gpt2", Mode.INFERENCE, 1, 16, DType.FP32)
+    with pytest.raises(ConfigError, match="eager, compiled, graph"):
+        predict_step(w, "a100-pcie-40gb", framework="jit")
+
+
+@pytest.mark.parametrize(("model", "mode", "b", "s"), [("gpt2", Mode.INFERENCE, 4, 512), ("bert-large", Mode.INFERENCE,
+                                                                                          8, 512),
+                                                       ("gpt2", Mode.TRAINING, 2, 512)])
+@pytest.mark.parametrize("hw", ["a100-pcie-40gb", "v100-pcie-32gb", "mi100"])
+def test_fusion_is_faster_and_launches_fewer_kernels(model: str, mode: Mode, b: int, s: int, hw: str) -> None:
+    w = _workload(model, mode, b, s, DType.FP32)
+    eager, fused = predict_step(w, hw), predict_step(w, hw, fused=True)
+    assert fused.num_kernels < eager.num_kernels
+    assert fused.bytes < eager.bytes
+    assert fused.time_s < eager.time_s
+    assert fused.flops == eager.flops and fused.fused and not eager.fused
+
+
+def _host_op(count: int) -> Op:
+    return Op(name="sync", op="nonzero", kind=OpKind.HOST, dims=(1,), dtype=DType.FP32, flops=0.0, bytes_read=0.0,
+              bytes_written=0.0, count=count)
+
+
+@pytest.mark.parametrize("position", [1, 10, 25, -3])
+@pytest.mark.parametrize("framework", ["eager", "graph"])
+def test_a_host_sync_never_shortens_the_step(position: int, framework: str) -> None:
+    w = _workload("gpt2", Mode.INFERENCE, 2, 128, DType.FP32)
+    ops = list(w.ops)
+    at = position % len(ops)
+    ops.insert(at, _host_op(ops[at].count))
+    synced = replace(w, ops=tuple(ops))
+    base = predict_step(w, "a100-pcie-40gb", framework=framework)
+    # (with CUDA graphs the sync's own host cost overlaps the wait for the device: equal up to rounding)
+    assert predict_step(synced, "a100-pcie-40gb", framework=framework).time_s >= base.time_s * (1 - 1e-12)
+
+
+def test_switch_host_syncs_cost_time() -> None:
+    """Switch's per-expert ``nonzero`` drains the device queue; without them the step is no longer."""
+    w = _workload("switch-xl", Mode.INFERENCE, 1, 128, DType.FP32)
+    assert any(o.kind is OpKind.HOST for o in w.ops)
+    no_sync = replace(w, ops=tuple(o for o in w.ops if o.kind is not OpKind.HOST))
+    assert predict_step(no_sync, "a100-pcie-40gb").time_s <= predict_step(w, "a100-pcie-40gb").time_s
+
+
+def _times(entries: list[tuple[float, float, int, OpKind]]) -> list[OpTime]:
+    out = []
+    for kernel_s, host_s, count, kind in entries:
+        op = Op(name="x", op="x", kind=kind, dims=(1, 1), dtype=DType.FP32, flops=0.0, bytes_read=0.0,
+                bytes_written=0.0, count=count)
+        out.append(OpTime(op=op, kernel=KernelTime(kernel_s, "memory", 0.0, 0.0), host_s=host_s))
+    return out
+
+
+def test_queue_host_bound_and_device_bound_limits() -> None:
+    """A segment without syncs runs at the pace of its slower side: tiny kernels wait for the host (sum of
+    dispatch times plus the last kernel), large kernels keep the device busy (sum of kernel times)."""
+    host_bound = _times([(1e-6, 1e-5, 1, OpKind.VECTOR)] * 10)
+    wall, host = simulate_queue(host_bound)
+    assert host == pytest.approx(1e-4)
+    assert wall == pytest.approx(1e-4 + 1e-6)
+    device_bound = _times([(1e-3, 1e-5, 1, OpKind.GEMM)] * 10)
+    wall, host = simulate_queue(device_bound)
+    assert wall == pytest.approx(1e-2)
+    assert host == pytest.approx(1e-4)
+
+
+def test_queue_repeats_a_segment_count_times() -> None:
+    one = simulate_queue(_times([(1e-3, 1e-5, 1, OpKind.GEMM), (2e-3, 1e-5, 1, OpKind.GEMM)]))
+    many = simulate_queue(_times([(1e-3, 1e-5, 7, OpKind.GEMM), (2e-3, 1e-5, 7, OpKind.GEMM)]))
+    assert many[0] == pytest.approx(7 * one[0])
+    assert many[1] == pytest.approx(7 * one[1])
+
+
+def test_queue_sync_exposes_the_host() -> None:
+    """After a synchronization the device idles while the host dispatches the next kernel."""
+    free = simulate_queue(_times([(1e-3, 1e-4, 1, OpKind.GEMM)] * 2))[0]
+    synced = simulate_queue(_times([(1e-3, 1e-4, 1, OpKind.GEMM), (0.0, 1e-4, 1, OpKind.HOST),
+                                    (1e-3, 1e-4, 1, OpKind.GEMM)]))[0]
+    assert synced >= free + 1e-4 - 1e-12
+
+
+def test_empty_queue_takes_no_time() -> None:
+    assert simulate_queue([]) == (0.0, 0.0)
+
+
+# -- predict(): the entry point and simple parallelism ---------------------------------------------------------
+def test_predict_equals_predict_step_of_the_built_workload() -> None:
+    req = StepRequest(model="gpt2", hardware="a100-pcie-40gb", mode=Mode.INFERENCE, batch_size=2, seq_len=128)
+    w = _workload("gpt2", Mode.INFERENCE, 2, 128, DType.FP32)
+    assert predict(req).time_s == pytest.approx(predict_step(w, "a100-pcie-40gb").time_s, rel=1e-12)
+
+
+def test_predict_is_deterministic() -> None:
+    req = StepRequest(model="bert-base", hardware="l4", mode=Mode.TRAINING, batch_size=2, seq_len=64, dtype="fp16")
+    assert predict(req) == predict(req)
+
+
+def test_bigger_batch_takes_longer() -> None:
+    def t(b: int) -> float:
+        return predict(StepRequest(model="gpt2", hardware="a100-pcie-40gb", batch_size=b, seq_len=256)).time_s
+
+    assert t(1) < t(4) < t(16)
+
+
+def test_newer_gpu_is_faster_on_a_big_step() -> None:
+    def t(hw: str) -> float:
+        return predict(StepRequest(model="gpt2-large", hardware=hw, mode=Mode.TRAINING, batch_size=4,
+                                   seq_len=1024, dtype="bf16" if hw != "v100-sxm2-32gb" else "fp16")).time_s
+
+    assert t("h100-sxm-80gb") < t("a100-sxm-80gb") < t("v100-sxm2-32gb")
+
+
+def test_dp4_inference_is_faster_than_one_gpu() -> None:
+    one = predict(StepRequest(model="gpt2-large", hardware="a100-sxm-80gb", batch_size=8, seq_len=1024))
+    dp4 = predict(StepRequest(model="gpt2-large", hardware="a100-sxm-80gb", batch_size=8, seq_len=1024,
+                              parallelism="dp4"))
+    assert dp4.parallelism == "dp4" and dp4.batch_size == 8
+    assert dp4.time_s < one.time_s
+    assert dp4.comm_s == 0.0  # inference: no gradients to all-reduce
+
+
+def test_dp4_training_pays_an_exposed_all_reduce() -> None:
+    req = dict(model="gpt2-large", hardware="a100-pcie-40gb", mode=Mode.TRAINING, batch_size=8, seq_len=512)
+    dp4 = predict(StepRequest(**req, parallelism="dp4"))
+    per_gpu = predict(StepRequest(**{**req, "batch_size": 2}))
+    assert dp4.comm_s > 0
+    assert dp4.time_s == pytest.approx(per_gpu.time_s + dp4.comm_s, rel=1e-9)
+    assert dp4.low_s < dp4.time_s < dp4.high_s
+
+
+def test_tp4_shards_the_work_and_adds_all_reduces() -> None:
+    req = dict(model="gpt2-large", hardware="a100-sxm-80gb", mode=Mode.INFERENCE, batch_size=8, seq_len=1024)
+    one = predict(StepRequest(**req))
+    tp4 = predict(StepRequest(**req, parallelism="tp4"))
+    assert tp4.parallelism == "tp4"
+    assert tp4.comm_s > 0
+    assert tp4.device_busy_s < one.device_busy_s
+    assert tp4.low_s < tp4.time_s < tp4.high_s
+
+
+def test_tp_not_dividing_heads_is_config_error() -> None:
+    """GPT-2 XL has 25 heads: tp4 cannot split them; the message lists the degrees that can."""
+    message = r"tp=4 must divide num_attention_heads=25 \(gpt2-xl\); use tp in \{1, 5, 25\}"
+    with pytest.raises(ConfigError, match=message):
+        predict(StepRequest(model="gpt2-xl", hardware="a100-sxm-80gb", batch_size=1, seq_len=128, parallelism="tp4"))
+
+
+def test_pp4_runs_microbatches_through_stages() -> None:
+    req = dict(model="gpt2-large", hardware="a100-pcie-40gb", mode=Mode.TRAINING, batch_size=8, seq_len=512)
+    pp4 = predict(StepRequest(**req, parallelism="pp4"))
+    assert pp4.parallelism == "pp4" and pp4.batch_size == 8
+    assert pp4.comm_s > 0
+    assert pp4.low_s < pp4.time_s < pp4.high_s
+    one = predict(StepRequest(**req))
+    # (m + p - 1) stage slots of a quarter of the layers each, m = 4 micro-batches of 2: less than the
+    # whole batch on one GPU, more than a quarter of it
+    assert one.time_s / 4 < pp4.time_s < one.time_s
+
+
+def test_pp_needs_enough_layers_and_divisible_microbatches() -> None:
+    with pytest.raises(ConfigError, match="pp2 needs at least 2 layers"):
+        predict(StepRequest(model="opt-toy-1layer", hardware="a100-pcie-40gb", batch_size=2, seq_len=32,
+                            parallelism="pp2"))
+    with pytest.raises(ConfigError, match="divisible by 4"):
+        predict(StepRequest(model="gpt2", hardware="a100-pcie-40gb", batch_size=6, seq_len=32, parallelism="pp4"))
+
+
+def test_dp_needs_a_divisible_batch() -> None:
+    with pytest.raises(ConfigError, match=r"dp4 needs a batch divisible by 4 \(got 6\)"):
+        predict(StepRequest(model="gpt2", hardware="a100-pcie-40gb", batch_size=6, seq_len=32, parallelism="dp4"))
+
+
+@pytest.mark.parametrize(("text", "kind", "degree"), [("none", "none", 1), ("", "none", 1), ("1", "none", 1),
+                                                      ("DP4", "dp", 4), (" tp2 ", "tp", 2), ("pp8", "pp", 8)])
+def test_parse_parallelism(text: str, kind: str, degree: int) -> None:
+    p = parse_parallelism(text)
+    assert (p.kind, p.degree) == (kind, degree)
+
+
+@pytest.mark.parametrize("text", ["dp0", "tp", "ep4", "dp-2", "tp2pp2", "4"])
+def test_parse_parallelism_rejects(text: str) -> None:
+    with pytest.raises(ConfigError, match="use none, dpN, tpN or ppN"):
+        parse_parallelism(text)
+
+
+def test_ring_all_reduce_formula() -> None:
+    """Ring all-reduce over n GPUs: 2(n-1)/n of the buffer crosses each link, plus 2(n-1) hops of latency.
+    1 GiB over 4 GPUs: 1.5 GiB per link."""
+    hw = load_hardware("a100-sxm-80gb")
+    bw, lat = link_bandwidth_Bps(hw)
+    size = 2.0**30
+    assert ring_allreduce_s(size, 4, hw) == pytest.approx(2 * 3 / 4 * size / bw + 2 * 3 * lat)
+    assert ring_allreduce_s(size, 1, hw) == 0.0
+    assert ring_allreduce_s(0.0, 8, hw) == 0.0
+
+
+def test_link_bandwidth_is_half_the_bidirectional_figure_times_efficiency() -> None:
+    hw = load_hardware("a100-sxm-80gb")
+    cc = load_compose_coefficients()
+    bw, _ = link_bandwidth_Bps(hw, cc)
+    fabric = hw.interconnect.fabric.value
+    assert bw == pytest.approx(hw.interconnect.fabric_bidir_bandwidth_Bps / 2 * cc.comm.link_efficiency[fabric])
+    assert bw < hw.interconnect.fabric_bidir_bandwidth_Bps / 2
+
+
+# -- intervals and composition coefficients are versioned files -------------------------------------------------
+def test_intervals_have_a_step_kind_below_and_above_zero() -> None:
+    table = load_intervals()
+    lo, hi = table["step"]
+    assert lo < 0 < hi
+
+
+def test_intervals_with_wrong_schema_are_data_error(tmp_path: Path) -> None:
+    path = tmp_path / "intervals.json"
+    path.write_text(json.dumps({"schema_version": 99, "kinds": {}}), encoding="utf-8")
+    with pytest.raises(DataError, match="schema_version 99"):
+        load_intervals(str(path))
+
+
+def test_compose_coefficients_with_wrong_schema_are_data_error(tmp_path: Path) -> None:
+    raw = json.loads(load_compose_coefficients().to_json())
+    raw["schema_version"] = 2
+    path = tmp_path / "compose.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(DataError, match="schema_version"):
+        load_compose_coefficients(path)
+
+
+def test_slower_host_makes_eager_steps_longer(tmp_path: Path) -> None:
+    """Host dispatch is an input: a 10x slower host lengthens a host-bound eager step."""
+    raw = json.loads(load_compose_coefficients().to_json())
+    raw["host"] = {k: v * 10 for k, v in raw["host"].items()}
+    path = tmp_path / "compose.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    slow = load_compose_coefficients(path)
+    w = _workload("gpt2", Mode.INFERENCE, 1, 16, DType.FP32)
+    base = predict_step(w, "h100-sxm-80gb")
+    assert predict_step(w, "h100-sxm-80gb", compose=slow).time_s > 2 * base.time_s
+    assert predict_step(w, "h100-sxm-80gb", compose=slow, framework="graph").device_busy_s == base.device_busy_s
+
+
+def test_phase_keys_are_phase_values() -> None:
+    st = predict(StepRequest(model="gpt2", hardware="a100-pcie-40gb", mode=Mode.TRAINING, batch_size=1, seq_len=64))
+    assert set(st.by_phase_s) == {Phase.FORWARD.value, Phase.BACKWARD.value, Phase.OPTIMIZER.value}
+    assert st.by_phase_s["bwd"] > st.by_phase_s["fwd"]

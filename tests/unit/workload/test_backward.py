@@ -1,0 +1,172 @@
+"""Unit tests of ``perfcast.workload.backward``: backward kernels and the optimizer step from forward ops."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfcast.dtypes import DType
+from perfcast.workload.backward import backward_ops, optimizer_ops
+from perfcast.workload.graph import Graph
+from perfcast.workload.types import OpKind, Phase
+
+pytestmark = pytest.mark.unit
+
+
+def _graph(dtype: DType = DType.FP32) -> Graph:
+    return Graph(dtype, training=True)
+
+
+def test_linear_backward_is_two_gemms_of_forward_flops_plus_bias_sum() -> None:
+    g = _graph()
+    fwd = g.linear("fc", 64, 128, 256, bias=True)
+    bwd = backward_ops([fwd])
+    names = [o.name for o in bwd]
+    assert names == ["fc.grad_input", "fc.grad_weight", "fc.grad_bias"]
+    grad_in, grad_w, grad_b = bwd
+    mult = 2.0 * 64 * 128 * 256
+    assert grad_in.kind is OpKind.GEMM and grad_in.flops == mult and grad_in.dims == (1, 64, 256, 128)
+    assert grad_w.kind is OpKind.GEMM and grad_w.flops == mult and grad_w.dims == (1, 256, 64, 128)
+    assert grad_b.kind is OpKind.VECTOR and grad_b.op == "sum"
+    assert all(o.phase is Phase.BACKWARD for o in bwd)
+    # dW is written once: in x out elements
+    assert grad_w.bytes_written == 128 * 256 * 4
+
+
+def test_frozen_linear_has_no_weight_gradient() -> None:
+    g = _graph()
+    fwd = g.linear("fc", 8, 16, 32, bias=False, frozen=True)
+    bwd = backward_ops([fwd])
+    assert [o.name for o in bwd] == ["fc.grad_input"]
+    assert fwd.params == 0
+    assert optimizer_ops([fwd]) == []
+
+
+def test_tied_linear_computes_its_weight_gradient_but_owns_only_its_bias() -> None:
+    g = _graph()
+    head = g.linear("lm_head", 8, 16, 100, bias=True, tied=True)
+    assert head.params == 100  # bias only: the weight belongs to the embedding
+    assert any(o.name == "lm_head.grad_weight" for o in backward_ops([head]))
+    # the tied weight's gradient is still added into the shared tensor when gradients accumulate
+    acc = [o for o in backward_ops([head], accumulate_grads=True) if o.op == "accumulate_grad"]
+    assert [o.dims[1] for o in acc] == [16 * 100, 100]
+
+
+def test_bmm_backward_is_two_bmms_of_forward_flops() -> None:
+    g = _graph()
+    fwd = g.bmm("qk", 24, 128, 64, 128)
+    bwd = backward_ops([fwd])
+    assert [o.op for o in bwd] == ["bmm", "bmm"]
+    assert all(o.flops == fwd.flops for o in bwd)
+    assert sorted(o.dims for o in bwd) == sorted([(24, 128, 128, 64), (24, 64, 128, 128)])
+
+
+def test_fused_attention_backward_is_two_and_a_half_forward() -> None:
+    g = _graph(DType.BF16)
+    fwd = g.attention("attn", 2, 16, 16, 256, 256, 64)
+    (bwd,) = backward_ops([fwd])
+    assert bwd.op == "attention_backward" and bwd.kind is OpKind.ATTENTION
+    assert bwd.flops == pytest.approx(2.5 * fwd.flops)
+    assert bwd.dims == fwd.dims
+
+
+def test_additions_pass_the_gradient_through() -> None:
+    g = _graph()
+    add = g.pointwise("res", "add", 1000, inputs=2)
+    copy = g.copy("contig", 1000)
+    assert backward_ops([add, copy]) == []
+
+
+@pytest.mark.parametrize(("op", "kernels"), [("gelu", 1), ("mul", 2), ("tanh", 1), ("silu", 1), ("mulu", 1)])
+def test_pointwise_backward_kernel_counts(op: str, kernels: int) -> None:
+    g = _graph()
+    fwd = g.pointwise("x", op, 4096, inputs=2 if op == "mul" else 1)
+    bwd = backward_ops([fwd])
+    assert len(bwd) == kernels
+    assert all(o.kind is OpKind.VECTOR and o.dims == fwd.dims and o.count == fwd.count for o in bwd)
+
+
+def test_norm_backward_reduces_its_parameter_gradients() -> None:
+    g = _graph()
+    ln = g.norm("ln", "layernorm", 64, 768)
+    bwd = backward_ops([ln])
+    assert [o.op for o in bwd] == ["layernorm_backward", "sum"]
+    assert bwd[1].bytes_written == ln.params * 4
+
+
+def test_dropout_backward_reads_gradient_and_one_byte_mask() -> None:
+    g = _graph(DType.FP16)
+    d = g.dropout("drop", 1000)
+    assert d is not None
+    (bwd,) = backward_ops([d])
+    assert bwd.op == "dropout_backward"
+    assert bwd.bytes_read == 1000 * (2 + 1)
+
+
+def test_embedding_backward_fills_and_index_adds() -> None:
+    g = _graph()
+    emb = g.embedding("wte", 512, 768, 50257)
+    ops = backward_ops([emb])
+    assert [o.op for o in ops] == ["fill", "index_add"]
+    assert ops[0].bytes_written == 50257 * 768 * 4  # the whole table gradient is zeroed
+
+
+def test_backward_runs_in_reverse_order_and_keeps_counts() -> None:
+    g = _graph()
+    with g.scope("layers", count=12):
+        a = g.linear("a", 8, 16, 16)
+        b = g.linear("b", 8, 16, 16)
+    bwd = backward_ops([a, b])
+    assert bwd[0].name.startswith("layers.b.")
+    assert bwd[-1].name.startswith("layers.a.")
+    assert all(o.count == 12 for o in bwd)
+
+
+def test_mask_ops_have_no_gradient() -> None:
+    g = _graph()
+    ops = [g.pointwise("m", "masked_fill", 100), g.pointwise("c", "cumsum", 100), g.host("nz", "nonzero")]
+    assert backward_ops(ops) == []
+
+
+def test_adam_reads_and_writes_every_parameter_once() -> None:
+    g = _graph(DType.FP32)
+    with g.scope("layers", count=3):
+        lin = g.linear("fc", 8, 10, 20, bias=True)  # 220 params per layer
+    norm = g.norm("ln", "layernorm", 8, 20)  # 40 params
+    (opt,) = optimizer_ops([lin, norm], optimizer="adam")
+    params = 3 * 220 + 40
+    assert opt.dims == (1, params) and opt.phase is Phase.OPTIMIZER and opt.count == 1
+    # fp32 training: read param, grad, m, v; write param, m, v (no master copy)
+    assert opt.bytes_read == params * 4 * 4
+    assert opt.bytes_written == params * 4 * 3
+    assert opt.get("tensors") == 3 * 2 + 1
+
+
+def test_mixed_precision_adam_keeps_an_fp32_master_copy() -> None:
+    g = _graph(DType.BF16)
+    lin = g.linear("fc", 8, 10, 20, bias=False)
+    (opt,) = optimizer_ops([lin], optimizer="adam")
+    # bf16 param and grad (2 + 2), fp32 m and v (4 + 4), fp32 master (4)
+    assert opt.bytes_read == 200 * (2 + 2 + 4 + 4 + 4)
+    assert opt.bytes_written == 200 * (2 + 4 + 4 + 4)
+
+
+def test_sgd_and_none() -> None:
+    g = _graph()
+    lin = g.linear("fc", 8, 10, 20, bias=False)
+    (sgd,) = optimizer_ops([lin], optimizer="sgd")
+    assert sgd.op == "sgd" and sgd.bytes_read == 200 * 2 * 4 and sgd.bytes_written == 200 * 4
+    assert optimizer_ops([lin], optimizer="none") == []
+
+
+def test_no_parameters_means_no_optimizer_step() -> None:
+    g = _graph()
+    assert optimizer_ops([g.pointwise("x", "gelu", 10)], optimizer="adam") == []
+
+
+def test_accumulate_grads_adds_a_kernel_per_parameter_tensor() -> None:
+    g = _graph()
+    lin = g.linear("fc", 8, 10, 20, bias=True)
+    ln = g.norm("ln", "layernorm", 8, 20)
+    acc = [o for o in backward_ops([lin, ln], accumulate_grads=True) if o.op == "accumulate_grad"]
+    assert sorted(o.dims[1] for o in acc) == sorted([200, 20, 20, 20])
+    assert all(o.bytes_read == 2 * o.dims[1] * 4 and o.bytes_written == o.dims[1] * 4 for o in acc)
