@@ -105,7 +105,7 @@ def hardware_list(as_json: bool = typer.Option(False, "--json", help="Print one 
         return
     t = _table(title=f"{len(devices)} devices")
     for c in ("id", "name", "memory", "bandwidth", "bf16 dense", "fp32", "TDP"):
-        t.add_column(c, justify="left" if c in ("id", "name") else "right")
+        t.add_column(c, justify="left" if c in ("id", "name") else "right", no_wrap=c == "id")
     for h in devices:
         p = h.peak_flops_per_s
         t.add_row(h.id, h.name, f"{h.memory_bytes / 2**30:.0f} GiB", f"{h.memory_bandwidth_Bps / 1e12:.2f} TB/s",
@@ -147,7 +147,8 @@ def models_list(as_json: bool = typer.Option(False, "--json", help="Print one JS
         return
     t = _table(title=f"{len(models)} models")
     for c in ("id", "hf id", "type", "layers", "hidden", "params", "active"):
-        t.add_column(c, justify="right" if c in ("layers", "hidden", "params", "active") else "left")
+        t.add_column(c, justify="right" if c in ("layers", "hidden", "params", "active") else "left",
+                     no_wrap=c == "id")
     for m in models:
         t.add_row(m.id, m.hf_id or "-", m.model_type, str(m.num_layers), str(m.hidden_size),
                   f"{m.num_params() / 1e9:.2f} B", f"{m.num_active_params() / 1e9:.2f} B")
@@ -398,9 +399,29 @@ def suite(
         _console().print(detail)
 
 
+def _usage_error_types() -> tuple[type[BaseException], ...]:
+    """Click's UsageError (Typer vendors Click in recent releases; older ones depend on it)."""
+    return tuple(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
 def main() -> None:
-    """Entry point of the ``perfcast`` script."""
-    app()
+    """Entry point of the ``perfcast`` script: usage errors become one ``error:`` line and exit 2."""
+    usage = _usage_error_types()
+    try:
+        code = app(standalone_mode=False)
+    except usage as exc:  # type: ignore[misc]
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `perfcast`: the help text, success
+            sys.stdout.write(str(exc.format_message()) + "\n")  # type: ignore[attr-defined]
+            sys.exit(0)
+        ctx = getattr(exc, "ctx", None)
+        where = f"perfcast {ctx.command_path.split(' ', 1)[1]}" if ctx and " " in ctx.command_path else "perfcast"
+        message = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
+        sys.stderr.write(f"error: {message} (see `{where} --help`)\n")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -80,10 +80,11 @@ _TIMES: dict[tuple[object, ...], tuple[Workload, Hardware, Coefficients, Compose
 def _run(seg: list[OpTime], cpu: float, gpu: float) -> tuple[float, float]:
     """Host and device clocks after one pass over ``seg`` starting at (cpu, gpu)."""
     for t in seg:
-        cpu += t.host_s
         if t.op.kind is OpKind.HOST:
-            cpu = max(cpu, gpu)
+            # the host blocks until the device drains its queue, then pays its own time
+            cpu = max(cpu, gpu) + t.host_s
             continue
+        cpu += t.host_s
         gpu = max(gpu, cpu) + t.kernel.time_s
     return cpu, gpu
 

@@ -168,17 +168,16 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
                    log: Callable[[str], None] = lambda _m: None,
                    progress: Callable[[str], None] = lambda _m: None) -> ValidationReport:
     """Validate the given (default: all visible) tables."""
-    root = find_groundtruth()
-    assert root is not None
+    root = find_groundtruth(required=not tables)
     co = coeffs or load_coefficients()
-    paths = tables or default_tables(root)
+    paths = tables or default_tables(root)  # type: ignore[arg-type]
     vidur = [p for p in paths if "vidur" in p.parts and "compute" in p.parts and "legacy" not in p.parts]
     others = [p for p in paths if p not in vidur]
     reports: list[TableReport] = []
     for p in others:
         progress(str(p))
         res = predict_batch(p, co)
-        name = str(p.relative_to(root)) if root in p.parents else str(p)
+        name = str(p.relative_to(root)) if root is not None and root in p.parents else str(p)
         if res.kind.predict is None:
             n = len(res.rows)
             empty = ErrorSummary(n, 0, float("nan"), float("nan"), float("nan"), float("nan"), float("nan"))
@@ -208,5 +207,7 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
                     reports.append(TableReport(name, res.kind.name, target, note, overall, groups))
     if vidur:
         progress("vidur/compute (leave-one-GPU-out)")
-        reports += _vidur_logo(vidur, root, co, log)
+        fit_root = root or find_groundtruth()  # the leave-one-GPU-out refit reads the other GPUs' tables
+        assert fit_root is not None
+        reports += _vidur_logo(vidur, fit_root, co, log)
     return ValidationReport(reports)
