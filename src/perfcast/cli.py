@@ -381,22 +381,27 @@ def suite(
                   pct(float(mape)) if isinstance(mape, (int, float)) else "-", r.status)
     _console().print(t)
     for r in results:
-        detail = _table(title=f"{r.id}: predicted step time (measured where known)")
-        for c in ("model", "mode", "batch", "seq", "fused", "hardware", "predicted", "measured", "error"):
-            detail.add_column(c)
-        for row in r.rows:
-            if row["status"] != "ok":
-                detail.add_row(str(row["model"]), str(row["mode"]), str(row["batch_size"]), str(row["seq_len"]),
-                               str(row["fused"]), str(row["hardware"]), "error", str(row.get("error", "")), "")
-                continue
-            meas = row.get("measured_step_time_s")
-            err = row.get("error_frac")
-            detail.add_row(str(row["model"]), str(row["mode"]), str(row["batch_size"]), str(row["seq_len"]),
-                           "yes" if row["fused"] else "", str(row["hardware"]),
-                           f"{1e3 * float(str(row['step_time_s'])):.1f} ms",
-                           f"{1e3 * float(str(meas)):.1f} ms" if meas is not None else "-",
-                           pct(float(str(err))) if err is not None else "")
-        _console().print(detail)
+        measured = [row for row in r.rows if row.get("measured_step_time_s") is not None]
+        failed = [row for row in r.rows if row["status"] != "ok"]
+        if measured:
+            detail = _table(title=f"{r.id}: predicted vs measured step time")
+            for c in ("model", "mode", "b", "seq", "hardware", "predicted", "measured", "error"):
+                detail.add_column(c, no_wrap=c in ("model", "hardware"),
+                                  justify="right" if c in ("b", "seq", "predicted", "measured", "error") else "left")
+            for row in measured:
+                mode = {"inference": "infer", "training": "train"}.get(str(row["mode"]), str(row["mode"]))
+                mode += "+fused" if row["fused"] else ""
+                detail.add_row(str(row["model"]), mode, str(row["batch_size"]), str(row["seq_len"]),
+                               str(row["hardware"]), f"{1e3 * float(str(row['step_time_s'])):.0f} ms",
+                               f"{1e3 * float(str(row['measured_step_time_s'])):.0f} ms",
+                               pct(float(str(row["error_frac"]))))
+            _console().print(detail)
+        for row in failed:
+            _console().print(f"{r.id}: {row['model']} on {row['hardware']}: {row.get('error', '')}", markup=False)
+        rest = len(r.rows) - len(measured) - len(failed)
+        if rest:
+            where = f"{out_dir}/results.csv" if out_dir is not None else "`perfcast suite --out DIR` or --json"
+            _console().print(f"{r.id}: {rest} more predictions on devices without visible measurements: {where}")
 
 
 def _usage_error_types() -> tuple[type[BaseException], ...]:
