@@ -398,10 +398,22 @@ def suite(
             _console().print(detail)
         for row in failed:
             _console().print(f"{r.id}: {row['model']} on {row['hardware']}: {row.get('error', '')}", markup=False)
-        rest = len(r.rows) - len(measured) - len(failed)
-        if rest:
+        others = [row for row in r.rows if row["status"] == "ok" and row.get("measured_step_time_s") is None]
+        if others and len(others) <= 24:
+            extra = _table(title=f"{r.id}: predicted step time")
+            for c in ("model", "mode", "b", "seq", "hardware", "predicted", "interval"):
+                extra.add_column(c, no_wrap=c in ("model", "hardware"),
+                                 justify="right" if c in ("b", "seq", "predicted", "interval") else "left")
+            for row in others:
+                extra.add_row(str(row["model"]), str(row["mode"]), str(row["batch_size"]), str(row["seq_len"]),
+                              str(row["hardware"]), f"{1e3 * float(str(row['step_time_s'])):.1f} ms",
+                              f"{1e3 * float(str(row['step_time_low_s'])):.1f}-"
+                              f"{1e3 * float(str(row['step_time_high_s'])):.1f} ms")
+            _console().print(extra)
+        elif others:
             where = f"{out_dir}/results.csv" if out_dir is not None else "`perfcast suite --out DIR` or --json"
-            _console().print(f"{r.id}: {rest} more predictions on devices without visible measurements: {where}")
+            _console().print(f"{r.id}: {len(others)} more predictions on devices without visible measurements: "
+                             f"{where}")
 
 
 def _usage_error_types() -> tuple[type[BaseException], ...]:

@@ -63,7 +63,8 @@ class VectorCoefficients(_Model):
     sm_cycles_per_elem: dict[str, float] = Field(default_factory=dict, description="SM cycles per output element")
     combine_p: float = Field(default=2.0, description="memory and issue times combine as (m**p + i**p)**(1/p): "
                              "1 = they add, large = the longer hides the shorter")
-    combine_p_op: dict[str, float] = Field(default_factory=dict, description="per-op exponent where it differs")
+    combine_p_op: dict[str, float] = Field(default_factory=dict, description="per-op exponent where it differs: "
+                                           "1 for row reductions, whose second pass waits for the first")
     min_time_s: dict[str, float] = Field(default_factory=dict,
                                          description="shortest time of a kernel of this op, seconds (reductions "
                                          "and gathers have longer fixed latencies than a plain launch)")
