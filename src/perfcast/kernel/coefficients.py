@@ -61,6 +61,8 @@ class VectorCoefficients(_Model):
     memory_efficiency: dict[str, float] = Field(description="by memory kind: hbm, gddr")
     op_factor: dict[str, float] = Field(description="relative streaming efficiency per op (default 1)")
     sm_cycles_per_elem: dict[str, float] = Field(default_factory=dict, description="SM cycles per output element")
+    issue_lane_exponent: float = Field(default=0.0, description="issue rate grows as (fp32 lanes per SM / 64) "
+                                       "to this power: 0 = per-SM issue bound, 1 = ALU bound")
     combine_p: float = Field(default=2.0, description="memory and issue times combine as (m**p + i**p)**(1/p): "
                              "1 = they add, large = the longer hides the shorter")
     combine_p_op: dict[str, float] = Field(default_factory=dict, description="per-op exponent where it differs: "

@@ -47,7 +47,10 @@ def vector_times(ops: list[str], bytes_moved: np.ndarray, cols: np.ndarray, hw: 
     t = nbytes / bw
     if elements is not None and vc.sm_cycles_per_elem:
         cyc = np.array([vc.sm_cycles_per_elem.get(o, vc.sm_cycles_per_elem.get(_family(o), 0.0)) for o in ops])
-        issue = np.asarray(elements, dtype=float) * cyc / (hw.num_sms * hw.boost_clock_hz)
+        # issue rate: SMs x clock, times the ALU width per SM to a partial power (index and
+        # conversion arithmetic scales with lanes, load/store issue does not)
+        lanes = (hw.fp32_lanes_per_sm / 64.0) ** vc.issue_lane_exponent
+        issue = np.asarray(elements, dtype=float) * cyc / (hw.num_sms * hw.boost_clock_hz * lanes)
         pw = np.array([vc.combine_p_op.get(o, vc.combine_p) for o in ops])
         t = (t**pw + issue**pw) ** (1.0 / pw)
     floor = np.array([vc.min_time_s.get(o, 0.0) for o in ops]) if vc.min_time_s else 0.0
