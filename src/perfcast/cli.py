@@ -47,6 +47,16 @@ def _table(*args: Any, **kwargs: Any) -> Any:
     from rich.table import Table
 
     return Table(*args, **kwargs)
+
+
+def _print_fields(title: str, data: dict[str, Any]) -> None:
+    """A two-column table of a record's fields (nested values as JSON)."""
+    t = _table(title=title, show_header=False)
+    t.add_column("field", no_wrap=True)
+    t.add_column("value")
+    for k, v in data.items():
+        t.add_row(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
+    _console().print(t)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -125,12 +135,7 @@ def hardware_show(hardware_id: str = typer.Argument(..., help="Device id or alia
     if as_json:
         emit_json(data)
         return
-    t = _table(title=f"{h.id}: {h.name}", show_header=False)
-    t.add_column("field")
-    t.add_column("value")
-    for k, v in data.items():
-        t.add_row(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
-    _console().print(t)
+    _print_fields(f"{h.id}: {h.name}", data)
 
 
 @models_app.command("list")
@@ -169,12 +174,7 @@ def models_show(model: str = typer.Argument(..., help="Model id, alias, HF repo 
     if as_json:
         emit_json(data)
         return
-    t = _table(title=m.id, show_header=False)
-    t.add_column("field")
-    t.add_column("value")
-    for k, v in data.items():
-        t.add_row(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
-    _console().print(t)
+    _print_fields(m.id, data)
 
 
 # -- predictions -------------------------------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import yaml
 
 from perfcast.catalog import Hardware, load_hardware
 from perfcast.catalog.paths import normalize_name
+from perfcast.validate.groundtruth import find_groundtruth
 
 pytestmark = pytest.mark.contract
 
@@ -136,19 +136,7 @@ def test_multi_die_boards_say_so(path: Path) -> None:
 
 # ----------------------------------------------------------------------------- ground truth
 
-def _find_groundtruth() -> Path | None:
-    env = os.environ.get("PERFCAST_GROUNDTRUTH")
-    if env:
-        return Path(env) if Path(env).is_dir() else None
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "groundtruth"
-        if candidate.is_dir():
-            return candidate
-    fallback = Path("/work/shared/groundtruth")
-    return fallback if fallback.is_dir() else None
-
-
-GROUNDTRUTH = _find_groundtruth()
+GROUNDTRUTH = find_groundtruth(required=False)
 needs_groundtruth = pytest.mark.skipif(
     GROUNDTRUTH is None,
     reason="ground-truth folder not found (set PERFCAST_GROUNDTRUTH or place shared/groundtruth above the repo)",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-import os
 from importlib import resources
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import yaml
 from perfcast.catalog import list_models, load_model
 from perfcast.catalog.paths import normalize_name
 from perfcast.errors import UnknownNameError
+from perfcast.validate.groundtruth import find_groundtruth
 
 pytestmark = pytest.mark.contract
 
@@ -33,19 +33,7 @@ MODEL_IDS = [p.stem for p in JSON_FILES]
 NOMINAL_PARAMS_TOLERANCE = 0.05
 
 
-def _find_groundtruth() -> Path | None:
-    env = os.environ.get("PERFCAST_GROUNDTRUTH")
-    if env:
-        return Path(env) if Path(env).is_dir() else None
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "groundtruth"
-        if candidate.is_dir():
-            return candidate
-    fallback = Path("/work/shared/groundtruth")
-    return fallback if fallback.is_dir() else None
-
-
-GROUNDTRUTH = _find_groundtruth()
+GROUNDTRUTH = find_groundtruth(required=False)
 needs_groundtruth = pytest.mark.skipif(
     GROUNDTRUTH is None,
     reason="ground truth not found (set PERFCAST_GROUNDTRUTH, or place shared/groundtruth above the repo)",

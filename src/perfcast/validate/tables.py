@@ -8,7 +8,8 @@ row. Rows that perfcast cannot predict keep their place with a one-line
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +52,17 @@ def _f(row: dict[str, str], key: str, default: float = float("nan")) -> float:
         return default
 
 
+@contextmanager
+def _row_status(out: TablePrediction, i: int) -> Iterator[None]:
+    """Run one row's prediction; an error becomes that row's one-line status (the row is kept)."""
+    try:
+        yield
+    except PerfcastError as exc:
+        out.status[i] = f"unsupported: {exc}"
+    except (KeyError, ValueError, ZeroDivisionError) as exc:
+        out.status[i] = f"unsupported: malformed row ({exc})"
+
+
 def _empty(n: int, targets: tuple[str, ...]) -> TablePrediction:
     return TablePrediction(
         pred={t: np.full(n, np.nan) for t in targets},
@@ -77,7 +89,7 @@ def _predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: obje
     cache: dict[tuple[object, ...], tuple[float, float, float]] = {}
     for i, r in enumerate(rows):
         out.groups.append(r.get("device", ""))
-        try:
+        with _row_status(out, i):
             mode = Mode(r["mode"])
             key = (r["device"], r["model"], r["mode"], r["batch_size"], r["seq_len"], r.get("fused", "false"),
                    r.get("parallelism", "none"), r.get("pp_microbatches", ""))
@@ -99,10 +111,6 @@ def _predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: obje
             out.pred["measured_ms"][i] = total
             out.pred["measured_fw_ms"][i] = fw
             out.pred["measured_bw_ms"][i] = bw
-        except PerfcastError as exc:
-            out.status[i] = f"unsupported: {exc}"
-        except (KeyError, ValueError) as exc:
-            out.status[i] = f"unsupported: malformed row ({exc})"
     _apply_interval(out, "step")
     return out
 
@@ -122,7 +130,7 @@ def _kernel_predictor(kind: str) -> Callable[[list[dict[str, str]], Coefficients
         known: dict[str, str | None] = {}
         for i, r in enumerate(rows):
             out.groups.append(r.get("device", ""))
-            try:
+            with _row_status(out, i):
                 dev = r["device"]
                 if dev not in known:
                     try:
@@ -145,11 +153,7 @@ def _kernel_predictor(kind: str) -> Callable[[list[dict[str, str]], Coefficients
                         raise ConfigError(f"vector op {op!r} not modelled; known: {', '.join(VECTOR_IO)}")
                 elif kind == "gemm" and op not in ("bmm", "linear"):
                     raise ConfigError(f"gemm op {op!r} not modelled; known: bmm, linear")
-            except PerfcastError as exc:
-                out.status[i] = f"unsupported: {exc}"
-                continue
-            except (KeyError, ValueError) as exc:
-                out.status[i] = f"unsupported: malformed row ({exc})"
+            if out.status[i] != "ok":
                 continue
             good.append(i)
             dims.append(d)
@@ -177,7 +181,7 @@ def _predict_vidur(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePre
     per_gpu: dict[str, list[tuple[int, list]]] = {}
     for i, r in enumerate(rows):
         out.groups.append(r.get("gpu_id", ""))
-        try:
+        with _row_status(out, i):
             shape = np.array([_f(r, c) for c in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size")]
                              + [1.0 if str(r.get("use_gated_mlp", "")).lower() == "true" else 0.0])
             if not np.all(np.isfinite(shape[:5])) or np.any(shape[:5] <= 0):
@@ -185,10 +189,6 @@ def _predict_vidur(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePre
             ops = block_ops(r["model_id"], int(_f(r, "num_tokens")), int(_f(r, "num_tensor_parallel_workers")),
                             shape)
             per_gpu.setdefault(r["gpu_id"], []).append((i, ops))
-        except PerfcastError as exc:
-            out.status[i] = f"unsupported: {exc}"
-        except (KeyError, ValueError) as exc:
-            out.status[i] = f"unsupported: malformed row ({exc})"
     for gpu, items in per_gpu.items():
         try:
             flat = [o for _, ops in items for o in ops]
@@ -216,12 +216,10 @@ def _predict_vidur_attention(rows: list[dict[str, str]], coeffs: Coefficients) -
     ops, where = [], []
     for i, r in enumerate(rows):
         out.groups.append(r.get("gpu_id", "a100-pcie-80gb"))
-        try:
+        with _row_status(out, i):
             pre, b, c, kv, heads = row_geometry(r)
             ops.append(attention_op(pre, b, c, kv, heads))
             where.append((i, targets[0] if pre else targets[1]))
-        except (KeyError, ValueError, ZeroDivisionError) as exc:
-            out.status[i] = f"unsupported: malformed row ({exc})"
     if ops:
         # the table comes from VIDUR's A100 80GB profiling (see its README)
         times = predict_ops(ops, "a100-pcie-80gb", coeffs)
@@ -240,17 +238,13 @@ def _predict_published_gemm(rows: list[dict[str, str]], coeffs: Coefficients) ->
     out = _empty(len(rows), ("tflops",))
     for i, r in enumerate(rows):
         out.groups.append(r.get("gpu_id", ""))
-        try:
+        with _row_status(out, i):
             hw = load_hardware(r["gpu_id"])
             dtype = parse_dtype(r["dtype"])
             m, n, k = (_f(r, c) for c in ("m", "n", "k"))
             t = gemm_times(np.array([1.0]), np.array([m]), np.array([k]), np.array([n]), hw, dtype, coeffs,
                            batched=False).time_s[0]
             out.pred["tflops"][i] = 2.0 * m * n * k / t / 1e12
-        except PerfcastError as exc:
-            out.status[i] = f"unsupported: {exc}"
-        except (KeyError, ValueError) as exc:
-            out.status[i] = f"unsupported: malformed row ({exc})"
     _apply_interval(out, "gemm_published")
     return out
 
