@@ -29,6 +29,7 @@ __all__ = [
     "MLAConfig",
     "MoEConfig",
     "ModelConfig",
+    "ResNetConfig",
     "VisionConfig",
     "from_hf_config",
     "list_models",
@@ -130,6 +131,62 @@ class VisionConfig(_Frozen):
         return (self.image_size_px // self.patch_size_px) ** 2
 
 
+_MAX_CNN_SIZE = 2**31  # channels, pixels, blocks per stage: far beyond any real CNN; FLOP counts stay finite
+
+
+class ResNetConfig(_Frozen):
+    """A ResNet image classifier as HF ``ResNetModel`` / torchvision build it (ResNet v1.5).
+
+    The stem (HF ``embedder``) is a bias-free 7x7 stride-2 convolution to
+    ``embedding_size`` channels, BatchNorm, ReLU and a 3x3 stride-2 max pool.
+    Then one stage per entry of ``depths``/``hidden_sizes``: ``depths[i]``
+    residual blocks whose output width is ``hidden_sizes[i]``. A ``basic`` block
+    (ResNet-18/34) is two 3x3 convolutions; a ``bottleneck`` block
+    (ResNet-50/101/152) is 1x1, 3x3, 1x1 convolutions with an inner width of
+    ``hidden_sizes[i] / 4``. Every convolution is bias-free and followed by a
+    BatchNorm (weight and bias per channel). The first block of every stage but
+    the first halves the feature map (the first stage's too with
+    ``downsample_in_first_stage``); a bottleneck strides on its 3x3 convolution
+    (v1.5) unless ``downsample_in_bottleneck`` puts the stride on the first 1x1
+    (v1, the paper). A block whose input and output differ in width or size has
+    a projection shortcut (1x1 convolution + BatchNorm). A global average pool
+    and one linear layer with bias over ``num_labels`` classes end the model.
+    """
+
+    layer_type: Literal["basic", "bottleneck"] = Field(description="residual block: basic or bottleneck")
+    num_channels: int = Field(default=3, gt=0, le=_MAX_CNN_SIZE, description="input image channels")
+    embedding_size: int = Field(gt=0, le=_MAX_CNN_SIZE, description="channels out of the stem convolution")
+    hidden_sizes: tuple[int, ...] = Field(min_length=1, description="output channels of each stage's blocks")
+    depths: tuple[int, ...] = Field(min_length=1, description="residual blocks per stage")
+    downsample_in_first_stage: bool = Field(default=False, description="the first stage also strides by 2")
+    downsample_in_bottleneck: bool = Field(
+        default=False, description="a bottleneck strides on its first 1x1 convolution (v1), not the 3x3 (v1.5)"
+    )
+    num_labels: int = Field(gt=0, le=_MAX_CNN_SIZE, description="classes of the linear classifier")
+    image_size_px: int = Field(default=224, gt=0, le=_MAX_CNN_SIZE,
+                               description="side of the square input image, pixels")
+
+    @model_validator(mode="after")
+    def _check_stages(self) -> ResNetConfig:
+        if len(self.hidden_sizes) != len(self.depths):
+            raise ValueError(f"{len(self.hidden_sizes)} hidden_sizes for {len(self.depths)} depths (one per stage)")
+        if any(not 0 < n <= _MAX_CNN_SIZE for n in (*self.hidden_sizes, *self.depths)):
+            raise ValueError(f"hidden_sizes and depths must be integers in 1..{_MAX_CNN_SIZE}")
+        if self.layer_type == "bottleneck" and any(n % 4 for n in self.hidden_sizes):
+            raise ValueError("bottleneck hidden_sizes must be multiples of 4 (inner width = hidden size / 4)")
+        return self
+
+    @property
+    def inner_sizes(self) -> tuple[int, ...]:
+        """Width inside each stage's blocks: ``hidden_size / 4`` for bottlenecks, else ``hidden_size``."""
+        return tuple(n // 4 for n in self.hidden_sizes) if self.layer_type == "bottleneck" else self.hidden_sizes
+
+    def stage_strides(self) -> tuple[int, ...]:
+        """Stride of the first block of each stage (2 halves the feature map)."""
+        first = 2 if self.downsample_in_first_stage else 1
+        return (first, *(2 for _ in self.depths[1:]))
+
+
 class ModelConfig(_Frozen):
     """A model architecture, normalized from its Hugging Face config.
 
@@ -137,6 +194,9 @@ class ModelConfig(_Frozen):
     models, the encoder stack for encoders and encoder-decoders (then
     ``num_decoder_layers`` is the decoder stack). Multimodal models (LLaVA,
     Llama-4) describe their text model here and their vision tower in ``vision``.
+    Convolutional image classifiers (``kind == "cnn"``, ResNet) keep their
+    architecture in ``resnet``; the transformer fields then hold stand-ins
+    that :func:`perfcast.catalog.normalize.normalize_hf` documents.
 
     For MoE models ``intermediate_size`` is the MLP width of the dense
     (non-MoE) layers; ``moe.expert_intermediate_size`` is each expert's width.
@@ -151,8 +211,11 @@ class ModelConfig(_Frozen):
     source: tuple[str, ...] = Field(default=(), description="where the config comes from (repo + file, paper + table)")
     notes: str = ""
     model_type: str = Field(description="HF model_type, e.g. gpt2, llama, bert")
-    kind: Literal["decoder", "encoder", "encoder-decoder"]
-    num_layers: int = Field(gt=0, description="decoder layers (decoder), encoder layers (encoder, encoder-decoder)")
+    kind: Literal["decoder", "encoder", "encoder-decoder", "cnn"]
+    num_layers: int = Field(
+        gt=0,
+        description="decoder layers (decoder), encoder layers (encoder, encoder-decoder), residual blocks (cnn)",
+    )
     num_decoder_layers: int = Field(default=0, ge=0, description="decoder layers of an encoder-decoder, else 0")
     hidden_size: int = Field(gt=0, description="residual-stream width (elements)")
     num_heads: int = Field(gt=0, description="query heads")
@@ -163,7 +226,7 @@ class ModelConfig(_Frozen):
     )
     vocab_size: int = Field(gt=0, description="rows of the token-embedding table (tokens)")
     max_positions: int = Field(gt=0, description="longest sequence the model supports (tokens); 2**20 if unbounded")
-    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    norm: Literal["layernorm", "rmsnorm", "batchnorm"] = "layernorm"
     activation: str = Field(default="gelu", description="MLP activation, HF spelling (gelu_new, silu, relu, relu2)")
     gated_mlp: bool = Field(default=False, description="GLU MLP: act(gate(x)) * up(x), then down")
     qkv_bias: bool = Field(default=True, description="q/k/v projections carry biases")
@@ -219,11 +282,14 @@ class ModelConfig(_Frozen):
     moe: MoEConfig | None = None
     mla: MLAConfig | None = None
     vision: VisionConfig | None = None
+    resnet: ResNetConfig | None = None
     hf_config: dict[str, Any] = Field(default_factory=dict, repr=False)
 
     @model_validator(mode="after")
     def _check_layers(self) -> ModelConfig:
         layers = self.num_layers
+        if (self.kind == "cnn") != (self.resnet is not None):
+            raise ValueError("kind cnn and a resnet architecture go together (a cnn model needs `resnet`)")
         if self.attention_layer_types:
             if len(self.attention_layer_types) != layers:
                 raise ValueError(

@@ -9,7 +9,9 @@ vocabulary. One function per family keeps each mapping readable; unknown
 Remote-code families (``qwen``, ``internlm``, ``internlm2``, ``deepseek_v3``
 before transformers shipped it) follow the ``configuration_*.py`` published
 next to their checkpoints. Multimodal configs (``llava``, ``llama4``) are
-normalized to their text model, with the vision tower in ``vision``.
+normalized to their text model, with the vision tower in ``vision``. ResNet
+image classifiers (``resnet``) keep their stages in ``resnet`` (see
+:func:`_resnet` for what the transformer fields hold).
 """
 
 from __future__ import annotations
@@ -117,7 +119,13 @@ _DEFAULTS: dict[str, Raw] = {
                           "num_attention_heads": 12, "num_channels": 3, "image_size": 224, "patch_size": 32,
                           "hidden_act": "quick_gelu"},
     "llava": {"vision_feature_select_strategy": "default", "multimodal_projector_bias": True},
+    "resnet": {"num_channels": 3, "embedding_size": 64, "hidden_sizes": [256, 512, 1024, 2048],
+               "depths": [3, 4, 6, 3], "layer_type": "bottleneck", "hidden_act": "relu",
+               "downsample_in_first_stage": False, "downsample_in_bottleneck": False},
 }
+# ResNet checkpoints are evaluated on 224 px center crops (the image processor of microsoft/resnet-*: resize
+# the short side to 224 / crop_pct 0.875 = 256, crop 224); ResNetConfig itself has no image size
+_RESNET_IMAGE_SIZE_PX = 224
 
 
 def _with_defaults(raw: Raw, family: str) -> Raw:
@@ -687,6 +695,70 @@ def _llava(raw: Raw) -> Raw:
     return out
 
 
+def _num_labels(raw: Raw) -> int:
+    """Classes of a classification head: ``id2label`` entries, else ``num_labels``, else transformers' 2."""
+    if isinstance(raw.get("id2label"), dict) and raw["id2label"]:
+        return len(raw["id2label"])
+    return int(raw.get("num_labels", 2))
+
+
+def _resnet(raw: Raw) -> Raw:
+    """ResNet (HF ``ResNetConfig``): the stages go to ``resnet``; the transformer fields hold stand-ins.
+
+    Stand-ins, so that code written for transformers reads something sensible:
+    ``num_layers`` = residual blocks (16 for ResNet-50), ``hidden_size`` = the
+    last stage's width (the features entering the classifier), one "head" as
+    wide as that, ``intermediate_size`` = the last stage's inner width,
+    ``vocab_size`` = ``num_labels`` (the classifier's rows, which the loss runs
+    over), ``max_positions`` = the image side in pixels, no position encoding.
+    ``image_size`` is not a ResNetConfig key; a config.json may set it to price
+    another resolution (default 224 px).
+    """
+    raw = _with_defaults(raw, "resnet")
+    hidden_sizes = tuple(int(n) for n in raw["hidden_sizes"])
+    depths = tuple(int(n) for n in raw["depths"])
+    image = _RESNET_IMAGE_SIZE_PX if raw.get("image_size") is None else int(raw["image_size"])
+    layer_type = str(raw["layer_type"])
+    if layer_type not in ("basic", "bottleneck"):
+        raise ValueError(f"unknown ResNet layer_type {layer_type!r} (known: basic, bottleneck)")
+    if not hidden_sizes or len(hidden_sizes) != len(depths):
+        raise ValueError(f"{len(hidden_sizes)} hidden_sizes for {len(depths)} depths (one per stage)")
+    width = hidden_sizes[-1]
+    labels = _num_labels(raw)
+    return {
+        "model_type": "resnet",
+        "kind": "cnn",
+        "num_layers": sum(depths),
+        "hidden_size": width,
+        "num_heads": 1,
+        "num_kv_heads": 1,
+        "head_dim": width,
+        "intermediate_size": width // 4 if layer_type == "bottleneck" else width,
+        "vocab_size": labels,
+        "max_positions": image,
+        "norm": "batchnorm",
+        "activation": str(raw["hidden_act"]),
+        "qkv_bias": False,
+        "out_bias": False,
+        "mlp_bias": False,
+        "position": "none",
+        "tie_word_embeddings": False,
+        "num_norms_per_layer": 3 if layer_type == "bottleneck" else 2,  # projection shortcuts add one more
+        "final_norm": False,
+        "resnet": {
+            "layer_type": layer_type,
+            "num_channels": int(raw["num_channels"]),
+            "embedding_size": int(raw["embedding_size"]),
+            "hidden_sizes": hidden_sizes,
+            "depths": depths,
+            "downsample_in_first_stage": bool(raw["downsample_in_first_stage"]),
+            "downsample_in_bottleneck": bool(raw["downsample_in_bottleneck"]),
+            "num_labels": labels,
+            "image_size_px": image,
+        },
+    }
+
+
 _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "opt": _opt,
@@ -712,6 +784,7 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "internlm2": _internlm2,
     "nemotron": _nemotron,
     "llava": _llava,
+    "resnet": _resnet,
 }
 
 

@@ -25,6 +25,11 @@ What is counted (every weight and bias tensor of the inference model as
   are left out.
 * multimodal models: the vision tower and its projector, reported in
   ``ParamCount.vision`` and included in ``total`` (not in ``active``).
+* ResNets (``kind == "cnn"``): every convolution weight (bias-free), the
+  weight and bias of every BatchNorm (running mean and variance are buffers,
+  not parameters) and the classifier's weight and bias, as torchvision's
+  ``resnet50`` counts them (25,557,032). ``embedding`` is the stem (7x7
+  convolution and its BatchNorm).
 
 Not counted: T5/Switch relative-position bias tables (buckets x heads, a few
 thousand), DeepSeek-V3's multi-token-prediction module, rotary frequency
@@ -41,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfcast.catalog.models import ModelConfig, MoEConfig, VisionConfig
+from perfcast.catalog.models import ModelConfig, MoEConfig, ResNetConfig, VisionConfig
 
 __all__ = ["ParamCount", "count_params"]
 
@@ -146,8 +151,36 @@ def _vision(vis: VisionConfig) -> int:
     return params
 
 
+def _conv_bn(in_ch: int, out_ch: int, kernel: int) -> int:
+    """A bias-free convolution and its BatchNorm (weight and bias per output channel)."""
+    return in_ch * out_ch * kernel * kernel + 2 * out_ch
+
+
+def _resnet(net: ResNetConfig) -> ParamCount:
+    """A ResNet; see :class:`perfcast.catalog.models.ResNetConfig` for the blocks."""
+    stem = _conv_bn(net.num_channels, net.embedding_size, 7)
+    total = stem
+    in_ch = net.embedding_size
+    strides = net.stage_strides()
+    for out_ch, inner, depth, stride in zip(net.hidden_sizes, net.inner_sizes, net.depths, strides, strict=True):
+        if net.layer_type == "bottleneck":
+            first = _conv_bn(in_ch, inner, 1) + _conv_bn(inner, inner, 3) + _conv_bn(inner, out_ch, 1)
+            rest = _conv_bn(out_ch, inner, 1) + _conv_bn(inner, inner, 3) + _conv_bn(inner, out_ch, 1)
+        else:
+            first = _conv_bn(in_ch, out_ch, 3) + _conv_bn(out_ch, out_ch, 3)
+            rest = 2 * _conv_bn(out_ch, out_ch, 3)
+        if in_ch != out_ch or stride != 1:
+            first += _conv_bn(in_ch, out_ch, 1)  # projection shortcut
+        total += first + (depth - 1) * rest
+        in_ch = out_ch
+    total += _linear(in_ch, net.num_labels, True)  # classifier
+    return ParamCount(total=total, active=total, embedding=stem)
+
+
 def count_params(cfg: ModelConfig) -> ParamCount:
     """Count the parameters of ``cfg``: total, active per text token, embeddings, vision tower."""
+    if cfg.resnet is not None:
+        return _resnet(cfg.resnet)
     h, emb_width = cfg.hidden_size, cfg.token_embedding_size
     embedding = cfg.vocab_size * emb_width  # token table
     if cfg.position == "learned":

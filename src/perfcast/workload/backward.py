@@ -38,8 +38,10 @@ _POINTWISE_BWD: dict[str, tuple[tuple[str, int, int], ...]] = {
     "sigmoid": (("sigmoid_backward", 2, 1),), "rsqrt": (("rsqrt_backward", 2, 1),),
     "silu_mul": (("silu_mul_backward", 3, 2),), "rope": (("rope", 1, 1),),
     "where": (("where", 1, 1),), "max": (("where", 1, 1), ("where", 1, 1), ("sum", 1, 0)),
-    "copy": (), "dropout": (("dropout_backward", 1, 1),),
+    "copy": (), "dropout": (("dropout_backward", 1, 1),), "cast": (("cast", 1, 1),),
     "cross_entropy": (("cross_entropy_backward", 1, 1),),
+    # training BatchNorm: reduces grad and saved input per channel (weight/bias grads), then writes dX
+    "batchnorm": (("batchnorm_backward", 4, 1),),
 }
 # forward ops that are not differentiable (masks, indices) or whose gradient is a view
 _NO_GRAD = {"cumsum", "masked_fill", "bucket", "fill", "one_hot", "le", "lt", "nonzero", "bool"}
@@ -70,8 +72,12 @@ def _backward_of(op: Op) -> list[Op]:
         b, m, k, n = op.dims
         frozen = bool(op.get("frozen", False))
         flops = 2.0 * b * m * k * n
-        row_split = {"column": "row", "row": "column"}.get(op.tp_split, op.tp_split)
-        # the input gradient of a column-split GEMM is a row-split GEMM and vice versa
+        # the input gradient of a column-split (or vocab-split) GEMM reduces over the split features:
+        # a row-split GEMM whose partial sums are all-reduced; that of a row-split GEMM is column-split
+        row_split = {"column": "row", "vocab": "row", "row": "column"}.get(op.tp_split, op.tp_split)
+        # the weight gradient (n x k) is split like the weight: its rows for column/vocab splits
+        # ("out_rows"), its columns (the reduction features) for a row split; no communication either way
+        weight_split = {"column": "out_rows", "vocab": "out_rows", "row": "column"}.get(op.tp_split, op.tp_split)
         outs = [_bwd(op, "grad_input", "bmm" if op.op == "bmm" else "linear", OpKind.GEMM, (b, m, n, k), flops,
                      b * (m * n + n * k) * e, b * m * k * e, meta=(("bias", False),), tp_split=row_split)]
         if op.op == "bmm":
@@ -79,7 +85,7 @@ def _backward_of(op: Op) -> list[Op]:
                              b * (k * m + m * n) * e, b * k * n * e))
         elif not frozen:
             outs.append(_bwd(op, "grad_weight", "linear", OpKind.GEMM, (1, n, m, k), flops,
-                             (m * n + m * k) * e, n * k * e, meta=(("bias", False),)))
+                             (m * n + m * k) * e, n * k * e, meta=(("bias", False),), tp_split=weight_split))
             if op.get("bias", False):
                 outs.append(_bwd(op, "grad_bias", "sum", OpKind.VECTOR, (m, n), float(m * n), m * n * e, n * e,
                                  meta=(("inputs", 1), ("outputs", 1), ("reduce", True))))
@@ -88,6 +94,8 @@ def _backward_of(op: Op) -> list[Op]:
         return [_bwd(op, "grad", "attention_backward", OpKind.ATTENTION, op.dims, 2.5 * op.flops,
                      2 * op.bytes_read + op.bytes_written, op.bytes_read, meta=op.meta)]
     if op.kind is OpKind.EMBEDDING:
+        if op.get("frozen", False):
+            return []  # a frozen table (LoRA) gets no gradient, and nothing flows past it
         tokens, dim, vocab = op.dims
         outs = [_bwd(op, "grad_fill", "fill", OpKind.VECTOR, (1, vocab * dim), 0.0, 0.0, vocab * dim * e,
                      meta=(("inputs", 0), ("outputs", 1)))]

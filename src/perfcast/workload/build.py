@@ -14,6 +14,7 @@ from perfcast.workload.models.decoder import DecoderShape, build_decoder
 from perfcast.workload.models.hf_bert import build_bert
 from perfcast.workload.models.hf_gpt2 import build_gpt2
 from perfcast.workload.models.hf_opt import build_opt
+from perfcast.workload.models.hf_resnet import build_resnet
 from perfcast.workload.models.hf_switch import build_switch
 from perfcast.workload.types import Mode, Phase, Workload
 
@@ -70,7 +71,9 @@ def _check(cfg: ModelConfig, spec: WorkloadSpec) -> None:
         raise ConfigError(f"batch size {spec.batch_size} is beyond what perfcast models (at most {_MAX_BATCH})")
     if spec.seq_len < 1:
         raise ConfigError(f"sequence length must be a positive integer (got {spec.seq_len})")
-    if spec.seq_len > cfg.max_positions:
+    # learned position tables end at max_positions; rotary/ALiBi models run longer sequences
+    # (long-context training and RoPE scaling), so only learned positions are a hard limit
+    if spec.seq_len > cfg.max_positions and cfg.position == "learned":
         raise ConfigError(
             f"sequence length {spec.seq_len} exceeds the {cfg.max_positions} positions of {cfg.id}; "
             f"use a sequence length in 1..{cfg.max_positions}"
@@ -125,6 +128,8 @@ def _build(cfg: ModelConfig, spec: WorkloadSpec) -> Workload:
                 f"{cfg.id}: encoder-decoder family {cfg.model_type!r} has no builder; supported: switch_transformers"
             )
         build_switch(g, cfg, b, s, attention=attention)
+    elif cfg.kind == "cnn":
+        s, logits_tokens = build_resnet(g, cfg, b), b  # seq_len reports the image side; one logit row per image
     else:
         if spec.mode is Mode.DECODE:
             shape = DecoderShape(batch=b, q_len=1, kv_len=s, logits_tokens=b)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from perfcast.dtypes import DType
 from perfcast.workload.types import Op, OpKind, Phase
 
-__all__ = ["Graph", "POINTWISE_FLOPS"]
+__all__ = ["Graph", "POINTWISE_FLOPS", "causal_pairs"]
 
 # FLOPs per output element of common pointwise ops (multiply-add = 2); used for
 # reporting only: these kernels are priced by the bytes they move.
@@ -25,6 +25,18 @@ POINTWISE_FLOPS: dict[str, float] = {
     "dropout": 2, "mean": 1, "sum": 1, "fill": 0, "silu_mul": 6, "gelu_mul": 13, "rope": 6,
     "relu2": 2, "cat": 0, "scale": 1, "adam": 12, "sgd": 2, "cross_entropy": 6,
 }
+
+
+def causal_pairs(q_len: int, kv_len: int, window: int | None = None) -> float:
+    """(query, key) pairs of causal attention: the last ``q_len`` of ``kv_len`` positions, each seeing
+    the keys up to itself (at most ``window`` of them)."""
+
+    def upto(n: int) -> float:  # sum over positions 1..n of the keys each one sees
+        if window is None or n <= window:
+            return n * (n + 1) / 2.0
+        return window * (window + 1) / 2.0 + (n - window) * float(window)
+
+    return upto(kv_len) - upto(kv_len - q_len)
 
 
 class Graph:
@@ -136,22 +148,31 @@ class Graph:
         )
 
     def attention(self, name: str, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int,
-                  head_dim: int, *, causal: bool = True, v_head_dim: int | None = None) -> Op:
-        """A fused attention kernel (FlashAttention-style): scores never reach DRAM."""
+                  head_dim: int, *, causal: bool = True, v_head_dim: int | None = None,
+                  window: int | None = None) -> Op:
+        """A fused attention kernel (FlashAttention-style): scores never reach DRAM.
+
+        ``q_len`` new queries are the last positions of a ``kv_len``-token context; with a
+        sliding ``window`` each query sees at most ``window`` keys (the op's ``kv_len`` dim is then
+        the keys one query can reach).
+        """
         e = self.esize
         vd = v_head_dim or head_dim
-        # causal prefill attends to about half the keys; decode (q_len 1) to all
+        keys = min(kv_len, window) if window else kv_len
         if causal and q_len > 1:
-            pairs = q_len * kv_len - q_len * (q_len - 1) / 2.0 if kv_len >= q_len else q_len * kv_len / 2.0
+            pairs = causal_pairs(q_len, max(kv_len, q_len), window)
         else:
-            pairs = float(q_len * kv_len)
+            pairs = float(q_len * keys)
         flops = 2.0 * batch * heads * pairs * (head_dim + vd)
-        read = batch * (heads * q_len * head_dim + kv_heads * kv_len * (head_dim + vd)) * e
+        touched = min(kv_len, keys + q_len - 1) if window else kv_len
+        read = batch * (heads * q_len * head_dim + kv_heads * touched * (head_dim + vd)) * e
         written = batch * heads * q_len * vd * e
+        meta: tuple[tuple[str, object], ...] = (("v_head_dim", vd), ("training", self.training))
+        if window:
+            meta += (("window", int(window)),)
         return self._op(
-            name, "attention", OpKind.ATTENTION, (batch, heads, kv_heads, q_len, kv_len, head_dim, int(causal)),
-            flops=flops, read=read, written=written, tp_split="heads",
-            meta=(("v_head_dim", vd),),
+            name, "attention", OpKind.ATTENTION, (batch, heads, kv_heads, q_len, keys, head_dim, int(causal)),
+            flops=flops, read=read, written=written, tp_split="heads", meta=meta,
         )
 
     # -- vector ops ----------------------------------------------------------------

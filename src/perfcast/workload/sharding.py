@@ -75,11 +75,13 @@ def _shard(op: Op, tp: int) -> Op:
             dims = (_div(b, tp), m, k, n)
         elif split == "row":
             dims = (b, m, _div(k, tp), n)
+        elif split == "out_rows":
+            dims = (b, _div(m, tp), k, n)
         else:  # column, vocab
             dims = (b, m, k, _div(n, tp))
-        scale = (dims[0] * dims[2] * dims[3]) / max(1, b * k * n)
+        scale = (dims[0] * dims[1] * dims[2] * dims[3]) / max(1, b * m * k * n)
         return op.with_(dims=dims, flops=op.flops * scale, bytes_read=op.bytes_read * scale,
-                        bytes_written=op.bytes_written * (dims[0] * dims[3]) / max(1, b * n),
+                        bytes_written=op.bytes_written * (dims[0] * dims[1] * dims[3]) / max(1, b * m * n),
                         weight_bytes=op.weight_bytes * f, params=int(op.params * f))
     if op.kind is OpKind.ATTENTION:
         b, h, kvh, q, kv, d, causal = op.dims

@@ -56,9 +56,13 @@ def python_rmsnorm(g: Graph, name: str, rows: int, cols: int) -> None:
 
 
 def lm_loss(g: Graph, tokens: int, vocab: int) -> None:
-    """Cross-entropy over the logits: log-softmax (a row reduction) and the NLL gather."""
+    """Cross-entropy over the logits: log-softmax (a row reduction) and the NLL gather.
+
+    Under tensor parallelism the logits stay split by vocabulary (Megatron's vocab-parallel
+    cross-entropy): each GPU reduces its share of the vocabulary.
+    """
     with g.scope("loss", group="loss"):
-        g.reduction("log_softmax", "softmax", tokens, vocab)
+        g.reduction("log_softmax", "softmax", tokens, vocab, tp_split="column")
         g.pointwise("nll", "cross_entropy", tokens, inputs=1)
 
 

@@ -144,7 +144,7 @@ def _attention(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, a
         with g.split("heads"):
             _eager_attention(g, cfg, b, s, keys)
     else:
-        g.attention("attention", b, nh, nkv, s, keys, hd, causal=True)
+        g.attention("attention", b, nh, nkv, s, kv, hd, causal=True, window=window)
     g.linear("o_proj", t, q_dim, h, bias=cfg.out_bias, tp_split="row")
 
 

@@ -1,0 +1,228 @@
+"""Training-time rewrites of a forward op list (before the backward pass is derived from it).
+
+Each function takes forward ops and returns new forward ops; ``backward_ops``
+then derives the matching gradients, so a frozen weight loses its weight
+gradient and an adapter gains one without any special case downstream.
+
+- :func:`to_fp8`: Transformer-Engine style FP8 training: the linear layers of
+  the transformer blocks run FP8 GEMMs (inputs and weights cast with a
+  per-tensor scale); embeddings, the LM head, attention and everything else
+  stay in the activation dtype.
+- :func:`apply_lora`: LoRA fine-tuning: the base weights are frozen, each
+  targeted linear layer gains a rank-``r`` adapter (``x @ A @ B``, trainable);
+  QLoRA stores the frozen base in 4 bits and dequantizes it before each GEMM.
+- :func:`shard_context`: context parallelism: each GPU keeps ``seq/cp`` tokens
+  of every sequence; attention still covers the whole causal sequence (ring
+  attention passes K/V blocks around, Ulysses regroups heads), so each GPU
+  does ``1/cp`` of the attention work against ``seq`` keys.
+- :func:`route_experts`: expert parallelism and routing skew for MoE layers: a
+  GPU runs its ``E/ep`` local experts over the tokens all ``ep`` ranks route to
+  them; the busiest expert (which paces the layer) gets ``1 + skew`` times the
+  mean load, capped by the capacity factor when one is set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from perfcast.dtypes import DType
+from perfcast.workload.graph import causal_pairs
+from perfcast.workload.types import Op, OpKind
+
+__all__ = ["apply_lora", "lora_target_names", "route_experts", "shard_context", "to_fp8"]
+
+# LoRA target names (PEFT's) -> the fused projections an engine-style graph uses
+_LORA_ALIASES: dict[str, tuple[str, ...]] = {
+    "q": ("q_proj", "qkv_proj", "q_b_proj"), "k": ("k_proj", "qkv_proj"), "v": ("v_proj", "qkv_proj"),
+    "o": ("o_proj",), "gate": ("gate_proj", "gate_up_proj"), "up": ("up_proj", "gate_up_proj", "fc1"),
+    "down": ("down_proj", "fc2"),
+}
+
+
+def _in_blocks(op: Op) -> bool:
+    return op.name.startswith(("layers", "moe_layers"))
+
+
+def to_fp8(ops: list[Op] | tuple[Op, ...]) -> list[Op]:
+    """FP8 GEMMs for the transformer blocks' linear layers, with the casts they need.
+
+    Each FP8 linear layer reads an FP8 copy of its input (a cast kernel; in the
+    backward the output gradient is cast likewise). Weights are cast once per
+    step and cached across micro-batches, a cost left out.
+    """
+    out: list[Op] = []
+    for op in ops:
+        if (op.kind is OpKind.GEMM and op.op == "linear" and _in_blocks(op) and op.dtype is not DType.FP8
+                and ".router." not in op.name):  # routers stay in high precision (as in Megatron / TE)
+            _, m, k, n = op.dims
+            e = op.dtype.bytes
+            act = m * k
+            # the input's cast (its backward: the cast of the output gradient, a pass of the same size)
+            out.append(Op(name=f"{op.name}.cast_fp8", op="cast", kind=OpKind.VECTOR, dims=(1, act),
+                          dtype=op.dtype, flops=float(act), bytes_read=act * e, bytes_written=float(act),
+                          count=op.count, phase=op.phase, group=op.group,
+                          tp_split="column" if op.tp_split == "row" else "none",
+                          meta=(("inputs", 1), ("outputs", 1))))
+            meta = tuple((key, DType.FP8.value if key == "weight_dtype" else v) for key, v in op.meta)
+            out.append(op.with_(dtype=DType.FP8, bytes_read=op.bytes_read / e, weight_bytes=op.weight_bytes / e,
+                                meta=meta))
+            continue
+        out.append(op)
+    return out
+
+
+def lora_target_names(targets: tuple[str, ...] | list[str]) -> set[str]:
+    """Projection names (as the graph builders name them) that LoRA targets like ``q``/``v`` cover."""
+    names: set[str] = set()
+    for t in targets:
+        key = t.removesuffix("_proj")
+        names.update(_LORA_ALIASES.get(key, (t,)))
+    return names
+
+
+def apply_lora(ops: list[Op] | tuple[Op, ...], rank: int, targets: tuple[str, ...] | list[str], *,
+               qlora: bool = False, fused: dict[str, dict[str, int]] | None = None) -> list[Op]:
+    """Freeze every parameter and add rank-``rank`` adapters to the targeted linear layers.
+
+    ``fused`` maps a fused projection to its parts' output widths (``qkv_proj``:
+    ``{"q": 4096, "k": 1024, "v": 1024}``); each targeted part gets its own
+    adapter, as PEFT attaches them to separate projections. With ``qlora`` the
+    frozen block weights are stored in 4 bits (NF4, one scale per 64 weights)
+    and dequantized to the activation dtype before each GEMM.
+    """
+    wanted = {t.removesuffix("_proj") for t in targets}
+    names = lora_target_names(targets)
+    out: list[Op] = []
+    for op in ops:
+        frozen = op.with_(params=0, meta=_set(op.meta, "frozen", True)) if (op.params or op.get("tied")) else op
+        if op.kind is not OpKind.GEMM or op.op != "linear":
+            out.append(frozen)
+            continue
+        _, m, k, n = op.dims
+        e = op.dtype.bytes
+        if qlora and _in_blocks(op):
+            packed = k * n * (0.5 + 4.0 / 64)  # 4-bit codes + fp32 absmax per block of 64
+            out.append(Op(name=f"{op.name}.dequant_nf4", op="dequantize", kind=OpKind.VECTOR, dims=(1, k * n),
+                          dtype=op.dtype, flops=2.0 * k * n, bytes_read=packed, bytes_written=float(k * n * e),
+                          count=op.count, phase=op.phase, group=op.group, tp_split="column",
+                          meta=(("inputs", 1), ("outputs", 1), ("stored_weight_bytes", packed))))
+        out.append(frozen)
+        leaf = op.name.rsplit(".", 1)[-1]
+        if leaf not in names:
+            continue
+        parts = (fused or {}).get(leaf)
+        widths = [w for part, w in parts.items() if part in wanted] if parts else [n]
+        for i, width in enumerate(widths):
+            out.extend(_adapter(op, f"lora{i}" if len(widths) > 1 else "lora", m, k, width, rank))
+    return out
+
+
+def _adapter(op: Op, name: str, m: int, k: int, n: int, rank: int) -> list[Op]:
+    """A LoRA adapter beside ``op``: down-projection A (k -> r), up-projection B (r -> n) added to the output."""
+    e = op.dtype.bytes
+    meta = (("bias", False), ("frozen", False), ("weight_dtype", op.dtype.value), ("tied", False))
+    return [
+        Op(name=f"{op.name}.{name}_a", op="linear", kind=OpKind.GEMM, dims=(1, m, k, rank), dtype=op.dtype,
+           flops=2.0 * m * k * rank, bytes_read=(m * k + k * rank) * e, bytes_written=float(m * rank * e),
+           count=op.count, phase=op.phase, group=op.group, weight_bytes=k * rank * e, params=k * rank,
+           tp_split="row" if op.tp_split == "row" else "none", meta=meta),
+        Op(name=f"{op.name}.{name}_b", op="linear", kind=OpKind.GEMM, dims=(1, m, rank, n), dtype=op.dtype,
+           flops=2.0 * m * rank * n, bytes_read=(m * rank + rank * n + m * n) * e, bytes_written=float(m * n * e),
+           count=op.count, phase=op.phase, group=op.group, weight_bytes=rank * n * e, params=rank * n,
+           tp_split="column" if op.tp_split in ("column", "vocab") else "none", meta=meta),
+    ]
+
+
+def _set(meta: tuple[tuple[str, object], ...], key: str, value: object) -> tuple[tuple[str, object], ...]:
+    return tuple((k, v) for k, v in meta if k != key) + ((key, value),)
+
+
+def shard_context(ops: list[Op] | tuple[Op, ...], cp: int) -> list[Op]:
+    """Per-GPU attention of a ``cp``-way context-parallel run (the op list was built for ``seq/cp`` tokens).
+
+    Every other op already has ``seq/cp`` tokens. Attention is rebuilt: the
+    local queries attend to the whole sequence's keys (at most a sliding
+    window of them), and with load-balanced chunking each GPU does ``1/cp`` of
+    the causal pairs.
+    """
+    if cp == 1:
+        return list(ops)
+    out: list[Op] = []
+    for op in ops:
+        if op.kind is not OpKind.ATTENTION or op.dims[3] == 1:
+            out.append(op)
+            continue
+        b, h, kvh, q, _, d, causal = op.dims
+        window = op.get("window")
+        w = int(window) if window else None  # type: ignore[call-overload]
+        full = q * cp
+        keys = min(full, w) if w else full
+        vd = int(op.get("v_head_dim", d) or d)  # type: ignore[call-overload]
+        e = op.dtype.bytes
+        pairs = causal_pairs(full, full, w) if causal else float(full * keys)
+        flops = 2.0 * b * h * (pairs / cp) * (d + vd)
+        touched = min(full, keys + q - 1) if w else full
+        read = b * (h * q * d + kvh * touched * (d + vd)) * e
+        out.append(op.with_(dims=(b, h, kvh, q, keys, d, causal), flops=flops, bytes_read=read))
+    return out
+
+
+def route_experts(ops: list[Op] | tuple[Op, ...], num_experts: int, top_k: int, *, ep: int = 1,
+                  skew: float = 0.0, capacity_factor: float | None = None) -> list[Op]:
+    """Expert ops for expert parallelism ``ep`` with the busiest expert's load.
+
+    The graph builder emits the expert MLP once per active expert (``count`` =
+    layers x active experts) on ``tokens * k / active`` tokens each. Here a GPU
+    holds ``E/ep`` experts and each receives ``tokens * k * ep / E`` tokens from
+    the ``ep`` ranks on average; the slowest expert sets the pace, so every
+    local expert is priced at the busiest one's load ``(1 + skew)`` x the mean
+    (at most ``capacity_factor`` x the mean when tokens beyond capacity drop).
+    """
+    gate_counts = [op.count for op in ops if op.name.endswith("router.gate")]
+    if not gate_counts:
+        return list(ops)
+    layers = gate_counts[0]
+    router = next(op for op in ops if op.name.endswith("router.gate"))
+    tokens = router.dims[1]
+    local = max(1, num_experts // ep)
+    mean = tokens * top_k * ep / num_experts
+    load = mean * (1.0 + skew)
+    if capacity_factor is not None:
+        load = min(load, mean * capacity_factor)
+    new_tokens = max(1, round(load))
+    out: list[Op] = []
+    for op in ops:
+        if ".experts." not in op.name:
+            out.append(op)
+            continue
+        old_tokens = op.dims[1] if op.kind is OpKind.GEMM else None
+        count = layers * local
+        if op.kind is OpKind.GEMM and old_tokens:
+            out.append(_retoken_gemm(op, new_tokens).with_(count=count))
+        else:
+            ratio = new_tokens / max(1, _expert_tokens(ops, op))
+            rows, cols = op.dims
+            out.append(replace(op, dims=(rows, max(1, round(cols * ratio))), flops=op.flops * ratio,
+                               bytes_read=op.bytes_read * ratio, bytes_written=op.bytes_written * ratio,
+                               fused_bytes=None if op.fused_bytes is None else op.fused_bytes * ratio,
+                               count=count))
+    return out
+
+
+def _expert_tokens(ops: list[Op] | tuple[Op, ...], op: Op) -> int:
+    """Tokens per expert of the layer ``op`` belongs to (from the first expert GEMM)."""
+    scope = op.name.rsplit(".", 1)[0]
+    for o in ops:
+        if o.kind is OpKind.GEMM and o.name.startswith(scope):
+            return o.dims[1]
+    return 1
+
+
+def _retoken_gemm(op: Op, tokens: int) -> Op:
+    b, m, k, n = op.dims
+    e = op.dtype.bytes
+    weight = op.weight_bytes
+    read = tokens * k * e + weight
+    written = tokens * n * op.dtype.bytes
+    return op.with_(dims=(b, tokens, k, n), flops=op.flops * tokens / max(1, m), bytes_read=read,
+                    bytes_written=float(written))
