@@ -18,12 +18,19 @@ __all__ = ["attention_times"]
 
 
 def attention_times(flops: np.ndarray, bytes_moved: np.ndarray, hw: Hardware, dtype: DType, coeffs: Coefficients,
-                    *, backward: np.ndarray | None = None, sequences: np.ndarray | None = None) -> np.ndarray:
-    """Seconds for fused attention kernels with the given FLOPs, DRAM bytes and batch of sequences."""
+                    *, backward: np.ndarray | None = None, sequences: np.ndarray | None = None,
+                    training: np.ndarray | None = None) -> np.ndarray:
+    """Seconds for fused attention kernels with the given FLOPs, DRAM bytes and batch of sequences.
+
+    ``training`` marks forwards of training graphs, which run the training libraries' kernels
+    (FlashAttention-2, cuDNN) rather than a serving engine's paged-cache kernels.
+    """
     ac = coeffs.attention
     path = datapath(hw, dtype)
     x = sustained_clock_frac(hw, path, coeffs)
     eff = np.full(np.shape(flops), ac.compute_efficiency)
+    if training is not None:
+        eff = np.where(training, ac.training_efficiency, eff)
     if backward is not None:
         eff = np.where(backward, ac.backward_efficiency, eff)
     compute = np.asarray(flops, dtype=float) / (hw.peak(dtype) * x * eff)

@@ -81,6 +81,9 @@ class AttentionCoefficients(_Model):
 
     compute_efficiency: float = Field(description="fraction of the sustained matrix peak for the score/value math")
     backward_efficiency: float
+    training_efficiency: float = Field(
+        default=0.55, description="forward of training attention (FlashAttention-2 / cuDNN fused kernels over whole "
+                                  "sequences; serving kernels over paged caches are slower)")
     memory_efficiency: float = Field(description="fraction of DRAM bandwidth when reading the KV cache")
     fixed_s: float = Field(default=0.0, description="fixed cost of one call (block-table setup, split-KV reduce)")
     per_sequence_s: float = Field(default=0.0, description="cost per sequence in the batch (paged decode)")

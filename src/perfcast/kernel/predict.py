@@ -45,7 +45,8 @@ _CACHE_LIMIT = 200_000
 
 def _shape_key(op: Op) -> tuple[object, ...]:
     """What an op's time depends on (not its name, count, phase or group)."""
-    return (op.kind, op.op, op.dims, op.dtype, op.flops, op.bytes_read, op.bytes_written, op.get("weight_dtype"))
+    return (op.kind, op.op, op.dims, op.dtype, op.flops, op.bytes_read, op.bytes_written, op.get("weight_dtype"),
+            op.get("training"))
 
 
 def predict_ops(ops: Sequence[Op], hardware: Hardware | str, coeffs: Coefficients | None = None,
@@ -113,7 +114,9 @@ def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: 
             by = np.array([o.bytes for o in sel])
             bwd = np.array([o.op == "attention_backward" for o in sel])
             seqs = np.array([o.dims[0] for o in sel], dtype=float)
-            t = attention_times(fl, by, hw, sub, co, backward=bwd, sequences=seqs)  # type: ignore[arg-type]
+            train = np.array([bool(o.get("training", False)) for o in sel])
+            t = attention_times(fl, by, hw, sub, co, backward=bwd, sequences=seqs,  # type: ignore[arg-type]
+                                training=train)
             for j, i in enumerate(idx):
                 times[i] = t[j]
                 bounds[i] = "memory" if sel[j].dims[3] == 1 else "compute"
