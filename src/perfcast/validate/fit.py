@@ -32,7 +32,7 @@ from perfcast.validate.kernel_tables import KernelRows, load_kernel_rows, predic
 from perfcast.validate.optimize import fit_least_squares
 from perfcast.validate.vidur_tables import load_vidur_rows, predict_vidur_rows, rows_ops
 
-__all__ = ["FitStage", "fit_coefficients", "set_path"]
+__all__ = ["FitStage", "collective_interval_residuals", "fit_coefficients", "set_path"]
 
 
 def set_path(raw: dict[str, Any], dotted: str, value: float) -> None:
@@ -255,12 +255,14 @@ def _log_ratio(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
 
 def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *,
                   quantiles: tuple[float, float] = (0.05, 0.95),
-                  log: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+                  log: Callable[[str], None] = lambda _m: None, collective_coeffs: Any = None) -> dict[str, Any]:
     """Prediction-interval quantiles of the log error ``log(measured / predicted)`` per prediction kind.
 
     kernel: NeuSight kernel rows with ``split=test`` (out of sample); vidur_op:
     VIDUR rows predicted leave-one-GPU-out; step: NeuSight end-to-end rows (never
-    fitted on); gemm_published: published GEMM TFLOP/s rows.
+    fitted on); gemm_published: published GEMM TFLOP/s rows; collective: VIDUR network and
+    published collective rows predicted leave-one-cluster-out (refits start from the priors
+    recorded in ``collective_coeffs``, default the packaged collective coefficients).
     """
     from perfcast.compose.interval import INTERVAL_SCHEMA_VERSION
     from perfcast.validate.predict_batch import predict_batch
@@ -315,8 +317,19 @@ def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *,
     # TFLOP/s is inverse to time: an interval on time maps to the reversed interval on TFLOP/s
     g = kinds["gemm_published"]
     g["log_low"], g["log_high"] = -g["log_high"], -g["log_low"]
+    add(*collective_interval_residuals(root, collective_coeffs))
     return {"schema_version": INTERVAL_SCHEMA_VERSION, "produced_by": "perfcast fit --intervals",
             "quantiles": list(quantiles), "kinds": kinds}
+
+
+def collective_interval_residuals(root: Path, collective_coeffs: Any = None) -> tuple[str, np.ndarray, str]:
+    """The ``collective`` interval kind: log(measured / predicted), every cluster leave-one-cluster-out."""
+    from perfcast.validate.fit_collectives import leave_one_cluster_out, load_collective_rows
+
+    rows, labels = load_collective_rows(root)
+    pred, _ = leave_one_cluster_out(rows, labels, base=collective_coeffs)
+    return ("collective", _log_ratio(rows.measured_s, pred),
+            "vidur/network + published/collectives.csv, leave-one-cluster-out")
 
 
 HOST_PARAMS = (("host.eager_op_s", "log"), ("host.eager_training_op_s", "log"))

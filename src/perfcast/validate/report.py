@@ -10,6 +10,9 @@ interval. What was fitted on what is stated per table:
   derived leave-one-GPU-out from the other GPUs' residuals.
 - VIDUR per-op tables: each GPU is predicted with tensor-path coefficients
   fitted on the other GPU only (leave-one-GPU-out).
+- Collective tables (VIDUR network, published collectives): the collectives stage is
+  fitted on every visible row, so they are reported in-sample per cluster, and again
+  leave-one-cluster-out (each cluster predicted with coefficients refitted without it).
 """
 
 from __future__ import annotations
@@ -164,6 +167,46 @@ def _vidur_logo(paths: list[Path], root: Path, coeffs: Coefficients, log: Callab
     return reports
 
 
+_COLLECTIVE_KINDS = ("vidur_network", "published_collectives")
+
+
+def _collective_loco(paths: list[Path], root: Path, name: Callable[[Path], str],
+                     log: Callable[[str], None]) -> list[TableReport]:
+    """Collective tables predicted leave-one-cluster-out (refits on the other clusters' visible rows)."""
+    from perfcast.system.collectives import load_collective_coefficients
+    from perfcast.validate.fit_collectives import fit_collectives, load_collective_rows
+    from perfcast.validate.tables import TablePrediction, predict_published_collectives, predict_vidur_network
+
+    rows, labels = load_collective_rows(root)
+    clusters = sorted({str(g) for g in rows.group})
+    fitted = {}
+    for c in clusters:
+        log(f"fitting collective coefficients without {c}")
+        fitted[c] = fit_collectives(exclude_clusters=[c], rows=(rows, labels), log=lambda _m: None)
+    packaged = load_collective_coefficients()
+    reports = []
+    for p in paths:
+        res = predict_batch(p)
+        fn = predict_vidur_network if res.kind.name == "vidur_network" else predict_published_collectives
+        groups = np.array(res.prediction.groups, dtype=object)
+        n = len(res.rows)
+        pred = TablePrediction(*({t: np.full(n, np.nan) for t in res.targets} for _ in range(3)),
+                               status=list(res.prediction.status), groups=list(res.prediction.groups))
+        for g in sorted({str(x) for x in groups}):
+            idx = np.flatnonzero(groups == g)
+            sub = fn([res.rows[i] for i in idx], collective_coeffs=fitted.get(g, packaged))
+            for t in res.targets:
+                pred.pred[t][idx], pred.low[t][idx], pred.high[t][idx] = sub.pred[t], sub.low[t], sub.high[t]
+        loco = type(res)(res.kind, res.header, res.rows, res.targets, pred)
+        for target in res.targets:
+            overall, group_reports = _summaries(loco, target)
+            if overall.rows:
+                reports.append(TableReport(f"{name(p)} [leave-one-cluster-out]", res.kind.name, target,
+                                           "each cluster predicted with collective coefficients fitted on the other "
+                                           f"clusters' rows ({', '.join(clusters)})", overall, group_reports))
+    return reports
+
+
 def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | None = None,
                    log: Callable[[str], None] = lambda _m: None,
                    progress: Callable[[str], None] = lambda _m: None) -> ValidationReport:
@@ -174,10 +217,17 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
     vidur = [p for p in paths if "vidur" in p.parts and "compute" in p.parts and "legacy" not in p.parts]
     others = [p for p in paths if p not in vidur]
     reports: list[TableReport] = []
+
+    def table_name(p: Path) -> str:
+        return str(p.relative_to(root)) if root is not None and root in p.parents else str(p)
+
+    collective_paths: list[Path] = []
     for p in others:
         progress(str(p))
         res = predict_batch(p, co)
-        name = str(p.relative_to(root)) if root is not None and root in p.parents else str(p)
+        name = table_name(p)
+        if res.kind.name in _COLLECTIVE_KINDS:
+            collective_paths.append(p)
         if res.kind.predict is None:
             n = len(res.rows)
             empty = ErrorSummary(n, 0, float("nan"), float("nan"), float("nan"), float("nan"), float("nan"))
@@ -201,10 +251,18 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
                     "neusight_e2e": "never fitted on; interval coverage leave-one-GPU-out",
                     "vidur_attention": "in-sample: the attention stage is fitted on this table (the only one)",
                     "published_gemm": "not fitted on: tensor path fitted on VIDUR tables only",
+                    "vidur_network": "in-sample: the collectives stage is fitted on every visible collective row",
+                    "published_collectives": "in-sample: the collectives stage is fitted on every visible "
+                                             "collective row",
                 }.get(res.kind.name, "")
                 overall, groups = _summaries(res, target, logo_coverage=e2e)
                 if overall.rows:
                     reports.append(TableReport(name, res.kind.name, target, note, overall, groups))
+    if collective_paths:
+        progress("collectives (leave-one-cluster-out)")
+        fit_root = root or find_groundtruth()
+        assert fit_root is not None
+        reports += _collective_loco(collective_paths, fit_root, table_name, log)
     if vidur:
         progress("vidur/compute (leave-one-GPU-out)")
         fit_root = root or find_groundtruth()  # the leave-one-GPU-out refit reads the other GPUs' tables

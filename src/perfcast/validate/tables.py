@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,7 +19,11 @@ from perfcast.compose.interval import load_intervals
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 
-__all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "recognize", "predict_table"]
+if TYPE_CHECKING:
+    from perfcast.system.collectives import CollectiveCoefficients
+
+__all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_published_collectives", "predict_table",
+           "predict_vidur_network", "recognize"]
 
 
 @dataclass
@@ -249,6 +254,59 @@ def _predict_published_gemm(rows: list[dict[str, str]], coeffs: Coefficients) ->
     return out
 
 
+# -- collectives (VIDUR network tables, published collectives) ---------------------------------
+def _collective_interval(out: TablePrediction, inverse: frozenset[str] = frozenset()) -> None:
+    """The ``collective`` interval; bandwidth targets (inverse to time) get it reversed."""
+    lo, hi = load_intervals().get("collective", load_intervals()["step"])
+    for t, v in out.pred.items():
+        a, b = (-hi, -lo) if t in inverse else (lo, hi)
+        out.low[t] = v * np.exp(a)
+        out.high[t] = v * np.exp(b)
+
+
+def predict_vidur_network(rows: list[dict[str, str]], coeffs: Coefficients | None = None,
+                          collective_coeffs: CollectiveCoefficients | None = None) -> TablePrediction:
+    """VIDUR ``network/<cluster>/{all_reduce,send_recv}.csv``: ``time_stats.<op>.median`` (ms) per row."""
+    from perfcast.validate.collective_tables import predict_collective_rows, vidur_network_rows
+
+    targets = ("time_stats.all_reduce.median", "time_stats.send_recv.median")
+    out = _empty(len(rows), targets)
+    crows = vidur_network_rows(rows)
+    pred = predict_collective_rows(crows, collective_coeffs)
+    out.status = list(crows.status)
+    out.groups = [str(g) for g in crows.group]
+    for i, op in enumerate(crows.op):
+        key = f"time_stats.{op}.median"
+        if out.status[i] == "ok" and key in out.pred:
+            out.pred[key][i] = pred[i] * 1e3
+        elif out.status[i] == "ok":
+            out.status[i] = f"unsupported: VIDUR network tables hold all_reduce and send_recv, not {op}"
+    _collective_interval(out)
+    return out
+
+
+def predict_published_collectives(rows: list[dict[str, str]], coeffs: Coefficients | None = None,
+                                  collective_coeffs: CollectiveCoefficients | None = None) -> TablePrediction:
+    """Published collectives: busbw and algbw (GB/s, 10^9 B/s) and time_us per row."""
+    from perfcast.system.collectives import bus_factor, parse_op
+    from perfcast.validate.collective_tables import predict_collective_rows, published_collective_rows
+
+    out = _empty(len(rows), ("busbw_GBps", "algbw_GBps", "time_us"))
+    crows = published_collective_rows(rows)
+    t = predict_collective_rows(crows, collective_coeffs)
+    out.status = list(crows.status)
+    out.groups = [str(g) for g in crows.group]
+    ok = np.isfinite(t) & (t > 0)
+    algbw = np.where(ok, crows.size / np.where(ok, t, 1.0) / 1e9, np.nan)
+    factor = np.array([bus_factor(parse_op(o), int(n)) if s == "ok" else np.nan
+                       for o, n, s in zip(crows.op, crows.n, crows.status, strict=True)])
+    out.pred["time_us"] = np.where(ok, t * 1e6, np.nan)
+    out.pred["algbw_GBps"] = algbw
+    out.pred["busbw_GBps"] = algbw * factor
+    _collective_interval(out, inverse=frozenset({"busbw_GBps", "algbw_GBps"}))
+    return out
+
+
 TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("neusight_e2e", frozenset({"device", "model", "mode", "batch_size", "seq_len", "measured_ms"}),
               ("measured_ms", "measured_fw_ms", "measured_bw_ms"), "step", _predict_e2e),
@@ -264,7 +322,7 @@ TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("vidur_compute", frozenset({"gpu_id", "model_id", "num_tokens", "num_tensor_parallel_workers",
                                           "n_embd"}), (), "vidur_op", _predict_vidur),
     TableKind("vidur_network", frozenset({"collective", "size", "num_workers", "devices_per_node"}),
-              (), "step", None, "collective times arrive with the distributed-training layer"),
+              ("time_stats.all_reduce.median", "time_stats.send_recv.median"), "collective", predict_vidur_network),
     TableKind("vidur_attention", frozenset({"prefill_chunk_size", "kv_cache_size", "batch_size", "is_prefill"}),
               ("time_stats.attn_prefill.median", "time_stats.attn_decode.median"), "attention",
               _predict_vidur_attention),
@@ -274,8 +332,7 @@ TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("published_inference", frozenset({"metric", "value", "input_len", "output_len"}),
               ("value",), "step", None, "serving throughput arrives with the serving layer"),
     TableKind("published_collectives", frozenset({"collective", "busbw_GBps", "size_bytes"}),
-              ("busbw_GBps", "algbw_GBps", "time_us"), "step", None,
-              "collective bandwidths arrive with the distributed-training layer"),
+              ("busbw_GBps", "algbw_GBps", "time_us"), "collective", predict_published_collectives),
     TableKind("published_gemm", frozenset({"gpu_id", "dtype", "m", "n", "k", "tflops"}),
               ("tflops",), "gemm_published", _predict_published_gemm),
 )

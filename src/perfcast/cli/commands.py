@@ -1,101 +1,27 @@
-"""The perfcast command line: one Typer app, one thin function per command.
-
-Every command that prints results takes ``--json`` and then prints exactly one
-JSON object whose keys name the quantity and its unit. A user error prints one
-line (``error: ...``) to stderr and exits 2; ``--debug`` shows the traceback.
-"""
+"""Catalog, prediction, validation and suite commands (one thin function per command)."""
 
 from __future__ import annotations
 
-import functools
 import json
-import math
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import typer
 
-from perfcast.errors import PerfcastError
+from perfcast.cli.app import (
+    _console,
+    _print_fields,
+    _table,
+    app,
+    clusters_app,
+    emit_json,
+    handled,
+    hardware_app,
+    models_app,
+)
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="Predict the performance of ML workloads on hardware you may not have.")
-hardware_app = typer.Typer(no_args_is_help=True, help="The hardware catalog.")
-models_app = typer.Typer(no_args_is_help=True, help="The model catalog.")
-app.add_typer(hardware_app, name="hardware")
-app.add_typer(models_app, name="models")
-
-_STATE = {"debug": False}
-_CONSOLES: dict[str, Console] = {}
-
-
-def _console(stderr: bool = False) -> Console:
-    """A rich console, created on first use (rich is imported only by commands that print tables)."""
-    key = "err" if stderr else "out"
-    if key not in _CONSOLES:
-        from rich.console import Console
-
-        _CONSOLES[key] = Console(stderr=stderr, highlight=False)
-    return _CONSOLES[key]
-
-
-def _table(*args: Any, **kwargs: Any) -> Any:
-    from rich.table import Table
-
-    return Table(*args, **kwargs)
-
-
-def _print_fields(title: str, data: dict[str, Any]) -> None:
-    """A two-column table of a record's fields (nested values as JSON)."""
-    t = _table(title=title, show_header=False)
-    t.add_column("field", no_wrap=True)
-    t.add_column("value")
-    for k, v in data.items():
-        t.add_row(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
-    _console().print(t)
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return None if math.isnan(obj) or math.isinf(obj) else obj
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def emit_json(obj: dict[str, Any]) -> None:
-    """Print exactly one JSON object."""
-    sys.stdout.write(json.dumps(_clean(obj), sort_keys=False) + "\n")
-
-
-def handled(fn: F) -> F:
-    """Turn PerfcastError into one stderr line and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except PerfcastError as exc:
-            if _STATE["debug"]:
-                raise
-            sys.stderr.write(f"error: {exc}\n")
-            if exc.hint:
-                sys.stderr.write(f"hint: {exc.hint}\n")
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-@app.callback()
-def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks of user errors.")) -> None:
-    _STATE["debug"] = debug
+__all__: list[str] = []
 
 
 # -- catalogs ---------------------------------------------------------------------------
@@ -177,7 +103,92 @@ def models_show(model: str = typer.Argument(..., help="Model id, alias, HF repo 
     _print_fields(m.id, data)
 
 
+@clusters_app.command("list")
+@handled
+def clusters_list(as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """List every cluster in the catalog."""
+    from perfcast.system.cluster import list_clusters
+
+    clusters = list_clusters()
+    if as_json:
+        emit_json({"clusters": [{
+            "id": c.id, "name": c.name, "gpu": c.gpu, "gpus_per_node": c.gpus_per_node, "nodes": c.nodes,
+            "scale_up_domain": c.domain, "intra_node_fabric": c.intra_node.fabric,
+            "intra_node_bandwidth_Bps": c.intra_node.bandwidth_Bps, "nics_per_node": c.inter_node.nics_per_node,
+            "nic_bandwidth_Bps": c.inter_node.nic_bandwidth_Bps,
+            "inter_bandwidth_per_gpu_Bps": c.inter_bandwidth_per_gpu_Bps} for c in clusters]})
+        return
+    t = _table(title=f"{len(clusters)} clusters (bandwidths per GPU per direction)")
+    for c in ("id", "gpu", "GPUs/node", "domain", "scale-up", "network"):
+        t.add_column(c, justify="left" if c in ("id", "gpu", "scale-up") else "right", no_wrap=c in ("id", "gpu"))
+    for c in clusters:
+        intra = c.intra_node
+        net = c.inter_node
+        network = (f"{net.nics_per_node} x {net.nic_bandwidth_Bps * 8 / 1e9:.0f} Gb/s" if net.nics_per_node else "-")
+        t.add_row(c.id, c.gpu, str(c.gpus_per_node), str(c.domain),
+                  f"{intra.fabric} {intra.topology} {intra.bandwidth_Bps / 1e9:.0f} GB/s", network)
+    _console().print(t)
+
+
+@clusters_app.command("show")
+@handled
+def clusters_show(cluster_id: str = typer.Argument(..., help="Cluster id, alias or cluster YAML path."),
+                  as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """Show one cluster (base SI units; bandwidths per GPU per direction)."""
+    from perfcast.system.cluster import load_cluster
+
+    c = load_cluster(cluster_id)
+    data = c.model_dump(mode="json")
+    data["scale_up_domain"] = c.domain
+    data["num_gpus"] = c.num_gpus
+    data["inter_bandwidth_per_gpu_Bps"] = c.inter_bandwidth_per_gpu_Bps
+    if as_json:
+        emit_json(data)
+        return
+    _print_fields(f"{c.id}: {c.name}", data)
+
+
 # -- predictions -------------------------------------------------------------------------
+@app.command()
+@handled
+def collective(
+    op: str = typer.Option(..., "--op", help="all_reduce | all_gather | reduce_scatter | all_to_all | broadcast | "
+                                             "send_recv"),
+    size: str = typer.Option(..., "--bytes", help="Size as nccl-tests counts it, e.g. 1MB, 64MiB, 2e9."),
+    gpus: int = typer.Option(..., "--gpus", help="GPUs in the group."),
+    cluster: str = typer.Option(..., "--cluster", help="Cluster id, alias or cluster YAML path."),
+    nodes: int | None = typer.Option(None, "--nodes", help="Nodes in the cluster (default: the catalog's)."),
+    gpus_per_node: int | None = typer.Option(None, "--gpus-per-node",
+                                             help="Group members per scale-up domain (default: as many as fit)."),
+    algorithm: str | None = typer.Option(None, "--algorithm",
+                                         help="ring | tree | halving_doubling | direct | hierarchical | nvls "
+                                              "(default: what NCCL would pick)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Predict the time of one collective over a group of GPUs on a cluster."""
+    from perfcast.system.cluster import load_cluster
+    from perfcast.system.collectives import collective_time
+    from perfcast.units import format_bytes, format_time, parse_bytes
+
+    c = load_cluster(cluster, nodes=nodes)
+    nbytes = parse_bytes(size)
+    t = collective_time(op, nbytes, gpus, c, gpus_per_node=gpus_per_node, algorithm=algorithm)
+    if as_json:
+        emit_json({"op": t.op, "algorithm": t.algorithm, "protocol": t.protocol, "cluster": c.id,
+                   "size_bytes": t.size_bytes, "group_size": t.group_size, "gpus_per_node": t.gpus_per_node,
+                   "time_s": t.time_s, "algbw_Bps": t.algbw_Bps, "busbw_Bps": t.busbw_Bps})
+        return
+    tbl = _table(title=f"{t.op} of {format_bytes(t.size_bytes)} over {t.group_size} GPUs on {c.id} "
+                       f"({t.gpus_per_node} per scale-up domain)", show_header=False)
+    tbl.add_column("quantity")
+    tbl.add_column("value", justify="right")
+    tbl.add_row("algorithm", f"{t.algorithm} ({t.protocol})")
+    tbl.add_row("time", format_time(t.time_s))
+    tbl.add_row("algorithm bandwidth", f"{t.algbw_Bps / 1e9:.2f} GB/s")
+    tbl.add_row("bus bandwidth", f"{t.busbw_Bps / 1e9:.2f} GB/s")
+    _console().print(tbl)
+
+
 @app.command()
 @handled
 def predict(
@@ -301,12 +312,15 @@ def fit(
     output: Path = typer.Option(None, "-o", "--output", help="Where to write coefficients (default: print only)."),
     stages: str = typer.Option("vector,gemm,conv,tensor,attention", "--stages",
                                help="Comma-separated stages: vector, gemm, conv, tensor, attention (kernel "
-                                    "tables) and host "
-                                    "(host time per eager kernel, from end-to-end rows of your own machine); "
+                                    "tables), host "
+                                    "(host time per eager kernel, from end-to-end rows of your own machine) and "
+                                    "collectives (VIDUR network and published collective tables); "
                                     "none = keep the current coefficients (e.g. to recompute --intervals)."),
     intervals: Path = typer.Option(None, "--intervals", help="Also write prediction intervals to this JSON."),
     compose_output: Path = typer.Option(None, "--compose-output",
                                         help="Where the host stage writes composition coefficients."),
+    collectives_output: Path = typer.Option(None, "--collectives-output",
+                                            help="Where the collectives stage writes its coefficients."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -315,31 +329,40 @@ def fit(
     from perfcast.kernel.coefficients import load_coefficients
     from perfcast.validate.fit import fit_coefficients, fit_host, fit_intervals
 
-    for p in (output, intervals, compose_output):
+    for p in (output, intervals, compose_output, collectives_output):
         if p is not None and p.exists() and not force:
             raise ConfigError(f"{p} exists; pass --force to overwrite it")
     chosen = [s.strip() for s in stages.split(",") if s.strip() and s.strip() != "none"]
-    known = {"vector", "gemm", "conv", "tensor", "attention", "host"}
+    known = {"vector", "gemm", "conv", "tensor", "attention", "host", "collectives"}
     if set(chosen) - known or (not chosen and stages.strip() != "none"):
         raise ConfigError(f"unknown fit stages {sorted(set(chosen) - known) or chosen}; use {', '.join(sorted(known))}")
     if "host" in chosen and compose_output is None:
         raise ConfigError("the host stage needs --compose-output PATH for the composition coefficients")
+    if "collectives" in chosen and collectives_output is None:
+        raise ConfigError("the collectives stage needs --collectives-output PATH for the collective coefficients")
     lines: list[str] = []
     logger = lines.append if as_json else _console().print
-    kernel_stages = [s for s in chosen if s != "host"]
+    kernel_stages = [s for s in chosen if s not in ("host", "collectives")]
     co = fit_coefficients(stages=kernel_stages, log=logger) if kernel_stages else load_coefficients()
     if output is not None:
         output.write_text(co.to_json(), encoding="utf-8")
     if "host" in chosen and compose_output is not None:
         compose_output.write_text(fit_host(co, log=logger).to_json(), encoding="utf-8")
+    cc = None
+    if "collectives" in chosen and collectives_output is not None:
+        from perfcast.validate.fit_collectives import fit_collectives
+
+        cc = fit_collectives(log=logger)
+        collectives_output.write_text(cc.to_json(), encoding="utf-8")
     iv = None
     if intervals is not None:
-        iv = fit_intervals(co)
+        iv = fit_intervals(co, collective_coeffs=cc)
         intervals.write_text(json.dumps(iv, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if as_json:
         emit_json({"coefficients": co.model_dump(mode="json"), "log": lines, "intervals": iv,
+                   "collectives": cc.model_dump(mode="json") if cc is not None else None,
                    "output": str(output) if output else None})
-    elif output is None:
+    elif output is None and kernel_stages:
         _console().print(co.to_json())
 
 
@@ -416,30 +439,3 @@ def suite(
                              f"{where}")
 
 
-def _usage_error_types() -> tuple[type[BaseException], ...]:
-    """Click's UsageError (Typer vendors Click in recent releases; older ones depend on it)."""
-    return tuple(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
-
-
-def main() -> None:
-    """Entry point of the ``perfcast`` script: usage errors become one ``error:`` line and exit 2."""
-    usage = _usage_error_types()
-    try:
-        code = app(standalone_mode=False)
-    except usage as exc:  # type: ignore[misc]
-        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `perfcast`: the help text, success
-            sys.stdout.write(str(exc.format_message()) + "\n")  # type: ignore[attr-defined]
-            sys.exit(0)
-        ctx = getattr(exc, "ctx", None)
-        where = f"perfcast {ctx.command_path.split(' ', 1)[1]}" if ctx and " " in ctx.command_path else "perfcast"
-        message = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
-        sys.stderr.write(f"error: {message} (see `{where} --help`)\n")
-        sys.exit(2)
-    except KeyboardInterrupt:
-        sys.stderr.write("error: interrupted\n")
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-if __name__ == "__main__":
-    main()

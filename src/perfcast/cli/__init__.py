@@ -1,0 +1,17 @@
+"""The perfcast command line: one Typer app, one thin function per command.
+
+Every command that prints results takes ``--json`` and then prints exactly one
+JSON object whose keys name the quantity and its unit. A user error prints one
+line (``error: ...``) to stderr and exits 2; ``--debug`` shows the traceback.
+Commands live in submodules that register themselves on :data:`app` when imported.
+"""
+
+from __future__ import annotations
+
+from perfcast.cli import commands, train
+from perfcast.cli.app import app, main
+
+__all__ = ["app", "commands", "main", "train"]
+
+if __name__ == "__main__":
+    main()

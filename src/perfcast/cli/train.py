@@ -1,0 +1,150 @@
+"""``perfcast train``: one training step of a model on a cluster under a parallel plan."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from perfcast.cli.app import _console, _table, app, emit_json, handled
+
+__all__ = ["train"]
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.1f} GiB"
+
+
+def _time(x: float) -> str:
+    return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s"
+
+
+@app.command()
+@handled
+def train(
+    model: str = typer.Option(..., "--model", "-m", help="Model id, alias, HF repo id or config.json path."),
+    cluster: str = typer.Option(..., "--cluster", "-c", help="Cluster id or cluster YAML path."),
+    nodes: int | None = typer.Option(None, "--nodes", help="Nodes (default: what tp*pp*dp*cp needs)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
+    dp: int | None = typer.Option(None, "--dp", help="Data-parallel degree (default: the GPUs left)."),
+    cp: int = typer.Option(1, "--cp", help="Context-parallel degree."),
+    cp_kind: str = typer.Option("ring", "--cp-kind", help="ring (ring attention) | ulysses (all-to-all)."),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE models)."),
+    vp: int = typer.Option(1, "--vp", help="Virtual pipeline stages per rank (interleaved 1F1B)."),
+    sp: bool = typer.Option(False, "--sp", help="Sequence parallelism with TP."),
+    tp_overlap: bool = typer.Option(False, "--tp-overlap", help="Overlap TP collectives with GEMMs."),
+    zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3 (3 = FSDP full shard)."),
+    recompute: str = typer.Option("none", "--recompute", help="none | selective | full."),
+    micro_batch: int = typer.Option(1, "--micro-batch", help="Sequences per micro-batch per data-parallel rank."),
+    global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per step (default micro x dp)."),
+    seq_len: int = typer.Option(2048, "--seq-len", "-s", help="Tokens per sequence."),
+    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 (FP8 GEMMs, bf16 elsewhere)."),
+    schedule: str = typer.Option("1f1b", "--schedule", help="Pipeline schedule: gpipe | 1f1b | interleaved."),
+    uneven_stages: bool = typer.Option(False, "--uneven-stages", help="Allow pp not dividing the layers."),
+    lora_rank: int = typer.Option(0, "--lora-rank", help="LoRA rank (0 = full training)."),
+    lora_targets: str = typer.Option("q,k,v,o", "--lora-targets", help="Comma-separated LoRA targets."),
+    qlora: bool = typer.Option(False, "--qlora", help="Frozen base weights in 4 bits (needs --lora-rank)."),
+    moe_skew: float = typer.Option(0.0, "--moe-skew", help="Busiest expert's load is (1 + skew) x the mean."),
+    capacity_factor: float | None = typer.Option(None, "--capacity-factor", help="MoE expert capacity factor."),
+    framework: str = typer.Option("eager", "--framework", help="eager | compiled (torch.compile) | graph."),
+    trace: Path | None = typer.Option(None, "--trace", help="Write a Chrome trace JSON of the step (Perfetto)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --trace file."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Predict one training step: time, tokens/s and TFLOP/s per GPU, MFU/HFU, where time and memory go."""
+    from pydantic import ValidationError
+
+    from perfcast.errors import ConfigError
+    from perfcast.system.cluster import load_cluster
+    from perfcast.system.plan import ParallelPlan
+    from perfcast.system.training import simulate_training
+
+    if trace is not None and trace.exists() and not force:
+        raise ConfigError(f"{trace} exists; pass --force to overwrite it")
+    cl = load_cluster(cluster, nodes=nodes)
+    gpus = cl.num_gpus if nodes is not None else None
+    if dp is None:
+        if gpus is None:
+            dp = 1
+        else:
+            denom = tp * pp * cp
+            if denom < 1 or gpus % denom:
+                raise ConfigError(f"tp*pp*cp = {denom} does not divide the {gpus} GPUs of {nodes} {cl.id} nodes")
+            dp = gpus // denom
+    try:
+        plan = ParallelPlan(
+            tp=tp, pp=pp, dp=dp, cp=cp, cp_kind=cp_kind, ep=ep, vp=vp, sp=sp, tp_comm_overlap=tp_overlap,
+            zero=zero, recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
+            precision=precision, schedule=schedule if vp == 1 else "interleaved", uneven_stages=uneven_stages,
+            lora_rank=lora_rank, lora_targets=tuple(t.strip() for t in lora_targets.split(",") if t.strip()),
+            qlora=qlora, moe_skew=moe_skew, moe_capacity_factor=capacity_factor, framework=framework,
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]).replace("_", "-") if err["loc"] else "plan"
+        raise ConfigError(f"--{field}: {err['msg']}") from None
+    result = simulate_training(model, cl, plan, nodes=nodes, keep_events=trace is not None)
+    if trace is not None:
+        from perfcast.system.trace import write_trace
+
+        write_trace(result, trace)
+    oom = None if result.fits else (
+        f"out of memory: the plan needs {_gib(result.memory.total_bytes)} per GPU and {result.gpu_id} has "
+        f"{_gib(result.memory.capacity_bytes)}; shard more (zero, tp, pp), recompute, or shrink the micro-batch")
+    if as_json:
+        data: dict[str, Any] = result.as_dict()
+        if trace is not None:
+            data["trace_path"] = str(trace)
+        if oom:
+            data["error"] = oom
+        emit_json(data)
+    else:
+        _print(result, trace)
+    if oom:
+        sys.stderr.write(f"error: {oom}\n")
+        raise typer.Exit(2)
+
+
+def _print(result: Any, trace: Path | None) -> None:
+    con = _console()
+    p = result.plan
+    head = _table(title=f"{result.model_id} on {result.num_gpus} x {result.gpu_id} ({result.cluster_id})",
+                  show_header=False)
+    head.add_column("quantity", no_wrap=True)
+    head.add_column("value")
+    head.add_row("plan", f"tp {p.tp}, pp {p.pp}" + (f" (vp {p.vp})" if p.vp > 1 else "") +
+                 f", dp {p.dp}, cp {p.cp}, ep {p.ep}; zero {p.zero}, recompute {p.recompute}, {p.precision}; "
+                 f"micro-batch {p.micro_batch}, global batch {p.effective_global_batch}, seq {p.seq_len}")
+    head.add_row("step time", f"{_time(result.step_time_s)}  ({_time(result.low_s)} - {_time(result.high_s)})")
+    head.add_row("tokens/s per GPU", f"{result.tokens_per_s_per_gpu:,.0f}")
+    head.add_row("model TFLOP/s per GPU", f"{result.tflops_per_gpu:.1f}")
+    head.add_row("MFU / HFU", f"{100 * result.mfu:.1f}% / {100 * result.hfu:.1f}% of "
+                 f"{result.peak_flops_per_s / 1e12:.0f} TFLOP/s "
+                 f"({'fp8' if p.precision == 'fp8' else 'bf16'} dense peak; Megatron-LM's FLOP formula)")
+    head.add_row("micro-batches per step", f"{result.microbatches} (pipeline bubble {100 * result.bubble_frac:.1f}%)")
+    con.print(head)
+    bd = _table(title="where the step goes (critical pipeline rank)")
+    bd.add_column("part")
+    bd.add_column("time", justify="right")
+    bd.add_column("share", justify="right")
+    bd.add_column("total incl. hidden", justify="right")
+    hidden_key = {"tp_comm_s": "tp_comm_s", "cp_comm_s": "cp_comm_s", "ep_comm_s": "ep_comm_s",
+                  "fsdp_comm_s": "fsdp_comm_s", "dp_comm_s": "dp_comm_s", "pp_send_s": "pp_send_s"}
+    for k, v in result.breakdown_s.items():
+        if v <= 0 and k not in ("compute_s",):
+            continue
+        total = result.comm_total_s.get(hidden_key.get(k, ""), None)
+        bd.add_row(k.removesuffix("_s").replace("_", " "), _time(v), f"{100 * v / result.step_time_s:.1f}%",
+                   "" if total is None else _time(total))
+    con.print(bd)
+    mem = _table(title="memory per GPU" + ("" if result.fits else " - OUT OF MEMORY"))
+    mem.add_column("part")
+    mem.add_column("bytes", justify="right")
+    for k, v in result.memory.as_dict().items():
+        mem.add_row(k.removesuffix("_bytes").replace("_", " "), _gib(v))
+    con.print(mem)
+    if trace is not None:
+        con.print(f"trace written to {trace} (open in https://ui.perfetto.dev)")

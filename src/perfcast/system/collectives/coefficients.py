@@ -1,0 +1,90 @@
+"""Fitted collective-model coefficients: ``system/collectives.json`` (versioned JSON, never pickle).
+
+``perfcast fit --stages collectives`` writes it; ``fitted_on`` names the measured rows each
+group of coefficients came from, and says which ones are priors (no visible rows identify them).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from perfcast.jsonio import load_versioned
+
+__all__ = ["COLLECTIVES_SCHEMA_VERSION", "CollectiveCoefficients", "ProtocolCoefficients",
+           "load_collective_coefficients"]
+
+COLLECTIVES_SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProtocolCoefficients(_Model):
+    """One NCCL protocol (LL, LL128, Simple; point-to-point LL and Simple): bandwidth and latencies."""
+
+    bandwidth_frac: float = Field(gt=0, le=2, description="bandwidth as a fraction of the effective link "
+                                                          "bandwidth (link_efficiency_frac times the link)")
+    base_latency_s: float = Field(ge=0, description="fixed time of one collective kernel")
+    hop_latency_frac: float = Field(ge=0, description="time of one sequential step as a multiple of the link's "
+                                                      "latency (intra_node/inter_node latency_s)")
+
+
+class CollectiveCoefficients(_Model):
+    """Every coefficient of the collective cost model (see :mod:`perfcast.system.collectives.model`)."""
+
+    schema_version: int
+    produced_by: str
+    fitted_on: dict[str, str]
+    link_efficiency_frac: dict[str, float] = Field(
+        description="Simple-protocol bandwidth as a fraction of the per-direction link bandwidth, by link "
+                    "class: nvlink (bridges and NVSwitch), pcie, xgmi, network (GPUDirect RDMA)")
+    staged_bandwidth_Bps: dict[str, float] = Field(
+        description="per-GPU bandwidth of paths staged through host memory: shm (intra-node, no P2P), "
+                    "shm_cross_socket (the same between CPU sockets), network (RDMA without GPUDirect), "
+                    "socket (NCCL's TCP transport)")
+    staged_node_bandwidth_Bps: dict[str, float] = Field(
+        description="what one node's host-memory path carries for all its GPUs together (shm, network, socket)")
+    protocols: dict[str, ProtocolCoefficients] = Field(
+        description="collectives: ll, ll128, simple; point-to-point (send/recv, all-to-all): p2p_ll, p2p_simple")
+    p2p_bandwidth_frac: dict[str, float] = Field(
+        description="send/recv and all-to-all bandwidth relative to a ring collective's on the same path (a copy, "
+                    "not a reduction), by path: link (direct GPU-to-GPU and GPUDirect RDMA), shm, network "
+                    "(host-staged network: staged and socket)")
+    tree_efficiency_frac: float = Field(gt=0, le=1, description="NCCL tree bandwidth relative to a ring's")
+    nvls_efficiency_frac: float = Field(gt=0, le=2, description="in-switch (NVLS) reduction bandwidth as a "
+                                                                "fraction of the per-direction NVLink bandwidth")
+    peer_latency_s: float = Field(ge=0, description="per peer of a direct (pairwise) exchange")
+    benchmark_launch_s: float = Field(ge=0, description="host time to launch one collective on one GPU; a "
+                                                        "benchmark driving k GPUs from one thread (nccl-tests "
+                                                        "-g k) cannot run faster than k of these")
+
+    priors: dict[str, float] = Field(default_factory=dict,
+                                     description="the value of every fitted coefficient before fitting (dotted "
+                                                 "path -> value): each fit starts from and is pulled towards them")
+
+    def to_json(self) -> str:
+        """Canonical JSON text."""
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def load_collective_coefficients(path: str | Path | None = None) -> CollectiveCoefficients:
+    """Load collective coefficients (the package's own ``system/collectives.json`` when ``path`` is None)."""
+    if path is None:
+        return _default()
+    return _load(Path(path))
+
+
+@lru_cache(maxsize=1)
+def _default() -> CollectiveCoefficients:
+    return _load(Path(str(resources.files("perfcast.system") / "collectives.json")))
+
+
+def _load(path: Path) -> CollectiveCoefficients:
+    return load_versioned(path, CollectiveCoefficients, version=COLLECTIVES_SCHEMA_VERSION,
+                          what="collective coefficients")

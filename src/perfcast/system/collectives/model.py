@@ -1,0 +1,129 @@
+"""Price a collective: place the group, derive its links, cost every algorithm and protocol, pick one.
+
+Time of one algorithm with one protocol (NCCL's LL, LL128 or Simple)::
+
+    t = base_latency_s[proto] + fixed_s
+        + hop_latency_frac[proto] * (intra_steps * intra_node.latency_s + inter_steps * inter_node.latency_s)
+        + size_bytes * s_per_byte / bandwidth_frac[proto]
+
+Choice when no algorithm is asked for (what NCCL does, github.com/NVIDIA/nccl
+src/graph/tuning.cc and src/enqueue.cc): among the algorithms NCCL implements for the op
+that can run on the placement (all_reduce: ring, tree, nvls inside one domain with
+in-switch reduction, hierarchical = NVLS-tree across such domains; all_gather and
+reduce_scatter: ring, nvls; broadcast: ring; all_to_all and send_recv: direct), and each
+protocol it allows, the one with the smallest predicted time. ``halving_doubling`` and
+the ring all-to-all are priced only when asked for.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from perfcast.errors import ConfigError
+from perfcast.system.cluster import Cluster, load_cluster
+from perfcast.system.collectives.base import ALGORITHMS, Algorithm, Cost
+from perfcast.system.collectives.coefficients import CollectiveCoefficients, load_collective_coefficients
+from perfcast.system.collectives.placement import Links, Placement, links, place
+from perfcast.system.collectives.types import CollectiveOp, CollectiveTime, bus_factor, parse_op
+
+__all__ = ["collective_time", "collective_times", "candidates"]
+
+
+def _protocol_times(cost: Cost, sizes: np.ndarray, lk: Links, co: CollectiveCoefficients
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Per size: the best time over the allowed protocols and the index (into cost.protocols) of it."""
+    best = np.full(sizes.shape, np.inf)
+    which = np.zeros(sizes.shape, dtype=int)
+    for i, name in enumerate(cost.protocols):
+        pc = co.protocols[name]
+        hops_s = cost.intra_steps * lk.intra_latency_s + cost.inter_steps * lk.inter_latency_s
+        latency = pc.base_latency_s + cost.fixed_s + pc.hop_latency_frac * hops_s
+        t = latency + sizes * (cost.s_per_byte / pc.bandwidth_frac)
+        if name.endswith("ll") and math.isfinite(cost.ll_max_bytes):
+            t = np.where(sizes <= cost.ll_max_bytes, t, np.inf)
+        better = t < best
+        best = np.where(better, t, best)
+        which = np.where(better, i, which)
+    return best, which
+
+
+def candidates(op: CollectiveOp, p: Placement, lk: Links, cluster: Cluster, algorithm: str | None
+               ) -> list[Algorithm]:
+    """The algorithm asked for (checked), or every algorithm NCCL would consider here."""
+    if algorithm is not None:
+        alg = ALGORITHMS.get(algorithm)
+        if op not in alg.ops:
+            can = [name for name, a in ALGORITHMS.items() if op in a.ops]
+            raise ConfigError(f"algorithm {alg.name!r} does not implement {op.value}; use one of {', '.join(can)}")
+        reason = alg.unavailable(op, p, lk, cluster)
+        if reason:
+            raise ConfigError(reason)
+        return [alg]
+    out = [a for _, a in ALGORITHMS.items()
+           if a.nccl_candidate(op, p, lk) and a.unavailable(op, p, lk, cluster) is None]
+    assert out, f"no algorithm for {op}"  # ring or direct is always there
+    return out
+
+
+def _setup(op: str | CollectiveOp, group_size: int, cluster: Cluster | str, gpus_per_node: int | None,
+           coeffs: CollectiveCoefficients | None, shared_nics: bool
+           ) -> tuple[CollectiveOp, Cluster, Placement, Links, CollectiveCoefficients]:
+    o = parse_op(op)
+    c = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
+    co = coeffs or load_collective_coefficients()
+    p = place(c, group_size, gpus_per_node)
+    return o, c, p, links(c, p, co, shared_nics=shared_nics), co
+
+
+def _check_sizes(sizes: np.ndarray) -> None:
+    if sizes.size and (not np.all(np.isfinite(sizes)) or np.any(sizes < 0)):
+        bad = sizes[~np.isfinite(sizes) | (sizes < 0)][0]
+        raise ConfigError(f"collective size {bad!r} bytes is invalid; sizes are finite and >= 0 bytes")
+
+
+def collective_time(op: str | CollectiveOp, size_bytes: float, group_size: int, cluster: Cluster | str, *,
+                    gpus_per_node: int | None = None, algorithm: str | None = None,
+                    coeffs: CollectiveCoefficients | None = None, shared_nics: bool = True) -> CollectiveTime:
+    """Predicted time of one collective over ``group_size`` GPUs placed on ``cluster``.
+
+    ``size_bytes`` follows nccl-tests (see :mod:`perfcast.system.collectives.types`);
+    ``gpus_per_node`` is how many members share one scale-up domain (default
+    ``min(group_size, cluster.domain)``; a data-parallel group spread one rank per node is 1);
+    ``algorithm=None`` picks what NCCL would (module docstring). ``shared_nics`` (default)
+    assumes every GPU of a node uses the network at once, as in training.
+    """
+    sizes = np.array([float(size_bytes)])
+    _check_sizes(sizes)
+    o, c, p, lk, co = _setup(op, group_size, cluster, gpus_per_node, coeffs, shared_nics)
+    algs = candidates(o, p, lk, c, algorithm)
+    S = float(size_bytes)
+    if p.n == 1 or S == 0.0:  # nothing to move: NCCL returns without a kernel
+        return CollectiveTime(o.value, algs[0].name, S, p.n, 0.0, math.inf if S else 0.0, 0.0, "none", p.g)
+    best: tuple[float, str, str] = (math.inf, "", "")
+    for alg in algs:
+        cost = alg.cost(o, p, lk, co)
+        t, which = _protocol_times(cost, sizes, lk, co)
+        if t[0] < best[0]:
+            best = (float(t[0]), alg.name, cost.protocols[int(which[0])])
+    time_s, name, proto = best
+    algbw = S / time_s
+    return CollectiveTime(o.value, name, S, p.n, time_s, algbw, algbw * bus_factor(o, p.n), proto, p.g)
+
+
+def collective_times(op: str | CollectiveOp, sizes: np.ndarray, group_size: int, cluster: Cluster | str, *,
+                     gpus_per_node: int | None = None, algorithm: str | None = None,
+                     coeffs: CollectiveCoefficients | None = None, shared_nics: bool = True) -> np.ndarray:
+    """``collective_time(...).time_s`` for every size in ``sizes`` at once (numpy; for sweeps and fits)."""
+    arr = np.asarray(sizes, dtype=float)
+    _check_sizes(arr)
+    o, c, p, lk, co = _setup(op, group_size, cluster, gpus_per_node, coeffs, shared_nics)
+    algs = candidates(o, p, lk, c, algorithm)
+    if p.n == 1:
+        return np.zeros(arr.shape)
+    best = np.full(arr.shape, np.inf)
+    for alg in algs:
+        t, _ = _protocol_times(alg.cost(o, p, lk, co), arr, lk, co)
+        best = np.minimum(best, t)
+    return np.where(arr > 0, best, 0.0)

@@ -1,0 +1,294 @@
+"""One GPU's share of a training micro-batch, priced per layer.
+
+The micro-batch workload is built once (engine-style fused kernels,
+FlashAttention), rewritten for the plan (LoRA, FP8, expert routing, context
+parallelism), differentiated, sharded for tensor parallelism, and priced by
+the kernel layer. Ops are then grouped into *parts* by the scope that emitted
+them (``embed``, each kind of transformer layer, ``head`` + ``loss``) and
+summed per phase, so pipeline stages can be assembled from per-layer costs
+without re-pricing anything; the cost of a plan does not grow with depth or
+GPU count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from perfcast.catalog.hardware import Hardware
+from perfcast.catalog.models import ModelConfig
+from perfcast.compose.coefficients import ComposeCoefficients
+from perfcast.dtypes import DType
+from perfcast.kernel.coefficients import Coefficients
+from perfcast.kernel.predict import predict_ops
+from perfcast.system.plan import ParallelPlan
+from perfcast.workload.backward import backward_ops
+from perfcast.workload.build import WorkloadSpec, build_workload
+from perfcast.workload.sharding import shard_tp
+from perfcast.workload.transforms import apply_lora, route_experts, shard_context, to_fp8
+from perfcast.workload.types import Mode, Op, OpKind, Phase
+
+__all__ = ["LayerCost", "MicroBatchCosts", "micro_batch_costs"]
+
+_DTYPES = {"bf16": DType.BF16, "fp16": DType.FP16, "fp8": DType.BF16, "fp32": DType.FP32}
+
+
+@dataclass
+class LayerCost:
+    """Costs of one instance of a part (a layer, or the embedding / head) for one micro-batch on one GPU.
+
+    Times in seconds; ``fwd_comm``/``bwd_comm`` map a collective (``tp_all_reduce``,
+    ``ep_all_to_all``...) to ``[bytes, calls]`` one instance issues per phase.
+    """
+
+    label: str
+    count: int
+    fwd_s: float = 0.0
+    bwd_s: float = 0.0
+    fwd_host_s: float = 0.0
+    bwd_host_s: float = 0.0
+    fwd_gemm_s: float = 0.0
+    bwd_gemm_s: float = 0.0
+    fwd_fp8_s: float = 0.0
+    bwd_fp8_s: float = 0.0
+    fwd_kernels: float = 0.0
+    bwd_kernels: float = 0.0
+    attention_fwd_s: float = 0.0
+    fwd_flops: float = 0.0
+    bwd_flops: float = 0.0
+    fwd_comm: dict[str, list[float]] = field(default_factory=dict)
+    bwd_comm: dict[str, list[float]] = field(default_factory=dict)
+    params: float = 0.0
+    trainable_params: float = 0.0
+    weight_elements: float = 0.0
+    quantized_weight_bytes: float = 0.0
+    quantized_elements: float = 0.0
+    attention_bwd_s: float = 0.0
+    activation_bytes: float = 0.0
+    input_bytes: float = 0.0
+
+
+@dataclass
+class MicroBatchCosts:
+    """Per-part costs in model order (``embed``, layer kinds, ``head``) and the model-FLOP convention."""
+
+    parts: list[LayerCost]
+    tokens: int
+    model_flops_per_token: float
+    attention_flops_per_token: float
+    hidden_bytes: float
+
+    def part(self, label: str) -> LayerCost | None:
+        """The part with this label, if any."""
+        for p in self.parts:
+            if p.label == label:
+                return p
+        return None
+
+    @property
+    def layers(self) -> list[LayerCost]:
+        """The transformer-layer parts (not embedding or head)."""
+        return [p for p in self.parts if p.label not in ("embed", "head")]
+
+
+def _label(op: Op) -> str:
+    first = op.name.split(".", 1)[0]
+    if first in ("head", "loss", "optimizer"):
+        return "head"
+    return first
+
+
+def _saved_for_backward(op: Op) -> bool:
+    """Whether autograd keeps this forward output until the backward.
+
+    Most outputs are saved by the op that consumes them (a norm's input, a
+    linear layer's input, the activation's input...). Two are not: a row-split
+    projection's output only feeds the residual add, and the rotary embedding
+    reads q/k (saving nothing) and writes the rotated copies attention saves.
+    """
+    if op.kind is OpKind.GEMM and op.op == "linear" and op.tp_split == "row":
+        return False
+    return not (op.kind is OpKind.VECTOR and op.op == "rope")
+
+
+def _model_flops(forward: list[Op], tokens: int) -> tuple[float, float]:
+    """Megatron's model-FLOP convention per token: 3 x (matmul FLOPs + non-causal attention FLOPs) of the forward."""
+    matmul = 0.0
+    attention = 0.0
+    for op in forward:
+        if op.kind is OpKind.GEMM and op.op == "linear":
+            b, m, k, n = op.dims
+            matmul += 2.0 * b * m * k * n * op.count
+        elif op.kind is OpKind.GEMM and op.op == "bmm":
+            b, m, k, n = op.dims
+            attention += 2.0 * b * m * k * n * op.count
+        elif op.kind is OpKind.ATTENTION:
+            b, h, _, q, kv, d, _ = op.dims
+            vd = float(op.get("v_head_dim", d) or d)  # type: ignore[arg-type]
+            attention += 2.0 * b * h * q * kv * (d + vd) * op.count
+    return 3.0 * (matmul + attention) / tokens, 3.0 * attention / tokens
+
+
+_CACHE: dict[tuple[object, ...], tuple[ModelConfig, Hardware, Coefficients, MicroBatchCosts]] = {}
+
+
+def micro_batch_costs(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients,
+                      compose: ComposeCoefficients) -> MicroBatchCosts:
+    """Price one micro-batch of ``plan`` on one GPU of ``hw``, per part and phase (memoized)."""
+    key = (id(cfg), id(hw), id(coeffs), id(compose), plan.tp, plan.cp, plan.ep, plan.sp, plan.micro_batch,
+           plan.seq_len, plan.precision, plan.lora_rank, plan.lora_targets, plan.qlora, plan.moe_skew,
+           plan.moe_capacity_factor, plan.framework)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is cfg and hit[1] is hw and hit[2] is coeffs:
+        return hit[3]
+    costs = _price(cfg, plan, hw, coeffs, compose)
+    if len(_CACHE) > 512:
+        _CACHE.clear()
+    _CACHE[key] = (cfg, hw, coeffs, costs)
+    return costs
+
+
+def _forward_ops(cfg: ModelConfig, plan: ParallelPlan) -> tuple[list[Op], list[Op], int]:
+    """The micro-batch's forward ops after the plan's rewrites, those before routing, and its tokens per GPU."""
+    local_seq = plan.seq_len // plan.cp
+    spec = WorkloadSpec(Mode.TRAINING, plan.micro_batch, local_seq, dtype=_DTYPES[plan.precision],
+                        style="engine", attention="flash", optimizer="none", loss=True)
+    wl = build_workload(cfg, spec)
+    forward = list(wl.phase(Phase.FORWARD))
+    forward = shard_context(forward, plan.cp)
+    convention = list(forward)
+    if plan.lora_rank:
+        q_dim, kv_dim = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        ff = cfg.intermediate_size
+        fused = {"qkv_proj": {"q": q_dim, "k": kv_dim, "v": kv_dim}, "gate_up_proj": {"gate": ff, "up": ff}}
+        forward = apply_lora(forward, plan.lora_rank, plan.lora_targets, qlora=plan.qlora, fused=fused)
+    if plan.precision == "fp8":
+        forward = to_fp8(forward)
+    if cfg.moe is not None:
+        forward = route_experts(forward, cfg.moe.num_experts, cfg.moe.experts_per_token, ep=plan.ep,
+                                skew=plan.moe_skew, capacity_factor=plan.moe_capacity_factor)
+    return forward, convention, plan.micro_batch * local_seq
+
+
+def _sequence_parallel(ops: list[Op], tp: int) -> list[Op]:
+    """Sequence parallelism: the replicated norm / dropout / residual kernels run on ``1/tp`` of the tokens."""
+    out = []
+    for op in ops:
+        if op.kind is OpKind.VECTOR and op.tp_split == "none" and _label(op) != "head":
+            f = 1.0 / tp
+            rows, cols = op.dims
+            dims = (max(1, rows // tp), cols) if rows > 1 else (rows, max(1, cols // tp))
+            op = op.with_(dims=dims, flops=op.flops * f, bytes_read=op.bytes_read * f,
+                          bytes_written=op.bytes_written * f,
+                          fused_bytes=None if op.fused_bytes is None else op.fused_bytes * f)
+        out.append(op)
+    return out
+
+
+def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients,
+           compose: ComposeCoefficients) -> MicroBatchCosts:
+    forward, convention, tokens = _forward_ops(cfg, plan)
+    mf, af = _model_flops(convention, tokens)
+    ops = forward + backward_ops(forward)
+    ops = shard_tp(ops, plan.tp)
+    if plan.sp and plan.tp > 1:
+        ops = _sequence_parallel(ops, plan.tp)
+    kernels = predict_ops([o for o in ops if o.kind is not OpKind.COMM], hw, coeffs)
+    host = compose.host
+    launch = {"eager": host.autograd_op_s, "compiled": host.compiled_op_s, "graph": 0.0}[plan.framework]
+    fwd_launch = {"eager": host.autograd_op_s, "compiled": host.compiled_op_s, "graph": 0.0}[plan.framework]
+
+    parts: dict[str, LayerCost] = {}
+    layer_counts: dict[str, int] = {}
+    for op in ops:
+        label = _label(op)
+        if label not in ("embed", "head") and ".experts." not in op.name:
+            layer_counts[label] = min(layer_counts.get(label, op.count), op.count)
+    it = iter(kernels)
+    for op in ops:
+        label = _label(op)
+        n = 1 if label in ("embed", "head") else layer_counts.get(label, op.count)
+        part = parts.get(label)
+        if part is None:
+            part = parts[label] = LayerCost(label=label, count=n)
+        per = op.count / n  # instances of this op per layer
+        fwd = op.phase is Phase.FORWARD
+        if op.kind is OpKind.COMM:
+            kind = "tp_reduce_scatter+all_gather" if plan.sp else f"tp_{op.op}"
+            entry = (part.fwd_comm if fwd else part.bwd_comm).setdefault(kind, [0.0, 0.0])
+            entry[0] += op.bytes_read * per
+            entry[1] += per
+            continue
+        kt = next(it)
+        t = kt.time_s * per
+        fp8 = op.kind is OpKind.GEMM and op.dtype is DType.FP8
+        if fwd:
+            part.fwd_s += t
+            part.fwd_kernels += per
+            part.fwd_host_s += fwd_launch * per
+            part.fwd_flops += op.flops * per
+            if fp8:
+                part.fwd_fp8_s += t
+            if op.kind is OpKind.GEMM:
+                part.fwd_gemm_s += t
+            if op.kind is OpKind.ATTENTION:
+                part.attention_fwd_s += t
+            if _saved_for_backward(op):
+                part.activation_bytes += op.bytes_written * per
+            if op.kind is OpKind.GEMM and op.op == "linear" and not op.get("tied", False):
+                _, _, k, nn = op.dims
+                stored = k * nn + (nn if op.get("bias", False) else 0)
+                part.weight_elements += stored * per
+                part.params += stored * per
+            elif op.kind is OpKind.EMBEDDING:
+                part.weight_elements += op.weight_bytes / op.dtype.bytes * per
+                part.params += op.weight_bytes / op.dtype.bytes * per
+            elif op.kind is OpKind.VECTOR and op.params:
+                part.weight_elements += op.params * per
+                part.params += op.params * per
+            if op.op == "dequantize":
+                part.quantized_weight_bytes += float(op.get("stored_weight_bytes", 0.0)) * per  # type: ignore[arg-type]
+                part.quantized_elements += op.dims[1] * per
+            part.trainable_params += op.params * per
+        else:
+            part.bwd_s += t
+            part.bwd_kernels += per
+            if fp8:
+                part.bwd_fp8_s += t
+            part.bwd_host_s += launch * per
+            part.bwd_flops += op.flops * per
+            if op.kind is OpKind.GEMM:
+                part.bwd_gemm_s += t
+            if op.kind is OpKind.ATTENTION:
+                part.attention_bwd_s += t
+    e = _DTYPES[plan.precision].bytes
+    local_tokens = tokens // (plan.tp if plan.sp and plan.tp > 1 else 1)
+    hidden = local_tokens * cfg.hidden_size * e
+    for part in parts.values():
+        part.input_bytes = hidden
+    ordered = [parts["embed"]] if "embed" in parts else []
+    ordered += [p for lbl, p in parts.items() if lbl not in ("embed", "head")]
+    if "head" in parts:
+        ordered.append(parts["head"])
+    # EP all-to-all: dispatch and combine per MoE layer, the tokens x top-k hidden vectors
+    if cfg.moe is not None and plan.ep > 1:
+        routed = tokens * cfg.moe.experts_per_token * cfg.hidden_size * e / (plan.tp if plan.sp else 1)
+        for part in ordered:
+            if part.label.startswith("moe_layers"):
+                part.fwd_comm["ep_all_to_all"] = [2.0 * routed, 2.0]
+                part.bwd_comm["ep_all_to_all"] = [2.0 * routed, 2.0]
+    # CP: ring attention passes K/V blocks (forward) and K/V + their gradients (backward) cp-1 times;
+    # Ulysses regroups q, k, v and the output by all-to-all
+    if plan.cp > 1:
+        kv = tokens * 2 * cfg.num_kv_heads * cfg.head_dim * e / plan.tp
+        qo = tokens * 2 * cfg.num_heads * cfg.head_dim * e / plan.tp
+        for part in ordered:
+            if part.label in ("embed", "head"):
+                continue
+            if plan.cp_kind == "ring":
+                part.fwd_comm["cp_ring_send_recv"] = [kv * (plan.cp - 1), plan.cp - 1.0]
+                part.bwd_comm["cp_ring_send_recv"] = [2 * kv * (plan.cp - 1), plan.cp - 1.0]
+            else:
+                part.fwd_comm["cp_all_to_all"] = [kv + qo, 4.0]
+                part.bwd_comm["cp_all_to_all"] = [kv + qo, 4.0]
+    return MicroBatchCosts(parts=ordered, tokens=tokens, model_flops_per_token=mf, attention_flops_per_token=af,
+                           hidden_bytes=hidden)

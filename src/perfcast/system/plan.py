@@ -1,0 +1,152 @@
+"""Parallel plans: how a training job splits over GPUs, checked against the model and the cluster.
+
+Degrees follow Megatron-LM: ``tp`` tensor, ``pp`` pipeline (``vp`` virtual
+stages per pipeline rank for the interleaved schedule), ``dp`` data, ``cp``
+context (sequence split across GPUs; ring attention or Ulysses all-to-all),
+``ep`` expert parallel (carved out of the data-parallel ranks). Ranks are laid
+out tp fastest, then cp, dp, pp (Megatron's order), so a TP group sits inside
+a node and pipeline stages are the outermost split.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from perfcast.catalog.models import ModelConfig
+from perfcast.errors import ConfigError
+from perfcast.system.cluster import Cluster
+from perfcast.workload.sharding import check_tp
+
+__all__ = ["ParallelPlan", "check_plan", "divisors"]
+
+
+class ParallelPlan(BaseModel):
+    """One training configuration (batch sizes in sequences, lengths in tokens)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    dp: int = Field(default=1, ge=1)
+    cp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    vp: int = Field(default=1, ge=1, description="virtual pipeline stages (model chunks) per pipeline rank")
+    sp: bool = Field(default=False, description="sequence parallelism alongside TP (norms and dropout sharded)")
+    cp_kind: Literal["ring", "ulysses"] = "ring"
+    tp_comm_overlap: bool = Field(default=False, description="TP collectives overlapped with GEMMs (userbuffers)")
+    zero: Literal[0, 1, 2, 3] = Field(default=0, description="ZeRO stage; 3 = FSDP full shard")
+    recompute: Literal["none", "selective", "full"] = "none"
+    micro_batch: int = Field(default=1, ge=1)
+    global_batch: int | None = Field(default=None, ge=1, description="sequences per step (default micro x dp)")
+    seq_len: int = Field(default=2048, ge=1)
+    precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
+    schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
+    uneven_stages: bool = Field(default=False, description="allow layers not divisible by pp (last stages lighter)")
+    optimizer: Literal["adam", "sgd"] = "adam"
+    lora_rank: int = Field(default=0, ge=0, description="LoRA adapter rank (0 = full fine-tuning)")
+    lora_targets: tuple[str, ...] = ("q", "k", "v", "o")
+    qlora: bool = Field(default=False, description="frozen base weights stored in 4 bits (QLoRA)")
+    moe_capacity_factor: float | None = Field(default=None, gt=0,
+                                              description="expert capacity factor (None = dropless)")
+    moe_skew: float = Field(default=0.0, ge=0, description="the busiest expert gets (1 + skew) x the mean load")
+    framework: Literal["eager", "compiled", "graph"] = Field(
+        default="eager", description="kernel launch: eager PyTorch, torch.compile, or CUDA graphs")
+    grad_reduce_dtype: Literal["fp32", "bf16"] = Field(default="fp32", description="dtype of gradient reductions")
+    dp_overlap: bool = Field(default=True, description="gradient reduction / parameter gathers overlap compute")
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs the plan occupies."""
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def effective_global_batch(self) -> int:
+        """Sequences per optimizer step."""
+        return self.global_batch or self.micro_batch * self.dp
+
+    @property
+    def microbatches(self) -> int:
+        """Micro-batches each data-parallel rank runs per step (gradient accumulation x pipeline)."""
+        return self.effective_global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def effective_schedule(self) -> str:
+        """The pipeline schedule actually run (interleaved when vp > 1)."""
+        return "interleaved" if self.vp > 1 else ("1f1b" if self.schedule == "interleaved" else self.schedule)
+
+
+def divisors(n: int, limit: int | None = None) -> list[int]:
+    """Divisors of ``n`` (up to ``limit``)."""
+    top = n if limit is None else min(n, limit)
+    return [d for d in range(1, top + 1) if n % d == 0]
+
+
+def check_plan(plan: ParallelPlan, cfg: ModelConfig, cluster: Cluster, *, num_gpus: int | None = None) -> None:
+    """Raise ConfigError naming the first violated constraint and the valid choices."""
+    gpus = num_gpus if num_gpus is not None else cluster.num_gpus
+    where = (f"the {gpus} GPUs of the cluster ({cluster.nodes} nodes x {cluster.gpus_per_node})"
+             if num_gpus is None else f"the {gpus} GPUs asked for")
+    check_tp(cfg, plan.tp)
+    if plan.tp > 1 and cluster.domain % plan.tp:
+        raise ConfigError(
+            f"tp={plan.tp} must divide the {cluster.domain} GPUs that share a node's fabric ({cluster.id}); "
+            f"use tp in {{{', '.join(map(str, divisors(cluster.domain)))}}}"
+        )
+    layers = cfg.num_layers + (cfg.num_decoder_layers or 0)
+    if plan.pp > layers:
+        raise ConfigError(f"pp={plan.pp} exceeds the {layers} layers of {cfg.id}")
+    if layers % plan.pp and not plan.uneven_stages:
+        raise ConfigError(
+            f"pp={plan.pp} must divide the {layers} layers of {cfg.id} (or allow uneven stages); "
+            f"use pp in {{{', '.join(map(str, divisors(layers, 64)))}}}"
+        )
+    if plan.num_gpus != gpus:
+        rest = max(1, plan.tp * plan.pp * plan.cp)
+        hint = (f"e.g. dp = {gpus // rest}" if gpus % rest == 0
+                else f"tp*pp*cp = {rest} does not divide {gpus}")
+        raise ConfigError(f"tp*pp*dp*cp = {plan.tp}*{plan.pp}*{plan.dp}*{plan.cp} = {plan.num_gpus} must equal "
+                          f"{where}; {hint}")
+    if plan.vp > 1:
+        if plan.pp == 1:
+            raise ConfigError("virtual pipeline stages (vp > 1) need pipeline parallelism (pp > 1)")
+        if plan.pp * plan.vp > layers:
+            raise ConfigError(f"pp*vp = {plan.pp * plan.vp} exceeds the {layers} layers of {cfg.id}")
+        if layers % (plan.pp * plan.vp) and not plan.uneven_stages:
+            ok = [v for v in range(2, layers // plan.pp + 1) if layers % (plan.pp * v) == 0]
+            raise ConfigError(f"pp*vp = {plan.pp * plan.vp} must divide the {layers} layers of {cfg.id} (or allow "
+                              f"uneven stages); use vp in {{{', '.join(map(str, ok)) or '1'}}}")
+    gb = plan.effective_global_batch
+    if plan.vp > 1 and gb % (plan.micro_batch * plan.dp) == 0 and plan.microbatches % plan.pp:
+        good = plan.micro_batch * plan.dp * plan.pp
+        raise ConfigError(
+            f"the interleaved schedule (vp={plan.vp}) needs micro-batches per step ({plan.microbatches}) divisible "
+            f"by pp={plan.pp}; use a global batch that is a multiple of micro_batch*dp*pp = {good}")
+    if gb % (plan.micro_batch * plan.dp):
+        unit = plan.micro_batch * plan.dp
+        raise ConfigError(
+            f"global batch {gb} must be divisible by micro_batch*dp = {plan.micro_batch}*{plan.dp} = {unit}; "
+            f"e.g. global batch {unit * max(1, gb // unit)}")
+    if plan.ep > 1:
+        if cfg.moe is None:
+            raise ConfigError(f"ep={plan.ep} needs a mixture-of-experts model; {cfg.id} is dense (use ep=1)")
+        if cfg.moe.num_experts % plan.ep:
+            raise ConfigError(f"ep={plan.ep} must divide the {cfg.moe.num_experts} experts of {cfg.id}; "
+                              f"use ep in {{{', '.join(map(str, divisors(cfg.moe.num_experts)))}}}")
+        if (plan.dp * plan.cp) % plan.ep:
+            raise ConfigError(f"ep={plan.ep} must divide dp*cp = {plan.dp * plan.cp} (experts are sharded over the "
+                              f"data-parallel ranks); use ep in {{{', '.join(map(str, divisors(plan.dp * plan.cp)))}}}")
+    if plan.cp > 1 and plan.seq_len % (2 * plan.cp if plan.cp_kind == "ring" else plan.cp):
+        need = 2 * plan.cp if plan.cp_kind == "ring" else plan.cp
+        raise ConfigError(f"cp={plan.cp} ({plan.cp_kind}) needs a sequence length divisible by {need} "
+                          f"(got {plan.seq_len})")
+    if plan.cp > 1 and plan.cp_kind == "ulysses" and cfg.num_heads % (plan.cp * plan.tp):
+        raise ConfigError(f"Ulysses cp={plan.cp} with tp={plan.tp} must divide the {cfg.num_heads} attention heads")
+    if plan.seq_len > cfg.max_positions and cfg.position == "learned":
+        raise ConfigError(f"sequence length {plan.seq_len} exceeds the {cfg.max_positions} learned positions of "
+                          f"{cfg.id}; use a sequence length in 1..{cfg.max_positions}")
+    if plan.sp and plan.tp == 1:
+        raise ConfigError("sequence parallelism shards along the TP group: it needs tp > 1")
+    if plan.qlora and plan.lora_rank == 0:
+        raise ConfigError("QLoRA trains LoRA adapters: give a lora rank > 0")

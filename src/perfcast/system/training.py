@@ -1,0 +1,520 @@
+"""Layer 3: one training step of a model on a cluster under a parallel plan.
+
+How a step is put together (all times per GPU, seconds):
+
+1. One micro-batch is priced per layer on one GPU (:mod:`perfcast.system.layers`):
+   kernel time vs. host launch time, plus the layer's tensor-, context- and
+   expert-parallel collectives. TP collectives are exposed unless the plan
+   overlaps them with GEMMs; ring attention overlaps its K/V passes with the
+   attention kernels; all-to-alls are exposed.
+2. Recompute re-runs the forward of each layer (full) or its attention (selective)
+   inside the backward.
+3. ZeRO-3 / FSDP gathers each layer's parameters before its forward and
+   backward and reduce-scatters its gradients; with prefetch a layer takes the
+   longer of its compute and its collectives (the first gather is exposed).
+4. Layers are split into ``pp x vp`` stages and the pipeline schedule is
+   simulated (:mod:`perfcast.system.schedule`), with activation sends between stages.
+5. Gradients are all-reduced (ZeRO-0) or reduce-scattered (ZeRO-1/2, then the
+   updated parameters all-gathered) across the data- and context-parallel
+   ranks, overlapped with the last micro-batch's backward; what does not fit
+   behind it is exposed. The Adam step runs on the local (sharded) parameters.
+
+Throughput follows Megatron-LM's conventions: model FLOPs are
+``3 x (matmul + non-causal attention FLOPs of the forward)`` per token (the
+``72 B s L h^2 (1 + s/6h + V/12hL)`` formula of Narayanan et al. for GPT);
+MFU divides model FLOP/s by the dense peak of the training precision
+(BF16/FP16, or FP8 for FP8 runs); HFU adds the recomputed FLOPs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from perfcast.catalog.hardware import Hardware
+from perfcast.catalog.models import ModelConfig, load_model
+from perfcast.compose.coefficients import ComposeCoefficients, load_compose_coefficients
+from perfcast.compose.interval import interval_for
+from perfcast.dtypes import DType
+from perfcast.errors import ConfigError
+from perfcast.kernel.coefficients import Coefficients, load_coefficients
+from perfcast.kernel.predict import predict_ops
+from perfcast.system.cluster import Cluster, load_cluster
+from perfcast.system.coefficients import TrainingCoefficients, load_training_coefficients
+from perfcast.system.layers import LayerCost, MicroBatchCosts, micro_batch_costs
+from perfcast.system.memory import MemoryBreakdown
+from perfcast.system.plan import ParallelPlan, check_plan
+from perfcast.system.schedule import PipelineResult, ScheduleEvent, simulate_pipeline
+from perfcast.workload.types import Op, OpKind, Phase
+
+__all__ = ["TP_OVERLAP_EFFICIENCY", "TrainingResult", "simulate_training"]
+
+TP_OVERLAP_EFFICIENCY = 0.8  # share of the GEMM time behind which overlapped TP collectives hide
+_ADAM_BYTES = (16.0, 14.0)  # read: fp32 master, fp32 grad, two fp32 moments; write: master, moments, bf16 copy
+_SGD_BYTES = (8.0, 6.0)
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    """Prediction of one training step (per GPU unless named otherwise).
+
+    ``breakdown_s`` splits the step time of the critical pipeline rank into
+    ``compute_s``, ``recompute_s``, exposed communication per collective
+    (``tp_comm_s``, ``cp_comm_s``, ``ep_comm_s``, ``pp_send_s``, ``dp_comm_s``,
+    ``fsdp_comm_s``), ``bubble_s``, ``optimizer_s`` and ``overhead_s``; they add
+    up to ``step_time_s``. ``comm_total_s`` is every collective's time whether
+    hidden or not.
+    """
+
+    model_id: str
+    cluster_id: str
+    gpu_id: str
+    num_gpus: int
+    plan: ParallelPlan
+    step_time_s: float
+    low_s: float
+    high_s: float
+    tokens_per_step: int
+    tokens_per_s_per_gpu: float
+    model_flops_per_token: float
+    hardware_flops_per_token: float
+    tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    peak_flops_per_s: float
+    microbatches: int
+    bubble_frac: float
+    breakdown_s: dict[str, float]
+    comm_total_s: dict[str, float]
+    memory: MemoryBreakdown
+    stage_fwd_s: tuple[float, ...]
+    stage_bwd_s: tuple[float, ...]
+    stage_layers: tuple[int, ...]
+    events: tuple[ScheduleEvent, ...] = field(default=())
+
+    @property
+    def fits(self) -> bool:
+        """Whether every GPU's memory holds the step."""
+        return self.memory.fits
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready result with unit-bearing keys."""
+        return {
+            "model": self.model_id, "cluster": self.cluster_id, "gpu": self.gpu_id, "num_gpus": self.num_gpus,
+            "plan": self.plan.model_dump(mode="json"),
+            "step_time_s": self.step_time_s,
+            "step_time_interval_s": {"low": self.low_s, "high": self.high_s},
+            "tokens_per_step": self.tokens_per_step,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu": self.mfu, "hfu": self.hfu,
+            "flops_convention": "Megatron-LM: model FLOPs = 3 x (matmul + non-causal attention) forward FLOPs; "
+                                "MFU/HFU vs the dense peak of the training precision",
+            "model_flops_per_token": self.model_flops_per_token,
+            "hardware_flops_per_token": self.hardware_flops_per_token,
+            "peak_tflops": self.peak_flops_per_s / 1e12,
+            "microbatches": self.microbatches,
+            "bubble_frac": self.bubble_frac,
+            "breakdown_s": dict(self.breakdown_s),
+            "comm_total_s": dict(self.comm_total_s),
+            "memory_per_gpu_bytes": self.memory.total_bytes,
+            "memory_capacity_bytes": self.memory.capacity_bytes,
+            "memory_breakdown_bytes": self.memory.as_dict(),
+            "fits_in_memory": self.fits,
+            "stages": [{"fwd_s": f, "bwd_s": b, "layers": n}
+                       for f, b, n in zip(self.stage_fwd_s, self.stage_bwd_s, self.stage_layers, strict=True)],
+        }
+
+
+# -- communication -----------------------------------------------------------------------------------
+
+
+class _Comm:
+    """Collective times on a cluster for groups laid out tp-fastest (Megatron's rank order)."""
+
+    def __init__(self, cluster: Cluster, plan: ParallelPlan) -> None:
+        self.cluster = cluster
+        self.plan = plan
+        self._memo: dict[tuple[str, float, int, int], float] = {}
+
+    def per_node(self, stride: int, size: int) -> int:
+        """GPUs of one group that share a scale-up domain, for a group of ``size`` ranks ``stride`` apart."""
+        d = self.cluster.domain
+        return max(1, min(size, d // stride)) if stride < d else 1
+
+    def time(self, op: str, size_bytes: float, group: int, stride: int) -> float:
+        """Seconds for one collective of ``size_bytes`` over ``group`` ranks placed ``stride`` apart."""
+        if group <= 1 or size_bytes <= 0:
+            return 0.0
+        key = (op, float(size_bytes), group, stride)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        from perfcast.system.collectives import collective_time
+
+        t = collective_time(op, size_bytes, group, self.cluster, gpus_per_node=self.per_node(stride, group)).time_s
+        self._memo[key] = t
+        return t
+
+    def calls(self, op: str, size_bytes: float, calls: float, group: int, stride: int) -> float:
+        """Seconds for ``calls`` equal collectives that move ``size_bytes`` in all."""
+        if calls <= 0:
+            return 0.0
+        return calls * self.time(op, size_bytes / calls, group, stride)
+
+
+@dataclass
+class _LayerTime:
+    fwd_s: float
+    bwd_s: float
+    compute_s: float
+    recompute_s: float
+    exposed: dict[str, float]
+    total: dict[str, float]
+
+
+def _device_s(kernel_s: float, fp8_s: float, kernels: float, tc: TrainingCoefficients) -> float:
+    """Device time of a run of kernels in a sustained training step."""
+    return (kernel_s + fp8_s * (1.0 / tc.fp8_gemm_efficiency - 1.0)) / tc.compute_efficiency + \
+        kernels * tc.kernel_gap_s
+
+
+def _overlapped(comm_s: float, window_s: float, tc: TrainingCoefficients) -> float:
+    """Exposed time of a collective overlapped with ``window_s`` of compute (interference included)."""
+    return max(0.0, comm_s - window_s) + tc.overlap_interference * min(comm_s, window_s)
+
+
+def _layer_time(part: LayerCost, plan: ParallelPlan, comm: _Comm, tc: TrainingCoefficients, *,
+                grad_bytes: float) -> _LayerTime:
+    tp, cp = plan.tp, plan.cp
+    fwd = max(_device_s(part.fwd_s, part.fwd_fp8_s, part.fwd_kernels, tc), part.fwd_host_s)
+    bwd = max(_device_s(part.bwd_s, part.bwd_fp8_s, part.bwd_kernels, tc), part.bwd_host_s)
+    compute = fwd + bwd
+    recompute = 0.0
+    if part.label not in ("embed", "head"):
+        if plan.recompute == "full":
+            recompute = fwd
+        elif plan.recompute == "selective":
+            recompute = part.attention_fwd_s / tc.compute_efficiency
+    exposed: dict[str, float] = {}
+    total: dict[str, float] = {}
+
+    def add(name: str, t_total: float, t_exposed: float) -> None:
+        total[name] = total.get(name, 0.0) + t_total
+        exposed[name] = exposed.get(name, 0.0) + t_exposed
+
+    extra_f = extra_b = 0.0
+    for phase, book in (("fwd", part.fwd_comm), ("bwd", part.bwd_comm)):
+        gemm = part.fwd_gemm_s if phase == "fwd" else part.bwd_gemm_s
+        attn = part.attention_fwd_s if phase == "fwd" else part.attention_bwd_s
+        for kind, (size, calls) in book.items():
+            if kind.startswith("tp_"):
+                if kind == "tp_reduce_scatter+all_gather":
+                    t = comm.calls("reduce_scatter", size, calls, tp, 1) + comm.calls("all_gather", size, calls, tp, 1)
+                else:
+                    t = comm.calls("all_reduce", size, calls, tp, 1)
+                hidden = TP_OVERLAP_EFFICIENCY * gemm if plan.tp_comm_overlap else 0.0
+                e, name = _overlapped(t, hidden, tc), "tp_comm_s"
+            elif kind == "cp_ring_send_recv":
+                t = comm.calls("send_recv", size, calls, 2, tp)
+                e, name = _overlapped(t, attn, tc), "cp_comm_s"
+            elif kind == "cp_all_to_all":
+                t = comm.calls("all_to_all", size, calls, cp, tp)
+                e, name = t, "cp_comm_s"
+            elif kind == "ep_all_to_all":
+                t = comm.calls("all_to_all", size, calls, plan.ep, tp * cp)
+                e, name = t, "ep_comm_s"
+            else:  # pragma: no cover - every kind above is produced by layers.py
+                continue
+            add(name, t, e)
+            if phase == "fwd":
+                extra_f += e
+            else:
+                extra_b += e
+    f_total = fwd + extra_f
+    b_total = bwd + recompute + extra_b
+    if plan.zero == 3:
+        shards = plan.dp * cp
+        ag = comm.time("all_gather", part.params * 2.0, shards, tp)
+        rs = comm.time("reduce_scatter", part.trainable_params * grad_bytes, shards, tp)
+        if plan.dp_overlap:
+            f_new = f_total + _overlapped(ag, f_total, tc)
+            b_new = b_total + _overlapped(ag + rs, b_total, tc)
+        else:
+            f_new, b_new = f_total + ag, b_total + ag + rs
+        add("fsdp_comm_s", 2 * ag + rs, (f_new - f_total) + (b_new - b_total))
+        f_total, b_total = f_new, b_new
+    return _LayerTime(f_total, b_total, compute, recompute, exposed, total)
+
+
+# -- stages -------------------------------------------------------------------------------------------
+
+
+def _split_layers(n_layers: int, stages: int) -> list[int]:
+    """Layers per virtual stage: an even split, remainders on the middle stages (uneven plans)."""
+    base, extra = divmod(n_layers, stages)
+    counts = [base] * stages
+    order = list(range(1, stages - 1)) + [0, stages - 1] if stages > 2 else list(range(stages))
+    for i in order[:extra]:
+        counts[i] += 1
+    return counts
+
+
+@dataclass
+class _Stage:
+    fwd_s: float = 0.0
+    bwd_s: float = 0.0
+    compute_s: float = 0.0
+    recompute_s: float = 0.0
+    layers: int = 0
+    params: float = 0.0
+    trainable: float = 0.0
+    weight_elements: float = 0.0
+    quantized_bytes: float = 0.0
+    quantized_elements: float = 0.0
+    activation_bytes: float = 0.0
+    checkpoint_bytes: float = 0.0
+    max_layer_activation: float = 0.0
+    max_layer_params: float = 0.0
+    exposed: dict[str, float] = field(default_factory=dict)
+    total: dict[str, float] = field(default_factory=dict)
+
+    def add(self, part: LayerCost, lt: _LayerTime, n: int = 1) -> None:
+        self.fwd_s += lt.fwd_s * n
+        self.bwd_s += lt.bwd_s * n
+        self.compute_s += lt.compute_s * n
+        self.recompute_s += lt.recompute_s * n
+        self.params += part.params * n
+        self.trainable += part.trainable_params * n
+        self.weight_elements += part.weight_elements * n
+        self.quantized_bytes += part.quantized_weight_bytes * n
+        self.quantized_elements += part.quantized_elements * n
+        self.activation_bytes += part.activation_bytes * n
+        self.checkpoint_bytes += part.input_bytes * n
+        self.max_layer_activation = max(self.max_layer_activation, part.activation_bytes)
+        self.max_layer_params = max(self.max_layer_params, part.params)
+        if part.label not in ("embed", "head"):
+            self.layers += n
+        for k, v in lt.exposed.items():
+            self.exposed[k] = self.exposed.get(k, 0.0) + v * n
+        for k, v in lt.total.items():
+            self.total[k] = self.total.get(k, 0.0) + v * n
+
+
+def _stages(costs: MicroBatchCosts, times: dict[str, _LayerTime], plan: ParallelPlan) -> list[_Stage]:
+    n_virtual = plan.pp * plan.vp
+    sequence: list[LayerCost] = []
+    for part in costs.layers:
+        sequence.extend([part] * part.count)
+    counts = _split_layers(len(sequence), n_virtual)
+    stages = [_Stage() for _ in range(n_virtual)]
+    embed, head = costs.part("embed"), costs.part("head")
+    if embed is not None:
+        stages[0].add(embed, times["embed"])
+    pos = 0
+    for s, c in enumerate(counts):
+        # runs of the same layer kind are added at once
+        i = pos
+        while i < pos + c:
+            j = i
+            while j < pos + c and sequence[j] is sequence[i]:
+                j += 1
+            stages[s].add(sequence[i], times[sequence[i].label], j - i)
+            i = j
+        pos += c
+    if head is not None:
+        stages[-1].add(head, times["head"])
+    return stages
+
+
+# -- optimizer and memory ------------------------------------------------------------------------------
+
+
+def _optimizer_s(params: float, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients) -> float:
+    if params <= 0:
+        return 0.0
+    rd, wr = _ADAM_BYTES if plan.optimizer == "adam" else _SGD_BYTES
+    p = int(math.ceil(params))
+    op = Op(name=f"optimizer.{plan.optimizer}", op=plan.optimizer, kind=OpKind.VECTOR, dims=(1, p), dtype=DType.FP32,
+            flops=12.0 * p, bytes_read=rd * p, bytes_written=wr * p, phase=Phase.OPTIMIZER, group="optimizer",
+            meta=(("inputs", 4), ("outputs", 3)))
+    return predict_ops([op], hw, coeffs)[0].time_s
+
+
+def _in_flight(plan: ParallelPlan, rank: int, m: int) -> float:
+    """Micro-batches (in units of a rank's whole layer set) whose activations a rank holds at its peak."""
+    p, v = plan.pp, plan.vp
+    if p == 1:
+        return 1.0
+    if plan.effective_schedule == "gpipe":
+        return float(m)
+    if plan.effective_schedule == "interleaved":
+        chunks = min(m * v, (p - rank - 1) * 2 + (v - 1) * p + 1)
+        return chunks / v
+    return float(min(m, p - rank))
+
+
+def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m: int, grad_bytes: float,
+            e_act: float) -> MemoryBreakdown:
+    own = [stages[c * plan.pp + rank] for c in range(plan.vp)]
+    params = sum(s.params for s in own)
+    trainable = sum(s.trainable for s in own)
+    quant_el = sum(s.quantized_elements for s in own)
+    quant_b = sum(s.quantized_bytes for s in own)
+    shards = plan.dp * plan.cp
+    weight_e = 2.0 if plan.precision != "fp32" else 4.0
+    if plan.zero == 3:
+        in_flight_layers = 2.0 * max(s.max_layer_params for s in own)
+        weights = (params - quant_el) * weight_e / shards + quant_b / shards + in_flight_layers * weight_e
+    else:
+        weights = (params - quant_el) * weight_e + quant_b
+    if plan.precision == "fp8":
+        weights += (params - quant_el) * 1.0 / (shards if plan.zero == 3 else 1)  # FP8 weight copies
+    grads = trainable * grad_bytes / (shards if plan.zero >= 2 else 1)
+    opt_per_param = 12.0 if plan.optimizer == "adam" else 4.0
+    optimizer = trainable * opt_per_param / (shards if plan.zero >= 1 else 1)
+    flight = _in_flight(plan, rank, m)
+    if plan.recompute == "full":
+        acts = sum(s.checkpoint_bytes for s in own) * flight + max(s.max_layer_activation for s in own)
+    else:
+        acts = sum(s.activation_bytes for s in own) * flight
+    return MemoryBreakdown.build(weights=weights, gradients=grads, optimizer=optimizer, activations=acts,
+                                 capacity=hw.memory_bytes)
+
+
+# -- the step -----------------------------------------------------------------------------------------
+
+
+def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: ParallelPlan, *,
+                      nodes: int | None = None, coeffs: Coefficients | None = None,
+                      compose: ComposeCoefficients | None = None, training: TrainingCoefficients | None = None,
+                      keep_events: bool = False) -> TrainingResult:
+    """Predict one optimizer step of ``model`` trained on ``cluster`` with ``plan``.
+
+    ``nodes`` sets the cluster size; by default the plan's GPU count decides it
+    (a plan smaller than one node uses part of a node).
+    """
+    cfg = load_model(model)
+    cl = load_cluster(cluster)
+    if nodes is not None:
+        cl = cl.with_nodes(nodes)
+        gpus = cl.num_gpus
+    else:
+        gpus = plan.num_gpus
+        cl = cl.with_nodes(max(1, -(-gpus // cl.gpus_per_node)))
+        if gpus > cl.gpus_per_node and gpus % cl.gpus_per_node:
+            raise ConfigError(f"{gpus} GPUs do not fill whole {cl.id} nodes of {cl.gpus_per_node} GPUs; "
+                              f"use a multiple of {cl.gpus_per_node}")
+    check_plan(plan, cfg, cl, num_gpus=gpus)
+    hw = cl.hardware()
+    co = coeffs or load_coefficients()
+    cc = compose or load_compose_coefficients()
+    tc = training or load_training_coefficients()
+    costs = micro_batch_costs(cfg, plan, hw, co, cc)
+    comm = _Comm(cl, plan)
+    grad_bytes = 4.0 if plan.grad_reduce_dtype == "fp32" else 2.0
+    times = {part.label: _layer_time(part, plan, comm, tc, grad_bytes=grad_bytes) for part in costs.parts}
+    stages = _stages(costs, times, plan)
+    m = plan.microbatches
+    p, v = plan.pp, plan.vp
+
+    # ZeRO-3: the first layer's gather of each pass cannot be prefetched
+    if plan.zero == 3 and stages:
+        first = stages[0]
+        ag0 = comm.time("all_gather", first.max_layer_params * 2.0, plan.dp * plan.cp, plan.tp)
+        first.fwd_s += ag0
+        first.exposed["fsdp_comm_s"] = first.exposed.get("fsdp_comm_s", 0.0) + ag0
+    send_s = 0.0
+    if p > 1:
+        send_s = comm.time("send_recv", costs.hidden_bytes / (1 if plan.sp else plan.tp), 2,
+                           plan.tp * plan.cp * plan.dp)
+    pipe: PipelineResult = simulate_pipeline([s.fwd_s for s in stages], [s.bwd_s for s in stages], m,
+                                             schedule=plan.effective_schedule, chunks=v, send_s=send_s,
+                                             keep_events=keep_events)
+
+    # data-parallel gradient reduction (and ZeRO-1/2 parameter gather), per pipeline rank
+    shards = plan.dp * plan.cp
+    dp_exposed = [0.0] * p
+    dp_total = [0.0] * p
+    opt_s = [0.0] * p
+    for r in range(p):
+        own = [stages[c * p + r] for c in range(v)]
+        trainable = sum(s.trainable for s in own)
+        params = sum(s.params for s in own)
+        layers = max(1, sum(s.layers for s in own))
+        window_b = sum(s.bwd_s for s in own) if plan.dp_overlap else 0.0
+        window_f = sum(s.fwd_s for s in own) if plan.dp_overlap else 0.0
+        if plan.zero == 0:
+            t = comm.time("all_reduce", trainable * grad_bytes, shards, plan.tp)
+            dp_total[r] = t
+            dp_exposed[r] = max(_overlapped(t, window_b, tc), t / layers) if t > 0 else 0.0
+        elif plan.zero in (1, 2):
+            rs = comm.time("reduce_scatter", trainable * grad_bytes, shards, plan.tp)
+            ag = comm.time("all_gather", params * 2.0, shards, plan.tp) if trainable > 0 else 0.0
+            dp_total[r] = rs + ag
+            exp_rs = max(_overlapped(rs, window_b, tc), rs / layers) if rs > 0 else 0.0
+            exp_ag = max(_overlapped(ag, window_f, tc), ag / layers) if ag > 0 else 0.0
+            dp_exposed[r] = exp_rs + exp_ag
+        opt_s[r] = _optimizer_s(trainable / (shards if plan.zero >= 1 else 1), plan, hw, co)
+    tail = [dp_exposed[r] + opt_s[r] for r in range(p)]
+    crit = max(range(p), key=lambda r: pipe.busy_s[r] + tail[r])
+    overhead = cc.host.step_overhead_s
+    step = pipe.time_s + max(tail) + overhead
+
+    # breakdown on the critical rank: its busy time split into parts, plus the bubble
+    own = [stages[c * p + crit] for c in range(v)]
+    compute = sum(s.compute_s for s in own) * m
+    recompute = sum(s.recompute_s for s in own) * m
+    exposed: dict[str, float] = {}
+    for s in own:
+        for k, val in s.exposed.items():
+            exposed[k] = exposed.get(k, 0.0) + val * m
+    busy = pipe.busy_s[crit]
+    bubble = max(0.0, pipe.time_s - busy)
+    breakdown = {"compute_s": compute, "recompute_s": recompute}
+    for k in ("tp_comm_s", "cp_comm_s", "ep_comm_s", "fsdp_comm_s"):
+        breakdown[k] = exposed.get(k, 0.0)
+    if plan.zero == 3 and crit == 0:
+        pass  # the first gather is already inside fsdp_comm_s
+    breakdown["pp_send_s"] = 0.0
+    accounted = compute + recompute + sum(exposed.values())
+    # sends and waits inside the schedule beyond the stages' own time
+    breakdown["bubble_s"] = bubble + max(0.0, busy - accounted)
+    breakdown["dp_comm_s"] = dp_exposed[crit]
+    breakdown["optimizer_s"] = opt_s[crit]
+    breakdown["overhead_s"] = overhead + (max(tail) - tail[crit])
+    if p > 1:
+        sends = 2 * m * v * send_s
+        moved = min(sends, breakdown["bubble_s"])
+        breakdown["pp_send_s"] = moved
+        breakdown["bubble_s"] -= moved
+    comm_total: dict[str, float] = {}
+    for s in stages:
+        for k, val in s.total.items():
+            comm_total[k] = comm_total.get(k, 0.0) + val * m
+    comm_total["dp_comm_s"] = max(dp_total)
+    comm_total["pp_send_s"] = 2 * m * v * send_s if p > 1 else 0.0
+
+    tokens = plan.effective_global_batch * plan.seq_len
+    tps = tokens / step / gpus
+    mf = costs.model_flops_per_token
+    hf = mf
+    if plan.recompute == "full":
+        hf = mf + mf / 3.0
+    elif plan.recompute == "selective":
+        hf = mf + costs.attention_flops_per_token / 3.0
+    peak = hw.peak(DType.FP8 if plan.precision == "fp8" else
+                   (DType.FP32 if plan.precision == "fp32" else DType.BF16))
+    e_act = 2.0
+    mems = [_memory(stages, r, plan, hw, m, grad_bytes, e_act) for r in {0, p - 1}]
+    memory = max(mems, key=lambda mb: mb.total_bytes)
+    low, high = interval_for(step, kind="training")
+    return TrainingResult(
+        model_id=cfg.id, cluster_id=cl.id, gpu_id=hw.id, num_gpus=gpus, plan=plan, step_time_s=step,
+        low_s=low, high_s=high, tokens_per_step=tokens, tokens_per_s_per_gpu=tps, model_flops_per_token=mf,
+        hardware_flops_per_token=hf, tflops_per_gpu=mf * tps / 1e12, mfu=mf * tps / peak, hfu=hf * tps / peak,
+        peak_flops_per_s=peak, microbatches=m, bubble_frac=pipe.bubble_frac, breakdown_s=breakdown,
+        comm_total_s=comm_total, memory=memory, stage_fwd_s=tuple(s.fwd_s for s in stages),
+        stage_bwd_s=tuple(s.bwd_s for s in stages), stage_layers=tuple(s.layers for s in stages),
+        events=tuple(pipe.events),
+    )

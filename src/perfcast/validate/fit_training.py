@@ -1,0 +1,119 @@
+"""Fit the training-run coefficients on ``published/training.csv``, and measure transfer leave-one-GPU-out.
+
+Each row contributes one residual: the log ratio of predicted to published
+throughput, in whichever quantity the row publishes (TFLOP/s per GPU, tokens/s
+per GPU, HFU or MFU: all are inverse step times under one plan). Rows whose
+plan the source did not publish are left out (see
+:mod:`perfcast.validate.training_tables`).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from perfcast.catalog.models import ModelConfig, load_model
+from perfcast.errors import PerfcastError
+from perfcast.kernel.coefficients import Coefficients
+from perfcast.system.cluster import Cluster
+from perfcast.system.coefficients import TRAINING_SCHEMA_VERSION, TrainingCoefficients
+from perfcast.system.plan import ParallelPlan
+from perfcast.system.training import TrainingResult, simulate_training
+from perfcast.validate.optimize import fit_least_squares
+from perfcast.validate.training_tables import _model_name, cluster_for_gpu, plan_for_row
+
+__all__ = ["TrainingCase", "fit_training", "logo_training", "training_cases"]
+
+# the quantity a row is judged on, in order of preference
+_TARGETS = ("tflops_per_gpu", "tokens_per_s_per_gpu", "hfu", "mfu")
+_PARAMS = ("compute_efficiency", "kernel_gap_s", "fp8_gemm_efficiency", "overlap_interference")
+_KINDS = ("log", "log", "log", "logit")
+_X0 = (0.9, 2e-6, 0.9, 0.2)
+
+
+@dataclass(frozen=True)
+class TrainingCase:
+    """One published row ready to predict: model, cluster, plan and the measured quantity."""
+
+    index: int
+    gpu_id: str
+    model: ModelConfig
+    cluster: Cluster
+    plan: ParallelPlan
+    target: str
+    measured: float
+
+
+def _value(res: TrainingResult, target: str) -> float:
+    return float(getattr(res, target))
+
+
+def training_cases(path: Path) -> list[TrainingCase]:
+    """The rows of a training table whose run perfcast can rebuild."""
+    with path.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    cases = []
+    for i, row in enumerate(rows):
+        target = next((t for t in _TARGETS if (row.get(t) or "").strip()), None)
+        if target is None:
+            continue
+        try:
+            measured = float(row[target])
+            cluster = cluster_for_gpu(row["gpu_id"])
+            plan = plan_for_row(row, cluster.gpus_per_node)
+            cfg = load_model(_model_name(row))
+        except (PerfcastError, ValueError, KeyError):
+            continue
+        if not math.isfinite(measured) or measured <= 0:
+            continue
+        try:
+            simulate_training(cfg, cluster, plan)
+        except PerfcastError:
+            continue  # a run perfcast cannot rebuild (e.g. longer than a learned position table)
+        cases.append(TrainingCase(i, row["gpu_id"], cfg, cluster, plan, target, measured))
+    return cases
+
+
+def _coefficients(x: Sequence[float], fitted_on: str) -> TrainingCoefficients:
+    return TrainingCoefficients(
+        schema_version=TRAINING_SCHEMA_VERSION, produced_by="perfcast fit --stages training",
+        fitted_on={"all": fitted_on}, **dict(zip(_PARAMS, (float(v) for v in x), strict=True)),
+    )
+
+
+def _residuals(cases: Sequence[TrainingCase], coeffs: Coefficients, tc: TrainingCoefficients) -> np.ndarray:
+    out = np.empty(len(cases))
+    for j, c in enumerate(cases):
+        try:
+            res = simulate_training(c.model, c.cluster, c.plan, coeffs=coeffs, training=tc)
+            out[j] = math.log(_value(res, c.target) / c.measured)
+        except PerfcastError:
+            out[j] = 0.0
+    return out
+
+
+def fit_training(cases: Sequence[TrainingCase], coeffs: Coefficients, *, label: str = "") -> TrainingCoefficients:
+    """Least-squares fit of the four training coefficients on ``cases`` (log-ratio residuals)."""
+    where = label or f"{len(cases)} rows of published/training.csv"
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return _residuals(cases, coeffs, _coefficients(x, where))
+
+    x, _ = fit_least_squares(residuals, _X0, _KINDS, iterations=25)
+    return _coefficients(x, where)
+
+
+def logo_training(cases: Sequence[TrainingCase], coeffs: Coefficients) -> dict[str, np.ndarray]:
+    """Leave-one-GPU-out: per held-out GPU, the log errors of its rows under coefficients fitted on the others."""
+    out: dict[str, np.ndarray] = {}
+    for gpu in sorted({c.gpu_id for c in cases}):
+        train = [c for c in cases if c.gpu_id != gpu]
+        test = [c for c in cases if c.gpu_id == gpu]
+        tc = fit_training(train, coeffs, label=f"{len(train)} rows, {gpu} held out")
+        out[gpu] = _residuals(test, coeffs, tc)
+    return out

@@ -1,0 +1,163 @@
+"""Published training throughput (``published/training.csv``): each row's run, rebuilt and predicted.
+
+A row names a GPU, a model, a GPU count and as much of the parallel plan as
+its source published. What a source left out is filled the way that
+framework runs by default, and said here:
+
+- cluster: the catalog cluster built from the row's GPU (or, for a GPU no
+  cluster carries, a cluster of the same GPU generation with that GPU);
+- tp/pp: Megatron-LM's 2021 table gives only the model-parallel size; Megatron
+  keeps TP inside a node, so ``tp = min(size, GPUs per node)`` and ``pp`` the rest;
+- micro-batch 1 and no interleaving where unpublished; sequence length 8192
+  for torchtitan's Llama-3 configs (its ``.toml`` default);
+- ZeRO: FSDP rows are ZeRO-3; Megatron-Core and NeMo use the distributed
+  optimizer (ZeRO-1) with sequence parallelism, and overlap TP communication
+  where the source says so (Megatron-Core r0.8, NeMo's large configs,
+  torchtitan's AsyncTP);
+- precision: the row's; Megatron-LM 2021 trained in FP16;
+- gradient reductions in FP32 except Composer's ``PURE`` mixed precision (BF16);
+- torch.compile rows launch compiled kernels.
+
+Rows whose plan the source did not publish (NeMo's "without CP" best configs,
+Megatron-LM 2022's table without GPU counts) are reported as unsupported with
+that reason rather than guessed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from perfcast.catalog.hardware import load_hardware
+from perfcast.catalog.models import load_model
+from perfcast.errors import ConfigError
+from perfcast.kernel.coefficients import Coefficients
+from perfcast.system.cluster import Cluster, list_clusters
+from perfcast.system.plan import ParallelPlan
+from perfcast.system.training import TrainingResult, simulate_training
+
+__all__ = ["TRAINING_TARGETS", "cluster_for_gpu", "plan_for_row", "predict_training_rows"]
+
+TRAINING_TARGETS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu", "step_time_s")
+
+
+def _f(row: dict[str, str], key: str) -> float | None:
+    v = (row.get(key) or "").strip()
+    if not v:
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        return None
+    return None if math.isnan(x) else x
+
+
+def _i(row: dict[str, str], key: str) -> int | None:
+    x = _f(row, key)
+    return None if x is None else int(round(x))
+
+
+def cluster_for_gpu(gpu_id: str) -> Cluster:
+    """A catalog cluster of this GPU, or one of the same generation carrying it."""
+    hw = load_hardware(gpu_id)
+    clusters = list_clusters()
+    same = [c for c in clusters if c.gpu == hw.id]
+    if same:
+        # a full node of the GPU (DGX/HGX) before pairs or rack-scale domains
+        return min(same, key=lambda c: (c.domain != c.gpus_per_node, -c.gpus_per_node,
+                                        not c.id.startswith(("dgx-", "hgx-")), c.id))
+    kin = [c for c in clusters if load_hardware(c.gpu).compute_capability == hw.compute_capability
+           and c.domain == c.gpus_per_node]
+    if not kin:
+        raise ConfigError(f"no catalog cluster carries {hw.id} or a GPU of its generation; add one under "
+                          "system/data/clusters")
+    base = min(kin, key=lambda c: (-c.gpus_per_node, c.id))
+    return base.model_copy(update={"gpu": hw.id, "id": f"{base.id}+{hw.id}"})
+
+
+def plan_for_row(row: dict[str, str], gpus_per_node: int) -> ParallelPlan:
+    """The parallel plan of a published row, with the framework defaults described in this module."""
+    framework = row.get("framework", "")
+    note = row.get("note", "")
+    num_gpus = _i(row, "num_gpus")
+    if num_gpus is None:
+        raise ConfigError("the source gives no GPU count or parallel plan for this row")
+    if "WITHOUT CP" in note and _i(row, "tp") is None:
+        raise ConfigError("the source did not publish this run's parallel plan ('most performant config')")
+    tp, pp, cp = _i(row, "tp"), _i(row, "pp"), _i(row, "cp") or 1
+    if tp is None and pp is None:
+        mp = re.search(r"model-parallel size \(tp\*pp\) = (\d+)", note)
+        size = int(mp.group(1)) if mp else 1
+        tp = min(size, gpus_per_node)
+        pp = size // tp
+    tp, pp = tp or 1, pp or 1
+    dp = _i(row, "dp")
+    if dp is None or tp * pp * dp * cp != num_gpus:
+        dp = num_gpus // (tp * pp * cp)
+    megatron = framework.startswith(("Megatron-Core", "NeMo"))
+    fsdp = "FSDP" in (row.get("zero_fsdp") or "")
+    precision = (row.get("precision") or "").strip().lower() or ("fp16" if "2021" in framework else "bf16")
+    if precision not in ("bf16", "fp16", "fp8", "fp32"):
+        precision = "bf16"
+    recompute = (row.get("recompute") or "").strip().lower() or "none"
+    micro = _i(row, "micro_batch") or 1
+    seq = _i(row, "seq_len") or (8192 if "torchtitan" in framework else 2048)
+    gb = _i(row, "global_batch") or micro * dp
+    vp = _i(row, "vp") or 1
+    if pp == 1:
+        vp = 1
+    text = f"{framework} {note}"
+    compiled = "compile" in text
+    overlap_tp = "AsyncTP" in text or "async TP" in text or (megatron and tp > 1)
+    return ParallelPlan(
+        tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, sp=megatron and tp > 1, tp_comm_overlap=overlap_tp,
+        zero=3 if fsdp else (1 if megatron else 0),
+        recompute=recompute if recompute in ("none", "selective", "full") else "none",  # type: ignore[arg-type]
+        micro_batch=micro, global_batch=gb, seq_len=seq, precision=precision,  # type: ignore[arg-type]
+        schedule="interleaved" if vp > 1 else "1f1b",
+        framework="compiled" if compiled else "eager",
+        grad_reduce_dtype="bf16" if "MP mode PURE" in note else "fp32",
+    )
+
+
+def _model_name(row: dict[str, str]) -> str:
+    return (row.get("model_id") or "").strip() or (row.get("model") or "").strip()
+
+
+def predict_row(row: dict[str, str], coeffs: Coefficients | None = None) -> TrainingResult:
+    """Predict one published training row."""
+    cluster = cluster_for_gpu(row["gpu_id"])
+    plan = plan_for_row(row, cluster.gpus_per_node)
+    cfg = load_model(_model_name(row))
+    return simulate_training(cfg, cluster, plan, coeffs=coeffs)
+
+
+def predict_training_rows(rows: list[dict[str, str]], coeffs: Coefficients,
+                          on_row: object = None) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
+    """Predictions per target column, a status per row and the GPU of each row."""
+    from perfcast.errors import PerfcastError
+
+    n = len(rows)
+    pred = {t: np.full(n, np.nan) for t in TRAINING_TARGETS}
+    status = ["ok"] * n
+    groups = [r.get("gpu_id", "") for r in rows]
+    for i, row in enumerate(rows):
+        try:
+            res = predict_row(row, coeffs)
+        except PerfcastError as exc:
+            status[i] = f"unsupported: {exc}"
+            continue
+        except (KeyError, ValueError, ZeroDivisionError) as exc:
+            status[i] = f"unsupported: malformed row ({exc})"
+            continue
+        if not res.fits:
+            status[i] = (f"ok (predicted out of memory: {res.memory.total_bytes / 2**30:.1f} of "
+                         f"{res.memory.capacity_bytes / 2**30:.0f} GiB)")
+        pred["tokens_per_s_per_gpu"][i] = res.tokens_per_s_per_gpu
+        pred["tflops_per_gpu"][i] = res.tflops_per_gpu
+        pred["mfu"][i] = res.mfu
+        pred["hfu"][i] = res.hfu
+        pred["step_time_s"][i] = res.step_time_s
+    return pred, status, groups
