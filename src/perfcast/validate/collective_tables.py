@@ -60,7 +60,7 @@ class CollectiveRows:
         ok = np.array([s == "ok" for s in self.status], dtype=bool)
         found: dict[tuple[str, str, int, int], list[int]] = {}
         for i in np.flatnonzero(ok):
-            found.setdefault((str(self.cluster[i]), str(self.op[i]), int(self.n[i]), int(self.g[i])), []).append(i)
+            found.setdefault((str(self.cluster[i]), str(self.op[i]), int(self.n[i]), int(self.g[i])), []).append(int(i))
         return [(c, o, n, g, np.array(idx)) for (c, o, n, g), idx in found.items()]
 
     def subset(self, mask: np.ndarray) -> CollectiveRows:

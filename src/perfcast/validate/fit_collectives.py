@@ -52,7 +52,7 @@ COLLECTIVE_PARAMS: tuple[tuple[str, str], ...] = (
     ("protocols.p2p_ll.bandwidth_frac", "logit"), ("p2p_bandwidth_frac.link", "log"), ("p2p_bandwidth_frac.shm", "log"),
     ("p2p_bandwidth_frac.network", "log"),
     ("protocols.p2p_ll.base_latency_s", "log"), ("protocols.p2p_simple.base_latency_s", "log"),
-    ("tree_efficiency_frac", "logit"), ("benchmark_launch_s", "log"),
+    ("tree_efficiency_frac", "logit"), ("benchmark_launch_s", "log"), ("socket_buffer_bytes", "log"),
 )
 PRIOR_ONLY = {
     "link_efficiency_frac.network": "prior 0.9: no visible row crosses a GPUDirect RDMA network (every visible "

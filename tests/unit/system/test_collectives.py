@@ -189,6 +189,26 @@ def test_network_is_slower_than_nvlink_and_shared_by_the_node() -> None:
     assert alone <= shared
 
 
+def test_socket_transfers_burst_at_the_wire_rate_until_the_socket_buffers_fill() -> None:
+    """TCP socket transport: a message that fits the socket buffers leaves at the NIC's rate, a large one
+    streams at the slower sustained host-path rate; GPUDirect RDMA has one rate at every size."""
+    co = load_collective_coefficients()
+    c = load_cluster("a100-pairwise-nvlink", nodes=2)
+    buf = co.socket_buffer_bytes
+    small, large = buf / 8, buf * 64
+    t = collective_times("send_recv", np.array([small, 2 * small, large, 2 * large]), 2, c, gpus_per_node=1,
+                         shared_nics=False)
+    burst_bw, sustained_bw = small / (t[1] - t[0]), large / (t[3] - t[2])  # incremental rates (latency cancels)
+    wire = c.inter_node.nic_bandwidth_Bps
+    assert sustained_bw < 0.6 * burst_bw
+    assert burst_bw <= wire * (1 + 1e-9)
+    assert sustained_bw <= co.staged_bandwidth_Bps["socket"] * (1 + 1e-9)
+    # an RDMA network (GPUDirect) has no such regime: the incremental rate is the same at both sizes
+    h = load_cluster("dgx-h100", nodes=2)
+    t = collective_times("send_recv", np.array([small, 2 * small, large, 2 * large]), 2, h, gpus_per_node=1)
+    assert small / (t[1] - t[0]) == pytest.approx(large / (t[3] - t[2]), rel=1e-6)
+
+
 def test_oversubscription_applies_beyond_one_leaf() -> None:
     c = load_cluster("dgx-h100", nodes=64)
     tapered = c.model_copy(update={"inter_node": c.inter_node.model_copy(update={"oversubscription": 4.0})})

@@ -40,6 +40,10 @@ class Cost:
     fixed_s: float = 0.0
     protocols: tuple[str, ...] = PROTOCOLS
     ll_max_bytes: float = math.inf  # LL (ll, p2p_ll) only up to this size (NCCL's point-to-point LL threshold)
+    # a faster rate for messages that fit the path's buffers (TCP socket buffers): seconds per byte while the
+    # message fits ``burst_bytes``, blending into ``s_per_byte`` beyond (None: one rate at every size)
+    burst_s_per_byte: float | None = None
+    burst_bytes: float = 0.0
 
 
 class Algorithm:

@@ -55,10 +55,14 @@ class CollectiveCoefficients(_Model):
     p2p_bandwidth_frac: dict[str, float] = Field(
         description="send/recv and all-to-all bandwidth relative to a ring collective's on the same path (a copy, "
                     "not a reduction), by path: link (direct GPU-to-GPU and GPUDirect RDMA), shm, network "
-                    "(host-staged network: staged and socket)")
+                    "(RDMA staged through host memory; a TCP socket streams a copy at the socket rate)")
     tree_efficiency_frac: float = Field(gt=0, le=1, description="NCCL tree bandwidth relative to a ring's")
     nvls_efficiency_frac: float = Field(gt=0, le=2, description="in-switch (NVLS) reduction bandwidth as a "
                                                                 "fraction of the per-direction NVLink bandwidth")
+    socket_buffer_bytes: float = Field(
+        default=4.0 * 2**20, gt=0,
+        description="bytes a host-staged TCP (socket transport) path absorbs at the wire's rate before it "
+                    "streams at the sustained staged rate (Linux tcp_wmem/tcp_rmem maxima are 4-6 MiB per socket)")
     peer_latency_s: float = Field(ge=0, description="per peer of a direct (pairwise) exchange")
     benchmark_launch_s: float = Field(ge=0, description="host time to launch one collective on one GPU; a "
                                                         "benchmark driving k GPUs from one thread (nccl-tests "

@@ -40,6 +40,9 @@ class Direct(Algorithm):
         protocols = ("p2p_ll", "p2p_simple")
         if op is _OP.SEND_RECV:
             rate = links.pair_Bps if m == 1 else per_gpu_net
+            if m > 1 and links.p2p_net_burst_Bps > 0:  # TCP sockets: wire rate while the message fits the buffers
+                return Cost(*steps, 1.0 / rate, protocols=protocols, ll_max_bytes=P2P_LL_THRESHOLD_BYTES,
+                            burst_s_per_byte=1.0 / links.p2p_net_burst_Bps, burst_bytes=co.socket_buffer_bytes)
             return Cost(*steps, 1.0 / rate, protocols=protocols, ll_max_bytes=P2P_LL_THRESHOLD_BYTES)
         intra = (g - 1) / n / links.a2a_Bps if g > 1 else 0.0
         inter = (n - g) / n / per_gpu_net if m > 1 else 0.0

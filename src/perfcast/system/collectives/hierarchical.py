@@ -36,7 +36,7 @@ class Hierarchical(Algorithm):
     def cost(self, op: CollectiveOp, p: Placement, links: Links, co: CollectiveCoefficients) -> Cost:
         g, m = p.g, p.m
         phases = 2.0 if op is _OP.ALL_REDUCE else 1.0
-        protocols = PROTOCOLS
+        protocols: tuple[str, ...] = PROTOCOLS
         if g == 1:
             intra, steps_intra = 0.0, 0.0
         elif op is _OP.ALL_REDUCE and links.nvls_Bps > 0:  # NVLS inside: Simple protocol only

@@ -6,6 +6,10 @@ Time of one algorithm with one protocol (NCCL's LL, LL128 or Simple)::
         + hop_latency_frac[proto] * (intra_steps * intra_node.latency_s + inter_steps * inter_node.latency_s)
         + size_bytes * s_per_byte / bandwidth_frac[proto]
 
+except on a host-staged TCP path (the ``socket`` transport), where ``s_per_byte`` blends from
+the wire's rate, for messages that fit the socket buffers (``socket_buffer_bytes``), into the
+sustained rate of the host path for larger ones (see ``_s_per_byte``).
+
 Choice when no algorithm is asked for (what NCCL does, github.com/NVIDIA/nccl
 src/graph/tuning.cc and src/enqueue.cc): among the algorithms NCCL implements for the op
 that can run on the placement (all_reduce: ring, tree, nvls inside one domain with
@@ -31,6 +35,19 @@ from perfcast.system.collectives.types import CollectiveOp, CollectiveTime, bus_
 __all__ = ["collective_time", "collective_times", "candidates"]
 
 
+def _s_per_byte(cost: Cost, sizes: np.ndarray) -> np.ndarray | float:
+    """Seconds per byte at each size: one rate, or the burst rate blending into the sustained one.
+
+    A host-staged TCP path moves a message that fits its socket buffers at the wire's rate; a
+    larger one streams at the sustained rate of the host path (``burst_bytes`` sets the crossover,
+    a smooth blend ``1 / (1 + (S/B)^2)`` so the time stays increasing in the size).
+    """
+    if cost.burst_s_per_byte is None or cost.burst_bytes <= 0:
+        return cost.s_per_byte
+    fits = 1.0 / (1.0 + (sizes / cost.burst_bytes) ** 2)
+    return cost.s_per_byte + (cost.burst_s_per_byte - cost.s_per_byte) * fits
+
+
 def _protocol_times(cost: Cost, sizes: np.ndarray, lk: Links, co: CollectiveCoefficients
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Per size: the best time over the allowed protocols and the index (into cost.protocols) of it."""
@@ -40,7 +57,7 @@ def _protocol_times(cost: Cost, sizes: np.ndarray, lk: Links, co: CollectiveCoef
         pc = co.protocols[name]
         hops_s = cost.intra_steps * lk.intra_latency_s + cost.inter_steps * lk.inter_latency_s
         latency = pc.base_latency_s + cost.fixed_s + pc.hop_latency_frac * hops_s
-        t = latency + sizes * (cost.s_per_byte / pc.bandwidth_frac)
+        t = latency + sizes * (_s_per_byte(cost, sizes) / pc.bandwidth_frac)
         if name.endswith("ll") and math.isfinite(cost.ll_max_bytes):
             t = np.where(sizes <= cost.ll_max_bytes, t, np.inf)
         better = t < best

@@ -52,6 +52,7 @@ class Links:
     p2p_net_Bps: float  # one GPU's point-to-point rate over the network (0 inside one domain)
     intra_latency_s: float
     inter_latency_s: float
+    p2p_net_burst_Bps: float = 0.0  # socket transport: the wire's rate for messages that fit the socket buffers
 
 
 def place(cluster: Cluster, group_size: int, gpus_per_node: int | None = None) -> Placement:
@@ -119,7 +120,7 @@ def links(cluster: Cluster, p: Placement, co: CollectiveCoefficients, *, shared_
         pair *= co.p2p_bandwidth_frac["link"]
         a2a *= co.p2p_bandwidth_frac["link"]
     nvls = intra.bandwidth_Bps * co.nvls_efficiency_frac if intra.multicast and intra.p2p else 0.0
-    net = node = p2p_net = 0.0
+    net = node = p2p_net = burst = 0.0
     if p.m > 1:
         inter = cluster.inter_node
         gpn = cluster.gpus_per_node
@@ -134,13 +135,17 @@ def links(cluster: Cluster, p: Placement, co: CollectiveCoefficients, *, shared_
         net = share * eff["network"]
         p2p_net = net * co.p2p_bandwidth_frac["link"]
         if path:  # through host memory: bounded by that path, per GPU and per node
-            staged_p2p = co.p2p_bandwidth_frac["network"]
+            # a copy over RDMA staged through host memory runs at its own fraction of a ring's rate; a TCP
+            # socket streams any copy at the socket path's rate (so the two paths' fits stay independent)
+            staged_p2p = co.p2p_bandwidth_frac["network"] if path == "network" else 1.0
             net = min(net, co.staged_bandwidth_Bps[path])
             p2p_net = min(p2p_net, co.staged_bandwidth_Bps[path] * staged_p2p)
+        if path == "socket":  # what fits the socket buffers leaves at the wire's rate, not the host path's
+            burst = max(share * eff["network"] / taper, p2p_net / taper)
         net, p2p_net = net / taper, p2p_net / taper
         node = net * g
         if path:
             cap = co.staged_node_bandwidth_Bps[path] * math.ceil(g / gpn) / taper
             node = min(node, cap)
             p2p_net = min(p2p_net, cap * staged_p2p / g)
-    return Links(ring, pair, a2a, nvls, net, node, p2p_net, intra.latency_s, cluster.inter_node.latency_s)
+    return Links(ring, pair, a2a, nvls, net, node, p2p_net, intra.latency_s, cluster.inter_node.latency_s, burst)
