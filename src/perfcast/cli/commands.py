@@ -119,8 +119,9 @@ def clusters_list(as_json: bool = typer.Option(False, "--json", help="Print one 
             "inter_bandwidth_per_gpu_Bps": c.inter_bandwidth_per_gpu_Bps} for c in clusters]})
         return
     t = _table(title=f"{len(clusters)} clusters (bandwidths per GPU per direction)")
-    for c in ("id", "gpu", "GPUs/node", "domain", "scale-up", "network"):
-        t.add_column(c, justify="left" if c in ("id", "gpu", "scale-up") else "right", no_wrap=c in ("id", "gpu"))
+    for col in ("id", "gpu", "GPUs/node", "domain", "scale-up", "network"):
+        t.add_column(col, justify="left" if col in ("id", "gpu", "scale-up") else "right",
+                     no_wrap=col in ("id", "gpu"))
     for c in clusters:
         intra = c.intra_node
         net = c.inter_node
@@ -314,13 +315,16 @@ def fit(
                                help="Comma-separated stages: vector, gemm, conv, tensor, attention (kernel "
                                     "tables), host "
                                     "(host time per eager kernel, from end-to-end rows of your own machine) and "
-                                    "collectives (VIDUR network and published collective tables); "
+                                    "collectives (VIDUR network and published collective tables), training "
+                                    "(published training runs); "
                                     "none = keep the current coefficients (e.g. to recompute --intervals)."),
     intervals: Path = typer.Option(None, "--intervals", help="Also write prediction intervals to this JSON."),
     compose_output: Path = typer.Option(None, "--compose-output",
                                         help="Where the host stage writes composition coefficients."),
     collectives_output: Path = typer.Option(None, "--collectives-output",
                                             help="Where the collectives stage writes its coefficients."),
+    training_output: Path = typer.Option(None, "--training-output",
+                                         help="Where the training stage writes its coefficients."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -329,20 +333,22 @@ def fit(
     from perfcast.kernel.coefficients import load_coefficients
     from perfcast.validate.fit import fit_coefficients, fit_host, fit_intervals
 
-    for p in (output, intervals, compose_output, collectives_output):
+    for p in (output, intervals, compose_output, collectives_output, training_output):
         if p is not None and p.exists() and not force:
             raise ConfigError(f"{p} exists; pass --force to overwrite it")
     chosen = [s.strip() for s in stages.split(",") if s.strip() and s.strip() != "none"]
-    known = {"vector", "gemm", "conv", "tensor", "attention", "host", "collectives"}
+    known = {"vector", "gemm", "conv", "tensor", "attention", "host", "collectives", "training"}
     if set(chosen) - known or (not chosen and stages.strip() != "none"):
         raise ConfigError(f"unknown fit stages {sorted(set(chosen) - known) or chosen}; use {', '.join(sorted(known))}")
     if "host" in chosen and compose_output is None:
         raise ConfigError("the host stage needs --compose-output PATH for the composition coefficients")
     if "collectives" in chosen and collectives_output is None:
         raise ConfigError("the collectives stage needs --collectives-output PATH for the collective coefficients")
+    if "training" in chosen and training_output is None:
+        raise ConfigError("the training stage needs --training-output PATH for the training coefficients")
     lines: list[str] = []
     logger = lines.append if as_json else _console().print
-    kernel_stages = [s for s in chosen if s not in ("host", "collectives")]
+    kernel_stages = [s for s in chosen if s not in ("host", "collectives", "training")]
     co = fit_coefficients(stages=kernel_stages, log=logger) if kernel_stages else load_coefficients()
     if output is not None:
         output.write_text(co.to_json(), encoding="utf-8")
@@ -354,6 +360,17 @@ def fit(
 
         cc = fit_collectives(log=logger)
         collectives_output.write_text(cc.to_json(), encoding="utf-8")
+    trc = None
+    if "training" in chosen and training_output is not None:
+        from perfcast.validate.fit_training import fit_training, training_cases
+        from perfcast.validate.groundtruth import find_groundtruth
+
+        gt = find_groundtruth()
+        assert gt is not None
+        cases = training_cases(gt / "published" / "training.csv")
+        logger(f"fit training: {len(cases)} published rows")
+        trc = fit_training(cases, co)
+        training_output.write_text(trc.to_json(), encoding="utf-8")
     iv = None
     if intervals is not None:
         iv = fit_intervals(co, collective_coeffs=cc)
@@ -361,6 +378,7 @@ def fit(
     if as_json:
         emit_json({"coefficients": co.model_dump(mode="json"), "log": lines, "intervals": iv,
                    "collectives": cc.model_dump(mode="json") if cc is not None else None,
+                   "training": trc.model_dump(mode="json") if trc is not None else None,
                    "output": str(output) if output else None})
     elif output is None and kernel_stages:
         _console().print(co.to_json())

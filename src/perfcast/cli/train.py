@@ -50,6 +50,9 @@ def train(
     moe_skew: float = typer.Option(0.0, "--moe-skew", help="Busiest expert's load is (1 + skew) x the mean."),
     capacity_factor: float | None = typer.Option(None, "--capacity-factor", help="MoE expert capacity factor."),
     framework: str = typer.Option("eager", "--framework", help="eager | compiled (torch.compile) | graph."),
+    fused_kernels: bool = typer.Option(True, "--fused-kernels/--plain-pytorch",
+                                       help="Eager runs use fused norm/RoPE/activation kernels (Megatron, TE) or "
+                                            "plain PyTorch ops, one kernel each (torchtitan, HF)."),
     trace: Path | None = typer.Option(None, "--trace", help="Write a Chrome trace JSON of the step (Perfetto)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --trace file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -75,13 +78,15 @@ def train(
                 raise ConfigError(f"tp*pp*cp = {denom} does not divide the {gpus} GPUs of {nodes} {cl.id} nodes")
             dp = gpus // denom
     try:
-        plan = ParallelPlan(
+        fields: dict[str, Any] = dict(
             tp=tp, pp=pp, dp=dp, cp=cp, cp_kind=cp_kind, ep=ep, vp=vp, sp=sp, tp_comm_overlap=tp_overlap,
             zero=zero, recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
             precision=precision, schedule=schedule if vp == 1 else "interleaved", uneven_stages=uneven_stages,
             lora_rank=lora_rank, lora_targets=tuple(t.strip() for t in lora_targets.split(",") if t.strip()),
             qlora=qlora, moe_skew=moe_skew, moe_capacity_factor=capacity_factor, framework=framework,
+            fused_kernels=fused_kernels,
         )
+        plan = ParallelPlan(**fields)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]).replace("_", "-") if err["loc"] else "plan"

@@ -2,7 +2,7 @@
 
 Kernel tables time kernels in isolation; a training run keeps the GPU busy for
 minutes, interleaves collectives with compute and runs framework code around
-every kernel. Four numbers carry what the kernel and collective models cannot
+every kernel. Five numbers carry what the kernel and collective models cannot
 see, and ``perfcast fit --stages training`` fits them on the published training
 table (``fitted_on`` says which rows; ``perfcast validate`` reports the error
 leave-one-GPU-out so the figure printed is not the in-sample one):
@@ -15,7 +15,11 @@ leave-one-GPU-out so the figure printed is not the in-sample one):
 - ``fp8_gemm_efficiency``: FP8 GEMM throughput relative to what the kernel model
   gives the same GEMM at the FP8 peak (per-tensor scaling, amax bookkeeping);
 - ``overlap_interference``: share of a hidden collective's time that still slows
-  the compute it overlaps (NCCL kernels take SMs and memory bandwidth).
+  the compute it overlaps (NCCL kernels take SMs and memory bandwidth);
+- ``attention_time_scale``: training attention kernels (forward saving the
+  log-sum-exp, and the backward) relative to the kernel model's priors for them;
+  the kernel tables time serving attention only, so training rows are the only
+  measurement of these kernels.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class TrainingCoefficients(BaseModel):
     kernel_gap_s: float = Field(ge=0)
     fp8_gemm_efficiency: float = Field(gt=0, le=1.5)
     overlap_interference: float = Field(ge=0, le=1)
+    attention_time_scale: float = Field(default=1.0, gt=0, le=4)
 
     def to_json(self) -> str:
         """Canonical JSON text."""

@@ -111,13 +111,17 @@ def _saved_for_backward(op: Op) -> bool:
 
 
 def _model_flops(forward: list[Op], tokens: int) -> tuple[float, float]:
-    """Megatron's model-FLOP convention per token: 3 x (matmul FLOPs + non-causal attention FLOPs) of the forward."""
+    """Megatron's model-FLOP convention per token: 3 x (matmul FLOPs + non-causal attention FLOPs) of the forward.
+
+    Convolutions count as matmuls, so a CNN's model FLOPs are the usual 3 x forward FLOPs per image."""
     matmul = 0.0
     attention = 0.0
     for op in forward:
         if op.kind is OpKind.GEMM and op.op == "linear":
             b, m, k, n = op.dims
             matmul += 2.0 * b * m * k * n * op.count
+        elif op.kind is OpKind.CONV:  # a convolution is a matmul over its im2col view
+            matmul += op.flops * op.count
         elif op.kind is OpKind.GEMM and op.op == "bmm":
             b, m, k, n = op.dims
             attention += 2.0 * b * m * k * n * op.count
@@ -136,7 +140,7 @@ def micro_batch_costs(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs
     """Price one micro-batch of ``plan`` on one GPU of ``hw``, per part and phase (memoized)."""
     key = (id(cfg), id(hw), id(coeffs), id(compose), plan.tp, plan.cp, plan.ep, plan.sp, plan.micro_batch,
            plan.seq_len, plan.precision, plan.lora_rank, plan.lora_targets, plan.qlora, plan.moe_skew,
-           plan.moe_capacity_factor, plan.framework)
+           plan.moe_capacity_factor, plan.framework, plan.fused_kernels)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is cfg and hit[1] is hw and hit[2] is coeffs:
         return hit[3]
@@ -150,8 +154,11 @@ def micro_batch_costs(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs
 def _forward_ops(cfg: ModelConfig, plan: ParallelPlan) -> tuple[list[Op], list[Op], int]:
     """The micro-batch's forward ops after the plan's rewrites, those before routing, and its tokens per GPU."""
     local_seq = plan.seq_len // plan.cp
+    # plain PyTorch model code run eagerly launches one kernel per line of its norms, RoPE and gated
+    # activation (the Hugging Face layout); fused kernels or a compiler run them as one kernel each
+    style = "hf" if plan.framework == "eager" and not plan.fused_kernels else "engine"
     spec = WorkloadSpec(Mode.TRAINING, plan.micro_batch, local_seq, dtype=_DTYPES[plan.precision],
-                        style="engine", attention="flash", optimizer="none", loss=True)
+                        style=style, attention="flash", optimizer="none", loss=True)
     wl = build_workload(cfg, spec)
     forward = list(wl.phase(Phase.FORWARD))
     forward = shard_context(forward, plan.cp)
@@ -166,7 +173,8 @@ def _forward_ops(cfg: ModelConfig, plan: ParallelPlan) -> tuple[list[Op], list[O
     if cfg.moe is not None:
         forward = route_experts(forward, cfg.moe.num_experts, cfg.moe.experts_per_token, ep=plan.ep,
                                 skew=plan.moe_skew, capacity_factor=plan.moe_capacity_factor)
-    return forward, convention, plan.micro_batch * local_seq
+    # a CNN's seq_len is its image side: its FLOPs and throughput count images, not tokens
+    return forward, convention, plan.micro_batch * (1 if cfg.kind == "cnn" else local_seq)
 
 
 def _sequence_parallel(ops: list[Op], tp: int) -> list[Op]:

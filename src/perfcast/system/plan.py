@@ -53,6 +53,10 @@ class ParallelPlan(BaseModel):
     moe_skew: float = Field(default=0.0, ge=0, description="the busiest expert gets (1 + skew) x the mean load")
     framework: Literal["eager", "compiled", "graph"] = Field(
         default="eager", description="kernel launch: eager PyTorch, torch.compile, or CUDA graphs")
+    fused_kernels: bool = Field(
+        default=True, description="eager runs use hand-fused norm/RoPE/activation kernels (Megatron, Transformer "
+                                  "Engine, Apex); False = plain PyTorch ops, one kernel per operation (eager "
+                                  "torchtitan, Hugging Face); torch.compile fuses them either way")
     grad_reduce_dtype: Literal["fp32", "bf16"] = Field(default="fp32", description="dtype of gradient reductions")
     dp_overlap: bool = Field(default=True, description="gradient reduction / parameter gathers overlap compute")
 

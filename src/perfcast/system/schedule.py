@@ -139,17 +139,17 @@ def simulate_pipeline(fwd_s: list[float], bwd_s: list[float], microbatches: int,
                          f"pipeline depth ({p})")
     if p == 1:
         total = m * sum(f + b for f, b in zip(fwd_s, bwd_s, strict=True))
-        events = []
+        serial: list[ScheduleEvent] = []
         if keep_events:
             t = 0.0
             for mb in range(m):
                 for c in range(v):
-                    events.append(ScheduleEvent(0, "F", mb, c, t, t + fwd_s[c]))
+                    serial.append(ScheduleEvent(0, "F", mb, c, t, t + fwd_s[c]))
                     t += fwd_s[c]
                 for c in reversed(range(v)):
-                    events.append(ScheduleEvent(0, "B", mb, c, t, t + bwd_s[c]))
+                    serial.append(ScheduleEvent(0, "B", mb, c, t, t + bwd_s[c]))
                     t += bwd_s[c]
-        return PipelineResult(time_s=total, busy_s=[total], bubble_frac=0.0, events=events)
+        return PipelineResult(time_s=total, busy_s=[total], bubble_frac=0.0, events=serial)
     if not keep_events and 2 * p * v * m > _MAX_SIMULATED_PASSES:
         return _closed_form(fwd_s, bwd_s, p, m, v, send_s, schedule)
     if schedule == "interleaved" and v > 1:
@@ -175,6 +175,7 @@ def simulate_pipeline(fwd_s: list[float], bwd_s: list[float], microbatches: int,
             while pos[r] < len(orders[r]):
                 kind, mb, c = orders[r][pos[r]]
                 s = vstage(r, c)
+                ready: float | None
                 if kind == "F":
                     dep = done_f.get((s - 1, mb)) if s > 0 else 0.0
                     if dep is None:
@@ -183,8 +184,7 @@ def simulate_pipeline(fwd_s: list[float], bwd_s: list[float], microbatches: int,
                     dur = fwd_s[s]
                 else:
                     if s == n_virtual - 1:
-                        dep = done_f.get((s, mb))
-                        ready = dep if dep is not None else None
+                        ready = done_f.get((s, mb))
                     else:
                         dep = done_b.get((s + 1, mb))
                         ready = dep + send_s if dep is not None else None

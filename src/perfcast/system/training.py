@@ -62,7 +62,8 @@ class TrainingResult:
     ``compute_s``, ``recompute_s``, exposed communication per collective
     (``tp_comm_s``, ``cp_comm_s``, ``ep_comm_s``, ``pp_send_s``, ``dp_comm_s``,
     ``fsdp_comm_s``), ``bubble_s``, ``optimizer_s`` and ``overhead_s``; they add
-    up to ``step_time_s``. ``comm_total_s`` is every collective's time whether
+    up to ``step_time_s``. For a CNN (whose ``seq_len`` is the image side) a
+    "token" is an image. ``comm_total_s`` is every collective's time whether
     hidden or not.
     """
 
@@ -93,6 +94,11 @@ class TrainingResult:
     events: tuple[ScheduleEvent, ...] = field(default=())
 
     @property
+    def samples_per_s_per_gpu(self) -> float:
+        """Sequences (or images) per second per GPU."""
+        return self.plan.effective_global_batch / self.step_time_s / self.num_gpus
+
+    @property
     def fits(self) -> bool:
         """Whether every GPU's memory holds the step."""
         return self.memory.fits
@@ -106,6 +112,7 @@ class TrainingResult:
             "step_time_interval_s": {"low": self.low_s, "high": self.high_s},
             "tokens_per_step": self.tokens_per_step,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "samples_per_s_per_gpu": self.samples_per_s_per_gpu,
             "tflops_per_gpu": self.tflops_per_gpu,
             "mfu": self.mfu, "hfu": self.hfu,
             "flops_convention": "Megatron-LM: model FLOPs = 3 x (matmul + non-causal attention) forward FLOPs; "
@@ -187,15 +194,18 @@ def _overlapped(comm_s: float, window_s: float, tc: TrainingCoefficients) -> flo
 def _layer_time(part: LayerCost, plan: ParallelPlan, comm: _Comm, tc: TrainingCoefficients, *,
                 grad_bytes: float) -> _LayerTime:
     tp, cp = plan.tp, plan.cp
-    fwd = max(_device_s(part.fwd_s, part.fwd_fp8_s, part.fwd_kernels, tc), part.fwd_host_s)
-    bwd = max(_device_s(part.bwd_s, part.bwd_fp8_s, part.bwd_kernels, tc), part.bwd_host_s)
+    attn_extra = tc.attention_time_scale - 1.0
+    fwd_kernel_s = part.fwd_s + attn_extra * part.attention_fwd_s
+    bwd_kernel_s = part.bwd_s + attn_extra * part.attention_bwd_s
+    fwd = max(_device_s(fwd_kernel_s, part.fwd_fp8_s, part.fwd_kernels, tc), part.fwd_host_s)
+    bwd = max(_device_s(bwd_kernel_s, part.bwd_fp8_s, part.bwd_kernels, tc), part.bwd_host_s)
     compute = fwd + bwd
     recompute = 0.0
     if part.label not in ("embed", "head"):
         if plan.recompute == "full":
             recompute = fwd
         elif plan.recompute == "selective":
-            recompute = part.attention_fwd_s / tc.compute_efficiency
+            recompute = part.attention_fwd_s * tc.attention_time_scale / tc.compute_efficiency
     exposed: dict[str, float] = {}
     total: dict[str, float] = {}
 
@@ -495,7 +505,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     comm_total["dp_comm_s"] = max(dp_total)
     comm_total["pp_send_s"] = 2 * m * v * send_s if p > 1 else 0.0
 
-    tokens = plan.effective_global_batch * plan.seq_len
+    tokens = plan.effective_global_batch * (1 if cfg.kind == "cnn" else plan.seq_len)  # CNNs: images
     tps = tokens / step / gpus
     mf = costs.model_flops_per_token
     hf = mf

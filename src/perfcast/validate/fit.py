@@ -318,6 +318,7 @@ def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *,
     g = kinds["gemm_published"]
     g["log_low"], g["log_high"] = -g["log_high"], -g["log_low"]
     add(*collective_interval_residuals(root, collective_coeffs))
+    add(*training_interval_residuals(root, coeffs, log=log))
     return {"schema_version": INTERVAL_SCHEMA_VERSION, "produced_by": "perfcast fit --intervals",
             "quantiles": list(quantiles), "kinds": kinds}
 
@@ -330,6 +331,18 @@ def collective_interval_residuals(root: Path, collective_coeffs: Any = None) -> 
     pred, _ = leave_one_cluster_out(rows, labels, base=collective_coeffs)
     return ("collective", _log_ratio(rows.measured_s, pred),
             "vidur/network + published/collectives.csv, leave-one-cluster-out")
+
+
+def training_interval_residuals(root: Path, coeffs: Coefficients,
+                                log: Callable[[str], None] = lambda _m: None) -> tuple[str, np.ndarray, str]:
+    """The ``training`` interval kind: log(measured / predicted step time) of published training rows, each GPU
+    predicted with training coefficients refitted on the other GPUs' rows."""
+    from perfcast.validate.fit_training import logo_training, training_cases
+
+    cases = training_cases(root / "published" / "training.csv")
+    log(f"training interval: leave-one-GPU-out over {len(cases)} published rows")
+    resid = np.concatenate(list(logo_training(cases, coeffs).values()))
+    return "training", resid, "published/training.csv, leave-one-GPU-out (throughput ratios as step-time ratios)"
 
 
 HOST_PARAMS = (("host.eager_op_s", "log"), ("host.eager_training_op_s", "log"))

@@ -31,7 +31,7 @@ def _from_free(z: np.ndarray, kinds: Sequence[str]) -> np.ndarray:
         if k == "log":
             out[i] = np.exp(v)
         elif k == "logit":
-            out[i] = 1.0 / (1.0 + np.exp(-v))
+            out[i] = 0.5 * (1.0 + np.tanh(0.5 * v))  # the logistic function, without overflow
         else:
             out[i] = v
     return out

@@ -13,6 +13,9 @@ interval. What was fitted on what is stated per table:
 - Collective tables (VIDUR network, published collectives): the collectives stage is
   fitted on every visible row, so they are reported in-sample per cluster, and again
   leave-one-cluster-out (each cluster predicted with coefficients refitted without it).
+- Published training runs: the four training coefficients are fitted on every visible
+  row, so the table is reported in-sample, and again leave-one-GPU-out (each GPU's
+  rows predicted with coefficients refitted on the other GPUs' rows): the transfer figure.
 """
 
 from __future__ import annotations
@@ -190,7 +193,9 @@ def _collective_loco(paths: list[Path], root: Path, name: Callable[[Path], str],
         fn = predict_vidur_network if res.kind.name == "vidur_network" else predict_published_collectives
         groups = np.array(res.prediction.groups, dtype=object)
         n = len(res.rows)
-        pred = TablePrediction(*({t: np.full(n, np.nan) for t in res.targets} for _ in range(3)),
+        pred = TablePrediction({t: np.full(n, np.nan) for t in res.targets},
+                               {t: np.full(n, np.nan) for t in res.targets},
+                               {t: np.full(n, np.nan) for t in res.targets},
                                status=list(res.prediction.status), groups=list(res.prediction.groups))
         for g in sorted({str(x) for x in groups}):
             idx = np.flatnonzero(groups == g)
@@ -204,6 +209,41 @@ def _collective_loco(paths: list[Path], root: Path, name: Callable[[Path], str],
                 reports.append(TableReport(f"{name(p)} [leave-one-cluster-out]", res.kind.name, target,
                                            "each cluster predicted with collective coefficients fitted on the other "
                                            f"clusters' rows ({', '.join(clusters)})", overall, group_reports))
+    return reports
+
+
+def _training_logo(paths: list[Path], name: Callable[[Path], str], coeffs: Coefficients,
+                   log: Callable[[str], None]) -> list[TableReport]:
+    """Published training tables predicted leave-one-GPU-out (refits on the other GPUs' rows)."""
+    from perfcast.validate.fit_training import fit_training, training_cases
+    from perfcast.validate.tables import TablePrediction, predict_published_training
+
+    reports = []
+    for p in paths:
+        res = predict_batch(p, coeffs)
+        cases = training_cases(p)
+        gpus = sorted({c.gpu_id for c in cases})
+        groups = np.array(res.prediction.groups, dtype=object)
+        n = len(res.rows)
+        pred = TablePrediction({t: np.full(n, np.nan) for t in res.targets},
+                               {t: np.full(n, np.nan) for t in res.targets},
+                               {t: np.full(n, np.nan) for t in res.targets},
+                               status=list(res.prediction.status), groups=list(res.prediction.groups))
+        for g in gpus:
+            log(f"fitting training coefficients without {g}")
+            train = [c for c in cases if c.gpu_id != g]
+            tc = fit_training(train, coeffs, label=f"{len(train)} rows, {g} held out")
+            idx = np.flatnonzero(groups == g)
+            sub = predict_published_training([res.rows[i] for i in idx], coeffs, tc)
+            for t in res.targets:
+                pred.pred[t][idx], pred.low[t][idx], pred.high[t][idx] = sub.pred[t], sub.low[t], sub.high[t]
+        logo = type(res)(res.kind, res.header, res.rows, res.targets, pred)
+        for target in res.targets:
+            overall, group_reports = _summaries(logo, target)
+            if overall.rows:
+                reports.append(TableReport(f"{name(p)} [leave-one-GPU-out]", res.kind.name, target,
+                                           "each GPU predicted with training coefficients fitted on the other "
+                                           f"GPUs' rows ({', '.join(gpus)})", overall, group_reports))
     return reports
 
 
@@ -222,12 +262,15 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
         return str(p.relative_to(root)) if root is not None and root in p.parents else str(p)
 
     collective_paths: list[Path] = []
+    training_paths: list[Path] = []
     for p in others:
         progress(str(p))
         res = predict_batch(p, co)
         name = table_name(p)
         if res.kind.name in _COLLECTIVE_KINDS:
             collective_paths.append(p)
+        if res.kind.name == "published_training":
+            training_paths.append(p)
         if res.kind.predict is None:
             n = len(res.rows)
             empty = ErrorSummary(n, 0, float("nan"), float("nan"), float("nan"), float("nan"), float("nan"))
@@ -254,6 +297,8 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
                     "vidur_network": "in-sample: the collectives stage is fitted on every visible collective row",
                     "published_collectives": "in-sample: the collectives stage is fitted on every visible "
                                              "collective row",
+                    "published_training": "in-sample: the training coefficients are fitted on every visible row "
+                                          "(TFLOP/s per the source's convention)",
                 }.get(res.kind.name, "")
                 overall, groups = _summaries(res, target, logo_coverage=e2e)
                 if overall.rows:
@@ -263,6 +308,9 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
         fit_root = root or find_groundtruth()
         assert fit_root is not None
         reports += _collective_loco(collective_paths, fit_root, table_name, log)
+    if training_paths:
+        progress("training (leave-one-GPU-out)")
+        reports += _training_logo(training_paths, table_name, co, log)
     if vidur:
         progress("vidur/compute (leave-one-GPU-out)")
         fit_root = root or find_groundtruth()  # the leave-one-GPU-out refit reads the other GPUs' tables

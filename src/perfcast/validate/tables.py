@@ -20,10 +20,11 @@ from perfcast.errors import ConfigError, PerfcastError
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 
 if TYPE_CHECKING:
+    from perfcast.system.coefficients import TrainingCoefficients
     from perfcast.system.collectives import CollectiveCoefficients
 
-__all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_published_collectives", "predict_table",
-           "predict_vidur_network", "recognize"]
+__all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_published_collectives",
+           "predict_published_training", "predict_table", "predict_vidur_network", "recognize"]
 
 
 @dataclass
@@ -307,6 +308,24 @@ def predict_published_collectives(rows: list[dict[str, str]], coeffs: Coefficien
     return out
 
 
+# -- published training runs -------------------------------------------------------------------
+def predict_published_training(rows: list[dict[str, str]], coeffs: Coefficients | None = None,
+                               training: TrainingCoefficients | None = None) -> TablePrediction:
+    """Published training throughput: tokens/s and TFLOP/s per GPU, MFU, HFU and step time per row."""
+    from perfcast.validate.training_tables import TRAINING_TARGETS, predict_training_rows
+
+    out = _empty(len(rows), TRAINING_TARGETS)
+    pred, status, groups = predict_training_rows(rows, coeffs, training)
+    out.status, out.groups = status, groups
+    lo, hi = load_intervals().get("training", load_intervals()["step"])
+    for t, v in pred.items():
+        out.pred[t] = v
+        a, b = (lo, hi) if t == "step_time_s" else (-hi, -lo)  # throughputs are inverse step times
+        out.low[t] = v * np.exp(a)
+        out.high[t] = v * np.exp(b)
+    return out
+
+
 TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("neusight_e2e", frozenset({"device", "model", "mode", "batch_size", "seq_len", "measured_ms"}),
               ("measured_ms", "measured_fw_ms", "measured_bw_ms"), "step", _predict_e2e),
@@ -327,8 +346,8 @@ TABLE_KINDS: tuple[TableKind, ...] = (
               ("time_stats.attn_prefill.median", "time_stats.attn_decode.median"), "attention",
               _predict_vidur_attention),
     TableKind("published_training", frozenset({"tflops_per_gpu", "tokens_per_s_per_gpu", "num_gpus"}),
-              ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu", "step_time_s"), "step", None,
-              "cluster training steps arrive with the distributed-training layer"),
+              ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu", "step_time_s"), "training",
+              predict_published_training),
     TableKind("published_inference", frozenset({"metric", "value", "input_len", "output_len"}),
               ("value",), "step", None, "serving throughput arrives with the serving layer"),
     TableKind("published_collectives", frozenset({"collective", "busbw_GBps", "size_bytes"}),

@@ -9,14 +9,27 @@ framework runs by default, and said here:
 - tp/pp: Megatron-LM's 2021 table gives only the model-parallel size; Megatron
   keeps TP inside a node, so ``tp = min(size, GPUs per node)`` and ``pp`` the rest;
 - micro-batch 1 and no interleaving where unpublished; sequence length 8192
-  for torchtitan's Llama-3 configs (its ``.toml`` default);
+  for torchtitan's Llama-3 configs (its ``.toml`` default); torchtitan's pipelined
+  runs split the local batch into one micro-batch per stage (two stages per rank
+  for its interleaved schedule);
 - ZeRO: FSDP rows are ZeRO-3; Megatron-Core and NeMo use the distributed
   optimizer (ZeRO-1) with sequence parallelism, and overlap TP communication
   where the source says so (Megatron-Core r0.8, NeMo's large configs,
   torchtitan's AsyncTP);
 - precision: the row's; Megatron-LM 2021 trained in FP16;
 - gradient reductions in FP32 except Composer's ``PURE`` mixed precision (BF16);
-- torch.compile rows launch compiled kernels.
+- torch.compile rows launch compiled kernels; torchtitan's model code is plain
+  PyTorch, so its eager rows run one kernel per norm/RoPE/SwiGLU operation
+  (Megatron, NeMo and llm-foundry use fused kernels);
+- llm-foundry sets an MPT's ``max_seq_len`` (its learned position table) to
+  the run's sequence length, so long-sequence MPT rows use that table size;
+- pipeline stages may be uneven when the layers do not divide by ``pp``
+  (torchtitan's Llama-3.1-405B, 126 layers over 8 stages).
+
+Which FLOPs a ``tflops_per_gpu`` value counts depends on its source (see the
+ground-truth README): Megatron-LM's 2021 table counts the recomputed forward
+(hardware FLOPs), every other source counts model FLOPs. The prediction for
+that column follows the row's convention.
 
 Rows whose plan the source did not publish (NeMo's "without CP" best configs,
 Megatron-LM 2022's table without GPU counts) are reported as unsupported with
@@ -31,14 +44,16 @@ import re
 import numpy as np
 
 from perfcast.catalog.hardware import load_hardware
-from perfcast.catalog.models import load_model
+from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.errors import ConfigError
 from perfcast.kernel.coefficients import Coefficients
 from perfcast.system.cluster import Cluster, list_clusters
+from perfcast.system.coefficients import TrainingCoefficients
 from perfcast.system.plan import ParallelPlan
 from perfcast.system.training import TrainingResult, simulate_training
 
-__all__ = ["TRAINING_TARGETS", "cluster_for_gpu", "plan_for_row", "predict_training_rows"]
+__all__ = ["TRAINING_TARGETS", "cluster_for_gpu", "counts_recompute", "model_for_row", "plan_for_row", "predict_row",
+           "predict_training_rows"]
 
 TRAINING_TARGETS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu", "step_time_s")
 
@@ -106,18 +121,26 @@ def plan_for_row(row: dict[str, str], gpus_per_node: int) -> ParallelPlan:
     seq = _i(row, "seq_len") or (8192 if "torchtitan" in framework else 2048)
     gb = _i(row, "global_batch") or micro * dp
     vp = _i(row, "vp") or 1
+    if "torchtitan" in framework and pp > 1:
+        # torchtitan splits the local batch into one micro-batch per pipeline stage by default, and its
+        # interleaved schedule runs two stages per rank
+        vp = 2 if "interleaved" in note.lower() else 1
+        local = micro
+        micro = max(1, local // (pp * vp))
+        gb = _i(row, "global_batch") or local * dp
     if pp == 1:
         vp = 1
     text = f"{framework} {note}"
     compiled = "compile" in text
     overlap_tp = "AsyncTP" in text or "async TP" in text or (megatron and tp > 1)
     return ParallelPlan(
-        tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, sp=megatron and tp > 1, tp_comm_overlap=overlap_tp,
+        tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, uneven_stages=True, sp=megatron and tp > 1, tp_comm_overlap=overlap_tp,
         zero=3 if fsdp else (1 if megatron else 0),
         recompute=recompute if recompute in ("none", "selective", "full") else "none",  # type: ignore[arg-type]
         micro_batch=micro, global_batch=gb, seq_len=seq, precision=precision,  # type: ignore[arg-type]
         schedule="interleaved" if vp > 1 else "1f1b",
         framework="compiled" if compiled else "eager",
+        fused_kernels="torchtitan" not in framework,
         grad_reduce_dtype="bf16" if "MP mode PURE" in note else "fp32",
     )
 
@@ -126,16 +149,30 @@ def _model_name(row: dict[str, str]) -> str:
     return (row.get("model_id") or "").strip() or (row.get("model") or "").strip()
 
 
-def predict_row(row: dict[str, str], coeffs: Coefficients | None = None) -> TrainingResult:
+def model_for_row(row: dict[str, str], seq_len: int) -> ModelConfig:
+    """The row's model; llm-foundry sizes an MPT's learned position table to the run's sequence length."""
+    cfg = load_model(_model_name(row))
+    if cfg.position == "learned" and seq_len > cfg.max_positions and "llm-foundry" in row.get("framework", ""):
+        cfg = cfg.model_copy(update={"max_positions": seq_len})
+    return cfg
+
+
+def counts_recompute(row: dict[str, str]) -> bool:
+    """Whether the row's ``tflops_per_gpu`` counts recomputed FLOPs (Megatron-LM SC'21's table does)."""
+    return "2021" in row.get("framework", "")
+
+
+def predict_row(row: dict[str, str], coeffs: Coefficients | None = None,
+                training: TrainingCoefficients | None = None) -> TrainingResult:
     """Predict one published training row."""
     cluster = cluster_for_gpu(row["gpu_id"])
     plan = plan_for_row(row, cluster.gpus_per_node)
-    cfg = load_model(_model_name(row))
-    return simulate_training(cfg, cluster, plan, coeffs=coeffs)
+    return simulate_training(model_for_row(row, plan.seq_len), cluster, plan, coeffs=coeffs, training=training)
 
 
-def predict_training_rows(rows: list[dict[str, str]], coeffs: Coefficients,
-                          on_row: object = None) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
+def predict_training_rows(rows: list[dict[str, str]], coeffs: Coefficients | None = None,
+                          training: TrainingCoefficients | None = None,
+                          ) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
     """Predictions per target column, a status per row and the GPU of each row."""
     from perfcast.errors import PerfcastError
 
@@ -145,7 +182,7 @@ def predict_training_rows(rows: list[dict[str, str]], coeffs: Coefficients,
     groups = [r.get("gpu_id", "") for r in rows]
     for i, row in enumerate(rows):
         try:
-            res = predict_row(row, coeffs)
+            res = predict_row(row, coeffs, training)
         except PerfcastError as exc:
             status[i] = f"unsupported: {exc}"
             continue
@@ -156,7 +193,8 @@ def predict_training_rows(rows: list[dict[str, str]], coeffs: Coefficients,
             status[i] = (f"ok (predicted out of memory: {res.memory.total_bytes / 2**30:.1f} of "
                          f"{res.memory.capacity_bytes / 2**30:.0f} GiB)")
         pred["tokens_per_s_per_gpu"][i] = res.tokens_per_s_per_gpu
-        pred["tflops_per_gpu"][i] = res.tflops_per_gpu
+        pred["tflops_per_gpu"][i] = res.hfu * res.peak_flops_per_s / 1e12 if counts_recompute(row) \
+            else res.tflops_per_gpu
         pred["mfu"][i] = res.mfu
         pred["hfu"][i] = res.hfu
         pred["step_time_s"][i] = res.step_time_s

@@ -167,3 +167,22 @@ def test_bad_plans_fail_with_one_line(kw: dict[str, object], message: str) -> No
 def test_gpus_that_do_not_fill_nodes_are_rejected() -> None:
     with pytest.raises(ConfigError, match="do not fill whole"):
         _run("llama-2-7b", "dgx-h100", dp=12)
+
+
+def test_r3_resnet50_data_parallel_communication_grows_with_gpus() -> None:
+    # R3: ResNet-50, 256 images per GPU, plain data parallelism over 1..32 A100s (DGX nodes of 8)
+    runs = [simulate_training("resnet-50", "dgx-a100", ParallelPlan(dp=n, micro_batch=256, seq_len=224,
+                                                                    global_batch=256 * n),
+                              nodes=None if n <= 8 else n // 8) for n in (1, 2, 4, 8, 16, 32)]
+    exposed = [r.breakdown_s["dp_comm_s"] for r in runs]
+    total = [r.comm_total_s["dp_comm_s"] for r in runs]
+    assert exposed[0] == 0.0 and total[0] == 0.0  # one GPU: nothing to reduce
+    assert all(a < b for a, b in zip(total, total[1:], strict=False))  # the all-reduce grows with the group
+    assert all(a <= b for a, b in zip(exposed, exposed[1:], strict=False))
+    assert all(a <= b for a, b in zip([r.step_time_s for r in runs], [r.step_time_s for r in runs][1:],
+                                      strict=False))
+    # the gradient all-reduce (25.6 M fp32 gradients) mostly hides behind the backward pass
+    assert all(e < 0.5 * t for e, t in zip(exposed[1:], total[1:], strict=True))
+    # a CNN's throughput counts images, and its model FLOPs are ResNet-50's ~3 x 8.2 GFLOP per image
+    assert runs[0].tokens_per_s_per_gpu == pytest.approx(runs[0].samples_per_s_per_gpu)
+    assert runs[0].model_flops_per_token == pytest.approx(3 * 8.18e9, rel=0.05)
