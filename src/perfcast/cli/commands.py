@@ -347,7 +347,7 @@ def fit(
     if "training" in chosen and training_output is None:
         raise ConfigError("the training stage needs --training-output PATH for the training coefficients")
     lines: list[str] = []
-    logger = lines.append if as_json else _console().print
+    logger = lines.append if as_json else _console(stderr=True).print  # the log is not the result
     kernel_stages = [s for s in chosen if s not in ("host", "collectives", "training")]
     co = fit_coefficients(stages=kernel_stages, log=logger) if kernel_stages else load_coefficients()
     if output is not None:
