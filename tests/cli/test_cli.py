@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
+from cli_helpers import invoke, parse_json, user_error
+from typer.testing import CliRunner
 
 from perfcast.cli import app
 from perfcast.validate.groundtruth import find_groundtruth
@@ -58,27 +59,6 @@ def deadline(seconds: int) -> Iterator[None]:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-
-
-def invoke(args: list[str]) -> Result:
-    return runner.invoke(app, args)
-
-
-def assert_user_error(res: Result) -> str:
-    """Exit 2, nothing on stdout, exactly one stderr line starting with ``error:``; returns that line."""
-    assert res.exit_code == 2, (res.stdout, res.stderr)
-    assert "Traceback" not in res.stdout + res.stderr
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    return lines[0]
-
-
-def parse_json(res: Result) -> dict:
-    assert res.exit_code == 0, res.stderr
-    assert len(res.stdout.strip().splitlines()) == 1  # exactly one JSON object
-    data = json.loads(res.stdout)
-    assert isinstance(data, dict)
-    return data
 
 
 def write_e2e(path: Path, rows: list[list[str]] = E2E_ROWS) -> Path:
@@ -166,12 +146,12 @@ def test_predict_decode_json() -> None:
 
 # -- predict: user errors ----------------------------------------------------------------------------------------
 def test_unknown_model_names_closest_ids() -> None:
-    line = assert_user_error(invoke(["predict", "-m", "gtp2", "-H", "a100-pcie-40gb"]))
+    line = user_error(invoke(["predict", "-m", "gtp2", "-H", "a100-pcie-40gb"]))
     assert "unknown model 'gtp2'" in line and "gpt2" in line
 
 
 def test_unknown_hardware_names_closest_ids() -> None:
-    line = assert_user_error(invoke(["predict", "-m", "gpt2", "-H", "a100-pcie-4gb"]))
+    line = user_error(invoke(["predict", "-m", "gpt2", "-H", "a100-pcie-4gb"]))
     assert "unknown hardware 'a100-pcie-4gb'" in line and "a100-pcie-40gb" in line
 
 
@@ -190,7 +170,7 @@ def test_unknown_hardware_names_closest_ids() -> None:
     (["--mode", "decode", "-H", "p100-pcie-16gb", "--dtype", "bf16"], "has no bf16 peak"),
 ])
 def test_predict_bad_input_is_one_error_line(args: list[str], fragment: str) -> None:
-    line = assert_user_error(invoke(["predict", "-m", "gpt2", "-H", "a100-pcie-40gb", *args]))
+    line = user_error(invoke(["predict", "-m", "gpt2", "-H", "a100-pcie-40gb", *args]))
     assert fragment in line
 
 
@@ -204,7 +184,7 @@ def test_usage_errors_exit_2_without_traceback(args: list[str]) -> None:
 
 
 def test_serving_mode_on_encoder_is_unsupported() -> None:
-    line = assert_user_error(invoke(["predict", "-m", "bert-base", "-H", "a100-pcie-40gb", "--mode", "decode"]))
+    line = user_error(invoke(["predict", "-m", "bert-base", "-H", "a100-pcie-40gb", "--mode", "decode"]))
     assert "decoder-only" in line
 
 
@@ -238,7 +218,7 @@ def test_hardware_show_json_by_alias() -> None:
 
 
 def test_hardware_show_unknown() -> None:
-    line = assert_user_error(invoke(["hardware", "show", "h1000"]))
+    line = user_error(invoke(["hardware", "show", "h1000"]))
     assert "unknown hardware" in line
 
 
@@ -275,7 +255,7 @@ def test_models_show_config_path(tmp_path: Path) -> None:
 def test_models_show_malformed_config(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text("{ not json", encoding="utf-8")
-    line = assert_user_error(invoke(["models", "show", str(path)]))
+    line = user_error(invoke(["models", "show", str(path)]))
     assert "malformed config.json" in line
 
 
@@ -297,7 +277,7 @@ def test_invalid_config_values_are_one_error_line(tmp_path: Path, text: str, fra
     for args in (["models", "show", str(path)], ["predict", "-m", str(path), "-H", "t4", "-s", "16"]):
         with deadline(20):  # an absurd layer count once hung in per-layer loops
             res = invoke(args)
-        line = assert_user_error(res)
+        line = user_error(res)
         assert fragment in line
 
 
@@ -337,7 +317,7 @@ def test_predict_batch_refuses_to_overwrite(tmp_path: Path) -> None:
     table = write_e2e(tmp_path / "e2e.csv")
     out = tmp_path / "pred.csv"
     out.write_text("keep me", encoding="utf-8")
-    line = assert_user_error(invoke(["predict-batch", str(table), "-o", str(out)]))
+    line = user_error(invoke(["predict-batch", str(table), "-o", str(out)]))
     assert "--force" in line
     assert out.read_text(encoding="utf-8") == "keep me"
     res = invoke(["predict-batch", str(table), "-o", str(out), "--force"])
@@ -352,7 +332,7 @@ def test_predict_batch_refuses_to_overwrite(tmp_path: Path) -> None:
 def test_predict_batch_bad_tables(tmp_path: Path, content: str, fragment: str) -> None:
     table = tmp_path / "t.csv"
     table.write_text(content, encoding="utf-8")
-    line = assert_user_error(invoke(["predict-batch", str(table), "-o", str(tmp_path / "o.csv")]))
+    line = user_error(invoke(["predict-batch", str(table), "-o", str(tmp_path / "o.csv")]))
     assert fragment in line
 
 
@@ -379,7 +359,7 @@ def test_predict_batch_odd_tables_are_answered(tmp_path: Path, content: str) -> 
 
 
 def test_predict_batch_missing_table(tmp_path: Path) -> None:
-    line = assert_user_error(invoke(["predict-batch", str(tmp_path / "nope.csv"), "-o", str(tmp_path / "o.csv")]))
+    line = user_error(invoke(["predict-batch", str(tmp_path / "nope.csv"), "-o", str(tmp_path / "o.csv")]))
     assert "does not exist" in line
 
 
@@ -410,14 +390,14 @@ def test_suite_user_scenario_file_text(tmp_path: Path) -> None:
 
 
 def test_suite_unknown_scenario() -> None:
-    line = assert_user_error(invoke(["suite", "--only", "R99"]))
+    line = user_error(invoke(["suite", "--only", "R99"]))
     assert "unknown scenario 'R99'" in line and "R1" in line
 
 
 def test_suite_bad_scenario_file(tmp_path: Path) -> None:
     sc = tmp_path / "bad.yaml"
     sc.write_text("id: bad\ntitle: t\nkind: model_latency\nhardware: [t4]\nruns: []\nbogus: 1\n", encoding="utf-8")
-    line = assert_user_error(invoke(["suite", "--only", str(sc)]))
+    line = user_error(invoke(["suite", "--only", str(sc)]))
     assert str(sc) in line
 
 
@@ -438,15 +418,15 @@ def test_validate_json_on_a_small_table(tmp_path: Path) -> None:
 def test_fit_refuses_to_overwrite(tmp_path: Path) -> None:
     out = tmp_path / "coefficients.json"
     out.write_text("{}", encoding="utf-8")
-    line = assert_user_error(invoke(["fit", "-o", str(out)]))
+    line = user_error(invoke(["fit", "-o", str(out)]))
     assert "--force" in line and out.read_text(encoding="utf-8") == "{}"
 
 
 def test_fit_unknown_stage() -> None:
-    line = assert_user_error(invoke(["fit", "--stages", "warp"]))
+    line = user_error(invoke(["fit", "--stages", "warp"]))
     assert "unknown fit stages" in line
 
 
 def test_fit_host_stage_needs_an_output() -> None:
-    line = assert_user_error(invoke(["fit", "--stages", "host"]))
+    line = user_error(invoke(["fit", "--stages", "host"]))
     assert "--compose-output" in line

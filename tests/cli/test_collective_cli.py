@@ -6,41 +6,16 @@ object whose keys carry their units.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
+from cli_helpers import invoke, parse_json, user_error
 
-from perfcast.cli import app
 from perfcast.system.cluster import list_clusters
 from perfcast.system.collectives import collective_time, load_collective_coefficients
 from perfcast.validate.groundtruth import find_groundtruth
 
 pytestmark = pytest.mark.cli
-
-runner = CliRunner()
-
-
-def invoke(args: list[str]) -> Result:
-    return runner.invoke(app, args)
-
-
-def user_error(res: Result) -> str:
-    assert res.exit_code == 2, (res.stdout, res.stderr)
-    assert "Traceback" not in res.stdout + res.stderr
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    return lines[0]
-
-
-def parse_json(res: Result) -> dict:
-    assert res.exit_code == 0, res.stderr
-    assert len(res.stdout.strip().splitlines()) == 1
-    data = json.loads(res.stdout)
-    assert isinstance(data, dict)
-    return data
-
 
 @pytest.mark.parametrize("cmd", [["collective"], ["clusters"], ["clusters", "list"], ["clusters", "show"]])
 def test_help(cmd: list[str]) -> None:

@@ -7,28 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
-
-from perfcast.cli import app
+from cli_helpers import invoke, user_error
 
 pytestmark = pytest.mark.cli
-
-runner = CliRunner()
 
 SMALL = ["train", "--model", "llama-2-7b", "--cluster", "dgx-a100", "--nodes", "1", "--tp", "2", "--dp", "4",
          "--seq-len", "2048", "--micro-batch", "1", "--global-batch", "32", "--recompute", "selective", "--zero", "1"]
 
 
-def user_error(res: Result) -> str:
-    assert res.exit_code == 2, (res.stdout, res.stderr)
-    assert "Traceback" not in res.stdout + res.stderr
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    return lines[0]
-
-
 def test_train_json_has_the_issue_keys() -> None:
-    res = runner.invoke(app, [*SMALL, "--json"])
+    res = invoke([*SMALL, "--json"])
     assert res.exit_code == 0, res.stderr
     assert len(res.stdout.strip().splitlines()) == 1
     data = json.loads(res.stdout)
@@ -42,27 +30,27 @@ def test_train_json_has_the_issue_keys() -> None:
 
 
 def test_train_text_names_the_convention() -> None:
-    res = runner.invoke(app, SMALL)
+    res = invoke(SMALL)
     assert res.exit_code == 0, res.stderr
     assert "Megatron" in res.stdout and "memory per GPU" in res.stdout and "tokens/s per GPU" in res.stdout
 
 
 def test_train_writes_a_perfetto_trace_and_never_overwrites(tmp_path: Path) -> None:
     out = tmp_path / "step.json"
-    res = runner.invoke(app, [*SMALL, "--pp", "2", "--dp", "2", "--trace", str(out), "--json"])
+    res = invoke([*SMALL, "--pp", "2", "--dp", "2", "--trace", str(out), "--json"])
     assert res.exit_code == 0, res.stderr
     events = json.loads(out.read_text())["traceEvents"]
     complete = [e for e in events if e.get("ph") == "X"]
     assert complete and all(e["dur"] >= 0 for e in complete)
     assert {e["pid"] for e in complete} >= {0, 1}  # one process lane per pipeline stage
     before = out.read_text()
-    line = user_error(runner.invoke(app, [*SMALL, "--trace", str(out)]))
+    line = user_error(invoke([*SMALL, "--trace", str(out)]))
     assert "--force" in line and out.read_text() == before
-    assert runner.invoke(app, [*SMALL, "--trace", str(out), "--force", "--json"]).exit_code == 0
+    assert invoke([*SMALL, "--trace", str(out), "--force", "--json"]).exit_code == 0
 
 
 def test_train_out_of_memory_is_a_verdict_with_the_breakdown() -> None:
-    res = runner.invoke(app, ["train", "--model", "llama-2-70b", "--cluster", "dgx-a100", "--nodes", "1",
+    res = invoke(["train", "--model", "llama-2-70b", "--cluster", "dgx-a100", "--nodes", "1",
                               "--dp", "8", "--json"])
     assert res.exit_code == 2
     data = json.loads(res.stdout)
@@ -87,5 +75,5 @@ def test_train_bad_input_is_one_error_line(args: list[str], fragment: str) -> No
     base = dict(zip(SMALL[1::2], SMALL[2::2], strict=True))
     for flag, value in zip(args[::2], args[1::2], strict=True):
         base[flag] = value
-    line = user_error(runner.invoke(app, ["train", *[x for kv in base.items() for x in kv]]))
+    line = user_error(invoke(["train", *[x for kv in base.items() for x in kv]]))
     assert fragment in line.lower() if fragment.islower() else fragment in line, line

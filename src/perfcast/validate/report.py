@@ -30,6 +30,7 @@ from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.validate.groundtruth import find_groundtruth
 from perfcast.validate.metrics import ErrorSummary, summarize
 from perfcast.validate.predict_batch import BatchResult, predict_batch
+from perfcast.validate.tables import TablePrediction
 
 __all__ = ["TableReport", "ValidationReport", "default_tables", "run_validation"]
 
@@ -173,12 +174,38 @@ def _vidur_logo(paths: list[Path], root: Path, coeffs: Coefficients, log: Callab
 _COLLECTIVE_KINDS = ("vidur_network", "published_collectives")
 
 
+def _held_out_reports(res: BatchResult, groups: list[str],
+                      predict_group: Callable[[str, list[dict[str, str]]], TablePrediction],
+                      table: str, note: str) -> list[TableReport]:
+    """Reports of ``res`` re-predicted group by group, each group by ``predict_group(group, its rows)``."""
+    n = len(res.rows)
+    where = np.array(res.prediction.groups, dtype=object)
+    pred = TablePrediction({t: np.full(n, np.nan) for t in res.targets},
+                           {t: np.full(n, np.nan) for t in res.targets},
+                           {t: np.full(n, np.nan) for t in res.targets},
+                           status=list(res.prediction.status), groups=list(res.prediction.groups))
+    for g in groups:
+        idx = np.flatnonzero(where == g)
+        if not idx.size:
+            continue
+        sub = predict_group(g, [res.rows[i] for i in idx])
+        for t in res.targets:
+            pred.pred[t][idx], pred.low[t][idx], pred.high[t][idx] = sub.pred[t], sub.low[t], sub.high[t]
+    held_out = type(res)(res.kind, res.header, res.rows, res.targets, pred)
+    reports = []
+    for target in res.targets:
+        overall, group_reports = _summaries(held_out, target)
+        if overall.rows:
+            reports.append(TableReport(table, res.kind.name, target, note, overall, group_reports))
+    return reports
+
+
 def _collective_loco(paths: list[Path], root: Path, name: Callable[[Path], str],
                      log: Callable[[str], None]) -> list[TableReport]:
     """Collective tables predicted leave-one-cluster-out (refits on the other clusters' visible rows)."""
     from perfcast.system.collectives import load_collective_coefficients
     from perfcast.validate.fit_collectives import fit_collectives, load_collective_rows
-    from perfcast.validate.tables import TablePrediction, predict_published_collectives, predict_vidur_network
+    from perfcast.validate.tables import predict_published_collectives, predict_vidur_network
 
     rows, labels = load_collective_rows(root)
     clusters = sorted({str(g) for g in rows.group})
@@ -187,63 +214,40 @@ def _collective_loco(paths: list[Path], root: Path, name: Callable[[Path], str],
         log(f"fitting collective coefficients without {c}")
         fitted[c] = fit_collectives(exclude_clusters=[c], rows=(rows, labels), log=lambda _m: None)
     packaged = load_collective_coefficients()
+    note = f"each cluster predicted with collective coefficients fitted on the other clusters' rows " \
+           f"({', '.join(clusters)})"
     reports = []
     for p in paths:
         res = predict_batch(p)
         fn = predict_vidur_network if res.kind.name == "vidur_network" else predict_published_collectives
-        groups = np.array(res.prediction.groups, dtype=object)
-        n = len(res.rows)
-        pred = TablePrediction({t: np.full(n, np.nan) for t in res.targets},
-                               {t: np.full(n, np.nan) for t in res.targets},
-                               {t: np.full(n, np.nan) for t in res.targets},
-                               status=list(res.prediction.status), groups=list(res.prediction.groups))
-        for g in sorted({str(x) for x in groups}):
-            idx = np.flatnonzero(groups == g)
-            sub = fn([res.rows[i] for i in idx], collective_coeffs=fitted.get(g, packaged))
-            for t in res.targets:
-                pred.pred[t][idx], pred.low[t][idx], pred.high[t][idx] = sub.pred[t], sub.low[t], sub.high[t]
-        loco = type(res)(res.kind, res.header, res.rows, res.targets, pred)
-        for target in res.targets:
-            overall, group_reports = _summaries(loco, target)
-            if overall.rows:
-                reports.append(TableReport(f"{name(p)} [leave-one-cluster-out]", res.kind.name, target,
-                                           "each cluster predicted with collective coefficients fitted on the other "
-                                           f"clusters' rows ({', '.join(clusters)})", overall, group_reports))
+        reports += _held_out_reports(
+            res, sorted(set(res.prediction.groups)),
+            lambda g, part, fn=fn: fn(part, collective_coeffs=fitted.get(g, packaged)),  # type: ignore[misc]
+            f"{name(p)} [leave-one-cluster-out]", note)
     return reports
 
 
 def _training_logo(paths: list[Path], name: Callable[[Path], str], coeffs: Coefficients,
                    log: Callable[[str], None]) -> list[TableReport]:
     """Published training tables predicted leave-one-GPU-out (refits on the other GPUs' rows)."""
-    from perfcast.validate.fit_training import fit_training, training_cases
-    from perfcast.validate.tables import TablePrediction, predict_published_training
+    from perfcast.validate.fit_training import TrainingCase, fit_training, training_cases
+    from perfcast.validate.tables import predict_published_training
 
     reports = []
     for p in paths:
         res = predict_batch(p, coeffs)
         cases = training_cases(p)
         gpus = sorted({c.gpu_id for c in cases})
-        groups = np.array(res.prediction.groups, dtype=object)
-        n = len(res.rows)
-        pred = TablePrediction({t: np.full(n, np.nan) for t in res.targets},
-                               {t: np.full(n, np.nan) for t in res.targets},
-                               {t: np.full(n, np.nan) for t in res.targets},
-                               status=list(res.prediction.status), groups=list(res.prediction.groups))
-        for g in gpus:
-            log(f"fitting training coefficients without {g}")
-            train = [c for c in cases if c.gpu_id != g]
-            tc = fit_training(train, coeffs, label=f"{len(train)} rows, {g} held out")
-            idx = np.flatnonzero(groups == g)
-            sub = predict_published_training([res.rows[i] for i in idx], coeffs, tc)
-            for t in res.targets:
-                pred.pred[t][idx], pred.low[t][idx], pred.high[t][idx] = sub.pred[t], sub.low[t], sub.high[t]
-        logo = type(res)(res.kind, res.header, res.rows, res.targets, pred)
-        for target in res.targets:
-            overall, group_reports = _summaries(logo, target)
-            if overall.rows:
-                reports.append(TableReport(f"{name(p)} [leave-one-GPU-out]", res.kind.name, target,
-                                           "each GPU predicted with training coefficients fitted on the other "
-                                           f"GPUs' rows ({', '.join(gpus)})", overall, group_reports))
+
+        def held_out(gpu: str, part: list[dict[str, str]], cases: list[TrainingCase] = cases) -> TablePrediction:
+            log(f"fitting training coefficients without {gpu}")
+            train = [c for c in cases if c.gpu_id != gpu]
+            tc = fit_training(train, coeffs, label=f"{len(train)} rows, {gpu} held out")
+            return predict_published_training(part, coeffs, tc)
+
+        reports += _held_out_reports(res, gpus, held_out, f"{name(p)} [leave-one-GPU-out]",
+                                     f"each GPU predicted with training coefficients fitted on the other GPUs' "
+                                     f"rows ({', '.join(gpus)})")
     return reports
 
 

@@ -1,0 +1,37 @@
+"""What every CLI test checks the same way: one ``error:`` line and exit 2 for a user error, exactly one JSON
+object for ``--json``."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner, Result
+
+from perfcast.cli import app
+
+__all__ = ["invoke", "parse_json", "user_error"]
+
+runner = CliRunner()
+
+
+def invoke(args: list[str]) -> Result:
+    """Run ``perfcast ARGS`` in-process."""
+    return runner.invoke(app, args)
+
+
+def user_error(res: Result) -> str:
+    """Exit 2, no traceback, exactly one stderr line starting with ``error:``; returns that line."""
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stdout + res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    return lines[0]
+
+
+def parse_json(res: Result) -> dict:
+    """Exit 0 and exactly one JSON object on stdout."""
+    assert res.exit_code == 0, res.stderr
+    assert len(res.stdout.strip().splitlines()) == 1
+    data = json.loads(res.stdout)
+    assert isinstance(data, dict)
+    return data
