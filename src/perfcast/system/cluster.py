@@ -20,7 +20,7 @@ from perfcast.catalog.paths import normalize_name
 from perfcast.errors import CatalogError, UnknownNameError
 from perfcast.yamlio import load_model_file
 
-__all__ = ["Cluster", "InterNode", "IntraNode", "list_clusters", "load_cluster"]
+__all__ = ["Cluster", "InterNode", "IntraNode", "cluster_for_gpu", "list_clusters", "load_cluster"]
 
 
 class _Frozen(BaseModel):
@@ -178,3 +178,42 @@ def load_cluster(name: str | Path | Cluster, *, nodes: int | None = None) -> Clu
             raise ConfigError(f"--nodes must be a positive integer (got {nodes})")
         c = c.with_nodes(nodes)
     return c
+
+
+def cluster_for_gpu(gpu_id: str) -> Cluster:
+    """A catalog cluster of this GPU (a full DGX/HGX-style node first), or a cluster of the same
+    generation (compute capability) carrying it in place of its own GPU."""
+    hw = load_hardware(gpu_id)
+    clusters = list_clusters()
+    same = [c for c in clusters if c.gpu == hw.id]
+    if same:
+        # a full node of the GPU (DGX/HGX) before pairs or rack-scale domains
+        return min(same, key=lambda c: (c.domain != c.gpus_per_node, -c.gpus_per_node,
+                                        not c.id.startswith(("dgx-", "hgx-")), c.id))
+    scale_up = _has_scale_up(hw)
+    kin = [c for c in clusters if load_hardware(c.gpu).compute_capability == hw.compute_capability
+           and c.domain == c.gpus_per_node and _has_scale_up(load_hardware(c.gpu)) == scale_up]
+    if kin:
+        base = min(kin, key=lambda c: (-c.gpus_per_node, c.id))
+        return base.model_copy(update={"gpu": hw.id, "id": f"{base.id}+{hw.id}"})
+    return _node_from_specs(hw)
+
+
+def _has_scale_up(hw: Hardware) -> bool:
+    link = hw.interconnect
+    return str(getattr(link.fabric, "value", link.fabric)) in ("nvlink", "xgmi") and bool(
+        link.fabric_bidir_bandwidth_Bps)
+
+
+def _node_from_specs(hw: Hardware) -> Cluster:
+    """One 8-GPU server of ``hw`` built from its datasheet links: its scale-up fabric when it has
+    one (NVLink / xGMI, as a switch), else PCIe through the host; no network between nodes."""
+    link = hw.interconnect
+    fabric = str(getattr(link.fabric, "value", link.fabric))
+    scale_up = _has_scale_up(hw)
+    bidir = link.fabric_bidir_bandwidth_Bps if scale_up else (link.pcie_bidir_bandwidth_Bps or 32e9)
+    intra = IntraNode(fabric=fabric if scale_up else "pcie",  # type: ignore[arg-type]
+                      topology="switch" if scale_up else "pcie", bandwidth_Bps=float(bidir or 32e9) / 2)
+    return Cluster(id=f"server-{hw.id}", name=f"8x {hw.name} (built from its datasheet links)", gpu=hw.id,
+                   gpus_per_node=8, intra_node=intra,
+                   source=(f"the {hw.id} hardware entry's interconnect (no catalog cluster carries this GPU)",))

@@ -43,11 +43,10 @@ import re
 
 import numpy as np
 
-from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.errors import ConfigError
 from perfcast.kernel.coefficients import Coefficients
-from perfcast.system.cluster import Cluster, list_clusters
+from perfcast.system.cluster import cluster_for_gpu
 from perfcast.system.coefficients import TrainingCoefficients
 from perfcast.system.plan import ParallelPlan
 from perfcast.system.training import TrainingResult, simulate_training
@@ -72,24 +71,6 @@ def _f(row: dict[str, str], key: str) -> float | None:
 def _i(row: dict[str, str], key: str) -> int | None:
     x = _f(row, key)
     return None if x is None else int(round(x))
-
-
-def cluster_for_gpu(gpu_id: str) -> Cluster:
-    """A catalog cluster of this GPU, or one of the same generation carrying it."""
-    hw = load_hardware(gpu_id)
-    clusters = list_clusters()
-    same = [c for c in clusters if c.gpu == hw.id]
-    if same:
-        # a full node of the GPU (DGX/HGX) before pairs or rack-scale domains
-        return min(same, key=lambda c: (c.domain != c.gpus_per_node, -c.gpus_per_node,
-                                        not c.id.startswith(("dgx-", "hgx-")), c.id))
-    kin = [c for c in clusters if load_hardware(c.gpu).compute_capability == hw.compute_capability
-           and c.domain == c.gpus_per_node]
-    if not kin:
-        raise ConfigError(f"no catalog cluster carries {hw.id} or a GPU of its generation; add one under "
-                          "system/data/clusters")
-    base = min(kin, key=lambda c: (-c.gpus_per_node, c.id))
-    return base.model_copy(update={"gpu": hw.id, "id": f"{base.id}+{hw.id}"})
 
 
 def plan_for_row(row: dict[str, str], gpus_per_node: int) -> ParallelPlan:
