@@ -394,7 +394,7 @@ def suite(
     """Run the scenario suite and print one row per scenario."""
     from rich.progress import Progress
 
-    from perfcast.report.results import write_results
+    from perfcast.report.results import collective_tables, training_table, write_results
     from perfcast.report.text import pct
     from perfcast.scenarios import list_scenarios, load_scenario, run_scenario
 
@@ -409,7 +409,8 @@ def suite(
     if out_dir is not None:
         write_results(results, out_dir)
     if as_json:
-        emit_json({"scenarios": [{"id": r.id, "status": r.status, **r.headline(), "rows": r.rows}
+        emit_json({"scenarios": [{"id": r.id, "kind": r.kind, "status": r.status, **r.headline(),
+                                  **({"error": r.error} if r.error else {}), "notes": r.notes, "rows": r.rows}
                                  for r in results]})
         return
     t = _table(title="perfcast suite")
@@ -422,6 +423,20 @@ def suite(
                   pct(float(mape)) if isinstance(mape, (int, float)) else "-", r.status)
     _console().print(t)
     for r in results:
+        if r.error:
+            _console().print(f"{r.id}: {r.status}: {r.error}", markup=False)
+        if r.kind != "model_latency":
+            for table in [training_table(r)] if r.kind == "training" else collective_tables(r):
+                if table is not None:
+                    _console().print(table)
+            for row in r.rows:
+                if row["status"] != "ok":
+                    what = row.get("label") or row.get("model") or row.get("op", "")
+                    _console().print(f"{r.id}: {what} on {row.get('cluster', '')}: {row.get('error', '')}",
+                                     markup=False)
+            for note in r.notes:
+                _console().print(f"{r.id}: {note}", markup=False)
+            continue
         measured = [row for row in r.rows if row.get("measured_step_time_s") is not None]
         failed = [row for row in r.rows if row["status"] != "ok"]
         if measured:

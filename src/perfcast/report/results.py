@@ -1,25 +1,40 @@
-"""Write suite results as JSON and CSV."""
+"""Write suite results as JSON and CSV, and build the suite's per-kind detail tables."""
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 from perfcast.errors import ConfigError
 from perfcast.scenarios.run import ScenarioResult
 
-__all__ = ["write_results"]
+__all__ = ["collective_tables", "training_table", "write_results"]
+
+
+def _finite(x: object) -> object:
+    """JSON has no NaN or infinity: such a value is written as null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
 def write_results(results: list[ScenarioResult], folder: Path) -> None:
-    """results.json (a list of objects with id, status and metrics) and results.csv (one row per run)."""
+    """results.json (a list of objects with id, kind, status, metrics, notes and rows) and results.csv (one row
+    per prediction; the columns are the union of every row's keys, empty where a row has no such key)."""
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{folder} is a file; --out needs a folder")
     folder.mkdir(parents=True, exist_ok=True)
-    data = [{"id": r.id, "title": r.title, "status": r.status, "metrics": r.headline(), "rows": r.rows}
-            for r in results]
-    (folder / "results.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    data = [{"id": r.id, "title": r.title, "kind": r.kind, "status": r.status, "error": r.error,
+             "metrics": r.headline(), "notes": r.notes, "rows": r.rows} for r in results]
+    (folder / "results.json").write_text(json.dumps(_finite(data), indent=2, allow_nan=False) + "\n",
+                                         encoding="utf-8")
     keys: list[str] = ["scenario"]
     for r in results:
         for row in r.rows:
@@ -27,8 +42,220 @@ def write_results(results: list[ScenarioResult], folder: Path) -> None:
                 if k not in keys:
                     keys.append(k)
     with (folder / "results.csv").open("w", encoding="utf-8", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys, lineterminator="\n")
+        w = csv.DictWriter(fh, fieldnames=keys, restval="", lineterminator="\n")
         w.writeheader()
         for r in results:
             for row in r.rows:
-                w.writerow({"scenario": r.id, **row})
+                w.writerow({"scenario": r.id, **{k: "" if v is None else v for k, v in row.items()}})
+
+
+# -- the suite's detail tables (rich tables; printed by `perfcast suite`) ---------------------------------------
+
+
+def _seconds(x: object) -> str:
+    v = _num(x)
+    if v is None:
+        return "-"
+    if v == 0:
+        return "0"
+    if v >= 1:
+        return f"{v:.3g} s" if v < 100 else f"{v:.0f} s"
+    if v >= 1e-3:
+        return f"{1e3 * v:.3g} ms"
+    return f"{1e6 * v:.3g} µs"
+
+
+def _num(x: object) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x)
+
+
+def _pct(x: object, signed: bool = False) -> str:
+    v = _num(x)
+    if v is None:
+        return "-"
+    return f"{100 * v:+.1f}%" if signed else f"{100 * v:.1f}%"
+
+
+def _size(b: object) -> str:
+    v = _num(b)
+    if v is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if v >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v:.0f} B"
+
+
+def _largest(row: dict[str, object], keys: tuple[str, ...], suffix: str) -> str:
+    """The name of the largest of ``keys`` (``tp_comm_s`` -> ``tp``), or empty when all are zero."""
+    vals = [(_num(row.get(k)) or 0.0, k) for k in keys]
+    top = max(vals)
+    return top[1].removesuffix(suffix).removesuffix("_comm").removesuffix("_send") if top[0] > 0 else ""
+
+
+_COMM = ("tp_comm_s", "cp_comm_s", "ep_comm_s", "fsdp_comm_s", "pp_send_s", "dp_comm_s")
+_METRIC_NAMES = {"tflops_per_gpu": "TFLOP/s", "hfu_tflops_per_gpu": "HFU TFLOP/s", "mfu": "MFU", "hfu": "HFU",
+                 "step_time_s": "step", "tokens_per_s_per_gpu": "tok/s/GPU"}
+
+
+def _metric(metric: str, x: object) -> str:
+    v = _num(x)
+    if v is None:
+        return "-"
+    if metric in ("mfu", "hfu"):
+        return _pct(v)
+    if metric == "step_time_s":
+        return _seconds(v)
+    return f"{v:.0f}"
+
+
+def _span(low: object, high: object) -> str:
+    """``low-high`` in one unit (the unit of ``high``)."""
+    lo, hi = _num(low), _num(high)
+    if lo is None or hi is None:
+        return "-"
+    unit, scale = ("s", 1.0) if hi >= 1 else ("ms", 1e3) if hi >= 1e-3 else ("µs", 1e6)
+    return f"{lo * scale:.3g}-{hi * scale:.3g} {unit}"
+
+
+def _count(x: object) -> str:
+    v = _num(x)
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def _training_cells(row: dict[str, object]) -> dict[str, str]:
+    """A training row's values as short texts, by column name."""
+    mem = _num(row.get("memory_per_gpu_bytes")) or 0.0
+    all_top = _largest(row, tuple(k.removesuffix("_s") + "_total_s" for k in _COMM), "_total_s")
+    exp_top = _largest(row, _COMM, "_s")
+    cells = {"run": str(row.get("label") or row.get("model")), "GPUs": str(row.get("num_gpus")),
+             "step": _seconds(row.get("step_time_s")),
+             "interval": _span(row.get("step_time_low_s"), row.get("step_time_high_s")),
+             "tok/s/GPU": _count(row.get("tokens_per_s_per_gpu")), "TFLOP/s": _count(row.get("tflops_per_gpu")),
+             "MFU": _pct(row.get("mfu")),
+             "memory/GPU": f"{mem / 2**30:.1f} GiB{'' if row.get('fits_in_memory') else ' OOM'}",
+             "activations": f"{(_num(row.get('memory_activations_bytes')) or 0.0) / 2**30:.1f} GiB",
+             "bubble": _pct(row.get("bubble_frac")),
+             "stage imbalance": _pct(row.get("stage_imbalance_frac")),
+             "comm all": f"{_seconds(row.get('comm_total_s'))} {all_top}".strip(),
+             "comm exposed": f"{_seconds(row.get('comm_exposed_s'))} {_pct(row.get('comm_exposed_frac'))} "
+                             f"{exp_top}".strip()}
+    n = _num(row.get("trainable_params"))
+    cells["trainable"] = f"{n / 1e6:,.1f} M" if n is not None else "-"
+    metric = str(row.get("compared_metric") or "")
+    if metric:
+        cells["predicted"] = _metric(metric, row.get(metric))
+        cells["published"] = f"{_metric(metric, row.get('measured_' + metric))} {_METRIC_NAMES.get(metric, metric)}"
+        cells["error"] = _pct(row.get("error_frac"), signed=True)
+    return cells
+
+
+_TRANSPOSE_MAX_RUNS = 4
+
+
+def training_table(r: ScenarioResult) -> Any:
+    """The predicted training steps: a column per run (a few runs), else a line per run with the main numbers
+    (None when no run was predicted)."""
+    from rich.table import Table
+
+    ok = [row for row in r.rows if row["status"] == "ok"]
+    if not ok:
+        return None
+    compared = any(row.get("compared_metric") for row in ok)
+    cells = [_training_cells(row) for row in ok]
+    t = Table(title=f"{r.id}: {r.title}")
+    if len(ok) <= _TRANSPOSE_MAX_RUNS:
+        names = ["GPUs", "step", "interval", "tok/s/GPU", "TFLOP/s", "MFU", "memory/GPU", "activations", "bubble"]
+        names += ["stage imbalance"] if any(int(str(row.get("pp", 1))) > 1 for row in ok) else []
+        names += ["comm all", "comm exposed"]
+        names += ["trainable"] if any("lora_rank" in str(row.get("plan", "")) for row in ok) else []
+        names += ["predicted", "published", "error"] if compared else []
+        t.add_column("")
+        for c in cells:
+            t.add_column(c["run"], justify="right")
+        for name in names:
+            t.add_row(name, *(c.get(name, "-") for c in cells))
+        return t
+    cols = ["run", "GPUs", "step", "MFU", "memory/GPU"]
+    cols += ["predicted", "published", "error"] if compared else ["tok/s/GPU", "bubble", "comm exposed"]
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("run", "memory/GPU", "comm exposed", "published") else "right")
+    for c in cells:
+        t.add_row(*(c.get(col, "-") for col in cols))
+    return t
+
+
+def _placement_sizes(rows: list[dict[str, object]]) -> list[int]:
+    sizes = sorted({int(str(row["size_bytes"])) for row in rows})
+    if len(sizes) <= 3:
+        return sizes
+    mid = min(sizes, key=lambda s: abs(s - 2**20))
+    return sorted({sizes[0], mid, sizes[-1]})
+
+
+def collective_tables(r: ScenarioResult) -> list[Any]:
+    """Per cluster, a line per placement (op, group): the time at a few sizes (with the error where measured),
+    and the ratios to all-reduce where another tool's reference ratios are given."""
+    from rich.table import Table
+
+    ok = [row for row in r.rows if row["status"] == "ok"]
+    if not ok:
+        return []
+    out = []
+    for cluster in dict.fromkeys(str(row["cluster"]) for row in ok):
+        mine = [row for row in ok if row["cluster"] == cluster]
+        sizes = _placement_sizes(mine)
+        measured = any(row.get("measured_time_s") is not None for row in mine)
+        groups: dict[tuple[object, ...], list[dict[str, object]]] = {}
+        for row in mine:
+            groups.setdefault((row["op"], row["group_size"], row["gpus_per_node"]), []).append(row)
+        title = f"{r.id} on {cluster}: predicted time" + (" (error vs measured)" if measured else "")
+        t = Table(title=title)
+        cols = ["op", "GPUs (per node)", *([] if measured else ["algorithm"]), *(_size(s) for s in sizes)]
+        for c in cols:
+            t.add_column(c, justify="left" if c in ("op", "algorithm") else "right")
+        if measured:
+            t.add_column("MAPE (n)", justify="right")
+        for (op, n, g), rows in groups.items():
+            by_size = {int(str(row["size_bytes"])): row for row in rows}
+            cells = []
+            for s in sizes:
+                at = by_size.get(s)
+                if at is None:
+                    cells.append("-")
+                    continue
+                err = _num(at.get("error_frac"))
+                cells.append(_seconds(at["time_s"]) + (f" ({100 * err:+.0f}%)" if err is not None else ""))
+            line = [str(op), f"{n} ({g})"]
+            if not measured:
+                line.append(",".join(dict.fromkeys(str(row["algorithm"]) for row in rows)))
+            line += cells
+            if measured:
+                errs = [abs(float(str(row["error_frac"]))) for row in rows if row.get("error_frac") is not None]
+                line.append(f"{_pct(sum(errs) / len(errs))} ({len(errs)})" if errs else "-")
+            t.add_row(*line)
+        out.append(t)
+    refs = [row for row in ok if row.get("reference_ratio_to_all_reduce") is not None]
+    if refs:
+        ref = refs[0]
+        same = [row for row in ok if row["cluster"] == ref["cluster"] and row["group_size"] == ref["group_size"]
+                and row["gpus_per_node"] == ref["gpus_per_node"] and row.get("ratio_to_all_reduce") is not None]
+        all_sizes = sorted({int(str(row["size_bytes"])) for row in same})
+        rt = Table(title=f"{r.id}: time / all-reduce time on {ref['group_size']} GPUs of {ref['cluster']}")
+        rt.add_column("op")
+        for s in all_sizes:
+            rt.add_column(_size(s), justify="right")
+        rt.add_column(f"reference at {_size(ref['size_bytes'])}", justify="right")
+        for op in dict.fromkeys(str(row["op"]) for row in same):
+            by_size = {int(str(row["size_bytes"])): row for row in same if row["op"] == op}
+            ref_ratio = next((row.get("reference_ratio_to_all_reduce") for row in by_size.values()
+                              if row.get("reference_ratio_to_all_reduce") is not None), None)
+            rt.add_row(op, *(f"{float(str(by_size[s]['ratio_to_all_reduce'])):.3f}" if s in by_size else "-"
+                             for s in all_sizes),
+                       f"{float(str(ref_ratio)):.3f}" if ref_ratio is not None else "-")
+        out.append(rt)
+    return out

@@ -1,6 +1,16 @@
-"""The scenario suite: YAML files in this package, validated by one typed schema."""
+"""The scenario suite: YAML files in this package, validated by one typed schema per kind
+(``model_latency``, ``training``, ``collective``)."""
 
-from perfcast.scenarios.run import ScenarioResult, run_scenario
-from perfcast.scenarios.schema import Scenario, list_scenarios, load_scenario
+from perfcast.scenarios.result import ScenarioResult
+from perfcast.scenarios.run import run_scenario
+from perfcast.scenarios.schema import (
+    CollectiveScenario,
+    LatencyScenario,
+    Scenario,
+    TrainingScenario,
+    list_scenarios,
+    load_scenario,
+)
 
-__all__ = ["Scenario", "ScenarioResult", "list_scenarios", "load_scenario", "run_scenario"]
+__all__ = ["CollectiveScenario", "LatencyScenario", "Scenario", "ScenarioResult", "TrainingScenario",
+           "list_scenarios", "load_scenario", "run_scenario"]

@@ -1,42 +1,28 @@
-"""Run a scenario: predict each of its runs on each of its devices, beside the measurement if known."""
+"""Run a scenario: predict each of its runs, beside the measurement if known.
+
+``model_latency`` scenarios run here (each run on each device); ``training`` and
+``collective`` scenarios run in :mod:`perfcast.scenarios.training` and
+:mod:`perfcast.scenarios.collective`.
+"""
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, field
 
 from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
 from perfcast.compose.predict import StepRequest, predict
 from perfcast.errors import PerfcastError
-from perfcast.scenarios.schema import Scenario
+from perfcast.scenarios.collective import run_collective_scenario
+from perfcast.scenarios.result import ScenarioResult
+from perfcast.scenarios.schema import CollectiveScenario, LatencyScenario, Scenario, TrainingScenario
+from perfcast.scenarios.training import run_training_scenario
 from perfcast.workload.types import Mode
 
 __all__ = ["ScenarioResult", "run_scenario"]
 
 
-@dataclass
-class ScenarioResult:
-    """One scenario's rows: a dict per (run, device) with metrics in base units."""
-
-    id: str
-    title: str
-    status: str
-    rows: list[dict[str, object]] = field(default_factory=list)
-    error: str = ""
-
-    def headline(self) -> dict[str, object]:
-        """The scenario's summary metrics."""
-        errs = [abs(float(str(r["error_frac"]))) for r in self.rows if r.get("error_frac") is not None]
-        ok = [r for r in self.rows if r["status"] == "ok"]
-        return {
-            "predictions": len(ok),
-            "with_measurement": len(errs),
-            "mape_frac": round(sum(errs) / len(errs), 4) if errs else None,
-        }
-
-
-def _measured(sc: Scenario) -> dict[tuple[str, str, str, int, int, bool], float]:
+def _measured(sc: LatencyScenario) -> dict[tuple[str, str, str, int, int, bool], float]:
     if not sc.groundtruth:
         return {}
     from perfcast.validate.groundtruth import find_groundtruth
@@ -59,7 +45,16 @@ def _measured(sc: Scenario) -> dict[tuple[str, str, str, int, int, bool], float]
 
 
 def run_scenario(sc: Scenario) -> ScenarioResult:
-    """Predict every (run, device) pair; one failure does not stop the others."""
+    """Predict every run of the scenario (every (run, device) pair for model latency); one failure does not
+    stop the others."""
+    if isinstance(sc, TrainingScenario):
+        return run_training_scenario(sc)
+    if isinstance(sc, CollectiveScenario):
+        return run_collective_scenario(sc)
+    return _run_latency(sc)
+
+
+def _run_latency(sc: LatencyScenario) -> ScenarioResult:
     measured = _measured(sc)
     res = ScenarioResult(sc.id, sc.title, "ok")
     for run in sc.runs:
@@ -80,6 +75,4 @@ def run_scenario(sc: Scenario) -> ScenarioResult:
             except PerfcastError as exc:
                 row.update(status="error", error=str(exc))
             res.rows.append(row)
-    if any(r["status"] != "ok" for r in res.rows):
-        res.status = "error" if all(r["status"] != "ok" for r in res.rows) else "ok"
-    return res
+    return res.settle()

@@ -1,21 +1,39 @@
-"""Typed scenario files: the same schema checks the shipped suite and a user's own file."""
+"""Typed scenario files: the same schema checks the shipped suite and a user's own file.
+
+A scenario's ``kind`` picks its schema:
+
+- ``model_latency``: one model step per (run, device) (:class:`LatencyScenario`);
+- ``training``: one distributed training step per run, a model on a cluster under a
+  parallel plan (:class:`TrainingScenario`); or the runs of a published table
+  (``table_rows``), rebuilt the way ``perfcast validate`` rebuilds them;
+- ``collective``: one collective per (op, size, group size) of each run
+  (:class:`CollectiveScenario`).
+"""
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcast.errors import ConfigError, UnknownNameError
-from perfcast.yamlio import load_model_file
+from perfcast.system.plan import ParallelPlan
+from perfcast.yamlio import load_model_file, safe_load, validation_message
 
-__all__ = ["LatencyRun", "Scenario", "list_scenarios", "load_scenario"]
+__all__ = ["CollectiveRun", "CollectiveScenario", "LatencyRun", "LatencyScenario", "PublishedValue", "ReferenceRatios",
+           "Scenario", "TableRows", "TrainingRun", "TrainingScenario", "list_scenarios", "load_scenario",
+           "scenario_from_dict"]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- model_latency ---------------------------------------------------------------------------------------------
 
 
 class LatencyRun(_Strict):
@@ -29,7 +47,7 @@ class LatencyRun(_Strict):
     parallelism: str = "none"
 
 
-class Scenario(_Strict):
+class LatencyScenario(_Strict):
     """A scenario: an id, what it asks, and the runs that answer it."""
 
     id: str
@@ -40,6 +58,117 @@ class Scenario(_Strict):
     optimizer: Literal["adam", "sgd", "none"] = "adam"
     hardware: list[str] = Field(min_length=1)
     runs: list[LatencyRun] = Field(min_length=1)
+
+
+# -- training --------------------------------------------------------------------------------------------------
+
+TrainingMetric = Literal["tflops_per_gpu", "hfu_tflops_per_gpu", "mfu", "hfu", "step_time_s", "tokens_per_s_per_gpu"]
+
+
+class PublishedValue(_Strict):
+    """A figure a source published for a run that no ground-truth table carries."""
+
+    metric: TrainingMetric = Field(description="the predicted row key it is compared with")
+    value: float = Field(gt=0)
+    source: str = Field(min_length=1, description="where the figure was published")
+
+
+class TrainingRun(_Strict):
+    """One training step: a model on a cluster under a parallel plan."""
+
+    label: str = Field(default="", description="what this run is, shown beside its numbers")
+    model: str
+    cluster: str
+    nodes: int | None = Field(default=None, ge=1, description="cluster size (default: the GPUs the plan needs)")
+    plan: ParallelPlan = Field(default_factory=ParallelPlan)
+    published: PublishedValue | None = None
+
+
+class TableRows(_Strict):
+    """Rows of the scenario's ground-truth table, predicted as ``perfcast validate`` rebuilds them."""
+
+    framework_contains: str = Field(min_length=1, description="keep rows whose framework column contains this")
+
+
+class TrainingScenario(_Strict):
+    """Training steps, each named explicitly or taken from the rows of a published table."""
+
+    id: str
+    title: str
+    kind: Literal["training"]
+    groundtruth: str | None = Field(default=None, description="table (relative to shared/groundtruth) of table_rows")
+    table_rows: TableRows | None = None
+    runs: list[TrainingRun] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _has_runs(self) -> TrainingScenario:
+        if not self.runs and self.table_rows is None:
+            raise ValueError("a training scenario needs runs or table_rows")
+        if self.table_rows is not None and not self.groundtruth:
+            raise ValueError("table_rows needs the groundtruth table they come from")
+        return self
+
+
+# -- collective ------------------------------------------------------------------------------------------------
+
+
+class CollectiveRun(_Strict):
+    """Collectives on one cluster: every (op, size, group size) combination is one prediction."""
+
+    cluster: str
+    ops: list[str] = Field(min_length=1)
+    sizes_bytes: list[int] = Field(min_length=1)
+    group_sizes: list[int] = Field(min_length=1)
+    gpus_per_node: int | None = Field(default=None, ge=1,
+                                      description="group members per scale-up domain (default: as many as fit)")
+    algorithm: str | None = None
+
+
+class ReferenceRatios(_Strict):
+    """Another tool's time ratios to all_reduce for one size and group, shown beside perfcast's (not a measurement)."""
+
+    ratios: dict[str, float] = Field(min_length=1, description="op -> time / all_reduce time")
+    size_bytes: int = Field(gt=0)
+    group_size: int = Field(gt=1)
+    source: str = Field(min_length=1)
+
+
+class CollectiveScenario(_Strict):
+    """Collective times, beside the measured NCCL tables where they have the same run."""
+
+    id: str
+    title: str
+    kind: Literal["collective"]
+    groundtruth: list[str] = Field(default_factory=list,
+                                   description="VIDUR network tables (relative to shared/groundtruth)")
+    shared_nics: bool = Field(default=True, description="every GPU of a node uses the network at once (training); "
+                                                        "False: the group's members have the NICs to themselves")
+    reference: ReferenceRatios | None = None
+    runs: list[CollectiveRun] = Field(min_length=1)
+
+
+Scenario = LatencyScenario | TrainingScenario | CollectiveScenario
+
+_KINDS: dict[str, type[LatencyScenario] | type[TrainingScenario] | type[CollectiveScenario]] = {
+    "model_latency": LatencyScenario, "training": TrainingScenario, "collective": CollectiveScenario}
+
+
+def _kind_class(raw: object, where: str) -> type[LatencyScenario] | type[TrainingScenario] | type[CollectiveScenario]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: a scenario must be a YAML mapping of keys")
+    kind = raw.get("kind")
+    if kind not in _KINDS:
+        raise ConfigError(f"{where}: key kind: {kind!r} is not a scenario kind; use one of {', '.join(_KINDS)}")
+    return _KINDS[str(kind)]
+
+
+def scenario_from_dict(raw: dict[str, object], where: str = "scenario") -> Scenario:
+    """Validate plain data as the scenario its ``kind`` names (raises ConfigError naming the key)."""
+    cls = _kind_class(raw, where)
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {validation_message(exc, cls)}") from None
 
 
 def _scenario_dir() -> Path:
@@ -57,10 +186,23 @@ def load_scenario(name: str | Path) -> Scenario:
         path = ids[text]
     if not path.is_file():
         raise ConfigError(f"scenario file {path} does not exist")
-    scenario: Scenario = load_model_file(path, Scenario, what="scenario", error=ConfigError)
+    try:
+        raw = safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read scenario ({exc.__class__.__name__})") from None
+    cls = _kind_class(raw, str(path))
+    scenario: Scenario = load_model_file(path, cls, what="scenario", error=ConfigError)
     return scenario
 
 
+def _order(path: Path) -> tuple[object, ...]:
+    """The design document's order: the LLM suite (T, I, E) before the reference experiments (R); numbers
+    compare as numbers (R2 before R11)."""
+    stem = path.stem
+    group = "TIER".find(stem[:1]) if stem[:1] in "TIER" else 4
+    return (group, *((0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", stem) if t))
+
+
 def list_scenarios() -> list[Scenario]:
-    """Every shipped scenario, sorted by id."""
-    return [load_scenario(p) for p in sorted(_scenario_dir().glob("*.yaml"))]
+    """Every shipped scenario, in the design document's order (T, I, E, then R; R2 before R11)."""
+    return [load_scenario(p) for p in sorted(_scenario_dir().glob("*.yaml"), key=_order)]

@@ -138,7 +138,7 @@ _CACHE: dict[tuple[object, ...], tuple[ModelConfig, Hardware, Coefficients, Micr
 def micro_batch_costs(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients,
                       compose: ComposeCoefficients) -> MicroBatchCosts:
     """Price one micro-batch of ``plan`` on one GPU of ``hw``, per part and phase (memoized)."""
-    key = (id(cfg), id(hw), id(coeffs), id(compose), plan.tp, plan.cp, plan.ep, plan.sp, plan.micro_batch,
+    key = (id(cfg), id(hw), id(coeffs), id(compose), plan.tp, plan.cp, plan.cp_kind, plan.ep, plan.sp, plan.micro_batch,
            plan.seq_len, plan.precision, plan.lora_rank, plan.lora_targets, plan.qlora, plan.moe_skew,
            plan.moe_capacity_factor, plan.framework, plan.fused_kernels)
     hit = _CACHE.get(key)

@@ -121,6 +121,15 @@ def test_t4_3_context_parallel_splits_the_sequence(kind: str) -> None:
     assert 0.3 < cp.step_time_s / tp.step_time_s < 3.0
 
 
+def test_ring_and_ulysses_context_parallelism_differ() -> None:
+    # ring attention hides its K/V passes behind attention; Ulysses' all-to-alls are exposed
+    kw = dict(cp=8, seq_len=32768, micro_batch=1, global_batch=1)
+    ring = _run("llama-3-8b", "dgx-h100", cp_kind="ring", **kw)
+    ulysses = _run("llama-3-8b", "dgx-h100", cp_kind="ulysses", **kw)
+    assert ring.breakdown_s["cp_comm_s"] < ulysses.breakdown_s["cp_comm_s"]
+    assert ring.comm_total_s["cp_comm_s"] != ulysses.comm_total_s["cp_comm_s"]
+
+
 def test_moe_expert_parallelism_adds_all_to_all() -> None:
     kw = dict(dp=8, seq_len=4096, micro_batch=1, global_batch=8, zero=1)
     ep = _run("mixtral-8x7b", "dgx-h100", ep=8, **kw)
