@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from perfcast.dtypes import DType
 from perfcast.workload.types import Op, OpKind, Phase
 
-__all__ = ["Graph", "POINTWISE_FLOPS", "causal_pairs"]
+__all__ = ["POINTWISE_FLOPS", "Graph", "attention_cost", "causal_pairs"]
 
 # FLOPs per output element of common pointwise ops (multiply-add = 2); used for
 # reporting only: these kernels are priced by the bytes they move.
@@ -37,6 +37,27 @@ def causal_pairs(q_len: int, kv_len: int, window: int | None = None) -> float:
         return window * (window + 1) / 2.0 + (n - window) * float(window)
 
     return upto(kv_len) - upto(kv_len - q_len)
+
+
+def attention_cost(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int, v_head_dim: int,
+                   *, causal: bool = True, window: int | None = None, esize: float = 2.0,
+                   kv_esize: float | None = None) -> tuple[float, float, float]:
+    """FLOPs, DRAM bytes read and bytes written of a fused attention kernel (scores stay on chip).
+
+    ``q_len`` new queries are the last positions of a ``kv_len``-token context; K and V are read
+    once per sequence (``kv_esize`` bytes per element, default ``esize``), Q read and O written once.
+    """
+    keys = min(kv_len, window) if window else kv_len
+    if causal and q_len > 1:
+        pairs = causal_pairs(q_len, max(kv_len, q_len), window)
+    else:
+        pairs = float(q_len * keys)
+    flops = 2.0 * batch * heads * pairs * (head_dim + v_head_dim)
+    touched = min(kv_len, keys + q_len - 1) if window else kv_len
+    kve = esize if kv_esize is None else kv_esize
+    read = batch * (heads * q_len * head_dim * esize + kv_heads * touched * (head_dim + v_head_dim) * kve)
+    written = batch * heads * q_len * v_head_dim * esize
+    return flops, read, written
 
 
 class Graph:
@@ -156,17 +177,10 @@ class Graph:
         sliding ``window`` each query sees at most ``window`` keys (the op's ``kv_len`` dim is then
         the keys one query can reach).
         """
-        e = self.esize
         vd = v_head_dim or head_dim
         keys = min(kv_len, window) if window else kv_len
-        if causal and q_len > 1:
-            pairs = causal_pairs(q_len, max(kv_len, q_len), window)
-        else:
-            pairs = float(q_len * keys)
-        flops = 2.0 * batch * heads * pairs * (head_dim + vd)
-        touched = min(kv_len, keys + q_len - 1) if window else kv_len
-        read = batch * (heads * q_len * head_dim + kv_heads * touched * (head_dim + vd)) * e
-        written = batch * heads * q_len * vd * e
+        flops, read, written = attention_cost(batch, heads, kv_heads, q_len, kv_len, head_dim, vd,
+                                              causal=causal, window=window, esize=self.esize)
         meta: tuple[tuple[str, object], ...] = (("v_head_dim", vd), ("training", self.training))
         if window:
             meta += (("window", int(window)),)

@@ -15,6 +15,9 @@ gradient and an adapter gains one without any special case downstream.
   of every sequence; attention still covers the whole causal sequence (ring
   attention passes K/V blocks around, Ulysses regroups heads), so each GPU
   does ``1/cp`` of the attention work against ``seq`` keys.
+- :func:`quantize_weights`: serving-time quantization of the transformer blocks'
+  linear layers: weight-only (W4A16, W8A16: narrower weights streamed into a
+  16-bit GEMM), W8A8 (INT8 GEMMs on per-token quantized activations) or FP8.
 - :func:`route_experts`: expert parallelism and routing skew for MoE layers: a
   GPU runs its ``E/ep`` local experts over the tokens all ``ep`` ranks route to
   them; the busiest expert (which paces the layer) gets ``1 + skew`` times the
@@ -29,7 +32,8 @@ from perfcast.dtypes import DType
 from perfcast.workload.graph import causal_pairs
 from perfcast.workload.types import Op, OpKind
 
-__all__ = ["apply_lora", "lora_target_names", "route_experts", "shard_context", "to_fp8"]
+__all__ = ["QUANTIZATION_SCHEMES", "apply_lora", "lora_target_names", "quantize_weights", "route_experts",
+           "shard_context", "to_fp8"]
 
 # LoRA target names (PEFT's) -> the fused projections an engine-style graph uses
 _LORA_ALIASES: dict[str, tuple[str, ...]] = {
@@ -68,6 +72,49 @@ def to_fp8(ops: list[Op] | tuple[Op, ...]) -> list[Op]:
                                 meta=meta))
             continue
         out.append(op)
+    return out
+
+
+QUANTIZATION_SCHEMES = ("none", "w4a16", "w8a16", "w8a8", "fp8")
+_WEIGHT_ONLY = {"w4a16": DType.INT4, "w8a16": DType.INT8}
+_GROUP_SIZE = 128  # weight-only schemes keep one 16-bit scale per 128 weights (GPTQ/AWQ group size)
+
+
+def quantize_weights(ops: list[Op] | tuple[Op, ...], scheme: str) -> list[Op]:
+    """The blocks' linear layers under a serving quantization ``scheme`` (see QUANTIZATION_SCHEMES).
+
+    Weight-only schemes keep 16-bit activations and GEMM math and stream ``int4``/``int8``
+    weights plus one 16-bit scale per group of 128; ``w8a8`` runs INT8 GEMMs after a per-token
+    quantization kernel on each input; ``fp8`` runs FP8 GEMMs the same way. Embeddings, the LM
+    head, attention and MoE routers keep the activation dtype.
+    """
+    if scheme == "none":
+        return list(ops)
+    if scheme not in QUANTIZATION_SCHEMES:
+        raise ValueError(f"unknown quantization {scheme!r}; use one of {', '.join(QUANTIZATION_SCHEMES)}")
+    if scheme == "fp8":
+        return to_fp8(ops)
+    out: list[Op] = []
+    for op in ops:
+        if not (op.kind is OpKind.GEMM and op.op == "linear" and _in_blocks(op) and ".router." not in op.name):
+            out.append(op)
+            continue
+        _, m, k, n = op.dims
+        e = op.dtype.bytes
+        if scheme in _WEIGHT_ONLY:
+            w = _WEIGHT_ONLY[scheme]
+            weight = k * n * (w.bytes + 2.0 / _GROUP_SIZE)
+            meta = tuple((key, w.value if key == "weight_dtype" else v) for key, v in op.meta)
+            out.append(op.with_(bytes_read=op.bytes_read - op.weight_bytes + weight, weight_bytes=weight, meta=meta))
+            continue
+        act = m * k  # w8a8: quantize the input per token, then an INT8 GEMM
+        out.append(Op(name=f"{op.name}.quantize_int8", op="cast", kind=OpKind.VECTOR, dims=(1, act),
+                      dtype=op.dtype, flops=float(act), bytes_read=act * e, bytes_written=float(act),
+                      count=op.count, phase=op.phase, group=op.group,
+                      tp_split="column" if op.tp_split == "row" else "none", meta=(("inputs", 1), ("outputs", 1))))
+        meta = tuple((key, DType.INT8.value if key == "weight_dtype" else v) for key, v in op.meta)
+        out.append(op.with_(dtype=DType.INT8, bytes_read=op.bytes_read / e, weight_bytes=op.weight_bytes / e,
+                            meta=meta))
     return out
 
 

@@ -1,0 +1,158 @@
+"""``perfcast serve``: an LLM serving deployment under load (flag names follow vLLM's)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from perfcast.cli.app import _console, _table, app, emit_json, handled
+
+__all__ = ["serve"]
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.1f} ms"
+
+
+@app.command()
+@handled
+def serve(
+    model: str = typer.Option(..., "--model", "-m", help="Model id, alias, HF repo id or config.json path."),
+    hardware: str = typer.Option(..., "--hardware", "-H", help="GPU id or alias."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs per pipeline stage."),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages."),
+    num_replicas: int = typer.Option(1, "--num-replicas", help="Replicas behind the router."),
+    cluster: str | None = typer.Option(None, "--cluster", help="Cluster for TP collectives (default: the GPU's)."),
+    scheduler: str = typer.Option("vllm", "--scheduler", help="vllm | sarathi | orca | lightllm | static."),
+    router: str = typer.Option("round_robin", "--router", help="round_robin | least_outstanding | shortest_queue."),
+    engine: str = typer.Option("vllm", "--engine", help="CPU-overhead preset: vllm | trtllm."),
+    dtype: str = typer.Option("fp16", "--dtype", help="fp16 | bf16."),
+    quantization: str = typer.Option("none", "--quantization", "-q", help="none | w4a16 | w8a16 | w8a8 | fp8."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto | fp16 | bf16 | fp8."),
+    max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Sequences per iteration at most."),
+    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
+                                                      help="Tokens per iteration at most (default per scheduler)."),
+    max_model_len: int | None = typer.Option(None, "--max-model-len", help="Context limit (default: the model's)."),
+    enable_chunked_prefill: bool = typer.Option(False, "--enable-chunked-prefill",
+                                                help="vllm with chunked prefill (the sarathi policy)."),
+    chunk_size: int = typer.Option(512, "--chunk-size", help="Token budget per iteration for chunked prefill."),
+    block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block."),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="Fraction of GPU memory."),
+    swap_space: float = typer.Option(4.0, "--swap-space", help="CPU swap space per GPU (GiB)."),
+    preemption_mode: str = typer.Option("recompute", "--preemption-mode", help="recompute | swap."),
+    enable_prefix_caching: bool = typer.Option(False, "--enable-prefix-caching", help="Automatic prefix caching."),
+    num_requests: int = typer.Option(200, "--num-requests", "-n", help="Requests to simulate."),
+    qps: float | None = typer.Option(None, "--qps", help="Arrival rate (requests/s); none = all at once."),
+    arrival: str = typer.Option("poisson", "--arrival", help="poisson | gamma | fixed | trace."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma arrivals: CV of the gaps."),
+    trace: str | None = typer.Option(None, "--trace", help="arxiv_summarization | splitwise_code | "
+                                                          "splitwise_conv, or a CSV path."),
+    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="Fixed prompt length."),
+    output_tokens: int | None = typer.Option(None, "--output-tokens", help="Fixed output length."),
+    shared_prefix_tokens: int = typer.Option(0, "--shared-prefix-tokens", help="Tokens of a shared system prompt."),
+    num_prefixes: int = typer.Option(1, "--num-prefixes", help="Distinct shared prefixes."),
+    seed: int = typer.Option(42, "--seed", help="Random seed."),
+    slo_ttft: float | None = typer.Option(None, "--slo-ttft-p99", help="TTFT SLO (s): goodput, and the p99 "
+                                                                        "bound of --find-max-qps."),
+    slo_tpot: float | None = typer.Option(None, "--slo-tpot-p99", help="TPOT SLO (s), likewise."),
+    find_max_qps: bool = typer.Option(False, "--find-max-qps", help="Search the highest QPS meeting the SLOs."),
+    trace_out: Path | None = typer.Option(None, "--trace-out", help="Write a Perfetto timeline (JSON)."),
+    requests_out: Path | None = typer.Option(None, "--requests-out", help="Write per-request CSV."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Simulate LLM serving under load: TTFT, TPOT, E2E, throughput, goodput, KV use, preemptions."""
+    from pydantic import ValidationError
+
+    from perfcast.errors import ConfigError
+    from perfcast.serving.config import ServingConfig, WorkloadConfig
+    from perfcast.serving.engine import simulate_serving
+    from perfcast.serving.schedulers import SCHEDULERS
+
+    for p in (trace_out, requests_out):
+        if p is not None and p.exists() and not force:
+            raise ConfigError(f"{p} exists; pass --force to overwrite it")
+    SCHEDULERS.get(scheduler)
+    try:
+        work = WorkloadConfig(num_requests=num_requests, seed=seed, arrival=arrival, qps=qps,  # type: ignore[arg-type]
+                              burstiness_cv=burstiness, trace=trace, prompt_tokens=prompt_tokens,
+                              output_tokens=output_tokens, shared_prefix_tokens=shared_prefix_tokens,
+                              num_prefixes=num_prefixes)
+        fields: dict[str, Any] = dict(
+            model=model, hardware=hardware, tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size, num_replicas=num_replicas, cluster=cluster,
+            scheduler=scheduler, router=router, engine=engine, dtype=dtype, quantization=quantization,
+            kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_model_len, enable_chunked_prefill=enable_chunked_prefill, chunk_size=chunk_size,
+            block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, swap_space=swap_space * 2**30,
+            preemption_mode=preemption_mode, enable_prefix_caching=enable_prefix_caching, slo_ttft_s=slo_ttft,
+            slo_tpot_s=slo_tpot, workload=work)
+        cfg = ServingConfig(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [str(x) for x in err["loc"] if str(x) != "workload"]
+        name = {"burstiness_cv": "burstiness", "swap_space": "swap-space"}.get(loc[0], loc[0]) if loc else "config"
+        raise ConfigError(f"--{name.replace('_', '-')}: {err['msg']}") from None
+    search = None
+    if find_max_qps:
+        from perfcast.serving.search import find_max_qps as search_qps
+
+        if slo_ttft is None and slo_tpot is None:
+            raise ConfigError("--find-max-qps needs --slo-ttft-p99 and/or --slo-tpot-p99")
+        search = search_qps(cfg)
+        cfg = search.config
+    result = simulate_serving(cfg, keep_events=trace_out is not None)
+    if trace_out is not None:
+        from perfcast.serving.timeline import write_serving_trace
+
+        write_serving_trace(result, trace_out)
+    if requests_out is not None:
+        rows = result.request_rows()
+        with requests_out.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    data = result.as_dict()
+    if search is not None:
+        data["max_qps"] = search.max_qps
+        data["qps_evaluated"] = search.evaluated
+    if as_json:
+        emit_json(data)
+        return
+    _print(data, trace_out, requests_out)
+
+
+def _print(d: dict[str, Any], trace_out: Path | None, requests_out: Path | None) -> None:
+    con = _console()
+    gpus = d["tensor_parallel_size"] * d["pipeline_parallel_size"]
+    head = _table(title=f"{d['model']} on {d['num_replicas']} x {gpus} {d['hardware']} ({d['scheduler']})",
+                  show_header=False)
+    head.add_column("quantity", no_wrap=True)
+    head.add_column("value")
+    if "max_qps" in d:
+        head.add_row("max QPS meeting the SLO", f"{d['max_qps']:.3g} ({len(d['qps_evaluated'])} loads simulated)")
+    head.add_row("requests completed", f"{d['requests_completed']} of {d['requests_total']}"
+                 + (f" ({d['requests_rejected']} rejected: {'; '.join(d['rejection_reasons'])})"
+                    if d["requests_rejected"] else ""))
+    head.add_row("throughput", f"{d['throughput_requests_per_s']:.3g} requests/s, "
+                 f"{d['throughput_tokens_per_s']:,.0f} output tokens/s")
+    head.add_row("goodput", f"{d['goodput_requests_per_s']:.3g} requests/s "
+                 f"({100 * d['slo_attainment_frac']:.1f}% meet the SLO)")
+    head.add_row("KV cache", f"{d['kv_blocks_per_engine']:,} blocks; utilization mean "
+                 f"{100 * d['kv_utilization_frac']['mean']:.1f}%, max {100 * d['kv_utilization_frac']['max']:.1f}%")
+    head.add_row("preemptions", str(d["preemptions"]))
+    con.print(head)
+    lat = _table(title="latency")
+    for c in ("metric", "mean", "p50", "p90", "p99", "max"):
+        lat.add_column(c, justify="left" if c == "metric" else "right")
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+        v = d[key]
+        lat.add_row(label, *(_ms(v[k]) for k in ("mean", "p50", "p90", "p99", "max")))
+    con.print(lat)
+    for p, what in ((trace_out, "timeline"), (requests_out, "per-request CSV")):
+        if p is not None:
+            con.print(f"{what} written to {p}")

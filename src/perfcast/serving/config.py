@@ -1,0 +1,67 @@
+"""What a serving simulation is asked: the deployment, the engine's knobs and the load.
+
+Field names follow vLLM's engine arguments where one exists (``max_num_seqs``,
+``max_num_batched_tokens``, ``block_size``, ``gpu_memory_utilization``,
+``enable_prefix_caching``, ``enable_chunked_prefill``, ``tensor_parallel_size``,
+``pipeline_parallel_size``, ``swap_space`` in bytes here); everything is in base
+units (seconds, bytes, tokens).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ServingConfig", "WorkloadConfig"]
+
+
+class WorkloadConfig(BaseModel):
+    """The requests: how many, when they arrive, how long they are."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_requests: int = Field(default=200, ge=1)
+    seed: int = 42
+    arrival: Literal["poisson", "gamma", "fixed", "trace"] = "poisson"
+    qps: float | None = Field(default=None, gt=0, description="requests per second (None = all at time 0)")
+    burstiness_cv: float = Field(default=1.0, gt=0, description="gamma arrivals: coefficient of variation of gaps")
+    trace: str | None = Field(default=None, description="a shipped trace name or a CSV path (lengths, arrivals)")
+    prompt_tokens: int | None = Field(default=None, ge=1)
+    output_tokens: int | None = Field(default=None, ge=1)
+    shared_prefix_tokens: int = Field(default=0, ge=0, description="tokens of a system prompt requests share")
+    num_prefixes: int = Field(default=1, ge=1, description="distinct shared prefixes (requests pick one at random)")
+
+
+class ServingConfig(BaseModel):
+    """One deployment under one load (see the module docstring for the names)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    hardware: str
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    num_replicas: int = Field(default=1, ge=1)
+    cluster: str | None = Field(default=None, description="cluster id for TP collectives (default: the GPU's node)")
+    scheduler: str = "vllm"
+    router: Literal["round_robin", "least_outstanding", "shortest_queue"] = "round_robin"
+    engine: str = Field(default="vllm", description="CPU-overhead preset of the engine (vllm | trtllm)")
+    dtype: Literal["bf16", "fp16"] = "fp16"
+    quantization: Literal["none", "w4a16", "w8a16", "w8a8", "fp8"] = "none"
+    kv_cache_dtype: Literal["auto", "fp16", "bf16", "fp8"] = "auto"
+    max_num_seqs: int = Field(default=256, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1,
+                                               description="token budget per iteration (default per scheduler)")
+    max_model_len: int | None = Field(default=None, ge=2, description="context limit (default: the model's)")
+    enable_chunked_prefill: bool = False
+    chunk_size: int = Field(default=512, ge=1, description="sarathi / chunked prefill: tokens per iteration")
+    block_size: int = Field(default=16, ge=1)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    watermark_frac: float = Field(default=0.01, ge=0, lt=1)
+    swap_space: float = Field(default=4 * 2**30, ge=0, description="CPU swap space per GPU (bytes)")
+    preemption_mode: Literal["recompute", "swap"] = "recompute"
+    enable_prefix_caching: bool = False
+    slo_ttft_s: float | None = Field(default=None, gt=0)
+    slo_tpot_s: float | None = Field(default=None, gt=0)
+    workload: WorkloadConfig = WorkloadConfig()

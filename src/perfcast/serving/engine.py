@@ -1,0 +1,333 @@
+"""The serving simulator: a discrete-event loop over arrivals and iteration ends.
+
+Requests arrive (a pre-generated, sorted stream, read with a cursor rather
+than pushed on the heap), a global router hands each to a replica, and each
+replica's scheduler forms iterations whose durations come from
+:class:`~perfcast.serving.iteration.IterationModel` (kernel, composition and
+collective layers, tabulated once per deployment). The heap holds one entry per
+busy engine, so the loop's work per event is O(log replicas) plus the batch it
+forms. A replica with ``pipeline_parallel_size`` stages runs that many virtual
+engines (as vLLM does): each has its own scheduler and share of the KV cache,
+and an iteration's latency is every stage's time, while the stages overlap
+across the virtual engines.
+
+Determinism: one seed drives the request stream; ties in time are broken by
+(time, event kind, engine index), so the same inputs give bit-identical output.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from perfcast.catalog.models import load_model
+from perfcast.dtypes import DType
+from perfcast.errors import ConfigError
+from perfcast.serving.arrivals import RequestStream, generate_requests
+from perfcast.serving.config import ServingConfig
+from perfcast.serving.iteration import IterationModel
+from perfcast.serving.kv import BlockManager, kv_cache_capacity, prefix_block_hashes
+from perfcast.serving.metrics import ServingMetrics, summarize_requests
+from perfcast.serving.request import Request
+from perfcast.serving.schedulers import SCHEDULERS, Batch, ReplicaScheduler, SchedulerLimits
+from perfcast.serving.traces import load_trace
+from perfcast.workload.graph import causal_pairs
+
+__all__ = ["IterationEvent", "ServingResult", "simulate_serving"]
+
+_PCIE_BPS = 25e9  # swap traffic between GPU and host memory (PCIe 4.0 x16, per direction, achieved)
+
+
+@dataclass(frozen=True, slots=True)
+class IterationEvent:
+    """One iteration of one engine (for the timeline)."""
+
+    engine: int
+    start_s: float
+    duration_s: float
+    prefill_tokens: int
+    decode_seqs: int
+
+
+@dataclass
+class ServingResult:
+    """A finished simulation: per-request times, summary metrics and engine statistics."""
+
+    config: ServingConfig
+    metrics: ServingMetrics
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    generated_tokens: np.ndarray
+    replica: np.ndarray
+    preemptions_per_request: np.ndarray
+    status: list[str]
+    preemptions: int
+    iterations: int
+    kv_blocks_per_engine: int
+    kv_utilization_mean_frac: float
+    kv_utilization_max_frac: float
+    kv_fragmentation_mean_frac: float
+    prefix_hit_frac: float
+    weight_bytes_per_gpu: float
+    events: list[IterationEvent] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """One JSON-ready object; keys carry their units."""
+        out: dict[str, Any] = {
+            "model": self.config.model, "hardware": self.config.hardware, "scheduler": self.config.scheduler,
+            "tensor_parallel_size": self.config.tensor_parallel_size,
+            "pipeline_parallel_size": self.config.pipeline_parallel_size,
+            "num_replicas": self.config.num_replicas,
+        }
+        out.update(self.metrics.as_dict())
+        rejected = [s for s in self.status if s.startswith("rejected")]
+        out.update({
+            "requests_rejected": len(rejected),
+            "rejection_reasons": sorted({s.split(": ", 1)[1] for s in rejected})[:5],
+            "preemptions": self.preemptions, "iterations": self.iterations,
+            "kv_blocks_per_engine": self.kv_blocks_per_engine,
+            "kv_utilization_frac": {"mean": self.kv_utilization_mean_frac, "max": self.kv_utilization_max_frac},
+            "kv_fragmentation_mean_frac": self.kv_fragmentation_mean_frac,
+            "prefix_hit_frac": self.prefix_hit_frac,
+            "weight_bytes_per_gpu": self.weight_bytes_per_gpu,
+        })
+        return out
+
+    def request_rows(self) -> list[dict[str, Any]]:
+        """One row per request (for the per-request CSV)."""
+        rows = []
+        for i in range(self.arrival_s.size):
+            a, f, e = float(self.arrival_s[i]), float(self.first_token_s[i]), float(self.finish_s[i])
+            n = int(self.output_tokens[i])
+            rows.append({
+                "request_id": i, "replica": int(self.replica[i]), "status": self.status[i],
+                "arrival_s": a, "prompt_tokens": int(self.prompt_tokens[i]), "output_tokens": n,
+                "generated_tokens": int(self.generated_tokens[i]), "ttft_s": f - a if math.isfinite(f) else None,
+                "tpot_s": (e - f) / (n - 1) if math.isfinite(e) and n > 1 else None,
+                "e2e_s": e - a if math.isfinite(e) else None, "preemptions": int(self.preemptions_per_request[i]),
+            })
+        return rows
+
+
+def _requests(cfg: ServingConfig, max_len: int) -> RequestStream:
+    w = cfg.workload
+    trace = load_trace(w.trace) if w.trace else None
+    lengths = (w.prompt_tokens, w.output_tokens)
+    if trace is None and None in lengths:
+        raise ConfigError("the workload needs request lengths: a trace (--trace) or both --prompt-tokens and "
+                          "--output-tokens")
+    if (w.prompt_tokens is None) != (w.output_tokens is None):
+        raise ConfigError("give both --prompt-tokens and --output-tokens, or neither (lengths from the trace)")
+    arrival = w.arrival
+    qps = w.qps
+    if arrival != "trace" and qps is None:
+        arrival, qps = "fixed", 1e12  # no rate: every request arrives at once (an offline run)
+    return generate_requests(num_requests=w.num_requests, seed=w.seed, arrival=arrival,
+                             qps=None if arrival == "trace" else qps, burstiness_cv=w.burstiness_cv, trace=trace,
+                             prompt_tokens=w.prompt_tokens, output_tokens=w.output_tokens, max_tokens=max_len)
+
+
+def _activation_bytes(model: IterationModel, tokens: int, seqs: int) -> float:
+    """vLLM's profiling run: the peak activation memory of the largest batch (hidden states, the MLP's
+    widest intermediate, and fp32 logits of the sampled sequences)."""
+    cfg = model.cfg
+    e = model.dtype.bytes
+    width = max(cfg.hidden_size * 4, 2 * (cfg.intermediate_size or 4 * cfg.hidden_size) // model.tp)
+    return tokens * width * e + seqs * cfg.vocab_size / model.tp * 4.0
+
+
+def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bool = False) -> ServingResult:
+    """Simulate ``cfg`` to completion of every request (or its rejection with a reason).
+
+    ``keep_events`` keeps every iteration for the timeline; ``audit`` checks every KV cache's
+    invariants (blocks in use within capacity, no block owned twice) after each iteration (tests).
+    """
+    if cfg.scheduler not in SCHEDULERS:
+        SCHEDULERS.get(cfg.scheduler)  # raises UnknownNameError listing the schedulers
+    policy = "sarathi" if cfg.scheduler == "vllm" and cfg.enable_chunked_prefill else cfg.scheduler
+    model_cfg = load_model(cfg.model)
+    max_len = min(cfg.max_model_len or model_cfg.max_positions, model_cfg.max_positions)
+    budget = cfg.max_num_batched_tokens or (cfg.chunk_size if policy == "sarathi" else max(max_len, 2048))
+    if policy == "static":
+        budget = max(budget, max_len * cfg.max_num_seqs)
+    dtype = DType(cfg.dtype)
+    kv_dtype = None if cfg.kv_cache_dtype == "auto" else DType(cfg.kv_cache_dtype)
+    from perfcast.system.cluster import load_cluster
+
+    cluster = load_cluster(cfg.cluster) if cfg.cluster else None
+    model = IterationModel(model_cfg, cfg.hardware, tp=cfg.tensor_parallel_size, pp=cfg.pipeline_parallel_size,
+                           dtype=dtype, quantization=cfg.quantization, kv_dtype=kv_dtype,
+                           max_tokens=min(max(budget, 1), 65536), max_seqs=cfg.max_num_seqs, engine=cfg.engine,
+                           cluster=cluster)
+    model.check_fits(cfg.gpu_memory_utilization)
+    pp = cfg.pipeline_parallel_size
+    kv_per_token = model.kv_bytes_per_token / pp  # one stage holds its layers' share of every token
+    blocks = kv_cache_capacity(
+        gpu_memory_bytes=model.hw.memory_bytes, gpu_memory_utilization_frac=cfg.gpu_memory_utilization,
+        weight_bytes=model.weight_bytes / pp, activation_peak_bytes=_activation_bytes(model, budget, cfg.max_num_seqs),
+        kv_bytes_per_token=kv_per_token, block_size=cfg.block_size)
+    per_engine = max(1, blocks // pp)
+    cpu_blocks = int(cfg.swap_space // (kv_per_token * cfg.block_size)) // pp
+    limits = SchedulerLimits(cfg.max_num_seqs, budget, cfg.chunk_size, max_len, cfg.preemption_mode)
+    cls = SCHEDULERS.get(policy)
+    engines: list[ReplicaScheduler] = [
+        cls(BlockManager(per_engine, cfg.block_size, cfg.watermark_frac, cpu_blocks, cfg.enable_prefix_caching),
+            limits)
+        for _ in range(cfg.num_replicas * pp)]
+    stream = _requests(cfg, max_len)
+    n = stream.num_requests
+    arrival = np.asarray(stream.arrival_s, dtype=float)
+    prompt = np.asarray(stream.prompt_tokens, dtype=np.int64)
+    output = np.asarray(stream.output_tokens, dtype=np.int64)
+    first = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    generated = np.zeros(n, dtype=np.int64)
+    replica_of = np.full(n, -1, dtype=np.int64)
+    preempted = np.zeros(n, dtype=np.int64)
+    status = ["pending"] * n
+    w = cfg.workload
+    prefix_rng = np.random.default_rng(w.seed + 1) if w.shared_prefix_tokens else None
+    prefix_ids = prefix_rng.integers(0, w.num_prefixes, size=n) if prefix_rng is not None else None
+
+    heap: list[tuple[float, int]] = []
+    busy = [False] * len(engines)
+    in_flight: list[Batch | None] = [None] * len(engines)
+    outstanding = [0] * cfg.num_replicas
+    events: list[IterationEvent] = []
+    iterations = 0
+    kv_time = kv_util_sum = kv_frag_sum = 0.0
+    kv_max = 0.0
+    rr = 0
+    stage_factor = float(pp)  # an iteration passes through every stage
+    block_bytes = kv_per_token * cfg.block_size
+
+    def start(e: int, now: float) -> None:
+        nonlocal iterations, kv_time, kv_util_sum, kv_frag_sum, kv_max
+        sched = engines[e]
+        batch = sched.schedule()
+        for req, reason in sched.rejected:
+            status[req.id] = f"rejected: {reason}"
+            outstanding[req.replica] -= 1
+        sched.rejected.clear()
+        if batch is None:
+            busy[e] = False
+            return
+        q = ctx = 0
+        pairs = 0.0
+        for req, k in batch.prefill:
+            end = req.computed_tokens + k
+            q += k
+            pairs += causal_pairs(k, end) if k > 1 else end
+            ctx += end
+        dec_ctx = 0
+        for req in batch.decode:
+            dec_ctx += req.context_tokens
+        nseq = len(batch.prefill) + len(batch.decode)
+        logits = len(batch.decode) + sum(1 for r, k in batch.prefill if r.computed_tokens + k >= r.prefill_target)
+        dt = model.time_s(q, pairs, ctx, len(batch.prefill), len(batch.decode), dec_ctx, logits) * stage_factor
+        if batch.swapped_blocks:
+            dt += batch.swapped_blocks * block_bytes / _PCIE_BPS
+        del nseq
+        kv = sched.kv
+        util = kv.utilization_frac
+        kv_util_sum += util * dt
+        kv_frag_sum += kv.fragmentation_frac * dt
+        kv_time += dt
+        kv_max = max(kv_max, util)
+        iterations += 1
+        if keep_events:
+            events.append(IterationEvent(e, now, dt, q, len(batch.decode)))
+        busy[e] = True
+        in_flight[e] = batch
+        heapq.heappush(heap, (now + dt, e))
+
+    def complete(e: int, now: float) -> None:
+        batch = in_flight[e]
+        in_flight[e] = None
+        assert batch is not None
+        sched = engines[e]
+        if audit:
+            sched.kv.check_invariants()
+            assert sched.kv.num_used_blocks <= sched.kv.num_blocks
+        emitted: list[Request] = []
+        for req, k in batch.prefill:
+            req.computed_tokens += k
+            if not req.in_prefill:
+                emitted.append(req)
+        for req in batch.decode:
+            if not req.done:
+                req.computed_tokens += 1
+                emitted.append(req)
+        for req in emitted:
+            req.generated += 1
+            if math.isnan(req.first_token_s):
+                req.first_token_s = now
+                first[req.id] = now
+            if req.done:
+                req.finish_s = now
+                finish[req.id] = now
+                generated[req.id] = req.generated
+                preempted[req.id] = req.preemptions
+                status[req.id] = "completed"
+                outstanding[req.replica] -= 1
+                sched.finish(req)
+
+    def route(req: Request) -> int:
+        nonlocal rr
+        r = cfg.num_replicas
+        if cfg.router == "round_robin" or r == 1:
+            rep = rr % r
+            rr += 1
+        elif cfg.router == "least_outstanding":
+            rep = min(range(r), key=lambda i: (outstanding[i], i))
+        else:
+            rep = min(range(r), key=lambda i: (sum(len(engines[i * pp + v].waiting) for v in range(pp)), i))
+        outstanding[rep] += 1
+        req.replica = rep
+        return min(range(rep * pp, rep * pp + pp), key=lambda v: (engines[v].num_outstanding, v))
+
+    cursor = 0
+    while cursor < n or heap:
+        next_arrival = arrival[cursor] if cursor < n else math.inf
+        if heap and heap[0][0] <= next_arrival:
+            now, e = heapq.heappop(heap)
+            complete(e, now)
+            start(e, now)
+            continue
+        now = float(next_arrival)
+        i = cursor
+        cursor += 1
+        req = Request(i, now, int(prompt[i]), int(output[i]))
+        if prefix_ids is not None:
+            req.prefix_hashes = prefix_block_hashes(int(prefix_ids[i]), w.shared_prefix_tokens, int(prompt[i]),
+                                                    cfg.block_size, i)
+        e = route(req)
+        replica_of[i] = req.replica
+        engines[e].add(req)
+        if not busy[e]:
+            start(e, now)
+
+    for i in range(n):
+        if status[i] == "pending":  # pragma: no cover - the loop drains every engine
+            status[i] = "incomplete: the simulation ended with the request unfinished"
+    completed = np.array([s == "completed" for s in status], dtype=bool)
+    metrics = summarize_requests(arrival_s=arrival, first_token_s=first, finish_s=finish, prompt_tokens=prompt,
+                                 output_tokens=output, completed=completed, slo_ttft_s=cfg.slo_ttft_s,
+                                 slo_tpot_s=cfg.slo_tpot_s)
+    hit = sum(s.kv.prefix_hit_tokens for s in engines)
+    query = sum(s.kv.prefix_query_tokens for s in engines)
+    return ServingResult(
+        config=cfg, metrics=metrics, arrival_s=arrival, first_token_s=first, finish_s=finish, prompt_tokens=prompt,
+        output_tokens=output, generated_tokens=generated, replica=replica_of, preemptions_per_request=preempted,
+        status=status, preemptions=sum(s.preemptions for s in engines), iterations=iterations,
+        kv_blocks_per_engine=per_engine,
+        kv_utilization_mean_frac=kv_util_sum / kv_time if kv_time else 0.0, kv_utilization_max_frac=kv_max,
+        kv_fragmentation_mean_frac=kv_frag_sum / kv_time if kv_time else 0.0,
+        prefix_hit_frac=hit / query if query else 0.0, weight_bytes_per_gpu=model.weight_bytes / pp, events=events)

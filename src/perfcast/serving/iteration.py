@@ -1,0 +1,284 @@
+"""How long one serving iteration takes: a batch of prefill chunks and decode tokens on one replica.
+
+An iteration of a continuous-batching engine runs every layer once over the
+tokens it schedules: new prompt tokens (whole prompts or chunks of them) and
+one token for each decoding sequence. Its time splits, as VIDUR splits it, into
+
+- the token-parallel part (QKV/O/MLP GEMMs, norms, activations, RoPE, KV-cache
+  writes, embeddings): a function of the number of tokens ``T`` only;
+- attention: one varlen FlashAttention call for the prefill chunks (FLOPs from
+  each chunk's causal (query, key) pairs against its context) and one paged
+  decode call for the decoding sequences (reading their whole KV cache);
+- the LM head over the sequences that emit a token this iteration;
+- tensor-parallel all-reduces (two per layer over ``T`` hidden vectors);
+- the engine's own work per iteration on the CPU (scheduling, input
+  preparation, sampling): a fixed part and a part per sequence.
+
+The token-parallel part, the LM head and the all-reduces are priced once by the
+kernel and collective layers on a grid of sizes and interpolated into dense
+tables, so an iteration costs a table lookup plus one attention evaluation:
+the simulator's per-event work does not grow with the model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfcast.catalog.hardware import Hardware, load_hardware
+from perfcast.catalog.models import ModelConfig, load_model
+from perfcast.catalog.params import count_params
+from perfcast.dtypes import DType
+from perfcast.errors import ConfigError
+from perfcast.kernel.attention import attention_times
+from perfcast.kernel.coefficients import Coefficients, load_coefficients
+from perfcast.kernel.predict import predict_ops
+from perfcast.serving.coefficients import ServingCoefficients, load_serving_coefficients
+from perfcast.system.cluster import Cluster, cluster_for_gpu
+from perfcast.system.collectives import collective_times
+from perfcast.workload.build import WorkloadSpec, build_workload
+from perfcast.workload.graph import attention_cost, causal_pairs
+from perfcast.workload.sharding import check_tp, shard_tp
+from perfcast.workload.transforms import QUANTIZATION_SCHEMES, quantize_weights
+from perfcast.workload.types import Mode, Op, OpKind
+
+__all__ = ["IterationBreakdown", "IterationModel", "PrefillChunk"]
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillChunk:
+    """``new_tokens`` prompt tokens appended to a context that then holds ``context_tokens`` tokens."""
+
+    new_tokens: int
+    context_tokens: int
+
+
+@dataclass(frozen=True)
+class IterationBreakdown:
+    """Seconds of one iteration by part; ``time_s`` is their sum."""
+
+    linear_s: float
+    attention_prefill_s: float
+    attention_decode_s: float
+    lm_head_s: float
+    tp_comm_s: float
+    cpu_overhead_s: float
+
+    @property
+    def time_s(self) -> float:
+        """The iteration's duration."""
+        return (self.linear_s + self.attention_prefill_s + self.attention_decode_s + self.lm_head_s
+                + self.tp_comm_s + self.cpu_overhead_s)
+
+    def as_dict(self) -> dict[str, float]:
+        """JSON-ready parts with unit-bearing keys."""
+        return {"linear_s": self.linear_s, "attention_prefill_s": self.attention_prefill_s,
+                "attention_decode_s": self.attention_decode_s, "lm_head_s": self.lm_head_s,
+                "tp_comm_s": self.tp_comm_s, "cpu_overhead_s": self.cpu_overhead_s, "time_s": self.time_s}
+
+
+def _grid(top: int) -> np.ndarray:
+    """Every size up to 64, then steps of ~3% (GEMM time is piecewise in the row count)."""
+    pts = list(range(1, min(top, 64) + 1))
+    x = 64.0
+    while x < top:
+        x *= 1.03
+        pts.append(min(top, int(round(x))))
+    return np.unique(np.array(pts, dtype=np.int64))
+
+
+@dataclass
+class IterationModel:
+    """Iteration time of one replica (``tp`` GPUs of ``hardware``, ``pp`` pipeline stages).
+
+    ``quantization`` is a :data:`~perfcast.workload.transforms.QUANTIZATION_SCHEMES` name;
+    ``kv_dtype`` the KV-cache format (default: the activation dtype). ``max_tokens`` bounds the
+    tokens one iteration may schedule (the dense tables cover it; larger batches interpolate).
+    """
+
+    model: ModelConfig | str
+    hardware: Hardware | str
+    tp: int = 1
+    pp: int = 1
+    dtype: DType = DType.BF16
+    quantization: str = "none"
+    kv_dtype: DType | None = None
+    max_tokens: int = 16384
+    max_seqs: int = 1024
+    engine: str = "vllm"
+    coeffs: Coefficients | None = None
+    serving: ServingCoefficients | None = None
+    cluster: Cluster | None = None
+    _linear: np.ndarray = field(init=False, repr=False)
+    _comm: np.ndarray = field(init=False, repr=False)
+    _head: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.cfg = load_model(self.model)
+        self.hw = self.hardware if isinstance(self.hardware, Hardware) else load_hardware(self.hardware)
+        self.co = self.coeffs or load_coefficients()
+        self.sc = self.serving or load_serving_coefficients()
+        if self.engine not in self.sc.engines:
+            raise ConfigError(f"unknown engine {self.engine!r}; use one of {', '.join(sorted(self.sc.engines))}")
+        if self.quantization not in QUANTIZATION_SCHEMES:
+            raise ConfigError(f"unknown quantization {self.quantization!r}; use one of "
+                              f"{', '.join(QUANTIZATION_SCHEMES)}")
+        check_tp(self.cfg, self.tp)
+        layers = self.cfg.num_layers
+        if self.pp < 1 or layers % self.pp:
+            raise ConfigError(f"pipeline stages ({self.pp}) must divide the {layers} layers of {self.cfg.id}")
+        self.cl = self.cluster or cluster_for_gpu(self.hw.id)
+        if self.tp > self.cl.domain:
+            raise ConfigError(f"tensor parallelism {self.tp} exceeds the {self.cl.domain} GPUs of one "
+                              f"{self.cl.id} node")
+        self.kv = self.kv_dtype or (DType.FP8 if self.quantization == "fp8" else self.dtype)
+        cfg = self.cfg
+        self.heads = cfg.num_heads // self.tp
+        self.kv_heads = max(1, cfg.num_kv_heads // self.tp)
+        self.head_dim = cfg.head_dim
+        self.v_head_dim = int(getattr(cfg, "v_head_dim", None) or cfg.head_dim)
+        self.layers_per_stage = layers // self.pp
+        self._tables()
+
+    # -- tables -------------------------------------------------------------------------------
+    def _ops(self, tokens: int) -> list[Op]:
+        spec = WorkloadSpec(Mode.PREFILL, 1, tokens, dtype=self.dtype, style="engine", attention="flash")
+        ops = list(build_workload(self.cfg, spec).ops)
+        return shard_tp(quantize_weights(ops, self.quantization), self.tp)
+
+    def _tables(self) -> None:
+        grid = _grid(self.max_tokens)
+        lin_ops: list[Op] = []
+        owner: list[int] = []
+        comm_bytes = np.zeros(len(grid))
+        comm_calls = 0.0
+        self.weight_bytes = 0.0
+        head_ops: list[Op] = []
+        for i, t in enumerate(grid):
+            for op in self._ops(int(t)):
+                if op.kind is OpKind.COMM:
+                    if op.name.startswith("layers") or op.name.startswith("moe_layers"):
+                        comm_bytes[i] = op.bytes_read
+                        comm_calls = 2.0 * self.layers_per_stage
+                    continue
+                if op.kind is OpKind.ATTENTION or op.name.startswith("head."):
+                    if i == 0:
+                        head_ops.append(op)
+                    continue
+                lin_ops.append(op)
+                owner.append(i)
+        self.weight_bytes = self._weight_bytes()
+        times = predict_ops(lin_ops, self.hw, self.co)
+        per = np.zeros(len(grid))
+        stage = self.layers_per_stage / self.cfg.num_layers
+        for op, kt, i in zip(lin_ops, times, owner, strict=True):
+            share = stage if op.count > 1 else 1.0  # repeated (layer) ops split over the stages
+            per[i] += kt.time_s * op.count * share
+        dense = np.arange(self.max_tokens + 1, dtype=float)
+        self._linear = np.interp(dense, grid.astype(float), per)
+        self._linear[0] = 0.0
+        if self.tp > 1 and comm_calls:
+            ct = collective_times("all_reduce", comm_bytes, self.tp, self.cl, shared_nics=False)
+            self._comm = np.interp(dense, grid.astype(float), ct * comm_calls)
+        else:
+            self._comm = np.zeros_like(dense)
+        self._comm[0] = 0.0
+        # the LM head (and its norm) over the sequences that emit a token
+        seqs = _grid(self.max_seqs)
+        scaled: list[Op] = []
+        for n in seqs:
+            for op in head_ops:
+                if op.kind is OpKind.ATTENTION:
+                    continue
+                if op.kind is OpKind.GEMM:
+                    b, _, k, nn = op.dims
+                    scaled.append(op.with_(dims=(b, int(n), k, nn)))
+                else:
+                    rows, cols = op.dims
+                    f = float(n) / max(rows, 1)
+                    scaled.append(op.with_(dims=(int(n), cols), flops=op.flops * f, bytes_read=op.bytes_read * f,
+                                           bytes_written=op.bytes_written * f))
+        per_head = len([o for o in head_ops if o.kind is not OpKind.ATTENTION])
+        ht = np.array([k.time_s for k in predict_ops(scaled, self.hw, self.co)]).reshape(len(seqs), per_head).sum(1)
+        self._head = np.interp(np.arange(self.max_seqs + 1, dtype=float), seqs.astype(float), ht)
+        self._head[0] = 0.0
+        eng = self.sc.engines[self.engine]
+        self._cpu_fixed = eng.iteration_overhead_s
+        self._cpu_per_seq = eng.per_sequence_overhead_s
+        self.kv_bytes_per_token = (2.0 * cfg_kv_dim(self.cfg) * self.kv.bytes * self.cfg.num_layers) / self.tp
+
+    def _weight_bytes(self) -> float:
+        """Weights per GPU of one pipeline stage's share: every expert, quantized block weights, 16-bit rest."""
+        count = count_params(self.cfg)
+        tied = self.cfg.tie_word_embeddings
+        head = 0 if tied else count.embedding  # an untied LM head is as large as the token table
+        block = count.total - count.embedding - head
+        qbytes = {"none": self.dtype.bytes, "w4a16": 0.5 + 2.0 / 128, "w8a16": 1.0, "w8a8": 1.0, "fp8": 1.0}
+        per_param = qbytes[self.quantization]
+        return (block * per_param + (count.embedding + head) * self.dtype.bytes) / self.tp
+
+    # -- queries ------------------------------------------------------------------------------
+    def _lookup(self, table: np.ndarray, n: int) -> float:
+        if n < table.size:
+            return float(table[n])
+        return float(table[-1] * n / (table.size - 1))  # beyond the table: linear in the count
+
+    def breakdown(self, prefill: tuple[PrefillChunk, ...] | list[PrefillChunk] = (), num_decode: int = 0,
+                  decode_context_tokens: int = 0, num_logits: int | None = None) -> IterationBreakdown:
+        """Seconds by part of an iteration running ``prefill`` chunks and ``num_decode`` decode tokens
+        whose sequences hold ``decode_context_tokens`` cached tokens in total (one pipeline stage when pp > 1).
+
+        ``num_logits`` (default: decoding sequences plus prefill chunks) is how many sequences sample.
+        """
+        q = sum(c.new_tokens for c in prefill)
+        tokens = q + num_decode
+        pairs = sum(causal_pairs(c.new_tokens, c.context_tokens) for c in prefill)
+        kv_read = sum(c.context_tokens for c in prefill)
+        return self._parts(tokens, q, pairs, kv_read, len(prefill), num_decode, decode_context_tokens,
+                           len(prefill) + num_decode if num_logits is None else num_logits)
+
+    def time_s(self, num_prefill_tokens: int, prefill_pairs: float, prefill_context_tokens: int,
+               num_prefill_seqs: int, num_decode: int, decode_context_tokens: int, num_logits: int) -> float:
+        """:meth:`breakdown`'s total from running sums (what the simulator keeps per batch)."""
+        return self._parts(num_prefill_tokens + num_decode, num_prefill_tokens, prefill_pairs,
+                           prefill_context_tokens, num_prefill_seqs, num_decode, decode_context_tokens,
+                           num_logits).time_s
+
+    def _parts(self, tokens: int, q: int, pairs: float, kv_read: int, n_prefill: int, n_decode: int,
+               decode_kv: int, logits: int) -> IterationBreakdown:
+        linear = self._lookup(self._linear, tokens)
+        comm = self._lookup(self._comm, tokens)
+        head = self._lookup(self._head, logits) if self.pp == 1 else self._lookup(self._head, logits) / self.pp
+        att_p = att_d = 0.0
+        if n_prefill or n_decode:
+            h, kvh, d, vd = self.heads, self.kv_heads, self.head_dim, self.v_head_dim
+            e, kve = self.dtype.bytes, self.kv.bytes
+            fl = np.array([2.0 * h * pairs * (d + vd), 0.0])
+            by = np.array([h * q * (d + vd) * e + kvh * kv_read * (d + vd) * kve, 0.0])
+            if n_decode:
+                f2, r2, w2 = attention_cost(1, h, kvh, 1, max(1, decode_kv), d, vd, causal=False, esize=e,
+                                            kv_esize=kve)
+                fl[1], by[1] = f2, r2 + w2 * n_decode
+            seqs = np.array([float(n_prefill), float(n_decode)])
+            t = attention_times(fl, by, self.hw, self.dtype, self.co, sequences=seqs)
+            att_p = float(t[0]) * self.layers_per_stage if n_prefill else 0.0
+            att_d = float(t[1]) * self.layers_per_stage if n_decode else 0.0
+        cpu = self._cpu_fixed + self._cpu_per_seq * (n_prefill + n_decode) if tokens else 0.0
+        return IterationBreakdown(linear, att_p, att_d, head, comm, cpu)
+
+    def check_fits(self, gpu_memory_utilization_frac: float) -> None:
+        """Raise a one-line ConfigError when the weights alone do not fit the usable memory."""
+        usable = self.hw.memory_bytes * gpu_memory_utilization_frac
+        per_gpu = self.weight_bytes / self.pp
+        if per_gpu >= usable:
+            need = math.ceil(per_gpu / (self.hw.memory_bytes * gpu_memory_utilization_frac) * self.tp)
+            raise ConfigError(
+                f"{self.cfg.id} needs {per_gpu / 2**30:.1f} GiB of weights per GPU at tp={self.tp}, pp={self.pp}, "
+                f"more than the {usable / 2**30:.1f} GiB usable on {self.hw.id}; use at least tp*pp={need}")
+
+
+def cfg_kv_dim(cfg: ModelConfig) -> int:
+    """Elements of K (or V) cached per token per layer: kv heads x head dim."""
+    return int(cfg.num_kv_heads * cfg.head_dim)

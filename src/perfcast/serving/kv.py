@@ -1,0 +1,610 @@
+"""Paged KV-cache block manager for one serving replica, with vLLM's semantics.
+
+The model follows vLLM's PagedAttention design (Kwon et al., "Efficient Memory Management for Large
+Language Model Serving with PagedAttention", SOSP 2023) as implemented by its block managers (the v0
+``BlockSpaceManager`` for the watermark and swapping, and the v1 ``KVCacheManager`` / "Automatic Prefix
+Caching" design document for prefix caching). It is a description of behaviour, not a port of the code.
+
+Blocks
+    GPU memory for the KV cache is ``num_blocks`` blocks of ``block_size`` token slots. A sequence
+    holding ``n`` tokens owns exactly ``ceil(n / block_size)`` blocks; only its last block may be
+    partly filled (that unfilled tail is the internal fragmentation PagedAttention leaves).
+    Every GPU block is in exactly one of three states, so ``used + free + cached == num_blocks``:
+
+    * used: referenced by at least one live (GPU-resident) sequence, with a reference count;
+    * free: empty, on the free list;
+    * cached: refcount 0 but holding a full block whose prefix hash is known; kept resident so a
+      later request with the same prefix can reuse it, and evicted least-recently-freed first only
+      when a new block is needed and the free list is empty.
+
+    Cached blocks are as good as free for admission: "available" below means free + cached.
+
+Admission and the watermark
+    ``can_allocate`` admits a new prompt only if, after taking the blocks it needs, at least
+    ``watermark_blocks = int(watermark_frac * num_blocks)`` blocks remain available (vLLM keeps this
+    headroom so running sequences can still grow without immediate preemption). ``allocate`` itself
+    does not apply the watermark; it only refuses (``KVCacheError``) when the blocks physically do not
+    exist, so a scheduler must call ``can_allocate`` first. ``can_ever_allocate`` tells a prompt that
+    could never be admitted even on an empty cache (vLLM's ``AllocStatus.NEVER``) apart from one that
+    must wait. Growing a running sequence (``can_append``/``append``) and ``can_swap_out`` ignore the
+    watermark; ``can_swap_in`` applies it, as vLLM does.
+
+Prefix caching (``enable_prefix_caching=True``)
+    The caller gives each prompt the hashes of its full blocks (``prefix_block_hashes`` builds them
+    for a shared-system-prompt workload). A block hash covers the whole prefix up to and including
+    that block (hashes are chained), so equal hashes mean equal prefixes and equal KV content.
+
+    * Lookup walks the prompt's hashes from the first block and stops at the first miss. Each hit
+      block is shared (its reference count goes up) instead of allocated; a hit on a cached
+      (refcount-0) block moves it back to used, so it still consumes an available block.
+    * Hits are whole blocks, and at most ``num_tokens - 1`` tokens are served from the cache: when
+      every block of a block-aligned prompt hits, the last one is recomputed into a new block, so
+      at least one token is always computed (it produces the first output token's logits).
+    * Newly allocated prompt blocks that carry a hash are registered in the cache at allocation
+      time (vLLM v1 likewise caches a full block as soon as it is scheduled for computation), so a
+      request admitted in the same iteration can already share them. A hash already cached by
+      another block is not registered twice; such a block is private and freed normally.
+    * Blocks grown by ``append`` (decode tokens, or prompt blocks without a hash) are never cached.
+    * ``free`` releases a sequence's blocks last block first; a block whose refcount drops to 0 goes
+      to the cached LRU list if it carries a hash, else straight to the free list. Releasing tail
+      blocks first makes them the first evicted, which keeps shared prefixes longest.
+    * Counters ``prefix_query_tokens`` (prompt tokens passed to ``allocate``) and
+      ``prefix_hit_tokens`` (tokens served from the cache) give the hit rate, as vLLM reports it.
+
+Preemption
+    Swapping moves a whole sequence: ``swap_out`` copies each of its blocks into a CPU block (shared
+    prefix blocks are copied too, one CPU block per sequence, as vLLM does) and drops its GPU
+    references; ``swap_in`` brings it back, re-sharing blocks whose hash is still cached on the GPU.
+    Both return the number of blocks transferred (the sequence's block count), for a PCIe-time model.
+    Recompute preemption is ``free`` followed later by a fresh ``allocate`` by the caller.
+
+Sequence ids are the caller's ints. Every call costs O(blocks touched) with plain ints, lists and dicts;
+``check_invariants`` is the O(total blocks) audit the tests use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import NoReturn
+
+from perfcast.errors import ConfigError, PerfcastError
+
+__all__ = [
+    "BlockManager",
+    "KVCacheError",
+    "kv_cache_capacity",
+    "prefix_block_hashes",
+]
+
+_GiB = 2.0**30  # bytes; this module imports only perfcast.errors, so the constant is local
+
+
+class KVCacheError(PerfcastError):
+    """A KV block request the cache cannot honour (over-allocation, duplicate or unknown sequence id)."""
+
+
+class _Seq:
+    """One sequence's view of the cache: its GPU block table, or the number of CPU blocks it was swapped to."""
+
+    __slots__ = ("block_ids", "hashes", "num_cpu_blocks", "num_tokens", "on_gpu")
+
+    def __init__(self, num_tokens: int, hashes: list[int]) -> None:
+        self.num_tokens = num_tokens
+        self.hashes = hashes  # prefix hashes of the prompt's leading full blocks (positional)
+        self.block_ids: list[int] = []
+        self.on_gpu = True
+        self.num_cpu_blocks = 0
+
+
+class BlockManager:
+    """Allocates, grows, frees, shares and swaps paged KV blocks for the sequences of one replica.
+
+    See the module docstring for the semantics (watermark, prefix-cache hits, eviction, swapping).
+    """
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        watermark_frac: float = 0.01,
+        num_cpu_blocks: int = 0,
+        enable_prefix_caching: bool = False,
+    ) -> None:
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
+            raise ConfigError(f"num_blocks={num_blocks!r} must be an int >= 1")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ConfigError(f"block_size={block_size!r} must be an int >= 1")
+        if not 0.0 <= watermark_frac < 1.0:
+            raise ConfigError(f"watermark_frac={watermark_frac!r} must be in [0, 1)")
+        if isinstance(num_cpu_blocks, bool) or not isinstance(num_cpu_blocks, int) or num_cpu_blocks < 0:
+            raise ConfigError(f"num_cpu_blocks={num_cpu_blocks!r} must be an int >= 0")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.watermark_frac = float(watermark_frac)
+        self.watermark_blocks = int(watermark_frac * num_blocks)
+        self.num_cpu_blocks = num_cpu_blocks
+        self.enable_prefix_caching = bool(enable_prefix_caching)
+
+        # pop() from the end; reversed so that block 0 is handed out first (purely cosmetic)
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        self._refcount: list[int] = [0] * num_blocks
+        self._block_hash: list[int | None] = [None] * num_blocks
+        self._hash_to_block: dict[int, int] = {}  # registered hash -> the block holding it (used or cached)
+        self._evictable: OrderedDict[int, None] = OrderedDict()  # cached refcount-0 blocks, LRU first
+        self._seqs: dict[int, _Seq] = {}
+        self._num_used = 0  # blocks with refcount > 0
+        self._num_unfilled_slots = 0  # sum over GPU sequences of (blocks * block_size - tokens)
+        self._num_cpu_used = 0
+
+        self.prefix_hit_tokens = 0
+        self.prefix_query_tokens = 0
+
+    # -- introspection ------------------------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Empty GPU blocks on the free list (cached blocks are counted separately)."""
+        return len(self._free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        """GPU blocks referenced by at least one live sequence (a shared block counts once)."""
+        return self._num_used
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Evictable prefix-cache blocks: refcount 0, content kept, reclaimable on demand."""
+        return len(self._evictable)
+
+    @property
+    def num_available_blocks(self) -> int:
+        """Blocks a new allocation can take: free + cached."""
+        return len(self._free) + len(self._evictable)
+
+    @property
+    def num_swapped_out_blocks(self) -> int:
+        """CPU blocks holding swapped-out sequences."""
+        return self._num_cpu_used
+
+    @property
+    def utilization_frac(self) -> float:
+        """Used GPU blocks / num_blocks."""
+        return self._num_used / self.num_blocks
+
+    @property
+    def fragmentation_frac(self) -> float:
+        """Allocated but unfilled token slots / allocated slots over used blocks (0 when nothing is used).
+
+        Only a sequence's last block can be partly filled, and shared (hashed) blocks are always full, so
+        this is the physical internal fragmentation of the used blocks.
+        """
+        if self._num_used == 0:
+            return 0.0
+        return self._num_unfilled_slots / (self._num_used * self.block_size)
+
+    @property
+    def num_seqs(self) -> int:
+        """Sequences known to the cache (on GPU or swapped out)."""
+        return len(self._seqs)
+
+    def __contains__(self, seq_id: object) -> bool:
+        return seq_id in self._seqs
+
+    def seq_num_tokens(self, seq_id: int) -> int:
+        """Tokens held for ``seq_id`` (on GPU or swapped out)."""
+        return self._get(seq_id).num_tokens
+
+    def seq_num_blocks(self, seq_id: int) -> int:
+        """Blocks held for ``seq_id``: its GPU block table (shared blocks included) or its CPU blocks."""
+        seq = self._get(seq_id)
+        return len(seq.block_ids) if seq.on_gpu else seq.num_cpu_blocks
+
+    def is_swapped_out(self, seq_id: int) -> bool:
+        """Whether ``seq_id`` currently lives in CPU swap space."""
+        return not self._get(seq_id).on_gpu
+
+    def num_blocks_for(self, num_tokens: int) -> int:
+        """ceil(num_tokens / block_size)."""
+        return -(-num_tokens // self.block_size)
+
+    # -- admission ---------------------------------------------------------------------------------------------
+    def can_ever_allocate(self, num_tokens: int) -> bool:
+        """Whether a prompt of ``num_tokens`` fits under the watermark on an empty cache (else it never will)."""
+        return self.num_blocks - self.num_blocks_for(num_tokens) >= self.watermark_blocks
+
+    def can_allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> bool:
+        """Whether admitting a prompt of ``num_tokens`` leaves at least ``watermark_blocks`` available.
+
+        Prefix-cache hits on blocks used by live sequences cost nothing; hits on cached (refcount-0) blocks
+        cost one available block each, like a fresh block.
+        """
+        self._check_new(seq_id, num_tokens, prefix_hashes)
+        num_hit_blocks, num_evictable_hits = self._lookup(num_tokens, prefix_hashes)
+        num_required = self.num_blocks_for(num_tokens) - num_hit_blocks + num_evictable_hits
+        return self.num_available_blocks - num_required >= self.watermark_blocks
+
+    def allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> int:
+        """Reserve blocks for a prompt of ``num_tokens``; return the prompt tokens served from the prefix cache.
+
+        The hit is a whole number of blocks and at most ``num_tokens - 1``. Does not apply the watermark
+        (call ``can_allocate`` first); raises ``KVCacheError`` when the blocks do not exist.
+        """
+        self._check_new(seq_id, num_tokens, prefix_hashes)
+        num_hit_blocks, num_evictable_hits = self._lookup(num_tokens, prefix_hashes)
+        num_total = self.num_blocks_for(num_tokens)
+        num_required = num_total - num_hit_blocks + num_evictable_hits
+        if num_required > self.num_available_blocks:
+            raise KVCacheError(
+                f"cannot allocate {num_required} KV blocks for sequence {seq_id} ({num_tokens} tokens): "
+                f"only {self.num_available_blocks} of {self.num_blocks} available"
+            )
+        hashes: list[int] = list(prefix_hashes) if (prefix_hashes and self.enable_prefix_caching) else []
+        seq = _Seq(num_tokens, hashes)
+        blocks = seq.block_ids
+        refcount = self._refcount
+        for i in range(num_hit_blocks):  # claim hits before allocating, so eviction cannot take them
+            block = self._hash_to_block[hashes[i]]
+            if refcount[block] == 0:
+                del self._evictable[block]
+                self._num_used += 1
+            refcount[block] += 1
+            blocks.append(block)
+        num_hashes = len(hashes)
+        for i in range(num_hit_blocks, num_total):
+            block = self._take_block()
+            if i < num_hashes:
+                h = hashes[i]
+                if h not in self._hash_to_block:
+                    self._hash_to_block[h] = block
+                    self._block_hash[block] = h
+            blocks.append(block)
+        self._seqs[seq_id] = seq
+        self._num_unfilled_slots += num_total * self.block_size - num_tokens
+        hit_tokens = num_hit_blocks * self.block_size
+        self.prefix_hit_tokens += hit_tokens
+        self.prefix_query_tokens += num_tokens
+        return hit_tokens
+
+    # -- growth ------------------------------------------------------------------------------------------------
+    def can_append(self, seq_id: int, num_new_tokens: int = 1) -> bool:
+        """Whether ``seq_id`` can grow by ``num_new_tokens`` (no watermark; cached blocks may be evicted)."""
+        seq = self._get_on_gpu(seq_id)
+        need = -(-(seq.num_tokens + num_new_tokens) // self.block_size) - len(seq.block_ids)
+        return need <= 0 or need <= len(self._free) + len(self._evictable)
+
+    def append(self, seq_id: int, num_new_tokens: int = 1) -> None:
+        """Grow ``seq_id`` by ``num_new_tokens``, taking a new block only when a block boundary is crossed."""
+        seq = self._get_on_gpu(seq_id)
+        if num_new_tokens < 0:
+            raise KVCacheError(f"num_new_tokens={num_new_tokens} for sequence {seq_id} must be >= 0")
+        new_total = seq.num_tokens + num_new_tokens
+        blocks = seq.block_ids
+        need = -(-new_total // self.block_size) - len(blocks)
+        if need > 0:
+            if need > len(self._free) + len(self._evictable):
+                raise KVCacheError(
+                    f"cannot append {num_new_tokens} tokens to sequence {seq_id}: needs {need} more KV blocks, "
+                    f"only {len(self._free) + len(self._evictable)} available"
+                )
+            for _ in range(need):
+                blocks.append(self._take_block())
+            self._num_unfilled_slots += need * self.block_size - num_new_tokens
+        else:
+            self._num_unfilled_slots -= num_new_tokens
+        seq.num_tokens = new_total
+
+    # -- release -----------------------------------------------------------------------------------------------
+    def free(self, seq_id: int) -> None:
+        """Release ``seq_id`` (on GPU or swapped out). Hashed blocks whose refcount drops to 0 stay cached."""
+        seq = self._get(seq_id)
+        if seq.on_gpu:
+            self._release_gpu(seq)
+        else:
+            self._num_cpu_used -= seq.num_cpu_blocks
+        del self._seqs[seq_id]
+
+    # -- swapping ----------------------------------------------------------------------------------------------
+    def can_swap_out(self, seq_id: int) -> bool:
+        """Whether the CPU swap space has room for all of ``seq_id``'s blocks."""
+        seq = self._get_on_gpu(seq_id)
+        return len(seq.block_ids) <= self.num_cpu_blocks - self._num_cpu_used
+
+    def swap_out(self, seq_id: int) -> int:
+        """Move ``seq_id``'s blocks to CPU swap space; return the number of blocks moved."""
+        seq = self._get_on_gpu(seq_id)
+        num_moved = len(seq.block_ids)
+        if num_moved > self.num_cpu_blocks - self._num_cpu_used:
+            raise KVCacheError(
+                f"cannot swap out sequence {seq_id}: needs {num_moved} CPU blocks, "
+                f"only {self.num_cpu_blocks - self._num_cpu_used} of {self.num_cpu_blocks} free"
+            )
+        self._release_gpu(seq)
+        seq.on_gpu = False
+        seq.num_cpu_blocks = num_moved
+        self._num_cpu_used += num_moved
+        return num_moved
+
+    def can_swap_in(self, seq_id: int) -> bool:
+        """Whether swapping ``seq_id`` back in leaves at least ``watermark_blocks`` available."""
+        seq = self._get_swapped(seq_id)
+        return self.num_available_blocks - self._swap_in_cost(seq) >= self.watermark_blocks
+
+    def swap_in(self, seq_id: int) -> int:
+        """Bring ``seq_id`` back to GPU blocks (re-sharing still-cached prefix blocks); return blocks moved."""
+        seq = self._get_swapped(seq_id)
+        cost = self._swap_in_cost(seq)
+        if cost > self.num_available_blocks:
+            raise KVCacheError(
+                f"cannot swap in sequence {seq_id}: needs {cost} KV blocks, only {self.num_available_blocks} available"
+            )
+        num_blocks = seq.num_cpu_blocks
+        blocks: list[int] = [-1] * num_blocks
+        refcount = self._refcount
+        hashes = seq.hashes
+        num_hashed = min(len(hashes), num_blocks)
+        for i in range(num_hashed):  # first claim cached hits, so the fresh allocations cannot evict them
+            block = self._hash_to_block.get(hashes[i])
+            if block is not None:
+                if refcount[block] == 0:
+                    del self._evictable[block]
+                    self._num_used += 1
+                refcount[block] += 1
+                blocks[i] = block
+        for i in range(num_blocks):
+            if blocks[i] < 0:
+                block = self._take_block()
+                if i < num_hashed and hashes[i] not in self._hash_to_block:
+                    self._hash_to_block[hashes[i]] = block
+                    self._block_hash[block] = hashes[i]
+                blocks[i] = block
+        seq.block_ids = blocks
+        seq.on_gpu = True
+        seq.num_cpu_blocks = 0
+        self._num_cpu_used -= num_blocks
+        self._num_unfilled_slots += num_blocks * self.block_size - seq.num_tokens
+        return num_blocks
+
+    # -- audit -------------------------------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Recompute the whole state from the sequences and raise ``AssertionError`` on any inconsistency."""
+
+        def fail(message: str) -> NoReturn:
+            raise AssertionError(f"KV block manager invariant broken: {message}")
+
+        n = self.num_blocks
+        refs = [0] * n
+        owners: dict[int, list[tuple[int, int]]] = {}  # block -> [(seq_id, position)]
+        unfilled = 0
+        cpu_used = 0
+        for seq_id, seq in self._seqs.items():
+            expected = self.num_blocks_for(seq.num_tokens)
+            if seq.num_tokens < 1:
+                fail(f"sequence {seq_id} holds {seq.num_tokens} tokens")
+            if seq.on_gpu:
+                if seq.num_cpu_blocks != 0:
+                    fail(f"sequence {seq_id} is on GPU but holds {seq.num_cpu_blocks} CPU blocks")
+                if len(seq.block_ids) != expected:
+                    fail(f"sequence {seq_id}: {len(seq.block_ids)} blocks for {seq.num_tokens} tokens, "
+                         f"expected {expected}")
+                if len(set(seq.block_ids)) != len(seq.block_ids):
+                    fail(f"sequence {seq_id} references a block twice")
+                for pos, block in enumerate(seq.block_ids):
+                    if not 0 <= block < n:
+                        fail(f"sequence {seq_id} references block {block} outside [0, {n})")
+                    refs[block] += 1
+                    owners.setdefault(block, []).append((seq_id, pos))
+                unfilled += expected * self.block_size - seq.num_tokens
+            else:
+                if seq.block_ids:
+                    fail(f"swapped-out sequence {seq_id} still holds GPU blocks")
+                if seq.num_cpu_blocks != expected:
+                    fail(f"swapped-out sequence {seq_id}: {seq.num_cpu_blocks} CPU blocks for "
+                         f"{seq.num_tokens} tokens, expected {expected}")
+                cpu_used += seq.num_cpu_blocks
+        if refs != self._refcount:
+            fail("reference counts disagree with the sequences' block tables")
+        if any(r < 0 for r in self._refcount):
+            fail("negative reference count")
+        used = sum(1 for r in refs if r > 0)
+        if used != self._num_used:
+            fail(f"used counter {self._num_used} != {used} referenced blocks")
+        if unfilled != self._num_unfilled_slots:
+            fail(f"unfilled-slot counter {self._num_unfilled_slots} != {unfilled}")
+        if cpu_used != self._num_cpu_used or cpu_used > self.num_cpu_blocks:
+            fail(f"CPU blocks used {self._num_cpu_used} (recomputed {cpu_used}) of {self.num_cpu_blocks}")
+        free_set = set(self._free)
+        if len(free_set) != len(self._free):
+            fail("a block is on the free list twice")
+        cached_set = set(self._evictable)
+        if free_set & cached_set:
+            fail("a block is both free and cached")
+        for block in free_set:
+            if refs[block] != 0 or self._block_hash[block] is not None:
+                fail(f"free block {block} is referenced or still hashed")
+        for block in cached_set:
+            if refs[block] != 0 or self._block_hash[block] is None:
+                fail(f"cached block {block} is referenced or has no hash")
+        if used + len(free_set) + len(cached_set) != n:
+            fail(f"used {used} + free {len(free_set)} + cached {len(cached_set)} != num_blocks {n}")
+        if cached_set and not self.enable_prefix_caching:
+            fail("cached blocks without prefix caching")
+        for h, block in self._hash_to_block.items():
+            if self._block_hash[block] != h:
+                fail(f"hash table points hash {h} at block {block} holding {self._block_hash[block]}")
+        if sum(1 for h in self._block_hash if h is not None) != len(self._hash_to_block):
+            fail("a block carries a hash the hash table does not know")
+        for block, who in owners.items():
+            if len(who) > 1:  # sharing is only legal through the prefix cache, at the same position
+                shared_hash = self._block_hash[block]
+                if shared_hash is None:
+                    fail(f"block {block} is shared by sequences {[s for s, _ in who]} without a prefix hash")
+                for seq_id, pos in who:
+                    hashes = self._seqs[seq_id].hashes
+                    if pos >= len(hashes) or hashes[pos] != shared_hash:
+                        fail(f"block {block} is shared by sequence {seq_id} at position {pos} with another prefix")
+
+    # -- internals ---------------------------------------------------------------------------------------------
+    def _get(self, seq_id: int) -> _Seq:
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            raise KVCacheError(f"unknown sequence id {seq_id} in the KV cache")
+        return seq
+
+    def _get_on_gpu(self, seq_id: int) -> _Seq:
+        seq = self._get(seq_id)
+        if not seq.on_gpu:
+            raise KVCacheError(f"sequence {seq_id} is swapped out; swap it in first")
+        return seq
+
+    def _get_swapped(self, seq_id: int) -> _Seq:
+        seq = self._get(seq_id)
+        if seq.on_gpu:
+            raise KVCacheError(f"sequence {seq_id} is not swapped out")
+        return seq
+
+    def _check_new(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None) -> None:
+        if seq_id in self._seqs:
+            raise KVCacheError(f"sequence id {seq_id} already holds KV blocks; free it before allocating again")
+        if num_tokens < 1:
+            raise KVCacheError(f"sequence {seq_id}: num_tokens={num_tokens} must be >= 1")
+        if prefix_hashes and len(prefix_hashes) > num_tokens // self.block_size:
+            raise KVCacheError(
+                f"sequence {seq_id}: {len(prefix_hashes)} prefix hashes for {num_tokens} tokens; at most "
+                f"{num_tokens // self.block_size} full blocks of {self.block_size} tokens can be hashed"
+            )
+
+    def _lookup(self, num_tokens: int, prefix_hashes: Sequence[int] | None) -> tuple[int, int]:
+        """(hit blocks, of which cached refcount-0) for a new prompt: leading hits, capped at num_tokens - 1."""
+        if not prefix_hashes or not self.enable_prefix_caching:
+            return 0, 0
+        table = self._hash_to_block
+        refcount = self._refcount
+        max_hits = (num_tokens - 1) // self.block_size
+        num_hits = 0
+        num_evictable = 0
+        for h in prefix_hashes:
+            if num_hits >= max_hits:
+                break
+            block = table.get(h)
+            if block is None:
+                break
+            num_hits += 1
+            if refcount[block] == 0:
+                num_evictable += 1
+        return num_hits, num_evictable
+
+    def _swap_in_cost(self, seq: _Seq) -> int:
+        """Available blocks a swap-in consumes: fresh blocks plus re-used cached (refcount-0) blocks."""
+        hashes = seq.hashes
+        num_blocks = seq.num_cpu_blocks
+        num_shared_live = 0
+        if hashes:
+            table = self._hash_to_block
+            refcount = self._refcount
+            for i in range(min(len(hashes), num_blocks)):
+                block = table.get(hashes[i])
+                if block is not None and refcount[block] > 0:
+                    num_shared_live += 1
+        return num_blocks - num_shared_live
+
+    def _take_block(self) -> int:
+        """A fresh block with refcount 1: from the free list, else by evicting the least recently freed cached block."""
+        if self._free:
+            block = self._free.pop()
+        else:
+            block, _ = self._evictable.popitem(last=False)  # KeyError here is a bug: callers check availability
+            evicted_hash = self._block_hash[block]
+            if evicted_hash is not None:
+                del self._hash_to_block[evicted_hash]
+                self._block_hash[block] = None
+        self._refcount[block] = 1
+        self._num_used += 1
+        return block
+
+    def _release_gpu(self, seq: _Seq) -> None:
+        """Drop ``seq``'s GPU references, last block first (so its tail is evicted before its prefix)."""
+        refcount = self._refcount
+        block_hash = self._block_hash
+        blocks = seq.block_ids
+        for i in range(len(blocks) - 1, -1, -1):
+            block = blocks[i]
+            r = refcount[block] - 1
+            refcount[block] = r
+            if r == 0:
+                self._num_used -= 1
+                if block_hash[block] is not None:
+                    self._evictable[block] = None  # appended as most recently used
+                else:
+                    self._free.append(block)
+        self._num_unfilled_slots -= len(blocks) * self.block_size - seq.num_tokens
+        seq.block_ids = []
+
+
+def prefix_block_hashes(
+    prefix_id: int, shared_prefix_tokens: int, prompt_tokens: int, block_size: int, unique_id: int
+) -> list[int]:
+    """Chained hashes of a prompt's full blocks when requests share a system prompt.
+
+    The first ``shared_prefix_tokens`` tokens of every request with the same ``prefix_id`` are identical;
+    the rest of the prompt is unique to ``unique_id`` (use the request id). Block ``i`` covers tokens
+    ``[i * block_size, (i + 1) * block_size)``; it hashes only shared content if it lies wholly inside the
+    shared prefix, and every hash chains the previous one, so a block after the first unique token never
+    matches another request's. Returns ``prompt_tokens // block_size`` ints (the partial last block has no hash).
+    Hashes are Python's deterministic tuple-of-int hashes, stable within and across runs.
+    """
+    for name, value in (("shared_prefix_tokens", shared_prefix_tokens), ("prompt_tokens", prompt_tokens)):
+        if value < 0:
+            raise ConfigError(f"{name}={value} must be >= 0")
+    if block_size < 1:
+        raise ConfigError(f"block_size={block_size} must be >= 1")
+    out: list[int] = []
+    prev = 0
+    for i in range(prompt_tokens // block_size):
+        if (i + 1) * block_size <= shared_prefix_tokens:
+            prev = hash((prev, 0, prefix_id, i))
+        else:
+            prev = hash((prev, 1, prefix_id, unique_id, i))
+        out.append(prev)
+    return out
+
+
+def kv_cache_capacity(
+    *,
+    gpu_memory_bytes: float,
+    gpu_memory_utilization_frac: float,
+    weight_bytes: float,
+    activation_peak_bytes: float,
+    kv_bytes_per_token: float,
+    block_size: int,
+) -> int:
+    """GPU KV blocks vLLM would allocate: floor((memory * utilization - weights - activations) / block bytes).
+
+    ``kv_bytes_per_token`` is the per-GPU KV footprint of one token over all layers (K and V). Raises a
+    one-line ``ConfigError`` ("model does not fit ...", needed vs available in GiB) when not even one block fits.
+    """
+    if not gpu_memory_bytes > 0:
+        raise ConfigError(f"gpu_memory_bytes={gpu_memory_bytes} must be > 0")
+    if not 0.0 < gpu_memory_utilization_frac <= 1.0:
+        raise ConfigError(f"gpu_memory_utilization_frac={gpu_memory_utilization_frac} must be in (0, 1]")
+    if not weight_bytes >= 0 or not activation_peak_bytes >= 0:
+        raise ConfigError(
+            f"weight_bytes={weight_bytes} and activation_peak_bytes={activation_peak_bytes} must be >= 0"
+        )
+    if not kv_bytes_per_token > 0 or not math.isfinite(kv_bytes_per_token):
+        raise ConfigError(f"kv_bytes_per_token={kv_bytes_per_token} must be a finite number > 0")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ConfigError(f"block_size={block_size!r} must be an int >= 1")
+    available_bytes = gpu_memory_bytes * gpu_memory_utilization_frac
+    block_bytes = kv_bytes_per_token * block_size
+    kv_budget_bytes = available_bytes - weight_bytes - activation_peak_bytes
+    num_blocks = int(kv_budget_bytes // block_bytes) if kv_budget_bytes > 0 else 0
+    if num_blocks <= 0:
+        needed_bytes = weight_bytes + activation_peak_bytes + block_bytes
+        raise ConfigError(
+            f"model does not fit: needs {needed_bytes / _GiB:.2f} GiB (weights {weight_bytes / _GiB:.2f} + "
+            f"activations {activation_peak_bytes / _GiB:.2f} + one KV block {block_bytes / _GiB:.4f}) but only "
+            f"{available_bytes / _GiB:.2f} GiB is available ({gpu_memory_utilization_frac:g} of "
+            f"{gpu_memory_bytes / _GiB:.2f} GiB); use more tensor parallelism, a smaller dtype, a bigger GPU or a "
+            "higher gpu_memory_utilization")
+    return num_blocks

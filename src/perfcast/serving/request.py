@@ -1,0 +1,62 @@
+"""A request's state as the simulator moves it: waiting, prefilling, decoding, finished."""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["Request"]
+
+
+class Request:
+    """One request (mutable simulation state; ids belong to the simulation that made them).
+
+    ``prompt_tokens`` are the tokens to prefill; after a recompute preemption the
+    generated tokens join them (``prefill_target``) and are prefilled again.
+    ``computed_tokens`` counts tokens whose KV is in the cache (prefix-cache hits
+    included); ``generated`` counts output tokens emitted.
+    """
+
+    __slots__ = ("arrival_s", "computed_tokens", "finish_s", "first_token_s", "generated", "id",
+                 "output_tokens", "preemptions", "prefill_target", "prefix_hashes", "prefix_hit_tokens",
+                 "prompt_tokens", "replica", "scheduled_s", "swapped")
+
+    def __init__(self, rid: int, arrival_s: float, prompt_tokens: int, output_tokens: int) -> None:
+        self.id = rid
+        self.arrival_s = arrival_s
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.prefill_target = prompt_tokens
+        self.computed_tokens = 0
+        self.generated = 0
+        self.first_token_s = math.nan
+        self.finish_s = math.nan
+        self.scheduled_s = math.nan
+        self.preemptions = 0
+        self.prefix_hashes: list[int] | None = None
+        self.prefix_hit_tokens = 0
+        self.replica = -1
+        self.swapped = False
+
+    @property
+    def in_prefill(self) -> bool:
+        """Whether prompt tokens remain to be computed."""
+        return self.computed_tokens < self.prefill_target
+
+    @property
+    def remaining_prefill(self) -> int:
+        """Prompt tokens not yet computed."""
+        return self.prefill_target - self.computed_tokens
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens the sequence holds (prompt and generated)."""
+        return self.prompt_tokens + self.generated
+
+    @property
+    def done(self) -> bool:
+        """Whether every requested output token has been emitted."""
+        return self.generated >= self.output_tokens
+
+    def __repr__(self) -> str:
+        return (f"Request(id={self.id}, prompt={self.prompt_tokens}, output={self.output_tokens}, "
+                f"computed={self.computed_tokens}, generated={self.generated})")

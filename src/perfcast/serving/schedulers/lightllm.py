@@ -1,0 +1,47 @@
+"""``lightllm``: LightLLM's router: admit only what can finish without eviction.
+
+Like ``vllm`` it runs prefill batches first and decode batches otherwise, on a
+paged KV cache that grows token by token; but a request is admitted only when
+the projected peak of every admitted request (each one's prompt plus all of its
+output) still fits the cache, so it never preempts. LightLLM estimates output
+lengths; the simulator knows them, so this is the policy with perfect estimates.
+"""
+
+from __future__ import annotations
+
+from perfcast.serving.request import Request
+from perfcast.serving.schedulers.base import Batch, ReplicaScheduler
+from perfcast.serving.schedulers.registry import SCHEDULERS
+
+__all__ = ["LightLLMScheduler"]
+
+
+@SCHEDULERS.register("lightllm")
+class LightLLMScheduler(ReplicaScheduler):
+    """Prefill-first batching with admission by projected KV peak."""
+
+    name = "lightllm"
+
+    def _peak_blocks(self, req: Request) -> int:
+        return self.kv.num_blocks_for(req.prompt_tokens + req.output_tokens)
+
+    def schedule(self) -> Batch | None:
+        batch = Batch()
+        projected = sum(self._peak_blocks(r) for r in self.running)
+        tokens = 0
+        while self.waiting and len(self.running) < self.limits.max_num_seqs:
+            req = self.waiting[0]
+            n = req.remaining_prefill
+            peak = self._peak_blocks(req)
+            if (tokens + n > self.limits.max_num_batched_tokens or projected + peak > self.kv.num_blocks
+                    or not self._can_admit(req)):
+                break
+            self.waiting.popleft()
+            self._admit(req)
+            batch.prefill.append((req, req.remaining_prefill))
+            tokens += req.remaining_prefill
+            projected += peak
+        if batch.prefill:
+            return batch
+        self._reserve_decode_slots(batch, [r for r in self.running if not r.in_prefill])
+        return batch if batch else None

@@ -1,0 +1,49 @@
+"""``static``: request-level batching (FasterTransformer-style).
+
+When the replica is idle it takes up to ``max_num_seqs`` waiting requests (FCFS,
+KV reserved for their full length), prefills them together and decodes them in
+lock-step until the longest is done; finished requests keep their slot (the
+batch is padded) and nothing new joins until the whole batch completes.
+"""
+
+from __future__ import annotations
+
+from perfcast.serving.request import Request
+from perfcast.serving.schedulers.base import Batch, ReplicaScheduler
+from perfcast.serving.schedulers.registry import SCHEDULERS
+
+__all__ = ["StaticScheduler"]
+
+
+@SCHEDULERS.register("static")
+class StaticScheduler(ReplicaScheduler):
+    """One batch at a time, padded to its longest request."""
+
+    name = "static"
+    reserve_full_length = True
+
+    def _prefill_fits_budget(self, req: Request) -> bool:
+        return True
+
+    def finish(self, req: Request) -> None:
+        """A finished request keeps its slot until the whole batch is done."""
+        if all(r.done for r in self.running):
+            for r in self.running:
+                self.kv.free(r.id)
+            self.running.clear()
+
+    def schedule(self) -> Batch | None:
+        batch = Batch()
+        if not self.running:
+            while self.waiting and len(self.running) < self.limits.max_num_seqs:
+                req = self.waiting[0]
+                if not self._can_admit(req):
+                    break
+                self.waiting.popleft()
+                self._admit(req)
+                batch.prefill.append((req, req.remaining_prefill))
+            return batch if batch else None
+        if any(r.in_prefill for r in self.running):  # pragma: no cover - prefills run in the first iteration
+            batch.prefill = [(r, r.remaining_prefill) for r in self.running if r.in_prefill]
+        batch.decode = list(self.running)  # padded: finished members still occupy their rows
+        return batch

@@ -1,0 +1,74 @@
+"""CLI: ``perfcast serve``: one JSON object with units in its keys, the timeline and per-request outputs, and bad
+input as one ``error:`` line with exit code 2."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import invoke, parse_json, user_error
+
+pytestmark = pytest.mark.cli
+
+BASE = ["serve", "--model", "llama-2-7b", "--hardware", "a100-sxm-80gb", "--qps", "2", "--num-requests", "40",
+        "--trace", "arxiv_summarization", "--seed", "42"]
+
+
+def test_serve_json_has_the_issue_keys() -> None:
+    data = parse_json(invoke([*BASE, "--json"]))
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        assert set(data[key]) >= {"mean", "p50", "p90", "p99"}
+    for key in ("requests_completed", "preemptions", "throughput_requests_per_s", "throughput_tokens_per_s",
+                "goodput_requests_per_s", "kv_utilization_frac"):
+        assert key in data
+    assert data["requests_completed"] == 40 and data["ttft_s"]["p99"] >= data["ttft_s"]["p50"] > 0
+
+
+def test_serve_text_and_outputs(tmp_path: Path) -> None:
+    timeline, requests = tmp_path / "timeline.json", tmp_path / "requests.csv"
+    res = invoke([*BASE, "--scheduler", "sarathi", "--chunk-size", "512", "--trace-out", str(timeline),
+                  "--requests-out", str(requests)])
+    assert res.exit_code == 0, res.stderr
+    assert "TTFT" in res.stdout and "goodput" in res.stdout
+    events = json.loads(timeline.read_text())["traceEvents"]
+    assert any(e.get("cat") == "iteration" for e in events) and any(e.get("cat") == "request" for e in events)
+    rows = list(csv.DictReader(requests.open()))
+    assert len(rows) == 40 and all(r["status"] == "completed" for r in rows)
+    before = requests.read_text()
+    assert "--force" in user_error(invoke([*BASE, "--requests-out", str(requests)]))
+    assert requests.read_text() == before
+
+
+def test_find_max_qps_meets_the_slo() -> None:
+    data = parse_json(invoke(["serve", "--model", "llama-2-7b", "--hardware", "a100-sxm-80gb", "--num-requests", "40",
+                              "--prompt-tokens", "512", "--output-tokens", "64", "--find-max-qps",
+                              "--slo-ttft-p99", "1.0", "--slo-tpot-p99", "0.05", "--json"]))
+    assert data["max_qps"] > 0
+    assert data["ttft_s"]["p99"] <= 1.0 and data["tpot_s"]["p99"] <= 0.05
+    failing = [q for q, met in data["qps_evaluated"] if not met]
+    assert failing and min(failing) > data["max_qps"]
+
+
+def test_malformed_trace_names_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("prompt_tokens,output_tokens\n10,5\nten,5\n")
+    line = user_error(invoke([*BASE[:-4], "--trace", str(bad)]))
+    assert "bad.csv" in line and "line 3" in line
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--scheduler", "fcfs"], "valid: "),
+    (["--model", "llama-2-70b"], "GiB of weights per GPU"),
+    (["--tensor-parallel-size", "3"], "tp=3"),
+    (["--quantization", "int3"], "--quantization"),
+    (["--qps", "-1"], "--qps"),
+    (["--trace", "nope"], "arxiv_summarization"),
+])
+def test_serve_bad_input_is_one_error_line(args: list[str], fragment: str) -> None:
+    base = dict(zip(BASE[1::2], BASE[2::2], strict=True))
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value
+    line = user_error(invoke(["serve", *[x for kv in base.items() for x in kv]]))
+    assert fragment in line, line

@@ -1,0 +1,68 @@
+"""Property tests of the serving simulator over random deployments and loads (hypothesis).
+
+Invariants: every request completes or is reported with its reason; a completed request emitted exactly
+the tokens it asked for; KV blocks in use never exceed the cache (audited after every iteration); the
+same seed gives bit-identical output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from perfcast.errors import ConfigError
+from perfcast.serving import ServingConfig, ServingResult, WorkloadConfig, simulate_serving
+
+CONFIGS = st.fixed_dictionaries({
+    "scheduler": st.sampled_from(["vllm", "sarathi", "orca", "lightllm", "static"]),
+    "gpu_memory_utilization": st.sampled_from([0.2, 0.3, 0.9]),
+    "preemption_mode": st.sampled_from(["recompute", "swap"]),
+    "chunk_size": st.sampled_from([64, 256, 1024]),
+    "max_num_seqs": st.integers(1, 64),
+    "block_size": st.sampled_from([1, 16, 32]),
+    "enable_prefix_caching": st.booleans(),
+    "num_replicas": st.integers(1, 2),
+})
+LOADS = st.fixed_dictionaries({
+    "num_requests": st.integers(1, 25),
+    "qps": st.sampled_from([None, 0.5, 4.0, 50.0]),
+    "seed": st.integers(0, 2**16),
+    "prompt_tokens": st.integers(1, 3000),
+    "output_tokens": st.integers(1, 300),
+    "shared_prefix_tokens": st.sampled_from([0, 512]),
+})
+
+
+def _run(c: dict, w: dict, **kw: bool) -> ServingResult | None:
+    """The simulation, or None when the deployment is refused with the one-line "does not fit" error."""
+    cfg = ServingConfig(model="llama-2-7b", hardware="a100-sxm-80gb", workload=WorkloadConfig(**w), **c)
+    try:
+        return simulate_serving(cfg, **kw)
+    except ConfigError as exc:
+        assert "does not fit" in str(exc) and "\n" not in str(exc)
+        return None
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(CONFIGS, LOADS)
+def test_requests_and_tokens_are_conserved_and_kv_stays_within_capacity(c: dict, w: dict) -> None:
+    res = _run(c, w, audit=True)
+    assume(res is not None)
+    assert res is not None
+    done = np.array([s == "completed" for s in res.status])
+    assert all(s == "completed" or (s.startswith("rejected: ") and len(s) > len("rejected: ")) for s in res.status)
+    np.testing.assert_array_equal(res.generated_tokens[done], res.output_tokens[done])
+    assert res.metrics.requests_completed == int(done.sum())
+    assert res.kv_utilization_max_frac <= 1.0
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(CONFIGS, LOADS)
+def test_same_seed_same_output(c: dict, w: dict) -> None:
+    a, b = _run(c, w), _run(c, w)
+    assume(a is not None)
+    assert a is not None and b is not None
+    assert np.array_equal(a.first_token_s, b.first_token_s, equal_nan=True)
+    assert np.array_equal(a.finish_s, b.finish_s, equal_nan=True)
+    assert a.status == b.status and a.preemptions == b.preemptions

@@ -1,0 +1,166 @@
+"""The serving simulator: conservation of requests and tokens, determinism, each policy's shape, memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfcast.errors import ConfigError, UnknownNameError
+from perfcast.serving import IterationModel, PrefillChunk, ServingConfig, WorkloadConfig, simulate_serving
+from perfcast.serving.timeline import serving_trace
+
+BASE = dict(model="llama-2-7b", hardware="a100-sxm-80gb", max_num_seqs=128)
+
+
+def _cfg(scheduler: str = "vllm", *, n: int = 60, qps: float | None = 2.0, trace: str | None = "arxiv_summarization",
+         **kw: object) -> ServingConfig:
+    load = {"num_requests": n, "qps": qps, "trace": trace, "seed": 42}
+    load.update({k: kw.pop(k) for k in list(kw) if k in WorkloadConfig.model_fields})
+    work = WorkloadConfig(**load)  # type: ignore[arg-type]
+    return ServingConfig(**BASE | {"scheduler": scheduler, "workload": work} | kw)  # type: ignore[arg-type]
+
+
+def _assert_conserved(res) -> None:  # type: ignore[no-untyped-def]
+    done = np.array([s == "completed" for s in res.status])
+    assert all(s == "completed" or s.startswith("rejected: ") for s in res.status)
+    np.testing.assert_array_equal(res.generated_tokens[done], res.output_tokens[done])
+    assert np.all(res.first_token_s[done] >= res.arrival_s[done])
+    assert np.all(res.finish_s[done] >= res.first_token_s[done])
+    assert 0.0 <= res.kv_utilization_mean_frac <= res.kv_utilization_max_frac <= 1.0
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "sarathi", "orca", "lightllm", "static"])
+def test_every_request_completes_with_all_its_tokens(scheduler: str) -> None:
+    res = simulate_serving(_cfg(scheduler))
+    _assert_conserved(res)
+    assert res.metrics.requests_completed == 60
+    assert res.metrics.ttft_s.p50 > 0 and res.metrics.tpot_s.p50 > 0
+
+
+def test_same_seed_is_bit_identical_and_another_seed_is_not() -> None:
+    a, b = simulate_serving(_cfg()), simulate_serving(_cfg())
+    for name in ("arrival_s", "first_token_s", "finish_s"):
+        assert np.array_equal(getattr(a, name), getattr(b, name))
+    assert a.as_dict() == b.as_dict()
+    c = simulate_serving(_cfg(seed=7))
+    assert not np.array_equal(a.finish_s, c.finish_s)
+
+
+def test_vllm_iterations_are_prefill_or_decode_and_sarathi_respects_its_chunk() -> None:
+    v = simulate_serving(_cfg("vllm"), keep_events=True)
+    assert all(not (e.prefill_tokens and e.decode_seqs) for e in v.events)
+    s = simulate_serving(_cfg("sarathi", chunk_size=256), keep_events=True)
+    assert all(e.prefill_tokens + e.decode_seqs <= 256 for e in s.events)
+    assert any(e.prefill_tokens and e.decode_seqs for e in s.events)  # mixed batches
+
+
+def test_chunked_prefill_flag_runs_the_sarathi_policy() -> None:
+    a = simulate_serving(_cfg("vllm", enable_chunked_prefill=True, chunk_size=512))
+    b = simulate_serving(_cfg("sarathi", chunk_size=512))
+    assert np.array_equal(a.finish_s, b.finish_s)
+
+
+def test_chunking_lowers_the_decode_tail_under_long_prompts() -> None:
+    v = simulate_serving(_cfg("vllm", n=120))
+    s = simulate_serving(_cfg("sarathi", n=120, chunk_size=512))
+    assert s.metrics.tpot_s.p99 < v.metrics.tpot_s.p99
+
+
+def test_static_batching_waits_for_the_whole_batch() -> None:
+    st = simulate_serving(_cfg("static", n=40))
+    cont = simulate_serving(_cfg("vllm", n=40))
+    assert st.metrics.ttft_s.p90 > cont.metrics.ttft_s.p90
+    _assert_conserved(st)
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_memory_pressure_preempts_and_still_completes(mode: str) -> None:
+    cfg = _cfg("vllm", n=80, qps=8.0, gpu_memory_utilization=0.25, preemption_mode=mode)
+    res = simulate_serving(cfg)
+    _assert_conserved(res)
+    assert res.preemptions > 0
+    assert res.metrics.requests_completed + sum(s.startswith("rejected") for s in res.status) == 80
+
+
+def test_full_length_reservation_never_preempts() -> None:
+    for scheduler in ("orca", "lightllm"):
+        res = simulate_serving(_cfg(scheduler, n=80, qps=8.0, gpu_memory_utilization=0.25))
+        assert res.preemptions == 0
+        _assert_conserved(res)
+
+
+def test_requests_that_can_never_fit_are_rejected_with_a_reason() -> None:
+    res = simulate_serving(_cfg("vllm", n=20, trace=None, prompt_tokens=4000, output_tokens=50,
+                                gpu_memory_utilization=0.17, max_num_batched_tokens=2048))
+    reasons = {s for s in res.status if s != "completed"}
+    assert reasons and all("max_num_batched_tokens" in s or "KV blocks" in s for s in reasons)
+
+
+def test_shared_prefixes_hit_the_prefix_cache() -> None:
+    kw = dict(n=80, trace=None, prompt_tokens=2000, output_tokens=64, shared_prefix_tokens=1600)
+    cached = simulate_serving(_cfg("vllm", enable_prefix_caching=True, **kw))
+    plain = simulate_serving(_cfg("vllm", **kw))
+    assert cached.prefix_hit_frac > 0.5 and plain.prefix_hit_frac == 0.0
+    assert cached.metrics.ttft_s.mean < plain.metrics.ttft_s.mean
+
+
+def test_replicas_split_the_load() -> None:
+    one = simulate_serving(_cfg("vllm", n=120, qps=6.0))
+    two = simulate_serving(_cfg("vllm", n=120, qps=6.0, num_replicas=2, router="least_outstanding"))
+    assert set(two.replica.tolist()) == {0, 1}
+    assert two.metrics.e2e_s.mean < one.metrics.e2e_s.mean
+
+
+def test_pipeline_stages_run_as_virtual_engines() -> None:
+    res = simulate_serving(_cfg("vllm", n=40, pipeline_parallel_size=2))
+    _assert_conserved(res)
+    assert res.weight_bytes_per_gpu < simulate_serving(_cfg("vllm", n=5)).weight_bytes_per_gpu
+
+
+def test_timeline_has_a_slice_per_iteration() -> None:
+    res = simulate_serving(_cfg("sarathi", n=20), keep_events=True)
+    tr = serving_trace(res)
+    slices = [e for e in tr["traceEvents"] if e.get("cat") == "iteration"]
+    assert len(slices) == res.iterations and all(e["dur"] > 0 for e in slices)
+
+
+def test_bad_deployments_are_one_line_errors() -> None:
+    with pytest.raises(ConfigError, match="GiB of weights per GPU"):
+        simulate_serving(ServingConfig(model="llama-2-70b", hardware="a100-sxm-80gb"))
+    with pytest.raises(UnknownNameError, match="valid: "):
+        simulate_serving(_cfg("fcfs"))
+    with pytest.raises(ConfigError, match="request lengths"):
+        simulate_serving(_cfg(trace=None))
+
+
+# -- the iteration model ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def llama() -> IterationModel:
+    return IterationModel("llama-2-7b", "a100-sxm-80gb")
+
+
+def test_iteration_time_grows_with_tokens_and_context(llama: IterationModel) -> None:
+    t = [llama.breakdown([PrefillChunk(n, n)]).time_s for n in (128, 512, 2048, 8192)]
+    assert all(a < b for a, b in zip(t, t[1:], strict=False))
+    d = [llama.breakdown(num_decode=32, decode_context_tokens=32 * c).attention_decode_s for c in (256, 1024, 4096)]
+    assert all(a < b for a, b in zip(d, d[1:], strict=False))
+
+
+def test_decode_reads_the_weights_once_per_iteration(llama: IterationModel) -> None:
+    one = llama.breakdown(num_decode=1, decode_context_tokens=128)
+    # a single-token decode streams every weight once: time ~ weights / bandwidth, within the kernel model's spread
+    floor = llama.weight_bytes / llama.hw.memory_bandwidth_Bps
+    assert floor < one.linear_s + one.lm_head_s < 2.0 * floor
+
+
+def test_tensor_parallelism_and_quantization_speed_up_decode() -> None:
+    base = IterationModel("llama-2-13b", "a100-sxm-80gb")
+    tp2 = IterationModel("llama-2-13b", "a100-sxm-80gb", tp=2)
+    w4 = IterationModel("llama-2-13b", "a100-sxm-80gb", quantization="w4a16")
+    kw = dict(num_decode=16, decode_context_tokens=16 * 512)
+    assert tp2.breakdown(**kw).linear_s < base.breakdown(**kw).linear_s
+    assert tp2.breakdown(**kw).tp_comm_s > 0 == base.breakdown(**kw).tp_comm_s
+    assert w4.breakdown(**kw).linear_s < 0.6 * base.breakdown(**kw).linear_s
+    assert w4.weight_bytes < 0.35 * base.weight_bytes
+    fp8_kv = IterationModel("llama-2-13b", "a100-sxm-80gb", kv_dtype=base.dtype.__class__("fp8"))
+    assert fp8_kv.kv_bytes_per_token == pytest.approx(base.kv_bytes_per_token / 2)
