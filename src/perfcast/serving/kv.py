@@ -294,6 +294,27 @@ class BlockManager:
             self._num_unfilled_slots -= num_new_tokens
         seq.num_tokens = new_total
 
+    def append_decode(self, seq_ids: Sequence[int]) -> bool:
+        """One token more for every sequence in ``seq_ids`` (all on the GPU), if the free and cached blocks
+        cover the worst case of each needing a new block; else nothing changes and it returns False (the
+        caller then appends one by one, preempting as needed). The decode hot path: no per-call checks."""
+        if len(seq_ids) > len(self._free) + len(self._evictable):
+            return False
+        bs = self.block_size
+        seqs = self._seqs
+        unfilled = 0
+        for sid in seq_ids:
+            seq = seqs[sid]
+            n = seq.num_tokens + 1
+            if -(-n // bs) > len(seq.block_ids):
+                seq.block_ids.append(self._take_block())
+                unfilled += bs - 1
+            else:
+                unfilled -= 1
+            seq.num_tokens = n
+        self._num_unfilled_slots += unfilled
+        return True
+
     # -- release -----------------------------------------------------------------------------------------------
     def free(self, seq_id: int) -> None:
         """Release ``seq_id`` (on GPU or swapped out). Hashed blocks whose refcount drops to 0 stay cached."""

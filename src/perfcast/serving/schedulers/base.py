@@ -128,21 +128,22 @@ class ReplicaScheduler:
 
     def _reserve_decode_slots(self, batch: Batch, candidates: list[Request]) -> None:
         """Append one KV slot per decoding request, preempting the newest running requests when full."""
-        queue = list(candidates)
-        while queue:
-            req = queue.pop(0)
-            if req not in self.running:
+        if not candidates:
+            return
+        if self.kv.append_decode([r.id for r in candidates]):  # the common case: room for everyone
+            batch.decode.extend(candidates)
+            return
+        gone: set[int] = set()
+        for req in candidates:
+            if req.id in gone:
                 continue
-            preempted_self = False
             while not self.kv.can_append(req.id):
                 victim = self.running[-1]
-                if victim in queue:
-                    queue.remove(victim)
+                gone.add(victim.id)
                 batch.swapped_blocks += self._preempt(victim)
                 if victim is req:
-                    preempted_self = True
                     break
-            if preempted_self:
+            if req.id in gone:
                 continue
             self.kv.append(req.id)
             batch.decode.append(req)
