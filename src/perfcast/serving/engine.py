@@ -11,6 +11,12 @@ engines (as vLLM does): each has its own scheduler and share of the KV cache,
 and an iteration's latency is every stage's time, while the stages overlap
 across the virtual engines.
 
+Decode-only stretches run in one step: when a policy forms a decode-only batch
+(nothing can be admitted), the same batch repeats until a request finishes, a
+request arrives or the KV cache fills, so the engine sums those iterations'
+times at once (vectorized) and advances every request by that many tokens.
+The result equals iterating one by one; the work per stretch is O(batch).
+
 Determinism: one seed drives the request stream; ties in time are broken by
 (time, event kind, engine index), so the same inputs give bit-identical output.
 """
@@ -199,6 +205,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     heap: list[tuple[float, int]] = []
     busy = [False] * len(engines)
     in_flight: list[Batch | None] = [None] * len(engines)
+    steps = [1] * len(engines)  # iterations the batch in flight stands for
     outstanding = [0] * cfg.num_replicas
     events: list[IterationEvent] = []
     iterations = 0
@@ -219,6 +226,10 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         if batch is None:
             busy[e] = False
             return
+        if (not batch.prefill and not batch.swapped_blocks and sched.steady_decode and not keep_events
+                and len(batch.decode) > 0):
+            if _fast_forward(e, now, sched, batch):
+                return
         q = ctx = 0
         pairs = 0.0
         for req, k in batch.prefill:
@@ -246,7 +257,47 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             events.append(IterationEvent(e, now, dt, q, len(batch.decode)))
         busy[e] = True
         in_flight[e] = batch
+        steps[e] = 1
         heapq.heappush(heap, (now + dt, e))
+
+    def _fast_forward(e: int, now: float, sched: ReplicaScheduler, batch: Batch) -> bool:
+        """Run the decode-only ``batch`` for as many identical iterations as nothing else can happen in."""
+        nonlocal iterations, kv_time, kv_util_sum, kv_frag_sum, kv_max
+        reqs = batch.decode
+        k = min(r.output_tokens - r.generated for r in reqs)  # the k-th iteration finishes someone
+        if k < 2:
+            return False
+        ids = [r.id for r in reqs]
+        kv = sched.kv
+        grows = not sched.reserve_full_length  # a full-length reservation already holds every token
+        if grows:
+            k = min(k, 1 + kv.max_uniform_appends(ids, k - 1))  # this iteration's slots are already taken
+            if k < 2:
+                return False
+        b = len(reqs)
+        ctx0 = sum(r.context_tokens for r in reqs)
+        dts = model.decode_times(b, ctx0 + b * np.arange(k)) * stage_factor
+        ends = now + np.cumsum(dts)
+        nxt = arrival[cursor] if cursor < n else math.inf
+        if nxt < ends[-1]:
+            k = int(np.searchsorted(ends, nxt, side="left")) + 1  # stop at the boundary after the arrival
+            if k < 2:
+                return False
+        if grows:
+            for sid in ids:
+                kv.append(sid, k - 1)
+        total = float(ends[k - 1] - now)
+        util = kv.utilization_frac
+        kv_util_sum += util * total
+        kv_frag_sum += kv.fragmentation_frac * total
+        kv_time += total
+        kv_max = max(kv_max, util)
+        iterations += k
+        busy[e] = True
+        in_flight[e] = batch
+        steps[e] = k
+        heapq.heappush(heap, (float(ends[k - 1]), e))
+        return True
 
     def complete(e: int, now: float) -> None:
         batch = in_flight[e]
@@ -257,16 +308,18 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             sched.kv.check_invariants()
             assert sched.kv.num_used_blocks <= sched.kv.num_blocks
         emitted: list[Request] = []
-        for req, k in batch.prefill:
-            req.computed_tokens += k
-            if not req.in_prefill:
+        for req, chunk in batch.prefill:
+            req.computed_tokens += chunk
+            if not req.in_prefill:  # the prompt is in: it samples its next token
+                req.generated += 1
                 emitted.append(req)
+        k = steps[e]  # iterations this decode batch stood for (one token each)
         for req in batch.decode:
             if not req.done:
-                req.computed_tokens += 1
+                req.computed_tokens += k
+                req.generated += k
                 emitted.append(req)
         for req in emitted:
-            req.generated += 1
             if math.isnan(req.first_token_s):
                 req.first_token_s = now
                 first[req.id] = now

@@ -268,6 +268,22 @@ class IterationModel:
         cpu = self._cpu_fixed + self._cpu_per_seq * (n_prefill + n_decode) if tokens else 0.0
         return IterationBreakdown(linear, att_p, att_d, head, comm, cpu)
 
+    def decode_times(self, num_decode: int, decode_context_tokens: np.ndarray) -> np.ndarray:
+        """Seconds of consecutive decode-only iterations of the same ``num_decode`` sequences whose cached
+        tokens total ``decode_context_tokens[i]`` in iteration ``i`` (vectorized :meth:`time_s`)."""
+        ctx = np.maximum(np.asarray(decode_context_tokens, dtype=float), 1.0)
+        n = num_decode
+        fixed = (self._lookup(self._linear, n) + self._lookup(self._comm, n)
+                 + self._lookup(self._head, n) / (1 if self.pp == 1 else self.pp)
+                 + self._cpu_fixed + self._cpu_per_seq * n)
+        h, kvh, d, vd = self.heads, self.kv_heads, self.head_dim, self.v_head_dim
+        e, kve = self.dtype.bytes, self.kv.bytes
+        flops = 2.0 * h * ctx * (d + vd)
+        read = h * d * e + kvh * ctx * (d + vd) * kve + h * vd * e * n
+        seqs = np.full(ctx.shape, float(n))
+        att = attention_times(flops, read, self.hw, self.dtype, self.co, sequences=seqs) * self.layers_per_stage
+        return np.asarray(fixed + att, dtype=float)
+
     def check_fits(self, gpu_memory_utilization_frac: float) -> None:
         """Raise a one-line ConfigError when the weights alone do not fit the usable memory."""
         usable = self.hw.memory_bytes * gpu_memory_utilization_frac

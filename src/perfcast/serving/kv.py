@@ -315,6 +315,29 @@ class BlockManager:
         self._num_unfilled_slots += unfilled
         return True
 
+    def max_uniform_appends(self, seq_ids: Sequence[int], limit: int) -> int:
+        """The most tokens ``j <= limit`` every sequence in ``seq_ids`` can grow by at once (``append_decode``
+        ``j`` times) without running out of free and cached blocks."""
+        if limit <= 0 or not seq_ids:
+            return max(0, limit) if not seq_ids else 0
+        bs = self.block_size
+        have = len(self._free) + len(self._evictable)
+        state = [(self._seqs[s].num_tokens, len(self._seqs[s].block_ids)) for s in seq_ids]
+
+        def need(j: int) -> int:
+            return sum(max(0, -(-(t + j) // bs) - b) for t, b in state)
+
+        if need(limit) <= have:
+            return limit
+        lo, hi = 0, limit  # need(lo) <= have < need(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if need(mid) <= have:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
     # -- release -----------------------------------------------------------------------------------------------
     def free(self, seq_id: int) -> None:
         """Release ``seq_id`` (on GPU or swapped out). Hashed blocks whose refcount drops to 0 stay cached."""

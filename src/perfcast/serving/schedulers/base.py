@@ -54,6 +54,9 @@ class ReplicaScheduler:
 
     name: ClassVar[str] = ""
     reserve_full_length: ClassVar[bool] = False  # admission reserves KV for prompt + output (no paging)
+    # a decode-only batch it forms repeats unchanged until a request finishes or arrives (the engine may
+    # then run those iterations in one step); false for policies that change batches on their own
+    steady_decode: ClassVar[bool] = True
 
     def __init__(self, kv: BlockManager, limits: SchedulerLimits) -> None:
         self.kv = kv

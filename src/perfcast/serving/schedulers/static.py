@@ -21,6 +21,7 @@ class StaticScheduler(ReplicaScheduler):
 
     name = "static"
     reserve_full_length = True
+    steady_decode = False  # padded rows: finished members stay in the batch
 
     def _prefill_fits_budget(self, req: Request) -> bool:
         return True
