@@ -31,7 +31,7 @@ def serve(
     router: str = typer.Option("round_robin", "--router", help="round_robin | least_outstanding | shortest_queue."),
     engine: str = typer.Option("vllm", "--engine", help="CPU-overhead preset: vllm | trtllm."),
     dtype: str = typer.Option("fp16", "--dtype", help="fp16 | bf16."),
-    quantization: str = typer.Option("none", "--quantization", "-q", help="none | w4a16 | w8a16 | w8a8 | fp8."),
+    quantization: str = typer.Option("none", "--quantization", "-q", help="none | w4a16 | w8a16 | w8a8 | fp8 | fp4."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto | fp16 | bf16 | fp8."),
     max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Sequences per iteration at most."),
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",

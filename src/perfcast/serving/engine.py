@@ -34,6 +34,7 @@ from perfcast.catalog.models import load_model
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
 from perfcast.serving.arrivals import RequestStream, generate_requests
+from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.iteration import IterationModel
 from perfcast.serving.kv import BlockManager, kv_cache_capacity, prefix_block_hashes
@@ -149,17 +150,21 @@ def _activation_bytes(model: IterationModel, tokens: int, seqs: int) -> float:
     return tokens * width * e + seqs * cfg.vocab_size / model.tp * 4.0
 
 
-def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bool = False) -> ServingResult:
+def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bool = False,
+                     serving: ServingCoefficients | None = None) -> ServingResult:
     """Simulate ``cfg`` to completion of every request (or its rejection with a reason).
 
     ``keep_events`` keeps every iteration for the timeline; ``audit`` checks every KV cache's
-    invariants (blocks in use within capacity, no block owned twice) after each iteration (tests).
+    invariants (blocks in use within capacity, no block owned twice) after each iteration (tests);
+    ``serving`` replaces the packaged engine coefficients (fits).
     """
     if cfg.scheduler not in SCHEDULERS:
         SCHEDULERS.get(cfg.scheduler)  # raises UnknownNameError listing the schedulers
     policy = "sarathi" if cfg.scheduler == "vllm" and cfg.enable_chunked_prefill else cfg.scheduler
     model_cfg = load_model(cfg.model)
-    max_len = min(cfg.max_model_len or model_cfg.max_positions, model_cfg.max_positions)
+    # a learned position table ends the context; rotary / ALiBi models run as long as they are asked to
+    limit = model_cfg.max_positions if model_cfg.position == "learned" else 2**31
+    max_len = min(cfg.max_model_len or model_cfg.max_positions, limit)
     budget = cfg.max_num_batched_tokens or (cfg.chunk_size if policy == "sarathi" else max(max_len, 2048))
     if policy == "static":
         budget = max(budget, max_len * cfg.max_num_seqs)
@@ -171,7 +176,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     model = IterationModel(model_cfg, cfg.hardware, tp=cfg.tensor_parallel_size, pp=cfg.pipeline_parallel_size,
                            dtype=dtype, quantization=cfg.quantization, kv_dtype=kv_dtype,
                            max_tokens=min(max(budget, 1), 65536), max_seqs=cfg.max_num_seqs, engine=cfg.engine,
-                           cluster=cluster)
+                           cluster=cluster, serving=serving)
     model.check_fits(cfg.gpu_memory_utilization)
     pp = cfg.pipeline_parallel_size
     kv_per_token = model.kv_bytes_per_token / pp  # one stage holds its layers' share of every token

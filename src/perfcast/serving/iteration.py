@@ -127,25 +127,25 @@ class IterationModel:
                               f"{', '.join(QUANTIZATION_SCHEMES)}")
         check_tp(self.cfg, self.tp)
         layers = self.cfg.num_layers
-        if self.pp < 1 or layers % self.pp:
-            raise ConfigError(f"pipeline stages ({self.pp}) must divide the {layers} layers of {self.cfg.id}")
+        if self.pp < 1 or self.pp > layers:
+            raise ConfigError(f"pipeline stages ({self.pp}) must be between 1 and the {layers} layers of {self.cfg.id}")
         self.cl = self.cluster or cluster_for_gpu(self.hw.id)
         if self.tp > self.cl.domain:
             raise ConfigError(f"tensor parallelism {self.tp} exceeds the {self.cl.domain} GPUs of one "
                               f"{self.cl.id} node")
-        self.kv = self.kv_dtype or (DType.FP8 if self.quantization == "fp8" else self.dtype)
+        self.kv = self.kv_dtype or (DType.FP8 if self.quantization in ("fp8", "fp4") else self.dtype)
         cfg = self.cfg
         self.heads = cfg.num_heads // self.tp
         self.kv_heads = max(1, cfg.num_kv_heads // self.tp)
         self.head_dim = cfg.head_dim
         self.v_head_dim = int(getattr(cfg, "v_head_dim", None) or cfg.head_dim)
-        self.layers_per_stage = layers // self.pp
+        self.layers_per_stage = -(-layers // self.pp)  # uneven stages: the fullest one paces the pipeline
         self._tables()
 
     # -- tables -------------------------------------------------------------------------------
     def _ops(self, tokens: int) -> list[Op]:
         spec = WorkloadSpec(Mode.PREFILL, 1, tokens, dtype=self.dtype, style="engine", attention="flash")
-        ops = list(build_workload(self.cfg, spec).ops)
+        ops = _group_experts(list(build_workload(self.cfg, spec).ops))
         return shard_tp(quantize_weights(ops, self.quantization), self.tp)
 
     def _tables(self) -> None:
@@ -215,7 +215,8 @@ class IterationModel:
         tied = self.cfg.tie_word_embeddings
         head = 0 if tied else count.embedding  # an untied LM head is as large as the token table
         block = count.total - count.embedding - head
-        qbytes = {"none": self.dtype.bytes, "w4a16": 0.5 + 2.0 / 128, "w8a16": 1.0, "w8a8": 1.0, "fp8": 1.0}
+        qbytes = {"none": self.dtype.bytes, "w4a16": 0.5 + 2.0 / 128, "w8a16": 1.0, "w8a8": 1.0, "fp8": 1.0,
+                  "fp4": 0.5 + 1.0 / 16}
         per_param = qbytes[self.quantization]
         return (block * per_param + (count.embedding + head) * self.dtype.bytes) / self.tp
 
@@ -293,6 +294,47 @@ class IterationModel:
             raise ConfigError(
                 f"{self.cfg.id} needs {per_gpu / 2**30:.1f} GiB of weights per GPU at tp={self.tp}, pp={self.pp}, "
                 f"more than the {usable / 2**30:.1f} GiB usable on {self.hw.id}; use at least tp*pp={need}")
+
+
+def _group_experts(ops: list[Op]) -> list[Op]:
+    """Serving engines run a MoE layer's experts as grouped kernels (vLLM's fused_moe, TensorRT-LLM's MoE
+    plugin): one GEMM launch per projection covers every active expert, each with its own weights and tokens.
+
+    The builders emit one op per active expert (``count`` = layers x experts); here each becomes one op per
+    layer whose leading GEMM dimension is the expert group (dims ``(experts, tokens, k, n)``: the kernel model
+    prices tiles and weight traffic per group), and the pointwise kernels cover every expert's tokens at once.
+    The token permutation is a gather inside the grouped GEMM, not a pass of its own; the weighted sum of
+    the experts' outputs stays one.
+    """
+    layers: dict[str, int] = {}
+    for op in ops:
+        if ".router." in op.name:
+            layers[op.name.split(".router.")[0]] = op.count
+    out: list[Op] = []
+    for op in ops:
+        if op.name.endswith(".permute") and op.name.rsplit(".", 1)[0] in layers:
+            continue
+        if ".experts." not in op.name:
+            out.append(op)
+            continue
+        base = op.name.split(".experts.")[0]
+        n_layers = layers.get(base, 0)
+        if not n_layers or op.count % n_layers or op.count == n_layers:
+            out.append(op)
+            continue
+        groups = op.count // n_layers
+        if op.kind is OpKind.GEMM and op.op == "linear":
+            _, m, k, n = op.dims
+            out.append(op.with_(dims=(groups, m, k, n), count=n_layers, flops=op.flops * groups,
+                                bytes_read=op.bytes_read * groups, bytes_written=op.bytes_written * groups,
+                                weight_bytes=op.weight_bytes * groups))
+        elif op.kind is OpKind.VECTOR:
+            rows, cols = op.dims
+            out.append(op.with_(dims=(rows, cols * groups), count=n_layers, flops=op.flops * groups,
+                                bytes_read=op.bytes_read * groups, bytes_written=op.bytes_written * groups))
+        else:
+            out.append(op)
+    return out
 
 
 def cfg_kv_dim(cfg: ModelConfig) -> int:

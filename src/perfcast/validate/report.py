@@ -303,6 +303,8 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
                                              "collective row",
                     "published_training": "in-sample: the training coefficients are fitted on every visible row "
                                           "(TFLOP/s per the source's convention)",
+                    "published_inference": "not fitted on: each benchmark's load simulated with prior engine "
+                                           "coefficients (TensorRT-LLM defaults; batch size unpublished)",
                 }.get(res.kind.name, "")
                 overall, groups = _summaries(res, target, logo_coverage=e2e)
                 if overall.rows:

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from perfcast.system.collectives import CollectiveCoefficients
 
 __all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_published_collectives",
-           "predict_published_training", "predict_table", "predict_vidur_network", "recognize"]
+           "predict_published_inference", "predict_published_training", "predict_table", "predict_vidur_network",
+           "recognize"]
 
 
 @dataclass
@@ -326,6 +327,21 @@ def predict_published_training(rows: list[dict[str, str]], coeffs: Coefficients 
     return out
 
 
+# -- published serving throughput ----------------------------------------------------------------
+def predict_published_inference(rows: list[dict[str, str]], coeffs: Coefficients | None = None) -> TablePrediction:
+    """Published serving throughput (output tokens/s of the instance), each row's load simulated."""
+    from perfcast.validate.serving_tables import predict_inference_rows
+
+    out = _empty(len(rows), ("value",))
+    pred, status, groups = predict_inference_rows(rows)
+    out.status, out.groups = status, groups
+    lo, hi = load_intervals().get("serving", load_intervals()["step"])
+    out.pred["value"] = pred
+    out.low["value"] = pred * np.exp(-hi)  # a throughput: the interval of a time, inverted
+    out.high["value"] = pred * np.exp(-lo)
+    return out
+
+
 TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("neusight_e2e", frozenset({"device", "model", "mode", "batch_size", "seq_len", "measured_ms"}),
               ("measured_ms", "measured_fw_ms", "measured_bw_ms"), "step", _predict_e2e),
@@ -349,7 +365,7 @@ TABLE_KINDS: tuple[TableKind, ...] = (
               ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu", "step_time_s"), "training",
               predict_published_training),
     TableKind("published_inference", frozenset({"metric", "value", "input_len", "output_len"}),
-              ("value",), "step", None, "serving throughput arrives with the serving layer"),
+              ("value",), "serving", predict_published_inference),
     TableKind("published_collectives", frozenset({"collective", "busbw_GBps", "size_bytes"}),
               ("busbw_GBps", "algbw_GBps", "time_us"), "collective", predict_published_collectives),
     TableKind("published_gemm", frozenset({"gpu_id", "dtype", "m", "n", "k", "tflops"}),

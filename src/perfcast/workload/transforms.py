@@ -75,7 +75,7 @@ def to_fp8(ops: list[Op] | tuple[Op, ...]) -> list[Op]:
     return out
 
 
-QUANTIZATION_SCHEMES = ("none", "w4a16", "w8a16", "w8a8", "fp8")
+QUANTIZATION_SCHEMES = ("none", "w4a16", "w8a16", "w8a8", "fp8", "fp4")
 _WEIGHT_ONLY = {"w4a16": DType.INT4, "w8a16": DType.INT8}
 _GROUP_SIZE = 128  # weight-only schemes keep one 16-bit scale per 128 weights (GPTQ/AWQ group size)
 
@@ -85,7 +85,8 @@ def quantize_weights(ops: list[Op] | tuple[Op, ...], scheme: str) -> list[Op]:
 
     Weight-only schemes keep 16-bit activations and GEMM math and stream ``int4``/``int8``
     weights plus one 16-bit scale per group of 128; ``w8a8`` runs INT8 GEMMs after a per-token
-    quantization kernel on each input; ``fp8`` runs FP8 GEMMs the same way. Embeddings, the LM
+    quantization kernel on each input; ``fp8`` runs FP8 GEMMs the same way; ``fp4`` (NVFP4) runs
+    FP4 GEMMs on 4-bit weights and activations with one 8-bit scale per 16 elements. Embeddings, the LM
     head, attention and MoE routers keep the activation dtype.
     """
     if scheme == "none":
@@ -107,13 +108,15 @@ def quantize_weights(ops: list[Op] | tuple[Op, ...], scheme: str) -> list[Op]:
             meta = tuple((key, w.value if key == "weight_dtype" else v) for key, v in op.meta)
             out.append(op.with_(bytes_read=op.bytes_read - op.weight_bytes + weight, weight_bytes=weight, meta=meta))
             continue
-        act = m * k  # w8a8: quantize the input per token, then an INT8 GEMM
-        out.append(Op(name=f"{op.name}.quantize_int8", op="cast", kind=OpKind.VECTOR, dims=(1, act),
-                      dtype=op.dtype, flops=float(act), bytes_read=act * e, bytes_written=float(act),
+        low = DType.FP4 if scheme == "fp4" else DType.INT8
+        per = low.bytes + (1.0 / 16 if low is DType.FP4 else 0.0)  # NVFP4: an 8-bit scale per 16 values
+        act = m * k  # quantize the input per token (per block for fp4), then a low-precision GEMM
+        out.append(Op(name=f"{op.name}.quantize_{low.value}", op="cast", kind=OpKind.VECTOR, dims=(1, act),
+                      dtype=op.dtype, flops=float(act), bytes_read=act * e, bytes_written=act * per,
                       count=op.count, phase=op.phase, group=op.group,
                       tp_split="column" if op.tp_split == "row" else "none", meta=(("inputs", 1), ("outputs", 1))))
-        meta = tuple((key, DType.INT8.value if key == "weight_dtype" else v) for key, v in op.meta)
-        out.append(op.with_(dtype=DType.INT8, bytes_read=op.bytes_read / e, weight_bytes=op.weight_bytes / e,
+        meta = tuple((key, low.value if key == "weight_dtype" else v) for key, v in op.meta)
+        out.append(op.with_(dtype=low, bytes_read=op.bytes_read * per / e, weight_bytes=op.weight_bytes * per / e,
                             meta=meta))
     return out
 

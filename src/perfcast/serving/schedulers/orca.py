@@ -3,11 +3,14 @@
 Every iteration runs all admitted requests together: whole prompts for the new
 ones, one token for the others. Orca predates PagedAttention, so admission
 reserves KV for a request's full length (prompt + output) and nothing is ever
-preempted; the reservation is what limits its batch.
+preempted; the reservation is what limits its batch. A prompt longer than the
+token budget runs in budget-sized chunks (TensorRT-LLM's chunked context, whose
+in-flight batching with GUARANTEED_NO_EVICT this policy also describes).
 """
 
 from __future__ import annotations
 
+from perfcast.serving.request import Request
 from perfcast.serving.schedulers.base import Batch, ReplicaScheduler
 from perfcast.serving.schedulers.registry import SCHEDULERS
 
@@ -21,23 +24,29 @@ class OrcaScheduler(ReplicaScheduler):
     name = "orca"
     reserve_full_length = True
 
+    def _prefill_fits_budget(self, req: Request) -> bool:
+        return True  # long prompts run in chunks
+
     def schedule(self) -> Batch | None:
         batch = Batch()
+        budget = self.limits.max_num_batched_tokens
         tokens = 0
         for req in self.running:
-            if req.in_prefill:
-                batch.prefill.append((req, req.remaining_prefill))
-                tokens += req.remaining_prefill
-            else:
+            if not req.in_prefill:
                 batch.decode.append(req)
                 tokens += 1
-        while self.waiting and len(self.running) < self.limits.max_num_seqs:
+        for req in self.running:
+            if req.in_prefill and tokens < budget:
+                n = min(req.remaining_prefill, budget - tokens)
+                batch.prefill.append((req, n))
+                tokens += n
+        while self.waiting and len(self.running) < self.limits.max_num_seqs and tokens < budget:
             req = self.waiting[0]
-            n = req.remaining_prefill
-            if (tokens + n > self.limits.max_num_batched_tokens and batch) or not self._can_admit(req):
+            if not self._can_admit(req):
                 break
             self.waiting.popleft()
             self._admit(req)
-            batch.prefill.append((req, req.remaining_prefill))
-            tokens += req.remaining_prefill
+            n = min(req.remaining_prefill, budget - tokens)
+            batch.prefill.append((req, n))
+            tokens += n
         return batch if batch else None

@@ -1,0 +1,83 @@
+"""Published serving throughput (``published/inference.csv``): each benchmark's load, simulated.
+
+The rows are TensorRT-LLM offline maximum-throughput runs: an infinite request
+rate of uniform synthetic requests (``input_len`` prompt and ``output_len``
+output tokens), in-flight batching, one TP x PP instance; ``value`` is the
+instance's total output tokens per second. Each row is reproduced as:
+
+- every request arriving at once, ``NUM_REQUESTS`` of them (a benchmark run of a
+  few thousand requests, so the ramp-down of the last batch weighs as it does there);
+- TensorRT-LLM's defaults: in-flight batching that mixes context and generation
+  requests with KV reserved for each request's full length (its
+  GUARANTEED_NO_EVICT capacity policy: the ``orca`` policy here), at most
+  ``MAX_BATCH`` sequences and ``MAX_NUM_TOKENS`` tokens per iteration, 90% of GPU
+  memory for weights and KV cache, and the ``trtllm`` CPU-overhead preset;
+- precision: ``fp16`` rows run FP16 weights and KV cache, ``fp8`` rows FP8 GEMMs
+  and an FP8 KV cache, ``fp4`` rows NVFP4 GEMMs and an FP8 KV cache (as the
+  TensorRT-LLM quantized checkpoints are built).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfcast.errors import ConfigError, PerfcastError
+from perfcast.serving.coefficients import ServingCoefficients
+from perfcast.serving.config import ServingConfig, WorkloadConfig
+from perfcast.serving.engine import simulate_serving
+
+__all__ = ["MAX_BATCH", "MAX_NUM_TOKENS", "NUM_REQUESTS", "inference_config", "predict_inference_rows"]
+
+NUM_REQUESTS = 1000
+MAX_BATCH = 2048
+MAX_NUM_TOKENS = 8192
+_TOTALS = ("throughput_tokens_per_s", "output_throughput_tokens_per_s_total", "output_tokens_per_s_total")
+
+
+def _int(row: dict[str, str], key: str) -> int:
+    v = (row.get(key) or "").strip()
+    if not v:
+        raise ConfigError(f"the row gives no {key}")
+    return int(float(v))
+
+
+def inference_config(row: dict[str, str], *, num_requests: int = NUM_REQUESTS) -> ServingConfig:
+    """The serving simulation that reproduces one published row (see the module docstring)."""
+    metric = (row.get("metric") or "").strip()
+    if metric not in _TOTALS:
+        raise ConfigError(f"metric {metric!r} is not an output-token throughput of the whole instance")
+    precision = (row.get("precision") or "fp16").strip().lower()
+    quant = {"fp16": "none", "bf16": "none", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4"}.get(precision)
+    if quant is None:
+        raise ConfigError(f"precision {precision!r} has no serving quantization scheme")
+    isl, osl = _int(row, "input_len"), _int(row, "output_len")
+    concurrency = (row.get("concurrency") or "").strip()
+    return ServingConfig(
+        model=(row.get("model_id") or row.get("model") or "").strip(), hardware=row["gpu_id"],
+        tensor_parallel_size=_int(row, "tp"), pipeline_parallel_size=_int(row, "pp"), scheduler="orca",
+        engine="trtllm", dtype="fp16", quantization=quant,  # type: ignore[arg-type]
+        max_num_seqs=int(float(concurrency)) if concurrency else MAX_BATCH, max_num_batched_tokens=MAX_NUM_TOKENS,
+        max_model_len=isl + osl,
+        workload=WorkloadConfig(num_requests=num_requests, prompt_tokens=isl, output_tokens=osl, qps=None))
+
+
+def predict_inference_rows(rows: list[dict[str, str]], serving: ServingCoefficients | None = None,
+                           ) -> tuple[np.ndarray, list[str], list[str]]:
+    """Predicted ``value`` per row (NaN where not predicted), a status per row and each row's GPU."""
+    out = np.full(len(rows), np.nan)
+    status = ["ok"] * len(rows)
+    groups = [r.get("gpu_id", "") for r in rows]
+    for i, row in enumerate(rows):
+        try:
+            cfg = inference_config(row)
+            res = simulate_serving(cfg, serving=serving)
+        except PerfcastError as exc:
+            status[i] = f"unsupported: {exc}"
+            continue
+        except (KeyError, ValueError) as exc:
+            status[i] = f"unsupported: malformed row ({exc})"
+            continue
+        out[i] = res.metrics.throughput_tokens_per_s
+        if res.metrics.requests_completed < res.metrics.requests_total:
+            status[i] = f"ok ({res.metrics.requests_total - res.metrics.requests_completed} requests rejected)"
+    return out, status, groups

@@ -1,0 +1,61 @@
+"""Validation: simulated serving throughput against ``published/inference.csv`` (TensorRT-LLM offline runs).
+
+Nothing is fitted on these rows: each benchmark's load is simulated with the packaged (prior) engine
+coefficients. Bounds measured 2026-11-22 (comments hold the measured value; the bound adds headroom).
+The issue's target is a MAPE of 15 %; the rows not yet reaching it are PCIe multi-GPU instances (L40S,
+RTX PRO 6000: the all-reduce path of those servers is not published) and the large MoE models.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from perfcast.validate.groundtruth import find_groundtruth
+from perfcast.validate.serving_tables import inference_config, predict_inference_rows
+
+pytestmark = pytest.mark.validation
+
+ROOT = find_groundtruth(required=False)
+if ROOT is None or not (ROOT / "published" / "inference.csv").is_file():
+    pytest.skip("serving ground truth not found: set PERFCAST_GROUNDTRUTH to the shared/groundtruth folder",
+                allow_module_level=True)
+assert ROOT is not None
+ROWS = list(csv.DictReader((ROOT / "published" / "inference.csv").open(newline="", encoding="utf-8")))
+
+# dense models on NVLink / single-GPU instances (A100, H100; TensorRT-LLM 0.11): the well-specified part
+DENSE_NVLINK_MAPE_MAX = 0.13  # measured 0.112 on 96 rows (0.111 on the third the test runs)
+ALL_MAPE_MAX = 0.26  # measured 0.233 on 301 rows
+
+
+def _mape(rows: list[dict[str, str]]) -> float:
+    pred, status, _ = predict_inference_rows(rows)
+    meas = np.array([float(r["value"]) for r in rows])
+    assert all(s.startswith("ok") for s in status), {s for s in status if not s.startswith("ok")}
+    return float(np.mean(np.abs(pred / meas - 1.0)))
+
+
+def _dense_nvlink(r: dict[str, str]) -> bool:
+    moe = any(t in r["model"] for t in ("Mixtral", "Qwen3", "Llama 4"))
+    return r["gpu_id"] in ("a100-sxm-80gb", "h100-sxm-80gb") and "0.11" in r["framework_version"] and not moe
+
+
+def test_dense_models_on_nvlink_gpus() -> None:
+    rows = [r for r in ROWS if _dense_nvlink(r)][::3]  # every third: a third of the cost, the same mix
+    assert len(rows) >= 25
+    assert _mape(rows) <= DENSE_NVLINK_MAPE_MAX
+
+
+def test_each_row_is_its_benchmarks_load() -> None:
+    row = next(r for r in ROWS if r["input_len"] == "20000")  # longer than the token budget: chunked context
+    cfg = inference_config(row)
+    assert cfg.workload.prompt_tokens == 20000 and cfg.workload.qps is None and cfg.scheduler == "orca"
+    pred, status, _ = predict_inference_rows([row])
+    assert status == ["ok"] and pred[0] > 0
+
+
+@pytest.mark.slow
+def test_every_published_row() -> None:
+    assert _mape(ROWS) <= ALL_MAPE_MAX
