@@ -6,14 +6,11 @@ naming what they were fitted on; ``perfcast fit`` writes them.
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcast.jsonio import load_versioned
+from perfcast.jsonio import versioned_loader
 
 __all__ = ["COMPOSE_SCHEMA_VERSION", "ComposeCoefficients", "load_compose_coefficients"]
 
@@ -51,22 +48,11 @@ class ComposeCoefficients(_Model):
     host: HostCoefficients
     comm: CommCoefficients
 
-    def to_json(self) -> str:
-        """Canonical JSON text."""
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+_LOAD = versioned_loader("perfcast.compose", "coefficients.json", ComposeCoefficients,
+                         version=COMPOSE_SCHEMA_VERSION, what="composition coefficients")
 
 
 def load_compose_coefficients(path: str | Path | None = None) -> ComposeCoefficients:
     """Load composition coefficients (the package's own when ``path`` is None)."""
-    if path is None:
-        return _default()
-    return _load(Path(path))
-
-
-@lru_cache(maxsize=1)
-def _default() -> ComposeCoefficients:
-    return _load(Path(str(resources.files("perfcast.compose") / "coefficients.json")))
-
-
-def _load(path: Path) -> ComposeCoefficients:
-    return load_versioned(path, ComposeCoefficients, version=COMPOSE_SCHEMA_VERSION, what="composition coefficients")
+    return _LOAD(path)

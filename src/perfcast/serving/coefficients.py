@@ -11,14 +11,11 @@ per iteration; C++ runtimes with in-flight batching (TensorRT-LLM) a fraction of
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcast.jsonio import load_versioned
+from perfcast.jsonio import CanonicalJson, versioned_loader
 
 __all__ = ["SERVING_SCHEMA_VERSION", "EngineOverhead", "ServingCoefficients", "load_serving_coefficients"]
 
@@ -34,7 +31,7 @@ class EngineOverhead(BaseModel):
     per_sequence_overhead_s: float = Field(ge=0)
 
 
-class ServingCoefficients(BaseModel):
+class ServingCoefficients(CanonicalJson):
     """Every layer-4 coefficient (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -44,22 +41,11 @@ class ServingCoefficients(BaseModel):
     fitted_on: dict[str, str]
     engines: dict[str, EngineOverhead]
 
-    def to_json(self) -> str:
-        """Canonical JSON text."""
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+_LOAD = versioned_loader("perfcast.serving", "coefficients.json", ServingCoefficients,
+                         version=SERVING_SCHEMA_VERSION, what="serving coefficients")
 
 
 def load_serving_coefficients(path: str | Path | None = None) -> ServingCoefficients:
     """Load serving coefficients (the package's own when ``path`` is None)."""
-    if path is None:
-        return _default()
-    return _load(Path(path))
-
-
-@lru_cache(maxsize=1)
-def _default() -> ServingCoefficients:
-    return _load(Path(str(resources.files("perfcast.serving") / "coefficients.json")))
-
-
-def _load(path: Path) -> ServingCoefficients:
-    return load_versioned(path, ServingCoefficients, version=SERVING_SCHEMA_VERSION, what="serving coefficients")
+    return _LOAD(path)

@@ -24,21 +24,18 @@ leave-one-GPU-out so the figure printed is not the in-sample one):
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from perfcast.jsonio import load_versioned
+from perfcast.jsonio import CanonicalJson, versioned_loader
 
 __all__ = ["TRAINING_SCHEMA_VERSION", "TrainingCoefficients", "load_training_coefficients"]
 
 TRAINING_SCHEMA_VERSION = 1
 
 
-class TrainingCoefficients(BaseModel):
+class TrainingCoefficients(CanonicalJson):
     """Every layer-3 coefficient (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -52,22 +49,11 @@ class TrainingCoefficients(BaseModel):
     overlap_interference: float = Field(ge=0, le=1)
     attention_time_scale: float = Field(default=1.0, gt=0, le=4)
 
-    def to_json(self) -> str:
-        """Canonical JSON text."""
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+_LOAD = versioned_loader("perfcast.system", "training.json", TrainingCoefficients,
+                         version=TRAINING_SCHEMA_VERSION, what="training coefficients")
 
 
 def load_training_coefficients(path: str | Path | None = None) -> TrainingCoefficients:
     """Load training coefficients (the package's own when ``path`` is None)."""
-    if path is None:
-        return _default()
-    return _load(Path(path))
-
-
-@lru_cache(maxsize=1)
-def _default() -> TrainingCoefficients:
-    return _load(Path(str(resources.files("perfcast.system") / "training.json")))
-
-
-def _load(path: Path) -> TrainingCoefficients:
-    return load_versioned(path, TrainingCoefficients, version=TRAINING_SCHEMA_VERSION, what="training coefficients")
+    return _LOAD(path)

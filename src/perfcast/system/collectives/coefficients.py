@@ -6,14 +6,11 @@ group of coefficients came from, and says which ones are priors (no visible rows
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcast.jsonio import load_versioned
+from perfcast.jsonio import CanonicalJson, versioned_loader
 
 __all__ = ["COLLECTIVES_SCHEMA_VERSION", "CollectiveCoefficients", "ProtocolCoefficients",
            "load_collective_coefficients"]
@@ -35,7 +32,7 @@ class ProtocolCoefficients(_Model):
                                                       "latency (intra_node/inter_node latency_s)")
 
 
-class CollectiveCoefficients(_Model):
+class CollectiveCoefficients(_Model, CanonicalJson):
     """Every coefficient of the collective cost model (see :mod:`perfcast.system.collectives.model`)."""
 
     schema_version: int
@@ -72,23 +69,11 @@ class CollectiveCoefficients(_Model):
                                      description="the value of every fitted coefficient before fitting (dotted "
                                                  "path -> value): each fit starts from and is pulled towards them")
 
-    def to_json(self) -> str:
-        """Canonical JSON text."""
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+_LOAD = versioned_loader("perfcast.system", "collectives.json", CollectiveCoefficients,
+                         version=COLLECTIVES_SCHEMA_VERSION, what="collective coefficients")
 
 
 def load_collective_coefficients(path: str | Path | None = None) -> CollectiveCoefficients:
     """Load collective coefficients (the package's own ``system/collectives.json`` when ``path`` is None)."""
-    if path is None:
-        return _default()
-    return _load(Path(path))
-
-
-@lru_cache(maxsize=1)
-def _default() -> CollectiveCoefficients:
-    return _load(Path(str(resources.files("perfcast.system") / "collectives.json")))
-
-
-def _load(path: Path) -> CollectiveCoefficients:
-    return load_versioned(path, CollectiveCoefficients, version=COLLECTIVES_SCHEMA_VERSION,
-                          what="collective coefficients")
+    return _LOAD(path)
