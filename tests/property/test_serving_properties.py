@@ -23,6 +23,7 @@ CONFIGS = st.fixed_dictionaries({
     "block_size": st.sampled_from([1, 16, 32]),
     "enable_prefix_caching": st.booleans(),
     "num_replicas": st.integers(1, 2),
+    "num_speculative_tokens": st.sampled_from([0, 0, 3]),
 })
 LOADS = st.fixed_dictionaries({
     "num_requests": st.integers(1, 25),
@@ -36,7 +37,9 @@ LOADS = st.fixed_dictionaries({
 
 def _run(c: dict, w: dict, **kw: bool) -> ServingResult | None:
     """The simulation, or None when the deployment is refused with the one-line "does not fit" error."""
-    cfg = ServingConfig(model="llama-2-7b", hardware="a100-sxm-80gb", workload=WorkloadConfig(**w), **c)
+    draft = "llama-3.2-1b" if c["num_speculative_tokens"] else None
+    cfg = ServingConfig(model="llama-3.1-8b", hardware="a100-sxm-80gb", speculative_model=draft,
+                        workload=WorkloadConfig(**w), **c)
     try:
         return simulate_serving(cfg, **kw)
     except ConfigError as exc:

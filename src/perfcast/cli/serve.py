@@ -45,6 +45,11 @@ def serve(
     swap_space: float = typer.Option(4.0, "--swap-space", help="CPU swap space per GPU (GiB)."),
     preemption_mode: str = typer.Option("recompute", "--preemption-mode", help="recompute | swap."),
     enable_prefix_caching: bool = typer.Option(False, "--enable-prefix-caching", help="Automatic prefix caching."),
+    speculative_model: str | None = typer.Option(None, "--speculative-model", help="Draft model (speculative "
+                                                                                   "decoding)."),
+    num_speculative_tokens: int = typer.Option(0, "--num-speculative-tokens", help="Tokens the draft proposes."),
+    spec_acceptance_rate: float = typer.Option(0.7, "--spec-acceptance-rate",
+                                               help="Probability each proposed token is accepted."),
     num_requests: int = typer.Option(200, "--num-requests", "-n", help="Requests to simulate."),
     qps: float | None = typer.Option(None, "--qps", help="Arrival rate (requests/s); none = all at once."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson | gamma | fixed | trace."),
@@ -89,7 +94,9 @@ def serve(
             kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=max_model_len, enable_chunked_prefill=enable_chunked_prefill, chunk_size=chunk_size,
             block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, swap_space=swap_space * 2**30,
-            preemption_mode=preemption_mode, enable_prefix_caching=enable_prefix_caching, slo_ttft_s=slo_ttft,
+            preemption_mode=preemption_mode, enable_prefix_caching=enable_prefix_caching,
+            speculative_model=speculative_model, num_speculative_tokens=num_speculative_tokens,
+            spec_acceptance_rate=spec_acceptance_rate, slo_ttft_s=slo_ttft,
             slo_tpot_s=slo_tpot, workload=work)
         cfg = ServingConfig(**fields)
     except ValidationError as exc:

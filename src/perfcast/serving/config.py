@@ -62,6 +62,10 @@ class ServingConfig(BaseModel):
     swap_space: float = Field(default=4 * 2**30, ge=0, description="CPU swap space per GPU (bytes)")
     preemption_mode: Literal["recompute", "swap"] = "recompute"
     enable_prefix_caching: bool = False
+    speculative_model: str | None = Field(default=None, description="draft model for speculative decoding")
+    num_speculative_tokens: int = Field(default=0, ge=0, description="tokens the draft proposes per step")
+    spec_acceptance_rate: float = Field(default=0.7, gt=0, lt=1,
+                                        description="probability the target accepts each proposed token")
     slo_ttft_s: float | None = Field(default=None, gt=0)
     slo_tpot_s: float | None = Field(default=None, gt=0)
     workload: WorkloadConfig = WorkloadConfig()

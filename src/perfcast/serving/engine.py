@@ -17,6 +17,12 @@ request arrives or the KV cache fills, so the engine sums those iterations'
 times at once (vectorized) and advances every request by that many tokens.
 The result equals iterating one by one; the work per stretch is O(batch).
 
+Speculative decoding (a draft model proposing ``k`` tokens, each accepted with
+probability ``a`` until the first rejection, plus the target's own token):
+a decode step costs ``k`` draft decode iterations and one target iteration that
+verifies ``k + 1`` tokens per sequence; each sequence then advances by its
+accepted tokens plus one (drawn from a seeded generator, so runs repeat).
+
 Determinism: one seed drives the request stream; ties in time are broken by
 (time, event kind, engine index), so the same inputs give bit-identical output.
 """
@@ -83,6 +89,7 @@ class ServingResult:
     kv_fragmentation_mean_frac: float
     prefix_hit_frac: float
     weight_bytes_per_gpu: float
+    spec_tokens_per_step: float = 0.0
     events: list[IterationEvent] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -104,6 +111,7 @@ class ServingResult:
             "kv_fragmentation_mean_frac": self.kv_fragmentation_mean_frac,
             "prefix_hit_frac": self.prefix_hit_frac,
             "weight_bytes_per_gpu": self.weight_bytes_per_gpu,
+            "spec_tokens_per_step": self.spec_tokens_per_step,
         })
         return out
 
@@ -232,7 +240,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             busy[e] = False
             return
         if (not batch.prefill and not batch.swapped_blocks and sched.steady_decode and not keep_events
-                and len(batch.decode) > 0):
+                and len(batch.decode) > 0 and not spec_k):
             if _fast_forward(e, now, sched, batch):
                 return
         q = ctx = 0
@@ -247,7 +255,11 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             dec_ctx += req.context_tokens
         nseq = len(batch.prefill) + len(batch.decode)
         logits = len(batch.decode) + sum(1 for r, k in batch.prefill if r.computed_tokens + k >= r.prefill_target)
-        dt = model.time_s(q, pairs, ctx, len(batch.prefill), len(batch.decode), dec_ctx, logits) * stage_factor
+        if spec_k and batch.decode and not batch.prefill:
+            dt = speculate(e, batch) * stage_factor
+        else:
+            spec_lookahead[e] = []
+            dt = model.time_s(q, pairs, ctx, len(batch.prefill), len(batch.decode), dec_ctx, logits) * stage_factor
         if batch.swapped_blocks:
             dt += batch.swapped_blocks * block_bytes / _PCIE_BPS
         del nseq
@@ -319,10 +331,21 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 req.generated += 1
                 emitted.append(req)
         k = steps[e]  # iterations this decode batch stood for (one token each)
-        for req in batch.decode:
+        look = spec_lookahead[e]
+        for j, req in enumerate(batch.decode):
             if not req.done:
-                req.computed_tokens += k
-                req.generated += k
+                extra = 0
+                if look and look[j]:
+                    # accepted draft tokens: consecutive successes, each with the acceptance rate
+                    draws = spec_rng.random(look[j])
+                    extra = int(np.argmin(draws < cfg.spec_acceptance_rate)) if (
+                        draws >= cfg.spec_acceptance_rate).any() else look[j]
+                    if extra:
+                        sched.kv.append(req.id, extra)
+                    spec_stats[0] += 1
+                    spec_stats[1] += extra + 1
+                req.computed_tokens += k + extra
+                req.generated += k + extra
                 emitted.append(req)
         for req in emitted:
             if math.isnan(req.first_token_s):
@@ -350,6 +373,36 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         outstanding[rep] += 1
         req.replica = rep
         return min(range(rep * pp, rep * pp + pp), key=lambda v: (engines[v].num_outstanding, v))
+
+    spec_k = cfg.num_speculative_tokens if cfg.speculative_model else 0
+    if cfg.num_speculative_tokens and not cfg.speculative_model:
+        raise ConfigError("--num-speculative-tokens needs --speculative-model (the draft model)")
+    draft = None
+    if spec_k:
+        draft = IterationModel(load_model(cfg.speculative_model), cfg.hardware, tp=cfg.tensor_parallel_size,
+                               dtype=dtype, max_tokens=min(max(budget, 1), 65536), max_seqs=cfg.max_num_seqs,
+                               engine=cfg.engine, cluster=cluster, serving=serving)
+    spec_rng = np.random.default_rng(w.seed + 2)
+    spec_lookahead: list[list[int]] = [[] for _ in engines]  # per engine: the lookahead each decode got
+    spec_stats = [0, 0]  # decode steps with speculation, tokens they emitted
+
+    def speculate(e: int, batch: Batch) -> float:
+        """Reserve lookahead KV slots and return the step time of speculative decoding for ``batch``."""
+        assert draft is not None
+        kv = engines[e].kv
+        ks = []
+        for req in batch.decode:
+            k = min(spec_k, req.output_tokens - req.generated - 1)
+            ks.append(k if k > 0 and kv.can_append(req.id, k) else 0)
+        spec_lookahead[e] = ks
+        b = len(batch.decode)
+        ctx = sum(r.context_tokens for r in batch.decode)
+        kmax = max(ks) if ks else 0
+        draft_s = float(draft.decode_times(b, ctx + b * np.arange(kmax)).sum()) if kmax else 0.0
+        q = sum(k + 1 for k in ks)
+        pairs = sum((k + 1) * (r.context_tokens + k) for r, k in zip(batch.decode, ks, strict=True))
+        verify_s = model.time_s(q, float(pairs), ctx + q, b, 0, 0, q)
+        return draft_s + verify_s
 
     cursor = 0
     while cursor < n or heap:
@@ -388,4 +441,5 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         kv_blocks_per_engine=per_engine,
         kv_utilization_mean_frac=kv_util_sum / kv_time if kv_time else 0.0, kv_utilization_max_frac=kv_max,
         kv_fragmentation_mean_frac=kv_frag_sum / kv_time if kv_time else 0.0,
-        prefix_hit_frac=hit / query if query else 0.0, weight_bytes_per_gpu=model.weight_bytes / pp, events=events)
+        prefix_hit_frac=hit / query if query else 0.0, weight_bytes_per_gpu=model.weight_bytes / pp,
+        spec_tokens_per_step=spec_stats[1] / spec_stats[0] if spec_stats[0] else 0.0, events=events)

@@ -17,7 +17,7 @@ def _cfg(scheduler: str = "vllm", *, n: int = 60, qps: float | None = 2.0, trace
     load = {"num_requests": n, "qps": qps, "trace": trace, "seed": 42}
     load.update({k: kw.pop(k) for k in list(kw) if k in WorkloadConfig.model_fields})
     work = WorkloadConfig(**load)  # type: ignore[arg-type]
-    return ServingConfig(**BASE | {"scheduler": scheduler, "workload": work} | kw)  # type: ignore[arg-type]
+    return ServingConfig(**(BASE | {"scheduler": scheduler, "workload": work} | kw))  # type: ignore[arg-type]
 
 
 def _assert_conserved(res) -> None:  # type: ignore[no-untyped-def]
@@ -164,3 +164,17 @@ def test_tensor_parallelism_and_quantization_speed_up_decode() -> None:
     assert w4.weight_bytes < 0.35 * base.weight_bytes
     fp8_kv = IterationModel("llama-2-13b", "a100-sxm-80gb", kv_dtype=base.dtype.__class__("fp8"))
     assert fp8_kv.kv_bytes_per_token == pytest.approx(base.kv_bytes_per_token / 2)
+
+
+def test_speculative_decoding_emits_the_expected_tokens_per_step() -> None:
+    kw = dict(trace=None, prompt_tokens=512, output_tokens=256, n=60, qps=1.0, model="llama-3.1-8b",
+              hardware="h100-sxm-80gb")
+    plain = simulate_serving(_cfg("vllm", **kw))
+    spec = simulate_serving(_cfg("vllm", speculative_model="llama-3.2-1b", num_speculative_tokens=2,
+                                 spec_acceptance_rate=0.7, **kw))
+    _assert_conserved(spec)
+    expected = (1 - 0.7**3) / (1 - 0.7)  # accepted drafts until the first rejection, plus the target's token
+    assert spec.spec_tokens_per_step == pytest.approx(expected, rel=0.05)
+    assert spec.metrics.tpot_s.p50 < plain.metrics.tpot_s.p50
+    with pytest.raises(ConfigError, match="--speculative-model"):
+        simulate_serving(_cfg("vllm", num_speculative_tokens=2, **kw))
