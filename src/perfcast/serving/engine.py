@@ -378,7 +378,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     if cfg.num_speculative_tokens and not cfg.speculative_model:
         raise ConfigError("--num-speculative-tokens needs --speculative-model (the draft model)")
     draft = None
-    if spec_k:
+    if spec_k and cfg.speculative_model:
         draft = IterationModel(load_model(cfg.speculative_model), cfg.hardware, tp=cfg.tensor_parallel_size,
                                dtype=dtype, max_tokens=min(max(budget, 1), 65536), max_seqs=cfg.max_num_seqs,
                                engine=cfg.engine, cluster=cluster, serving=serving)
