@@ -24,6 +24,7 @@ CONFIGS = st.fixed_dictionaries({
     "enable_prefix_caching": st.booleans(),
     "num_replicas": st.integers(1, 2),
     "num_speculative_tokens": st.sampled_from([0, 0, 3]),
+    "num_prefill_replicas": st.sampled_from([0, 0, 1]),
 })
 LOADS = st.fixed_dictionaries({
     "num_requests": st.integers(1, 25),
@@ -38,6 +39,8 @@ LOADS = st.fixed_dictionaries({
 def _run(c: dict, w: dict, **kw: bool) -> ServingResult | None:
     """The simulation, or None when the deployment is refused with the one-line "does not fit" error."""
     draft = "llama-3.2-1b" if c["num_speculative_tokens"] else None
+    if c["num_prefill_replicas"] and (c["num_replicas"] < 2 or c["scheduler"] == "static"):
+        c = c | {"num_prefill_replicas": 0}
     cfg = ServingConfig(model="llama-3.1-8b", hardware="a100-sxm-80gb", speculative_model=draft,
                         workload=WorkloadConfig(**w), **c)
     try:

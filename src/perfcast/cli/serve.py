@@ -26,6 +26,10 @@ def serve(
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs per pipeline stage."),
     pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages."),
     num_replicas: int = typer.Option(1, "--num-replicas", help="Replicas behind the router."),
+    num_prefill_replicas: int = typer.Option(0, "--num-prefill-replicas",
+                                             help="Disaggregated serving: replicas that only prefill."),
+    kv_transfer_bandwidth: float = typer.Option(50.0, "--kv-transfer-bandwidth",
+                                                help="Prefill-to-decode KV link per GPU (GB/s)."),
     cluster: str | None = typer.Option(None, "--cluster", help="Cluster for TP collectives (default: the GPU's)."),
     scheduler: str = typer.Option("vllm", "--scheduler", help="vllm | sarathi | orca | lightllm | static."),
     router: str = typer.Option("round_robin", "--router", help="round_robin | least_outstanding | shortest_queue."),
@@ -90,6 +94,7 @@ def serve(
         fields: dict[str, Any] = dict(
             model=model, hardware=hardware, tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size, num_replicas=num_replicas, cluster=cluster,
+            num_prefill_replicas=num_prefill_replicas, kv_transfer_bandwidth_Bps=kv_transfer_bandwidth * 1e9,
             scheduler=scheduler, router=router, engine=engine, dtype=dtype, quantization=quantization,
             kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=max_model_len, enable_chunked_prefill=enable_chunked_prefill, chunk_size=chunk_size,
@@ -102,7 +107,8 @@ def serve(
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = [str(x) for x in err["loc"] if str(x) != "workload"]
-        name = {"burstiness_cv": "burstiness", "swap_space": "swap-space"}.get(loc[0], loc[0]) if loc else "config"
+        names = {"burstiness_cv": "burstiness", "kv_transfer_bandwidth_Bps": "kv-transfer-bandwidth"}
+        name = names.get(loc[0], loc[0]) if loc else "config"
         raise ConfigError(f"--{name.replace('_', '-')}: {err['msg']}") from None
     search = None
     if find_max_qps:

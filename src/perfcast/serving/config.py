@@ -62,6 +62,10 @@ class ServingConfig(BaseModel):
     swap_space: float = Field(default=4 * 2**30, ge=0, description="CPU swap space per GPU (bytes)")
     preemption_mode: Literal["recompute", "swap"] = "recompute"
     enable_prefix_caching: bool = False
+    num_prefill_replicas: int = Field(default=0, ge=0, description="disaggregated serving: the first N replicas "
+                                                                   "only prefill, then hand the KV cache over")
+    kv_transfer_bandwidth_Bps: float = Field(default=50e9, gt=0, description="per GPU, prefill to decode pool")
+    kv_transfer_latency_s: float = Field(default=100e-6, ge=0)
     speculative_model: str | None = Field(default=None, description="draft model for speculative decoding")
     num_speculative_tokens: int = Field(default=0, ge=0, description="tokens the draft proposes per step")
     spec_acceptance_rate: float = Field(default=0.7, gt=0, lt=1,

@@ -23,6 +23,12 @@ a decode step costs ``k`` draft decode iterations and one target iteration that
 verifies ``k + 1`` tokens per sequence; each sequence then advances by its
 accepted tokens plus one (drawn from a seeded generator, so runs repeat).
 
+Disaggregated serving (``num_prefill_replicas`` > 0, as in DistServe/Splitwise):
+arrivals go to the prefill pool; when a request's prompt is done (its first
+token is out) its KV cache is sent to a decode replica over the given link
+(each tensor-parallel rank sends its shard: per-GPU KV bytes / bandwidth plus a
+latency) and it decodes there.
+
 Determinism: one seed drives the request stream; ties in time are broken by
 (time, event kind, engine index), so the same inputs give bit-identical output.
 """
@@ -224,7 +230,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     iterations = 0
     kv_time = kv_util_sum = kv_frag_sum = 0.0
     kv_max = 0.0
-    rr = 0
+    rr = [0, 0]  # round-robin cursors of the (prefill, decode) pools
     stage_factor = float(pp)  # an iteration passes through every stage
     block_bytes = kv_per_token * cfg.block_size
 
@@ -359,20 +365,39 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 status[req.id] = "completed"
                 outstanding[req.replica] -= 1
                 sched.finish(req)
+            elif disagg and req.replica < disagg:  # prompt done in the prefill pool: hand the KV cache over
+                sched.finish(req)
+                outstanding[req.replica] -= 1
+                ready = now + cfg.kv_transfer_latency_s + (
+                    req.context_tokens * kv_gpu_bytes_per_token / cfg.kv_transfer_bandwidth_Bps)
+                handed[req.id] = req
+                heapq.heappush(transfers, (ready, req.id, req.id))
 
-    def route(req: Request) -> int:
-        nonlocal rr
-        r = cfg.num_replicas
-        if cfg.router == "round_robin" or r == 1:
-            rep = rr % r
-            rr += 1
+    def route(req: Request, pool: range) -> int:
+        rep: int
+        if cfg.router == "round_robin" or len(pool) == 1:
+            key = 0 if pool.start == 0 else 1
+            rep = pool[rr[key] % len(pool)]
+            rr[key] += 1
         elif cfg.router == "least_outstanding":
-            rep = min(range(r), key=lambda i: (outstanding[i], i))
+            rep = min(pool, key=lambda i: (outstanding[i], i))
         else:
-            rep = min(range(r), key=lambda i: (sum(len(engines[i * pp + v].waiting) for v in range(pp)), i))
+            rep = min(pool, key=lambda i: (sum(len(engines[i * pp + v].waiting) for v in range(pp)), i))
         outstanding[rep] += 1
         req.replica = rep
         return min(range(rep * pp, rep * pp + pp), key=lambda v: (engines[v].num_outstanding, v))
+
+    disagg = cfg.num_prefill_replicas
+    if disagg and not 0 < disagg < cfg.num_replicas:
+        raise ConfigError(f"--num-prefill-replicas {disagg} must leave decode replicas: use 1..{cfg.num_replicas - 1} "
+                          f"of the {cfg.num_replicas} replicas")
+    if disagg and policy == "static":
+        raise ConfigError("disaggregated serving needs a continuous-batching scheduler, not static")
+    arrival_pool = range(disagg) if disagg else range(cfg.num_replicas)
+    decode_pool = range(disagg, cfg.num_replicas)
+    transfers: list[tuple[float, int, int]] = []  # (arrival at the decode pool, request id, request id)
+    handed: dict[int, Request] = {}
+    kv_gpu_bytes_per_token = model.kv_bytes_per_token / pp
 
     spec_k = cfg.num_speculative_tokens if cfg.speculative_model else 0
     if cfg.num_speculative_tokens and not cfg.speculative_model:
@@ -405,12 +430,23 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         return draft_s + verify_s
 
     cursor = 0
-    while cursor < n or heap:
+    while cursor < n or heap or transfers:
         next_arrival = arrival[cursor] if cursor < n else math.inf
-        if heap and heap[0][0] <= next_arrival:
+        next_transfer = transfers[0][0] if transfers else math.inf
+        if heap and heap[0][0] <= min(next_arrival, next_transfer):
             now, e = heapq.heappop(heap)
             complete(e, now)
             start(e, now)
+            continue
+        if next_transfer <= next_arrival:
+            now, _, rid = heapq.heappop(transfers)
+            req = handed[rid]
+            del handed[rid]
+            e = route(req, decode_pool)
+            replica_of[rid] = req.replica
+            engines[e].add(req)
+            if not busy[e]:
+                start(e, now)
             continue
         now = float(next_arrival)
         i = cursor
@@ -419,7 +455,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         if prefix_ids is not None:
             req.prefix_hashes = prefix_block_hashes(int(prefix_ids[i]), w.shared_prefix_tokens, int(prompt[i]),
                                                     cfg.block_size, i)
-        e = route(req)
+        e = route(req, arrival_pool)
         replica_of[i] = req.replica
         engines[e].add(req)
         if not busy[e]:

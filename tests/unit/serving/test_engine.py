@@ -178,3 +178,17 @@ def test_speculative_decoding_emits_the_expected_tokens_per_step() -> None:
     assert spec.metrics.tpot_s.p50 < plain.metrics.tpot_s.p50
     with pytest.raises(ConfigError, match="--speculative-model"):
         simulate_serving(_cfg("vllm", num_speculative_tokens=2, **kw))
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "sarathi", "orca"])
+def test_disaggregated_prefill_hands_requests_to_the_decode_pool(scheduler: str) -> None:
+    kw = dict(n=80, qps=6.0, num_replicas=2, model="llama-3.1-8b", hardware="h100-sxm-80gb")
+    dis = simulate_serving(_cfg(scheduler, num_prefill_replicas=1, **kw), audit=True)
+    _assert_conserved(dis)
+    assert dis.metrics.requests_completed == 80
+    multi = dis.output_tokens > 1
+    assert set(dis.replica[multi].tolist()) == {1}  # every request with a second token decoded in the decode pool
+    slow = simulate_serving(_cfg(scheduler, num_prefill_replicas=1, kv_transfer_bandwidth_Bps=1e8, **kw))
+    assert slow.metrics.e2e_s.mean > dis.metrics.e2e_s.mean  # a slow link delays every hand-over
+    with pytest.raises(ConfigError, match="--num-prefill-replicas"):
+        simulate_serving(_cfg(scheduler, num_prefill_replicas=2, **kw))

@@ -38,7 +38,8 @@ class LightLLMScheduler(ReplicaScheduler):
                 break
             self.waiting.popleft()
             self._admit(req)
-            batch.prefill.append((req, req.remaining_prefill))
+            if req.remaining_prefill:
+                batch.prefill.append((req, req.remaining_prefill))
             tokens += req.remaining_prefill
             projected += peak
         if batch.prefill:

@@ -47,6 +47,10 @@ class OrcaScheduler(ReplicaScheduler):
             self.waiting.popleft()
             self._admit(req)
             n = min(req.remaining_prefill, budget - tokens)
-            batch.prefill.append((req, n))
+            if n:
+                batch.prefill.append((req, n))
+            else:  # its KV arrived from a prefill pool
+                batch.decode.append(req)
+                n = 1
             tokens += n
         return batch if batch else None

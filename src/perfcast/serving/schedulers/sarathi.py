@@ -45,6 +45,7 @@ class SarathiScheduler(ReplicaScheduler):
             self.waiting.popleft()
             self._admit(req)
             n = min(budget, req.remaining_prefill)
-            batch.prefill.append((req, n))
+            if n:
+                batch.prefill.append((req, n))
             budget -= n
         return batch if batch else None

@@ -36,7 +36,8 @@ class VLLMScheduler(ReplicaScheduler):
                 self.waiting.popleft()
                 self._admit(req)
                 n = req.remaining_prefill
-                batch.prefill.append((req, n))
+                if n:  # a request whose KV arrived from a prefill pool decodes right away
+                    batch.prefill.append((req, n))
                 tokens += n
             if batch.prefill:
                 return batch
