@@ -394,7 +394,7 @@ def suite(
     """Run the scenario suite and print one row per scenario."""
     from rich.progress import Progress
 
-    from perfcast.report.results import collective_tables, training_table, write_results
+    from perfcast.report.results import collective_tables, serving_table, training_table, write_results
     from perfcast.report.text import pct
     from perfcast.scenarios import list_scenarios, load_scenario, run_scenario
 
@@ -425,8 +425,12 @@ def suite(
     for r in results:
         if r.error:
             _console().print(f"{r.id}: {r.status}: {r.error}", markup=False)
+        if r.kind == "serving":
+            _console().print(serving_table(r))
         if r.kind != "model_latency":
-            for table in [training_table(r)] if r.kind == "training" else collective_tables(r):
+            tables = [training_table(r)] if r.kind == "training" else (
+                collective_tables(r) if r.kind == "collective" else [])
+            for table in tables:
                 if table is not None:
                     _console().print(table)
             for row in r.rows:

@@ -11,7 +11,7 @@ from typing import Any
 from perfcast.errors import ConfigError
 from perfcast.scenarios.run import ScenarioResult
 
-__all__ = ["collective_tables", "training_table", "write_results"]
+__all__ = ["collective_tables", "serving_table", "training_table", "write_results"]
 
 
 def _finite(x: object) -> object:
@@ -259,3 +259,21 @@ def collective_tables(r: ScenarioResult) -> list[Any]:
                        f"{float(str(ref_ratio)):.3f}" if ref_ratio is not None else "-")
         out.append(rt)
     return out
+
+
+def serving_table(r: ScenarioResult) -> Any:
+    """One column per serving run: latency percentiles, throughput, preemptions."""
+    from rich.table import Table
+
+    t = Table(title=f"{r.id}: serving runs")
+    t.add_column("quantity", no_wrap=True)
+    runs = [row for row in r.rows if row.get("status") == "ok"]
+    for row in runs:
+        t.add_column(str(row.get("label") or row.get("scheduler")), justify="right")
+    for key, label in (("ttft_s.p50", "TTFT p50"), ("ttft_s.p99", "TTFT p99"), ("tpot_s.p50", "TPOT p50"),
+                       ("tpot_s.p99", "TPOT p99"), ("e2e_s.p99", "E2E p99")):
+        t.add_row(label, *(_seconds(row.get(key)) for row in runs))
+    t.add_row("requests completed", *(str(row.get("requests_completed")) for row in runs))
+    t.add_row("throughput", *(f"{float(str(row.get('throughput_tokens_per_s'))):,.0f} tok/s" for row in runs))
+    t.add_row("preemptions", *(str(row.get("preemptions")) for row in runs))
+    return t

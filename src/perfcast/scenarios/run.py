@@ -15,7 +15,8 @@ from perfcast.compose.predict import StepRequest, predict
 from perfcast.errors import PerfcastError
 from perfcast.scenarios.collective import run_collective_scenario
 from perfcast.scenarios.result import ScenarioResult
-from perfcast.scenarios.schema import CollectiveScenario, LatencyScenario, Scenario, TrainingScenario
+from perfcast.scenarios.schema import CollectiveScenario, LatencyScenario, Scenario, ServingScenario, TrainingScenario
+from perfcast.scenarios.serving import run_serving_scenario
 from perfcast.scenarios.training import run_training_scenario
 from perfcast.workload.types import Mode
 
@@ -51,6 +52,8 @@ def run_scenario(sc: Scenario) -> ScenarioResult:
         return run_training_scenario(sc)
     if isinstance(sc, CollectiveScenario):
         return run_collective_scenario(sc)
+    if isinstance(sc, ServingScenario):
+        return run_serving_scenario(sc)
     return _run_latency(sc)
 
 

@@ -21,12 +21,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcast.errors import ConfigError, UnknownNameError
+from perfcast.serving.config import ServingConfig
 from perfcast.system.plan import ParallelPlan
 from perfcast.yamlio import load_model_file, safe_load, validation_message
 
-__all__ = ["CollectiveRun", "CollectiveScenario", "LatencyRun", "LatencyScenario", "PublishedValue", "ReferenceRatios",
-           "Scenario", "TableRows", "TrainingRun", "TrainingScenario", "list_scenarios", "load_scenario",
-           "scenario_from_dict"]
+__all__ = ["CollectiveRun", "CollectiveScenario", "ExpectedOrder", "LatencyRun", "LatencyScenario", "PublishedValue",
+           "ReferenceRatios", "Scenario", "ServingRun", "ServingScenario", "TableRows", "TrainingRun",
+           "TrainingScenario", "list_scenarios", "load_scenario", "scenario_from_dict"]
 
 
 class _Strict(BaseModel):
@@ -147,13 +148,44 @@ class CollectiveScenario(_Strict):
     runs: list[CollectiveRun] = Field(min_length=1)
 
 
-Scenario = LatencyScenario | TrainingScenario | CollectiveScenario
-
-_KINDS: dict[str, type[LatencyScenario] | type[TrainingScenario] | type[CollectiveScenario]] = {
-    "model_latency": LatencyScenario, "training": TrainingScenario, "collective": CollectiveScenario}
+# -- serving ---------------------------------------------------------------------------------------------------
 
 
-def _kind_class(raw: object, where: str) -> type[LatencyScenario] | type[TrainingScenario] | type[CollectiveScenario]:
+class ServingRun(_Strict):
+    """One serving simulation: a deployment under a load (:class:`~perfcast.serving.config.ServingConfig`)."""
+
+    label: str = Field(default="", description="what this run is, shown beside its numbers")
+    config: ServingConfig
+
+
+class ExpectedOrder(_Strict):
+    """An ordering a reference reports between two runs: ``lower`` has the smaller ``metric``."""
+
+    metric: str = Field(description="a key of the run's JSON, dotted for percentiles, e.g. ttft_s.p99")
+    lower: str = Field(description="label of the run expected lower")
+    higher: str = Field(description="label of the run expected higher")
+    source: str = Field(min_length=1)
+
+
+class ServingScenario(_Strict):
+    """Serving simulations, each a deployment under a load, with orderings a reference reports."""
+
+    id: str
+    title: str
+    kind: Literal["serving"]
+    expected: list[ExpectedOrder] = Field(default_factory=list)
+    runs: list[ServingRun] = Field(min_length=1)
+
+
+Scenario = LatencyScenario | TrainingScenario | CollectiveScenario | ServingScenario
+_ScenarioClass = type[LatencyScenario] | type[TrainingScenario] | type[CollectiveScenario] | type[ServingScenario]
+
+_KINDS: dict[str, _ScenarioClass] = {
+    "model_latency": LatencyScenario, "training": TrainingScenario, "collective": CollectiveScenario,
+    "serving": ServingScenario}
+
+
+def _kind_class(raw: object, where: str) -> _ScenarioClass:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: a scenario must be a YAML mapping of keys")
     kind = raw.get("kind")

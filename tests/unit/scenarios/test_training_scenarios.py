@@ -206,8 +206,8 @@ def test_a_bad_plan_key_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"runs\.0\.plan\.bogus"):
         load_scenario(bad)
     unknown = tmp_path / "kind.yaml"
-    unknown.write_text("id: k\ntitle: t\nkind: serving\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="model_latency, training, collective"):
+    unknown.write_text("id: k\ntitle: t\nkind: energy\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="model_latency, training, collective, serving"):
         load_scenario(unknown)
 
 
