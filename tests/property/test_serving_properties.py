@@ -33,6 +33,7 @@ LOADS = st.fixed_dictionaries({
     "prompt_tokens": st.integers(1, 3000),
     "output_tokens": st.integers(1, 300),
     "shared_prefix_tokens": st.sampled_from([0, 512]),
+    "retrieval_latency_s": st.sampled_from([0.0, 0.0, 0.3]),
 })
 
 

@@ -64,6 +64,10 @@ def serve(
     output_tokens: int | None = typer.Option(None, "--output-tokens", help="Fixed output length."),
     shared_prefix_tokens: int = typer.Option(0, "--shared-prefix-tokens", help="Tokens of a shared system prompt."),
     num_prefixes: int = typer.Option(1, "--num-prefixes", help="Distinct shared prefixes."),
+    images_per_request: int = typer.Option(0, "--images-per-request", help="Images per prompt (multimodal models)."),
+    retrieval_latency: float = typer.Option(0.0, "--retrieval-latency", help="RAG: mean retrieval time (s)."),
+    retrieval_latency_cv: float = typer.Option(0.0, "--retrieval-latency-cv", help="RAG: CV of that time."),
+    retrieved_tokens: int = typer.Option(0, "--retrieved-tokens", help="RAG: retrieved tokens added per prompt."),
     seed: int = typer.Option(42, "--seed", help="Random seed."),
     slo_ttft: float | None = typer.Option(None, "--slo-ttft-p99", help="TTFT SLO (s): goodput, and the p99 "
                                                                         "bound of --find-max-qps."),
@@ -90,7 +94,9 @@ def serve(
         work = WorkloadConfig(num_requests=num_requests, seed=seed, arrival=arrival, qps=qps,  # type: ignore[arg-type]
                               burstiness_cv=burstiness, trace=trace, prompt_tokens=prompt_tokens,
                               output_tokens=output_tokens, shared_prefix_tokens=shared_prefix_tokens,
-                              num_prefixes=num_prefixes)
+                              num_prefixes=num_prefixes, images_per_request=images_per_request,
+                              retrieval_latency_s=retrieval_latency, retrieval_latency_cv=retrieval_latency_cv,
+                              retrieved_tokens=retrieved_tokens)
         fields: dict[str, Any] = dict(
             model=model, hardware=hardware, tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size, num_replicas=num_replicas, cluster=cluster,
@@ -107,7 +113,8 @@ def serve(
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = [str(x) for x in err["loc"] if str(x) != "workload"]
-        names = {"burstiness_cv": "burstiness", "kv_transfer_bandwidth_Bps": "kv-transfer-bandwidth"}
+        names = {"burstiness_cv": "burstiness", "kv_transfer_bandwidth_Bps": "kv-transfer-bandwidth",
+                 "retrieval_latency_s": "retrieval-latency"}
         name = names.get(loc[0], loc[0]) if loc else "config"
         raise ConfigError(f"--{name.replace('_', '-')}: {err['msg']}") from None
     search = None

@@ -31,6 +31,14 @@ class WorkloadConfig(BaseModel):
     output_tokens: int | None = Field(default=None, ge=1)
     shared_prefix_tokens: int = Field(default=0, ge=0, description="tokens of a system prompt requests share")
     num_prefixes: int = Field(default=1, ge=1, description="distinct shared prefixes (requests pick one at random)")
+    images_per_request: int = Field(default=0, ge=0, description="images in each prompt (multimodal models: each "
+                                                                 "runs the vision tower and adds its image tokens)")
+    retrieval_latency_s: float = Field(default=0.0, ge=0, description="RAG: mean time of the retrieval stage "
+                                                                     "(query embedding + vector search) before the "
+                                                                     "request reaches the engine")
+    retrieval_latency_cv: float = Field(default=0.0, ge=0, description="coefficient of variation of that time "
+                                                                       "(lognormal)")
+    retrieved_tokens: int = Field(default=0, ge=0, description="RAG: tokens of retrieved context added to the prompt")
 
 
 class ServingConfig(BaseModel):

@@ -29,6 +29,12 @@ token is out) its KV cache is sent to a decode replica over the given link
 (each tensor-parallel rank sends its shard: per-GPU KV bytes / bandwidth plus a
 latency) and it decodes there.
 
+Multimodal prompts: each image adds the vision tower's image tokens to the prompt
+and its encoder time to the iteration that starts the request's prefill.
+Retrieval (RAG): a request reaches the engine after its retrieval stage (a
+lognormal time with the given mean and CV, seeded) with the retrieved tokens in
+its prompt; its TTFT counts from its arrival, retrieval included.
+
 Determinism: one seed drives the request stream; ties in time are broken by
 (time, event kind, engine index), so the same inputs give bit-identical output.
 """
@@ -206,10 +212,25 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         cls(BlockManager(per_engine, cfg.block_size, cfg.watermark_frac, cpu_blocks, cfg.enable_prefix_caching),
             limits)
         for _ in range(cfg.num_replicas * pp)]
-    stream = _requests(cfg, max_len)
+    w = cfg.workload
+    images = w.images_per_request
+    if images and model.cfg.vision is None:
+        raise ConfigError(f"{model.cfg.id} has no vision tower; --images-per-request needs a multimodal model "
+                          "(e.g. llava-1.5-7b)")
+    extra_prompt = images * model.image_tokens + w.retrieved_tokens  # image and retrieved tokens join the prompt
+    if extra_prompt + 2 > max_len:
+        raise ConfigError(f"{extra_prompt} image/retrieved tokens leave no room in max_model_len {max_len}")
+    stream = _requests(cfg, max_len - extra_prompt)
     n = stream.num_requests
     arrival = np.asarray(stream.arrival_s, dtype=float)
-    prompt = np.asarray(stream.prompt_tokens, dtype=np.int64)
+    prompt = np.asarray(stream.prompt_tokens, dtype=np.int64) + extra_prompt
+    retrieval = np.zeros(n)
+    if w.retrieval_latency_s > 0:
+        cv = w.retrieval_latency_cv
+        sigma = math.sqrt(math.log1p(cv * cv))
+        retrieval = w.retrieval_latency_s * np.exp(
+            np.random.default_rng(w.seed + 3).normal(-0.5 * sigma * sigma, sigma, size=n)) if cv else np.full(
+            n, w.retrieval_latency_s)
     output = np.asarray(stream.output_tokens, dtype=np.int64)
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
@@ -217,7 +238,6 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     replica_of = np.full(n, -1, dtype=np.int64)
     preempted = np.zeros(n, dtype=np.int64)
     status = ["pending"] * n
-    w = cfg.workload
     prefix_rng = np.random.default_rng(w.seed + 1) if w.shared_prefix_tokens else None
     prefix_ids = prefix_rng.integers(0, w.num_prefixes, size=n) if prefix_rng is not None else None
 
@@ -261,11 +281,17 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             dec_ctx += req.context_tokens
         nseq = len(batch.prefill) + len(batch.decode)
         logits = len(batch.decode) + sum(1 for r, k in batch.prefill if r.computed_tokens + k >= r.prefill_target)
+        if images:
+            starting = sum(1 for r, _ in batch.prefill if r.computed_tokens == 0 and r.preemptions == 0)
+            dt_vision = model.vision_time_s(starting * images)
+        else:
+            dt_vision = 0.0
         if spec_k and batch.decode and not batch.prefill:
             dt = speculate(e, batch) * stage_factor
         else:
             spec_lookahead[e] = []
             dt = model.time_s(q, pairs, ctx, len(batch.prefill), len(batch.decode), dec_ctx, logits) * stage_factor
+        dt += dt_vision
         if batch.swapped_blocks:
             dt += batch.swapped_blocks * block_bytes / _PCIE_BPS
         del nseq
@@ -301,7 +327,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         ctx0 = sum(r.context_tokens for r in reqs)
         dts = model.decode_times(b, ctx0 + b * np.arange(k)) * stage_factor
         ends = now + np.cumsum(dts)
-        nxt = arrival[cursor] if cursor < n else math.inf
+        nxt = min(arrival[cursor] if cursor < n else math.inf, transfers[0][0] if transfers else math.inf)
         if nxt < ends[-1]:
             k = int(np.searchsorted(ends, nxt, side="left")) + 1  # stop at the boundary after the arrival
             if k < 2:
@@ -371,7 +397,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 ready = now + cfg.kv_transfer_latency_s + (
                     req.context_tokens * kv_gpu_bytes_per_token / cfg.kv_transfer_bandwidth_Bps)
                 handed[req.id] = req
-                heapq.heappush(transfers, (ready, req.id, req.id))
+                heapq.heappush(transfers, (ready, req.id, 1))
 
     def route(req: Request, pool: range) -> int:
         rep: int
@@ -395,7 +421,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         raise ConfigError("disaggregated serving needs a continuous-batching scheduler, not static")
     arrival_pool = range(disagg) if disagg else range(cfg.num_replicas)
     decode_pool = range(disagg, cfg.num_replicas)
-    transfers: list[tuple[float, int, int]] = []  # (arrival at the decode pool, request id, request id)
+    transfers: list[tuple[float, int, int]] = []  # (time it reaches a pool, request id, 0 arrival / 1 decode pool)
     handed: dict[int, Request] = {}
     kv_gpu_bytes_per_token = model.kv_bytes_per_token / pp
 
@@ -439,10 +465,9 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             start(e, now)
             continue
         if next_transfer <= next_arrival:
-            now, _, rid = heapq.heappop(transfers)
-            req = handed[rid]
-            del handed[rid]
-            e = route(req, decode_pool)
+            now, rid, to_decode = heapq.heappop(transfers)
+            req = handed.pop(rid)
+            e = route(req, decode_pool if to_decode else arrival_pool)
             replica_of[rid] = req.replica
             engines[e].add(req)
             if not busy[e]:
@@ -455,6 +480,10 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         if prefix_ids is not None:
             req.prefix_hashes = prefix_block_hashes(int(prefix_ids[i]), w.shared_prefix_tokens, int(prompt[i]),
                                                     cfg.block_size, i)
+        if retrieval[i] > 0:  # the retrieval stage runs first
+            handed[i] = req
+            heapq.heappush(transfers, (now + float(retrieval[i]), i, 0))
+            continue
         e = route(req, arrival_pool)
         replica_of[i] = req.replica
         engines[e].add(req)

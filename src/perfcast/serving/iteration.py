@@ -39,7 +39,8 @@ from perfcast.serving.coefficients import ServingCoefficients, load_serving_coef
 from perfcast.system.cluster import Cluster, cluster_for_gpu
 from perfcast.system.collectives import collective_times
 from perfcast.workload.build import WorkloadSpec, build_workload
-from perfcast.workload.graph import attention_cost, causal_pairs
+from perfcast.workload.graph import Graph, attention_cost, causal_pairs
+from perfcast.workload.models.vision import build_vision_encoder
 from perfcast.workload.sharding import check_tp, shard_tp
 from perfcast.workload.transforms import QUANTIZATION_SCHEMES, quantize_weights
 from perfcast.workload.types import Mode, Op, OpKind
@@ -140,6 +141,7 @@ class IterationModel:
         self.head_dim = cfg.head_dim
         self.v_head_dim = int(getattr(cfg, "v_head_dim", None) or cfg.head_dim)
         self.layers_per_stage = -(-layers // self.pp)  # uneven stages: the fullest one paces the pipeline
+        self._vision: dict[int, float] = {}
         self._tables()
 
     # -- tables -------------------------------------------------------------------------------
@@ -284,6 +286,27 @@ class IterationModel:
         seqs = np.full(ctx.shape, float(n))
         att = attention_times(flops, read, self.hw, self.dtype, self.co, sequences=seqs) * self.layers_per_stage
         return np.asarray(fixed + att, dtype=float)
+
+    def vision_time_s(self, images: int) -> float:
+        """Seconds of the vision tower (and projector) over ``images`` images, tensor-parallel like the LM."""
+        if images <= 0:
+            return 0.0
+        hit = self._vision.get(images)
+        if hit is None:
+            if self.cfg.vision is None:
+                raise ConfigError(f"{self.cfg.id} has no vision tower; images need a multimodal model "
+                                  "(e.g. llava-1.5-7b)")
+            g = Graph(self.dtype)
+            build_vision_encoder(g, self.cfg.vision, images)
+            ops = [o for o in shard_tp(list(g.ops), self.tp) if o.kind is not OpKind.COMM]
+            hit = sum(k.time_s * o.count for o, k in zip(ops, predict_ops(ops, self.hw, self.co), strict=True))
+            self._vision[images] = hit
+        return hit
+
+    @property
+    def image_tokens(self) -> int:
+        """Text-sequence tokens one image becomes (0 without a vision tower)."""
+        return self.cfg.vision.num_image_tokens if self.cfg.vision is not None else 0
 
     def check_fits(self, gpu_memory_utilization_frac: float) -> None:
         """Raise a one-line ConfigError when the weights alone do not fit the usable memory."""

@@ -192,3 +192,26 @@ def test_disaggregated_prefill_hands_requests_to_the_decode_pool(scheduler: str)
     assert slow.metrics.e2e_s.mean > dis.metrics.e2e_s.mean  # a slow link delays every hand-over
     with pytest.raises(ConfigError, match="--num-prefill-replicas"):
         simulate_serving(_cfg(scheduler, num_prefill_replicas=2, **kw))
+
+
+def test_images_add_tokens_and_vision_encoder_time() -> None:
+    kw = dict(trace=None, prompt_tokens=200, output_tokens=64, n=30, qps=1.0, model="llava-1.5-7b")
+    text = simulate_serving(_cfg("vllm", **kw))
+    image = simulate_serving(_cfg("vllm", images_per_request=1, **kw), audit=True)
+    _assert_conserved(image)
+    assert int(image.prompt_tokens[0]) == 200 + 576  # CLIP ViT-L/14-336: 24 x 24 patches
+    assert image.metrics.ttft_s.p50 > text.metrics.ttft_s.p50
+    with pytest.raises(ConfigError, match="no vision tower"):
+        simulate_serving(_cfg("vllm", images_per_request=1, **(kw | {"model": "llama-2-7b"})))
+
+
+def test_retrieval_runs_before_the_engine_and_counts_in_ttft() -> None:
+    kw = dict(trace=None, prompt_tokens=200, output_tokens=64, n=30, qps=1.0)
+    plain = simulate_serving(_cfg("vllm", **kw))
+    rag = simulate_serving(_cfg("vllm", retrieval_latency_s=0.2, retrieved_tokens=1000, **kw), audit=True)
+    _assert_conserved(rag)
+    assert int(rag.prompt_tokens[0]) == 1200
+    # light load: TTFT is the retrieval plus a prefill, not a queue behind decode stretches
+    assert 0.2 < rag.metrics.ttft_s.p50 < 0.2 + 4 * plain.metrics.ttft_s.p50 + 0.1
+    jitter = simulate_serving(_cfg("vllm", retrieval_latency_s=0.2, retrieval_latency_cv=1.0, **kw))
+    assert jitter.metrics.ttft_s.p99 > rag.metrics.ttft_s.p99
