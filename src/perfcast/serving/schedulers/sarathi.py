@@ -47,5 +47,8 @@ class SarathiScheduler(ReplicaScheduler):
             n = min(budget, req.remaining_prefill)
             if n:
                 batch.prefill.append((req, n))
+            else:  # its KV arrived from a prefill pool: it decodes in this iteration
+                self._reserve_decode_slots(batch, [req])
+                n = 1
             budget -= n
         return batch if batch else None
