@@ -7,12 +7,16 @@ same seed gives bit-identical output.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from perfcast.errors import ConfigError
 from perfcast.serving import ServingConfig, ServingResult, WorkloadConfig, simulate_serving
+
+_DEEP = int(os.environ.get("PERFCAST_FUZZ_EXAMPLES", "0"))  # e.g. 2000: random examples instead of fixed ones
 
 CONFIGS = st.fixed_dictionaries({
     "scheduler": st.sampled_from(["vllm", "sarathi", "orca", "lightllm", "static"]),
@@ -51,7 +55,8 @@ def _run(c: dict, w: dict, **kw: bool) -> ServingResult | None:
         return None
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=_DEEP or 30, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=not _DEEP, database=None)
 @given(CONFIGS, LOADS)
 def test_requests_and_tokens_are_conserved_and_kv_stays_within_capacity(c: dict, w: dict) -> None:
     res = _run(c, w, audit=True)
@@ -64,7 +69,8 @@ def test_requests_and_tokens_are_conserved_and_kv_stays_within_capacity(c: dict,
     assert res.kv_utilization_max_frac <= 1.0
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=_DEEP or 10, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=not _DEEP, database=None)
 @given(CONFIGS, LOADS)
 def test_same_seed_same_output(c: dict, w: dict) -> None:
     a, b = _run(c, w), _run(c, w)
