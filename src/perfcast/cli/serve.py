@@ -73,6 +73,11 @@ def serve(
                                                                         "bound of --find-max-qps."),
     slo_tpot: float | None = typer.Option(None, "--slo-tpot-p99", help="TPOT SLO (s), likewise."),
     find_max_qps: bool = typer.Option(False, "--find-max-qps", help="Search the highest QPS meeting the SLOs."),
+    colocate_model: str | None = typer.Option(None, "--colocate-model",
+                                              help="A second model on the same GPUs (same load, next seed)."),
+    colocation: str = typer.Option("time_sliced", "--colocation", help="time_sliced | shared (co-located compute)."),
+    colocate_memory_frac: float = typer.Option(0.5, "--colocate-memory-frac",
+                                               help="The first model's share of the usable GPU memory."),
     trace_out: Path | None = typer.Option(None, "--trace-out", help="Write a Perfetto timeline (JSON)."),
     requests_out: Path | None = typer.Option(None, "--requests-out", help="Write per-request CSV."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
@@ -125,7 +130,19 @@ def serve(
             raise ConfigError("--find-max-qps needs --slo-ttft-p99 and/or --slo-tpot-p99")
         search = search_qps(cfg)
         cfg = search.config
-    result = simulate_serving(cfg, keep_events=trace_out is not None)
+    if colocate_model is not None:
+        from perfcast.serving.colocation import simulate_colocated
+
+        if find_max_qps or trace_out is not None:
+            raise ConfigError("--colocate-model does not combine with --find-max-qps or --trace-out yet")
+        other = cfg.model_copy(update={"model": colocate_model, "speculative_model": None,
+                                       "workload": cfg.workload.model_copy(update={"seed": cfg.workload.seed + 1})})
+        pair = simulate_colocated(cfg, other, mode=colocation, memory_frac=colocate_memory_frac)  # type: ignore[arg-type]
+        result = pair.first
+        data_extra: dict[str, Any] = pair.as_dict()
+    else:
+        result = simulate_serving(cfg, keep_events=trace_out is not None)
+        data_extra = {}
     if trace_out is not None:
         from perfcast.serving.timeline import write_serving_trace
 
@@ -136,7 +153,7 @@ def serve(
             writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
-    data = result.as_dict()
+    data = data_extra or result.as_dict()
     if search is not None:
         data["max_qps"] = search.max_qps
         data["qps_evaluated"] = search.evaluated

@@ -102,7 +102,20 @@ class ServingResult:
     prefix_hit_frac: float
     weight_bytes_per_gpu: float
     spec_tokens_per_step: float = 0.0
+    gpu_time_s: float = 0.0  # summed time of every iteration on its own, without another model's share
     events: list[IterationEvent] = field(default_factory=list)
+
+    @property
+    def busy_frac(self) -> float:
+        """Share of the run the GPUs spend on this model's iterations (mean over engines)."""
+        engines = self.config.num_replicas * self.config.pipeline_parallel_size
+        span = float(np.nanmax(self.finish_s)) if np.isfinite(self.finish_s).any() else 0.0
+        return min(1.0, self.gpu_time_s / (span * engines)) if span > 0 else 0.0
+
+    @property
+    def mean_iteration_s(self) -> float:
+        """Mean time of one iteration on its own."""
+        return self.gpu_time_s / self.iterations if self.iterations else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """One JSON-ready object; keys carry their units."""
@@ -171,12 +184,15 @@ def _activation_bytes(model: IterationModel, tokens: int, seqs: int) -> float:
 
 
 def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bool = False,
-                     serving: ServingCoefficients | None = None) -> ServingResult:
+                     serving: ServingCoefficients | None = None, memory_frac: float = 1.0,
+                     iteration_scale: float = 1.0, iteration_extra_s: float = 0.0) -> ServingResult:
     """Simulate ``cfg`` to completion of every request (or its rejection with a reason).
 
     ``keep_events`` keeps every iteration for the timeline; ``audit`` checks every KV cache's
     invariants (blocks in use within capacity, no block owned twice) after each iteration (tests);
-    ``serving`` replaces the packaged engine coefficients (fits).
+    ``serving`` replaces the packaged engine coefficients (fits). ``memory_frac`` (the share of the usable
+    GPU memory this model gets), ``iteration_scale`` and ``iteration_extra_s`` (every iteration's time is
+    ``time * scale + extra``) describe another model sharing the GPUs (:mod:`perfcast.serving.colocation`).
     """
     if cfg.scheduler not in SCHEDULERS:
         SCHEDULERS.get(cfg.scheduler)  # raises UnknownNameError listing the schedulers
@@ -197,11 +213,12 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                            dtype=dtype, quantization=cfg.quantization, kv_dtype=kv_dtype,
                            max_tokens=min(max(budget, 1), 65536), max_seqs=cfg.max_num_seqs, engine=cfg.engine,
                            cluster=cluster, serving=serving)
-    model.check_fits(cfg.gpu_memory_utilization)
+    usable_frac = cfg.gpu_memory_utilization * memory_frac
+    model.check_fits(usable_frac)
     pp = cfg.pipeline_parallel_size
     kv_per_token = model.kv_bytes_per_token / pp  # one stage holds its layers' share of every token
     blocks = kv_cache_capacity(
-        gpu_memory_bytes=model.hw.memory_bytes, gpu_memory_utilization_frac=cfg.gpu_memory_utilization,
+        gpu_memory_bytes=model.hw.memory_bytes, gpu_memory_utilization_frac=usable_frac,
         weight_bytes=model.weight_bytes / pp, activation_peak_bytes=_activation_bytes(model, budget, cfg.max_num_seqs),
         kv_bytes_per_token=kv_per_token, block_size=cfg.block_size)
     per_engine = max(1, blocks // pp)
@@ -245,6 +262,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     busy = [False] * len(engines)
     in_flight: list[Batch | None] = [None] * len(engines)
     steps = [1] * len(engines)  # iterations the batch in flight stands for
+    gpu_time = [0.0]  # iteration time on its own, summed (what another model sharing the GPUs sees)
     outstanding = [0] * cfg.num_replicas
     events: list[IterationEvent] = []
     iterations = 0
@@ -291,7 +309,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         else:
             spec_lookahead[e] = []
             dt = model.time_s(q, pairs, ctx, len(batch.prefill), len(batch.decode), dec_ctx, logits) * stage_factor
-        dt += dt_vision
+        gpu_time[0] += dt + dt_vision
+        dt = (dt + dt_vision) * iteration_scale + iteration_extra_s
         if batch.swapped_blocks:
             dt += batch.swapped_blocks * block_bytes / _PCIE_BPS
         del nseq
@@ -325,7 +344,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 return False
         b = len(reqs)
         ctx0 = sum(r.context_tokens for r in reqs)
-        dts = model.decode_times(b, ctx0 + b * np.arange(k)) * stage_factor
+        raw = model.decode_times(b, ctx0 + b * np.arange(k)) * stage_factor
+        dts = raw * iteration_scale + iteration_extra_s
         ends = now + np.cumsum(dts)
         nxt = min(arrival[cursor] if cursor < n else math.inf, transfers[0][0] if transfers else math.inf)
         if nxt < ends[-1]:
@@ -336,6 +356,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             for sid in ids:
                 kv.append(sid, k - 1)
         total = float(ends[k - 1] - now)
+        gpu_time[0] += float(raw[:k].sum())
         util = kv.utilization_frac
         kv_util_sum += util * total
         kv_frag_sum += kv.fragmentation_frac * total
@@ -507,4 +528,5 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         kv_utilization_mean_frac=kv_util_sum / kv_time if kv_time else 0.0, kv_utilization_max_frac=kv_max,
         kv_fragmentation_mean_frac=kv_frag_sum / kv_time if kv_time else 0.0,
         prefix_hit_frac=hit / query if query else 0.0, weight_bytes_per_gpu=model.weight_bytes / pp,
-        spec_tokens_per_step=spec_stats[1] / spec_stats[0] if spec_stats[0] else 0.0, events=events)
+        spec_tokens_per_step=spec_stats[1] / spec_stats[0] if spec_stats[0] else 0.0, gpu_time_s=gpu_time[0],
+        events=events)
