@@ -44,3 +44,23 @@ def test_suite_out_writes_heterogeneous_rows(tmp_path: Path) -> None:
     collective = [r for r in rows if r["scenario"] == "R2"]
     assert all(r["step_time_s"] and not r["time_s"] for r in training)
     assert all(r["time_s"] and not r["step_time_s"] for r in collective)
+
+
+def test_suite_i5_1_json_is_one_object_with_the_speculative_runs() -> None:
+    data = parse_json(invoke(["suite", "--only", "I5.1", "--json"]))
+    (sc,) = data["scenarios"]
+    assert sc["id"] == "I5.1" and sc["kind"] == "serving" and sc["status"] == "ok" and sc["predictions"] == 4
+    rows = {r["label"]: r for r in sc["rows"]}
+    assert list(rows) == ["plain", "spec-0.6", "spec-0.75", "spec-0.9"]
+    assert all(r["status"] == "ok" and r["model"] == "llama-2-70b" for r in rows.values())
+    steps = [rows[k]["spec_tokens_per_step"] for k in ("spec-0.6", "spec-0.75", "spec-0.9")]
+    assert steps == sorted(steps) and steps[0] > 1
+    assert rows["spec-0.9"]["speedup_x.tpot"] > 1 and rows["spec-0.9"]["baseline"] == "plain"
+    assert rows["spec-0.9"]["tpot_s.p50"] < rows["plain"]["tpot_s.p50"]
+    assert len(sc["notes"]) == 4 and not any("NOT" in n for n in sc["notes"])
+
+
+def test_suite_prints_the_serving_table_with_the_scenario_quantities() -> None:
+    res = invoke(["suite", "--only", "E2"])
+    assert res.exit_code == 0, res.stderr
+    assert "E2: serving runs" in res.stdout and "retrieval share E2E" in res.stdout and "no-retrieval" in res.stdout

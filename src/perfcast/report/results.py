@@ -261,19 +261,115 @@ def collective_tables(r: ScenarioResult) -> list[Any]:
     return out
 
 
+def _number(x: object, digits: str = ",.0f") -> str:
+    v = _num(x)
+    return "-" if v is None else format(v, digits)
+
+
+def _ratio(x: object) -> str:
+    v = _num(x)
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _differ(runs: list[dict[str, object]], key: str) -> bool:
+    return len({v for v in (_num(row.get(key)) for row in runs) if v is not None}) > 1
+
+
+def _any(runs: list[dict[str, object]], key: str) -> bool:
+    return any((_num(row.get(key)) or 0.0) > 0 for row in runs)
+
+
+def _per_request(row: dict[str, object]) -> str:
+    n, total = _num(row.get("preemptions")), _num(row.get("requests_total"))
+    return "-" if n is None or not total else f"{n / total:.3g}"
+
+
+_SERVING_RUNS_PER_TABLE = 6
+
+
 def serving_table(r: ScenarioResult) -> Any:
-    """One column per serving run: latency percentiles, throughput, preemptions."""
+    """One column per serving run (at most six per table, and as many as fit the console's width: more runs
+    go to further tables), one row per quantity: latency percentiles, throughput and preemptions always; the
+    rest only where a scenario's runs have them (a QPS search, KV capacity, prefix caching, speculative
+    decoding, co-location, disaggregation, retrieval) or differ in them."""
+    from rich.console import Group
     from rich.table import Table
 
-    t = Table(title=f"{r.id}: serving runs")
-    t.add_column("quantity", no_wrap=True)
     runs = [row for row in r.rows if row.get("status") == "ok"]
-    for row in runs:
-        t.add_column(str(row.get("label") or row.get("scheduler")), justify="right")
+    lines: list[tuple[str, Any]] = []
+
+    def line(label: str, fmt: Any, show: bool = True) -> None:
+        if show:
+            lines.append((label, fmt))
+
+    line("offered QPS", lambda row: _number(row.get("qps"), ".3g") if row.get("qps") is not None else "burst",
+         _differ(runs, "qps") or _any(runs, "max_qps"))
+    line("max QPS (SLO met)", lambda row: _number(row.get("max_qps"), ".3g"), _any(runs, "max_qps"))
     for key, label in (("ttft_s.p50", "TTFT p50"), ("ttft_s.p99", "TTFT p99"), ("tpot_s.p50", "TPOT p50"),
-                       ("tpot_s.p99", "TPOT p99"), ("e2e_s.p99", "E2E p99")):
-        t.add_row(label, *(_seconds(row.get(key)) for row in runs))
-    t.add_row("requests completed", *(str(row.get("requests_completed")) for row in runs))
-    t.add_row("throughput", *(f"{float(str(row.get('throughput_tokens_per_s'))):,.0f} tok/s" for row in runs))
-    t.add_row("preemptions", *(str(row.get("preemptions")) for row in runs))
-    return t
+                       ("tpot_s.p99", "TPOT p99"), ("e2e_s.p50", "E2E p50"), ("e2e_s.p99", "E2E p99")):
+        line(label, lambda row, key=key: _seconds(row.get(key)))
+    line("requests completed", lambda row: f"{row.get('requests_completed')}/{row.get('requests_total')}")
+    line("throughput (tok/s)", lambda row: _number(row.get("throughput_tokens_per_s")))
+    slo = any(row.get("slo_ttft_s") is not None or row.get("slo_tpot_s") is not None for row in runs)
+    line("goodput (req/s)", lambda row: _number(row.get("goodput_requests_per_s"), ".3g"), slo)
+    line("preemptions", lambda row: _number(row.get("preemptions")))
+    line("preemptions/request", _per_request, _any(runs, "preemptions"))
+    kv = _differ(runs, "kv_bytes_per_token") or _differ(runs, "max_concurrent_sequences")
+    line("KV per token/GPU", lambda row: _size(row.get("kv_bytes_per_token")), kv)
+    line("max concurrent seqs", lambda row: _number(row.get("max_concurrent_sequences")), kv)
+    line("weights per GPU", lambda row: _size(row.get("weight_bytes_per_gpu")), _differ(runs, "weight_bytes_per_gpu"))
+    busy = _any(runs, "preemptions") or _differ(runs, "block_size")
+    line("KV use mean", lambda row: _pct(row.get("kv_utilization_frac.mean")), busy)
+    line("KV fragmentation", lambda row: f"{100 * (_num(row.get('kv_fragmentation_mean_frac')) or 0):.2f}%",
+         busy)
+    line("prefix hit (tokens)", lambda row: _pct(row.get("prefix_hit_frac")), _any(runs, "prefix_hit_frac"))
+    line("prefix cache", lambda row: _size(row.get("prefix_cache_bytes")), _any(runs, "prefix_cache_bytes"))
+    line("tokens per spec step", lambda row: _number(row.get("spec_tokens_per_step"), ".2f")
+         if _any([row], "spec_tokens_per_step") else "-",
+         _any(runs, "spec_tokens_per_step"))
+    for name in ("ttft", "tpot", "e2e"):
+        line(f"speedup {name.upper()}", lambda row, name=name: _ratio(row.get(f"speedup_x.{name}")),
+             _any(runs, f"speedup_x.{name}"))
+    for name in ("ttft", "tpot", "e2e"):
+        line(f"slowdown {name.upper()}", lambda row, name=name: _ratio(row.get(f"slowdown_x.{name}")),
+             _any(runs, f"slowdown_x.{name}"))
+    line("GPU busy", lambda row: _pct(row.get("gpu_busy_frac")), _any(runs, "gpu_busy_frac"))
+    line("KV transfer mean", lambda row: _seconds(row.get("kv_transfer_mean_s")), _any(runs, "kv_transfer_mean_s"))
+    line("retrieval mean", lambda row: _seconds(row.get("retrieval_mean_s")), _any(runs, "retrieval_mean_s"))
+    line("retrieval share E2E", lambda row: _pct(row.get("retrieval_share_frac")),
+         _any(runs, "retrieval_share_frac"))
+
+    cells = [[fmt(row) for label, fmt in lines] for row in runs]
+    names = [str(row.get("label") or row.get("scheduler")) for row in runs]
+    first = max(len(label) for label, _ in lines) + 4  # the quantity column, its borders and padding
+    widths = [max(len(name), *(len(c) for c in col)) + 3 for name, col in zip(names, cells, strict=True)]
+
+    def tables(max_width: int) -> list[Any]:
+        """The runs packed left to right into tables no wider than ``max_width`` (at least one run each)."""
+        chunks: list[list[int]] = [[]]
+        width = first
+        for i, w in enumerate(widths):
+            if chunks[-1] and (width + w > max_width or len(chunks[-1]) >= _SERVING_RUNS_PER_TABLE):
+                chunks.append([])
+                width = first
+            chunks[-1].append(i)
+            width += w
+        out = []
+        for n, chunk in enumerate(chunks, 1):
+            part = f" ({n}/{len(chunks)})" if len(chunks) > 1 else ""
+            t = Table(title=f"{r.id}: serving runs{part}")
+            t.add_column("quantity", no_wrap=True)
+            for i in chunk:
+                t.add_column(names[i], justify="right", no_wrap=True)
+            for k, (label, _) in enumerate(lines):
+                t.add_row(label, *(cells[i][k] for i in chunk))
+            out.append(t)
+        return out
+
+    class _Packed:
+        """Rendered at the console's width: as many runs per table as fit."""
+
+        def __rich_console__(self, console: Any, options: Any) -> Any:
+            yield Group(*tables(options.max_width))
+
+    return _Packed()

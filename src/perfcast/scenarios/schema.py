@@ -152,10 +152,42 @@ class CollectiveScenario(_Strict):
 
 
 class ServingRun(_Strict):
-    """One serving simulation: a deployment under a load (:class:`~perfcast.serving.config.ServingConfig`)."""
+    """One serving simulation: a deployment under a load (:class:`~perfcast.serving.config.ServingConfig`).
+
+    ``search_max_qps`` searches the highest QPS meeting the config's SLOs instead (the row is that load);
+    ``colocate`` serves a second model on the same GPUs (two rows: ``label`` and ``colocate_label``);
+    ``baseline`` names another run this one is compared with (the row gets ``speedup_x`` ratios).
+    """
 
     label: str = Field(default="", description="what this run is, shown beside its numbers")
     config: ServingConfig
+    search_max_qps: bool = Field(default=False, description="search the highest Poisson QPS at which the config "
+                                                            "meets its SLOs (from the workload's qps up or down); "
+                                                            "the row reports max_qps and the metrics at that load")
+    colocate: ServingConfig | None = Field(default=None, description="a second model served on the same GPUs")
+    colocation: Literal["time_sliced", "shared"] = Field(default="time_sliced",
+                                                         description="how the co-located models share compute")
+    memory_frac: float = Field(default=0.5, gt=0, lt=1,
+                               description="co-location: the first model's share of the usable GPU memory")
+    colocate_label: str = Field(default="", description="label of the second model's row (default: "
+                                                        "label:model)")
+    baseline: str | None = Field(default=None, description="label of a run to compare with: the row gets "
+                                                           "speedup_x.{ttft,tpot,e2e} = baseline mean / this mean")
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> ServingRun:
+        if self.search_max_qps and self.colocate is not None:
+            raise ValueError("a run either searches the max QPS or co-locates a second model, not both")
+        if self.search_max_qps and self.config.slo_ttft_s is None and self.config.slo_tpot_s is None:
+            raise ValueError("search_max_qps needs an SLO in the config (slo_ttft_s or slo_tpot_s)")
+        return self
+
+    @property
+    def labels(self) -> list[str]:
+        """The labels of this run's rows (two when a second model is co-located)."""
+        if self.colocate is None:
+            return [self.label]
+        return [self.label, self.colocate_label or f"{self.label}:{self.colocate.model}"]
 
 
 class ExpectedOrder(_Strict):
@@ -175,6 +207,21 @@ class ServingScenario(_Strict):
     kind: Literal["serving"]
     expected: list[ExpectedOrder] = Field(default_factory=list)
     runs: list[ServingRun] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _labels_resolve(self) -> ServingScenario:
+        labels = [lab for run in self.runs for lab in run.labels]
+        dup = sorted({lab for lab in labels if lab and labels.count(lab) > 1})
+        if dup:
+            raise ValueError(f"run labels must be unique; repeated: {', '.join(map(repr, dup))}")
+        for run in self.runs:
+            if run.baseline is not None and run.baseline not in labels:
+                raise ValueError(f"run {run.label!r}: baseline {run.baseline!r} is not a run label")
+        for exp in self.expected:
+            for lab in (exp.lower, exp.higher):
+                if lab not in labels:
+                    raise ValueError(f"expected {exp.metric}: {lab!r} is not a run label")
+        return self
 
 
 Scenario = LatencyScenario | TrainingScenario | CollectiveScenario | ServingScenario

@@ -104,6 +104,44 @@ class ServingResult:
     spec_tokens_per_step: float = 0.0
     gpu_time_s: float = 0.0  # summed time of every iteration on its own, without another model's share
     events: list[IterationEvent] = field(default_factory=list)
+    kv_bytes_per_token: float = 0.0  # KV cache bytes of one token on one GPU (every layer its stage holds)
+    retrieval_mean_s: float = 0.0  # RAG: mean time of the retrieval stage per request
+    gpu_memory_bytes: float = 0.0  # memory of one GPU
+
+    @property
+    def max_concurrent_sequences(self) -> int:
+        """Sequences of the workload's mean length (prompt + output tokens) whose KV cache fits in one engine's
+        blocks at once (the KV-capacity bound on the batch, before ``max_num_seqs``)."""
+        mean_len = float(np.mean(self.prompt_tokens + self.output_tokens)) if self.prompt_tokens.size else 0.0
+        return int(self.kv_blocks_per_engine * self.config.block_size // mean_len) if mean_len > 0 else 0
+
+    @property
+    def retrieval_share_frac(self) -> float:
+        """RAG: mean retrieval time over mean end-to-end latency of the completed requests."""
+        done = np.isfinite(self.finish_s)
+        e2e = float(np.mean(self.finish_s[done] - self.arrival_s[done])) if done.any() else 0.0
+        return self.retrieval_mean_s / e2e if e2e > 0 else 0.0
+
+    @property
+    def kv_transfer_mean_s(self) -> float:
+        """Disaggregated serving: mean handover time of a prompt's KV cache to the decode pool (link latency
+        plus the prompt's per-GPU KV bytes over the link); 0 when prefill and decode share the replicas."""
+        cfg = self.config
+        if not cfg.num_prefill_replicas or not self.prompt_tokens.size:
+            return 0.0
+        return cfg.kv_transfer_latency_s + float(np.mean(self.prompt_tokens)) * self.kv_bytes_per_token / (
+            cfg.kv_transfer_bandwidth_Bps)
+
+    @property
+    def prefix_cache_bytes(self) -> float:
+        """Prefix caching: KV bytes per GPU the shared prefixes ask for (every distinct prefix's full blocks
+        once), capped at one engine's KV cache (beyond it, cached prefixes are evicted and miss)."""
+        cfg, w = self.config, self.config.workload
+        if not cfg.enable_prefix_caching or not w.shared_prefix_tokens:
+            return 0.0
+        blocks = min(min(w.num_prefixes, w.num_requests) * (w.shared_prefix_tokens // cfg.block_size),
+                     self.kv_blocks_per_engine)
+        return blocks * cfg.block_size * self.kv_bytes_per_token
 
     @property
     def busy_frac(self) -> float:
@@ -137,6 +175,15 @@ class ServingResult:
             "prefix_hit_frac": self.prefix_hit_frac,
             "weight_bytes_per_gpu": self.weight_bytes_per_gpu,
             "spec_tokens_per_step": self.spec_tokens_per_step,
+            "weight_bytes_per_replica": self.weight_bytes_per_gpu * self.config.tensor_parallel_size
+            * self.config.pipeline_parallel_size,
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "max_concurrent_sequences": self.max_concurrent_sequences,
+            "prefix_cache_bytes": self.prefix_cache_bytes,
+            "kv_transfer_mean_s": self.kv_transfer_mean_s,
+            "retrieval_mean_s": self.retrieval_mean_s,
+            "retrieval_share_frac": self.retrieval_share_frac,
         })
         return out
 
@@ -529,4 +576,5 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         kv_fragmentation_mean_frac=kv_frag_sum / kv_time if kv_time else 0.0,
         prefix_hit_frac=hit / query if query else 0.0, weight_bytes_per_gpu=model.weight_bytes / pp,
         spec_tokens_per_step=spec_stats[1] / spec_stats[0] if spec_stats[0] else 0.0, gpu_time_s=gpu_time[0],
-        events=events)
+        events=events, kv_bytes_per_token=kv_per_token, retrieval_mean_s=float(retrieval.mean()) if n else 0.0,
+        gpu_memory_bytes=float(model.hw.memory_bytes))
