@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcast.jsonio import versioned_loader
+from perfcast.jsonio import CanonicalJson, versioned_loader
 
 __all__ = ["COMPOSE_SCHEMA_VERSION", "ComposeCoefficients", "load_compose_coefficients"]
 
@@ -39,7 +39,7 @@ class CommCoefficients(_Model):
     latency_s: dict[str, float] = Field(description="per-hop latency by fabric, seconds")
 
 
-class ComposeCoefficients(_Model):
+class ComposeCoefficients(_Model, CanonicalJson):
     """All layer-2 coefficients."""
 
     schema_version: int
