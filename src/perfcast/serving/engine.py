@@ -343,7 +343,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             ctx += end
         dec_ctx = 0
         for req in batch.decode:
-            dec_ctx += req.context_tokens
+            dec_ctx += req.prompt_tokens + req.generated
         nseq = len(batch.prefill) + len(batch.decode)
         logits = len(batch.decode) + sum(1 for r, k in batch.prefill if r.computed_tokens + k >= r.prefill_target)
         if images:
@@ -432,10 +432,13 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 emitted.append(req)
         k = steps[e]  # iterations this decode batch stood for (one token each)
         look = spec_lookahead[e]
-        for j, req in enumerate(batch.decode):
-            if not req.done:
+        finished: list[Request] = []
+        if look:
+            for j, req in enumerate(batch.decode):
+                if req.generated >= req.output_tokens:
+                    continue
                 extra = 0
-                if look and look[j]:
+                if look[j]:
                     # accepted draft tokens: consecutive successes, each with the acceptance rate
                     draws = spec_rng.random(look[j])
                     extra = int(np.argmin(draws < cfg.spec_acceptance_rate)) if (
@@ -446,12 +449,23 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                     spec_stats[1] += extra + 1
                 req.computed_tokens += k + extra
                 req.generated += k + extra
-                emitted.append(req)
-        for req in emitted:
+                if req.generated >= req.output_tokens:
+                    finished.append(req)
+        else:
+            for req in batch.decode:  # the hot loop: plain attributes, no properties
+                g = req.generated
+                if g < req.output_tokens:
+                    g += k
+                    req.generated = g
+                    req.computed_tokens += k
+                    if g >= req.output_tokens:
+                        finished.append(req)
+        # a decoding request already has its first token; a prefill that completed emits one
+        for req in emitted + finished:
             if math.isnan(req.first_token_s):
                 req.first_token_s = now
                 first[req.id] = now
-            if req.done:
+            if req.generated >= req.output_tokens:
                 req.finish_s = now
                 finish[req.id] = now
                 generated[req.id] = req.generated

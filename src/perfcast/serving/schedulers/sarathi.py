@@ -29,7 +29,7 @@ class SarathiScheduler(ReplicaScheduler):
     def schedule(self) -> Batch | None:
         batch = Batch()
         self._swap_in(batch)
-        self._reserve_decode_slots(batch, [r for r in self.running if not r.in_prefill])
+        self._reserve_decode_slots(batch, [r for r in self.running if r.computed_tokens >= r.prefill_target])
         budget = self.limits.chunk_size - len(batch.decode)
         for req in self.running:
             if budget <= 0:

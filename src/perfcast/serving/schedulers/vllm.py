@@ -41,5 +41,5 @@ class VLLMScheduler(ReplicaScheduler):
                 tokens += n
             if batch.prefill:
                 return batch
-        self._reserve_decode_slots(batch, [r for r in self.running if not r.in_prefill])
+        self._reserve_decode_slots(batch, [r for r in self.running if r.computed_tokens >= r.prefill_target])
         return batch if batch else None
