@@ -55,7 +55,7 @@ from perfcast.serving.arrivals import RequestStream, generate_requests
 from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.iteration import IterationModel
-from perfcast.serving.kv import BlockManager, kv_cache_capacity, prefix_block_hashes
+from perfcast.serving.kv import BlockManager, CountingBlockManager, kv_cache_capacity, prefix_block_hashes
 from perfcast.serving.metrics import ServingMetrics, summarize_requests
 from perfcast.serving.request import Request
 from perfcast.serving.schedulers import SCHEDULERS, Batch, ReplicaScheduler, SchedulerLimits
@@ -272,10 +272,13 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     cpu_blocks = int(cfg.swap_space // (kv_per_token * cfg.block_size)) // pp
     limits = SchedulerLimits(cfg.max_num_seqs, budget, cfg.chunk_size, max_len, cfg.preemption_mode)
     cls = SCHEDULERS.get(policy)
-    engines: list[ReplicaScheduler] = [
-        cls(BlockManager(per_engine, cfg.block_size, cfg.watermark_frac, cpu_blocks, cfg.enable_prefix_caching),
-            limits)
-        for _ in range(cfg.num_replicas * pp)]
+
+    def cache() -> BlockManager | CountingBlockManager:
+        if cfg.enable_prefix_caching:
+            return BlockManager(per_engine, cfg.block_size, cfg.watermark_frac, cpu_blocks, True)
+        return CountingBlockManager(per_engine, cfg.block_size, cfg.watermark_frac, cpu_blocks)  # same answers, O(1)
+
+    engines: list[ReplicaScheduler] = [cls(cache(), limits) for _ in range(cfg.num_replicas * pp)]  # type: ignore[arg-type]
     w = cfg.workload
     images = w.images_per_request
     if images and model.cfg.vision is None:

@@ -71,12 +71,7 @@ from typing import NoReturn
 
 from perfcast.errors import ConfigError, PerfcastError
 
-__all__ = [
-    "BlockManager",
-    "KVCacheError",
-    "kv_cache_capacity",
-    "prefix_block_hashes",
-]
+__all__ = ["BlockManager", "CountingBlockManager", "KVCacheError", "kv_cache_capacity", "prefix_block_hashes"]
 
 _GiB = 2.0**30  # bytes; this module imports only perfcast.errors, so the constant is local
 
@@ -583,6 +578,258 @@ class BlockManager:
                     self._free.append(block)
         self._num_unfilled_slots -= len(blocks) * self.block_size - seq.num_tokens
         seq.block_ids = []
+
+
+class CountingBlockManager:
+    """:class:`BlockManager`'s decisions without prefix caching, made by counting blocks instead of naming them.
+
+    Without prefix caching no block is shared, so which physical block a sequence holds never matters: a
+    sequence is its token count, its block count and where it lives, and every call is O(1) (allocating a
+    4,000-token prompt does not take 250 blocks one by one). Same API, same answers, same counters as a
+    ``BlockManager(..., enable_prefix_caching=False)``; the simulator uses it whenever caching is off.
+    """
+
+    enable_prefix_caching = False
+
+    def __init__(self, num_blocks: int, block_size: int, watermark_frac: float = 0.01,
+                 num_cpu_blocks: int = 0) -> None:
+        BlockManager(1, block_size, watermark_frac, num_cpu_blocks)  # the same argument checks
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
+            raise ConfigError(f"num_blocks={num_blocks!r} must be an int >= 1")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.watermark_frac = float(watermark_frac)
+        self.watermark_blocks = int(watermark_frac * num_blocks)
+        self.num_cpu_blocks = num_cpu_blocks
+        self._free = num_blocks
+        self._seqs: dict[int, list[int]] = {}  # seq id -> [tokens, blocks, 1 on GPU / 0 swapped out]
+        self._num_unfilled_slots = 0
+        self._num_cpu_used = 0
+        self.prefix_hit_tokens = 0
+        self.prefix_query_tokens = 0
+
+    # -- introspection (as BlockManager) ------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Empty GPU blocks."""
+        return self._free
+
+    @property
+    def num_used_blocks(self) -> int:
+        """GPU blocks held by live sequences."""
+        return self.num_blocks - self._free
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Always 0: nothing is cached without prefix caching."""
+        return 0
+
+    @property
+    def num_available_blocks(self) -> int:
+        """Blocks a new allocation can take."""
+        return self._free
+
+    @property
+    def num_swapped_out_blocks(self) -> int:
+        """CPU blocks holding swapped-out sequences."""
+        return self._num_cpu_used
+
+    @property
+    def utilization_frac(self) -> float:
+        """Used GPU blocks / num_blocks."""
+        return (self.num_blocks - self._free) / self.num_blocks
+
+    @property
+    def fragmentation_frac(self) -> float:
+        """Allocated but unfilled token slots / allocated slots (0 when nothing is used)."""
+        used = self.num_blocks - self._free
+        return self._num_unfilled_slots / (used * self.block_size) if used else 0.0
+
+    @property
+    def num_seqs(self) -> int:
+        """Sequences known to the cache."""
+        return len(self._seqs)
+
+    def __contains__(self, seq_id: object) -> bool:
+        return seq_id in self._seqs
+
+    def _seq(self, seq_id: int, *, on_gpu: bool | None = None) -> list[int]:
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            raise KVCacheError(f"unknown sequence id {seq_id} in the KV cache")
+        if on_gpu is True and not seq[2]:
+            raise KVCacheError(f"sequence {seq_id} is swapped out; swap it in first")
+        if on_gpu is False and seq[2]:
+            raise KVCacheError(f"sequence {seq_id} is not swapped out")
+        return seq
+
+    def seq_num_tokens(self, seq_id: int) -> int:
+        """Tokens held for ``seq_id``."""
+        return self._seq(seq_id)[0]
+
+    def seq_num_blocks(self, seq_id: int) -> int:
+        """Blocks held for ``seq_id`` (GPU or CPU)."""
+        return self._seq(seq_id)[1]
+
+    def is_swapped_out(self, seq_id: int) -> bool:
+        """Whether ``seq_id`` lives in CPU swap space."""
+        return not self._seq(seq_id)[2]
+
+    def num_blocks_for(self, num_tokens: int) -> int:
+        """ceil(num_tokens / block_size)."""
+        return -(-num_tokens // self.block_size)
+
+    # -- admission and growth -----------------------------------------------------------------------------------
+    def can_ever_allocate(self, num_tokens: int) -> bool:
+        """Whether a prompt of ``num_tokens`` fits under the watermark on an empty cache."""
+        return self.num_blocks - self.num_blocks_for(num_tokens) >= self.watermark_blocks
+
+    def can_allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> bool:
+        """Whether admitting ``num_tokens`` leaves at least ``watermark_blocks`` free (hashes are ignored)."""
+        if seq_id in self._seqs:
+            raise KVCacheError(f"sequence {seq_id} is already in the KV cache")
+        return self._free - self.num_blocks_for(num_tokens) >= self.watermark_blocks
+
+    def allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> int:
+        """Reserve blocks for a prompt of ``num_tokens``; returns 0 (no prefix cache)."""
+        if seq_id in self._seqs:
+            raise KVCacheError(f"sequence {seq_id} is already in the KV cache")
+        if num_tokens < 1:
+            raise KVCacheError(f"num_tokens={num_tokens} for sequence {seq_id} must be >= 1")
+        blocks = self.num_blocks_for(num_tokens)
+        if blocks > self._free:
+            raise KVCacheError(f"cannot allocate {blocks} KV blocks for sequence {seq_id} ({num_tokens} tokens): "
+                               f"only {self._free} of {self.num_blocks} available")
+        self._free -= blocks
+        self._seqs[seq_id] = [num_tokens, blocks, 1]
+        self._num_unfilled_slots += blocks * self.block_size - num_tokens
+        self.prefix_query_tokens += num_tokens
+        return 0
+
+    def can_append(self, seq_id: int, num_new_tokens: int = 1) -> bool:
+        """Whether ``seq_id`` can grow by ``num_new_tokens``."""
+        t, b, _ = self._seq(seq_id, on_gpu=True)
+        need = -(-(t + num_new_tokens) // self.block_size) - b
+        return need <= 0 or need <= self._free
+
+    def append(self, seq_id: int, num_new_tokens: int = 1) -> None:
+        """Grow ``seq_id`` by ``num_new_tokens``."""
+        seq = self._seq(seq_id, on_gpu=True)
+        if num_new_tokens < 0:
+            raise KVCacheError(f"num_new_tokens={num_new_tokens} for sequence {seq_id} must be >= 0")
+        total = seq[0] + num_new_tokens
+        need = -(-total // self.block_size) - seq[1]
+        if need > 0:
+            if need > self._free:
+                raise KVCacheError(f"cannot append {num_new_tokens} tokens to sequence {seq_id}: needs {need} more "
+                                   f"KV blocks, only {self._free} available")
+            self._free -= need
+            seq[1] += need
+            self._num_unfilled_slots += need * self.block_size - num_new_tokens
+        else:
+            self._num_unfilled_slots -= num_new_tokens
+        seq[0] = total
+
+    def append_decode(self, seq_ids: Sequence[int]) -> bool:
+        """One token more for every sequence in ``seq_ids`` if the worst case fits (see BlockManager)."""
+        if len(seq_ids) > self._free:
+            return False
+        bs = self.block_size
+        seqs = self._seqs
+        unfilled = 0
+        taken = 0
+        for sid in seq_ids:
+            seq = seqs[sid]
+            n = seq[0] + 1
+            if -(-n // bs) > seq[1]:
+                seq[1] += 1
+                taken += 1
+                unfilled += bs - 1
+            else:
+                unfilled -= 1
+            seq[0] = n
+        self._free -= taken
+        self._num_unfilled_slots += unfilled
+        return True
+
+    def max_uniform_appends(self, seq_ids: Sequence[int], limit: int) -> int:
+        """The most tokens ``j <= limit`` every sequence can grow by at once (see BlockManager)."""
+        if limit <= 0 or not seq_ids:
+            return max(0, limit) if not seq_ids else 0
+        bs = self.block_size
+        have = self._free
+        state = [(self._seqs[s][0], self._seqs[s][1]) for s in seq_ids]
+
+        def need(j: int) -> int:
+            return sum(max(0, -(-(t + j) // bs) - b) for t, b in state)
+
+        if need(limit) <= have:
+            return limit
+        lo, hi = 0, limit
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if need(mid) <= have:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    # -- release and swapping -----------------------------------------------------------------------------------
+    def free(self, seq_id: int) -> None:
+        """Release ``seq_id`` (on GPU or swapped out)."""
+        t, b, on_gpu = self._seq(seq_id)
+        if on_gpu:
+            self._free += b
+            self._num_unfilled_slots -= b * self.block_size - t
+        else:
+            self._num_cpu_used -= b
+        del self._seqs[seq_id]
+
+    def can_swap_out(self, seq_id: int) -> bool:
+        """Whether the CPU swap space has room for ``seq_id``'s blocks."""
+        return self._seq(seq_id, on_gpu=True)[1] <= self.num_cpu_blocks - self._num_cpu_used
+
+    def swap_out(self, seq_id: int) -> int:
+        """Move ``seq_id``'s blocks to CPU swap space; returns the blocks moved."""
+        seq = self._seq(seq_id, on_gpu=True)
+        t, b, _ = seq
+        if b > self.num_cpu_blocks - self._num_cpu_used:
+            raise KVCacheError(f"cannot swap out sequence {seq_id}: needs {b} CPU blocks, "
+                               f"only {self.num_cpu_blocks - self._num_cpu_used} of {self.num_cpu_blocks} free")
+        self._free += b
+        self._num_unfilled_slots -= b * self.block_size - t
+        self._num_cpu_used += b
+        seq[2] = 0
+        return b
+
+    def can_swap_in(self, seq_id: int) -> bool:
+        """Whether swapping ``seq_id`` in leaves at least ``watermark_blocks`` free."""
+        return self._free - self._seq(seq_id, on_gpu=False)[1] >= self.watermark_blocks
+
+    def swap_in(self, seq_id: int) -> int:
+        """Bring ``seq_id`` back to GPU blocks; returns the blocks moved."""
+        seq = self._seq(seq_id, on_gpu=False)
+        t, b, _ = seq
+        if b > self._free:
+            raise KVCacheError(f"cannot swap in sequence {seq_id}: needs {b} KV blocks, only {self._free} available")
+        self._free -= b
+        self._num_cpu_used -= b
+        self._num_unfilled_slots += b * self.block_size - t
+        seq[2] = 1
+        return b
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError when the counts disagree (tests)."""
+        gpu = [s for s in self._seqs.values() if s[2]]
+        cpu = [s for s in self._seqs.values() if not s[2]]
+        if sum(s[1] for s in gpu) + self._free != self.num_blocks:
+            raise AssertionError("used + free blocks != num_blocks")
+        if sum(s[1] for s in cpu) != self._num_cpu_used or self._num_cpu_used > self.num_cpu_blocks:
+            raise AssertionError("CPU block count wrong or over capacity")
+        if any(s[1] != self.num_blocks_for(s[0]) for s in self._seqs.values()):
+            raise AssertionError("a sequence's blocks do not cover its tokens exactly")
+        if self._num_unfilled_slots != sum(s[1] * self.block_size - s[0] for s in gpu):
+            raise AssertionError("unfilled slot count wrong")
 
 
 def prefix_block_hashes(

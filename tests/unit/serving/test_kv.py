@@ -480,3 +480,63 @@ def test_kv_cache_capacity_rejects_bad_inputs(field: str, value: float) -> None:
     kwargs[field] = value
     with pytest.raises(ConfigError, match=field):
         kv_cache_capacity(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_counting_manager_makes_the_same_decisions_as_the_block_manager(seed: int) -> None:
+    import random
+
+    from perfcast.serving.kv import CountingBlockManager
+
+    rng = random.Random(seed)
+    bs = rng.choice([1, 8, 16])
+    named = BlockManager(200, bs, watermark_frac=0.05, num_cpu_blocks=80)
+    counted = CountingBlockManager(200, bs, watermark_frac=0.05, num_cpu_blocks=80)
+    live: list[int] = []
+    swapped: list[int] = []
+    next_id = 0
+    for _ in range(1500):
+        op = rng.choice(["allocate", "append", "append", "decode", "free", "swap_out", "swap_in"])
+        if op == "allocate":
+            tokens = rng.randint(1, 400)
+            ok = named.can_allocate(next_id, tokens)
+            assert ok == counted.can_allocate(next_id, tokens)
+            if ok:
+                assert named.allocate(next_id, tokens) == counted.allocate(next_id, tokens) == 0
+                live.append(next_id)
+            next_id += 1
+        elif op == "append" and live:
+            sid, n = rng.choice(live), rng.randint(1, 40)
+            ok = named.can_append(sid, n)
+            assert ok == counted.can_append(sid, n)
+            if ok:
+                named.append(sid, n)
+                counted.append(sid, n)
+        elif op == "decode" and live:
+            assert named.append_decode(live) == counted.append_decode(live)
+            assert named.max_uniform_appends(live, 50) == counted.max_uniform_appends(live, 50)
+        elif op == "free" and (live or swapped):
+            pool = live if live and (not swapped or rng.random() < 0.7) else swapped
+            sid = pool.pop(rng.randrange(len(pool)))
+            named.free(sid)
+            counted.free(sid)
+        elif op == "swap_out" and live:
+            sid = rng.choice(live)
+            ok = named.can_swap_out(sid)
+            assert ok == counted.can_swap_out(sid)
+            if ok:
+                assert named.swap_out(sid) == counted.swap_out(sid)
+                live.remove(sid)
+                swapped.append(sid)
+        elif op == "swap_in" and swapped:
+            sid = rng.choice(swapped)
+            ok = named.can_swap_in(sid)
+            assert ok == counted.can_swap_in(sid)
+            if ok:
+                assert named.swap_in(sid) == counted.swap_in(sid)
+                swapped.remove(sid)
+                live.append(sid)
+        assert (named.num_free_blocks, named.num_used_blocks, named.num_swapped_out_blocks) == (
+            counted.num_free_blocks, counted.num_used_blocks, counted.num_swapped_out_blocks)
+        assert named.fragmentation_frac == pytest.approx(counted.fragmentation_frac)
+        counted.check_invariants()
