@@ -382,7 +382,13 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         """Run the decode-only ``batch`` for as many identical iterations as nothing else can happen in."""
         nonlocal iterations, kv_time, kv_util_sum, kv_frag_sum, kv_max
         reqs = batch.decode
-        k = min(r.output_tokens - r.generated for r in reqs)  # the k-th iteration finishes someone
+        k = 1 << 62
+        ctx0 = 0
+        for r in reqs:  # the k-th iteration finishes someone; the batch's cached tokens
+            left = r.output_tokens - r.generated
+            if left < k:
+                k = left
+            ctx0 += r.prompt_tokens + r.generated
         if k < 2:
             return False
         ids = [r.id for r in reqs]
@@ -393,7 +399,6 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             if k < 2:
                 return False
         b = len(reqs)
-        ctx0 = sum(r.context_tokens for r in reqs)
         raw = model.decode_times(b, ctx0 + b * np.arange(k)) * stage_factor
         dts = raw * iteration_scale + iteration_extra_s
         ends = now + np.cumsum(dts)
@@ -403,8 +408,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             if k < 2:
                 return False
         if grows:
-            for sid in ids:
-                kv.append(sid, k - 1)
+            kv.append_uniform(ids, k - 1)
         total = float(ends[k - 1] - now)
         gpu_time[0] += float(raw[:k].sum())
         util = kv.utilization_frac

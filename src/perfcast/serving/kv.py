@@ -310,6 +310,11 @@ class BlockManager:
         self._num_unfilled_slots += unfilled
         return True
 
+    def append_uniform(self, seq_ids: Sequence[int], num_new_tokens: int) -> None:
+        """``append(seq, num_new_tokens)`` for every sequence (check with ``max_uniform_appends`` first)."""
+        for sid in seq_ids:
+            self.append(sid, num_new_tokens)
+
     def max_uniform_appends(self, seq_ids: Sequence[int], limit: int) -> int:
         """The most tokens ``j <= limit`` every sequence in ``seq_ids`` can grow by at once (``append_decode``
         ``j`` times) without running out of free and cached blocks."""
@@ -317,6 +322,8 @@ class BlockManager:
             return max(0, limit) if not seq_ids else 0
         bs = self.block_size
         have = len(self._free) + len(self._evictable)
+        if have >= len(seq_ids) * (-(-limit // bs) + 1):  # even the worst case fits
+            return limit
         state = [(self._seqs[s].num_tokens, len(self._seqs[s].block_ids)) for s in seq_ids]
 
         def need(j: int) -> int:
@@ -752,12 +759,37 @@ class CountingBlockManager:
         self._num_unfilled_slots += unfilled
         return True
 
+    def append_uniform(self, seq_ids: Sequence[int], num_new_tokens: int) -> None:
+        """``append(seq, num_new_tokens)`` for every sequence, in one pass (check ``max_uniform_appends`` first)."""
+        bs = self.block_size
+        seqs = self._seqs
+        taken = 0
+        unfilled = 0
+        for sid in seq_ids:
+            seq = seqs[sid]
+            total = seq[0] + num_new_tokens
+            need = -(-total // bs) - seq[1]
+            if need > 0:
+                seq[1] += need
+                taken += need
+                unfilled += need * bs - num_new_tokens
+            else:
+                unfilled -= num_new_tokens
+            seq[0] = total
+        if taken > self._free:
+            raise KVCacheError(f"cannot append {num_new_tokens} tokens to {len(seq_ids)} sequences: needs {taken} "
+                               f"KV blocks, only {self._free} available")
+        self._free -= taken
+        self._num_unfilled_slots += unfilled
+
     def max_uniform_appends(self, seq_ids: Sequence[int], limit: int) -> int:
         """The most tokens ``j <= limit`` every sequence can grow by at once (see BlockManager)."""
         if limit <= 0 or not seq_ids:
             return max(0, limit) if not seq_ids else 0
         bs = self.block_size
         have = self._free
+        if have >= len(seq_ids) * (-(-limit // bs) + 1):  # even the worst case fits
+            return limit
         state = [(self._seqs[s][0], self._seqs[s][1]) for s in seq_ids]
 
         def need(j: int) -> int:
