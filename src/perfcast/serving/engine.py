@@ -325,6 +325,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     def start(e: int, now: float) -> None:
         nonlocal iterations, kv_time, kv_util_sum, kv_frag_sum, kv_max
         sched = engines[e]
+        if sched.preemptions:
+            sched.drop_unservable()
         batch = sched.schedule()
         for req, reason in sched.rejected:
             status[req.id] = f"rejected: {reason}"
@@ -579,6 +581,9 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         if not busy[e]:
             start(e, now)
 
+    if n and all(st.startswith("rejected: ") for st in status):
+        # nothing could be served: a deployment error (e.g. a KV budget too small for one request), not a result
+        raise ConfigError(f"no request can be served: {status[0].removeprefix('rejected: ')}")
     for i in range(n):
         if status[i] == "pending":  # pragma: no cover - the loop drains every engine
             status[i] = "incomplete: the simulation ended with the request unfinished"

@@ -90,10 +90,21 @@ def test_full_length_reservation_never_preempts() -> None:
 
 
 def test_requests_that_can_never_fit_are_rejected_with_a_reason() -> None:
-    res = simulate_serving(_cfg("vllm", n=20, trace=None, prompt_tokens=4000, output_tokens=50,
-                                gpu_memory_utilization=0.17, max_num_batched_tokens=2048))
-    reasons = {s for s in res.status if s != "completed"}
-    assert reasons and all("max_num_batched_tokens" in s or "KV blocks" in s for s in reasons)
+    # a KV cache of ~1,400 tokens: the trace's long prompts can never be admitted, the short ones can
+    res = simulate_serving(_cfg("vllm", n=60, gpu_memory_utilization=0.17, max_num_batched_tokens=8192,
+                                trace="splitwise_code"))
+    rejected = [s for s in res.status if s != "completed"]
+    assert rejected and res.metrics.requests_completed > 0
+    assert all(s.startswith("rejected: ") and "KV blocks" in s for s in rejected)
+    # a request whose context outgrew the cache after a recompute preemption is rejected, not left waiting
+    # (it used to block the queue behind it)
+    assert any("preemption" in s for s in rejected)
+
+
+def test_a_kv_budget_too_small_for_any_request_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="no request can be served: .*KV blocks"):
+        simulate_serving(_cfg("vllm", n=5, trace=None, prompt_tokens=4000, output_tokens=50,
+                              gpu_memory_utilization=0.17, max_num_batched_tokens=8192))
 
 
 def test_shared_prefixes_hit_the_prefix_cache() -> None:

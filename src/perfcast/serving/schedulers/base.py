@@ -86,6 +86,23 @@ class ReplicaScheduler:
     def _prefill_fits_budget(self, req: Request) -> bool:
         return req.prompt_tokens <= self.limits.max_num_batched_tokens
 
+    def drop_unservable(self) -> None:
+        """Reject waiting requests that can never be admitted again: a recompute preemption makes a request
+        prefill its generated tokens too, and that context can outgrow the whole cache."""
+        if not self.waiting:
+            return
+        keep = []
+        for req in self.waiting:
+            need = self._kv_tokens(req)
+            if self.kv.can_ever_allocate(need):
+                keep.append(req)
+            else:
+                self.rejected.append((req, f"after {req.preemptions} preemption(s) its {need} tokens need more "
+                                           f"KV blocks than the replica has ({self.kv.num_blocks} blocks of "
+                                           f"{self.kv.block_size})"))
+        if len(keep) != len(self.waiting):
+            self.waiting = deque(keep)
+
     def finish(self, req: Request) -> None:
         """A request emitted its last token: release its KV blocks."""
         self.running.remove(req)
