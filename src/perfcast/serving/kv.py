@@ -325,20 +325,7 @@ class BlockManager:
         if have >= len(seq_ids) * (-(-limit // bs) + 1):  # even the worst case fits
             return limit
         state = [(self._seqs[s].num_tokens, len(self._seqs[s].block_ids)) for s in seq_ids]
-
-        def need(j: int) -> int:
-            return sum(max(0, -(-(t + j) // bs) - b) for t, b in state)
-
-        if need(limit) <= have:
-            return limit
-        lo, hi = 0, limit  # need(lo) <= have < need(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if need(mid) <= have:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return _max_uniform(state, have, limit, bs)
 
     # -- release -----------------------------------------------------------------------------------------------
     def free(self, seq_id: int) -> None:
@@ -791,20 +778,7 @@ class CountingBlockManager:
         if have >= len(seq_ids) * (-(-limit // bs) + 1):  # even the worst case fits
             return limit
         state = [(self._seqs[s][0], self._seqs[s][1]) for s in seq_ids]
-
-        def need(j: int) -> int:
-            return sum(max(0, -(-(t + j) // bs) - b) for t, b in state)
-
-        if need(limit) <= have:
-            return limit
-        lo, hi = 0, limit
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if need(mid) <= have:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return _max_uniform(state, have, limit, bs)
 
     # -- release and swapping -----------------------------------------------------------------------------------
     def free(self, seq_id: int) -> None:
@@ -862,6 +836,25 @@ class CountingBlockManager:
             raise AssertionError("a sequence's blocks do not cover its tokens exactly")
         if self._num_unfilled_slots != sum(s[1] * self.block_size - s[0] for s in gpu):
             raise AssertionError("unfilled slot count wrong")
+
+
+def _max_uniform(state: list[tuple[int, int]], have: int, limit: int, block_size: int) -> int:
+    """The most tokens ``j <= limit`` that sequences of (tokens, blocks) ``state`` can each grow by with ``have``
+    blocks to spare (bisection: the blocks needed grow with ``j``)."""
+
+    def need(j: int) -> int:
+        return sum(max(0, -(-(t + j) // block_size) - b) for t, b in state)
+
+    if need(limit) <= have:
+        return limit
+    lo, hi = 0, limit  # need(lo) <= have < need(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if need(mid) <= have:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def prefix_block_hashes(
