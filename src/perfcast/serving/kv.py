@@ -93,6 +93,18 @@ class _Seq:
         self.num_cpu_blocks = 0
 
 
+def _check_cache_args(num_blocks: int, block_size: int, watermark_frac: float, num_cpu_blocks: int) -> None:
+    """One ConfigError naming the first bad KV-cache argument."""
+    if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
+        raise ConfigError(f"num_blocks={num_blocks!r} must be an int >= 1")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ConfigError(f"block_size={block_size!r} must be an int >= 1")
+    if not 0.0 <= watermark_frac < 1.0:
+        raise ConfigError(f"watermark_frac={watermark_frac!r} must be in [0, 1)")
+    if isinstance(num_cpu_blocks, bool) or not isinstance(num_cpu_blocks, int) or num_cpu_blocks < 0:
+        raise ConfigError(f"num_cpu_blocks={num_cpu_blocks!r} must be an int >= 0")
+
+
 class BlockManager:
     """Allocates, grows, frees, shares and swaps paged KV blocks for the sequences of one replica.
 
@@ -107,14 +119,7 @@ class BlockManager:
         num_cpu_blocks: int = 0,
         enable_prefix_caching: bool = False,
     ) -> None:
-        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
-            raise ConfigError(f"num_blocks={num_blocks!r} must be an int >= 1")
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ConfigError(f"block_size={block_size!r} must be an int >= 1")
-        if not 0.0 <= watermark_frac < 1.0:
-            raise ConfigError(f"watermark_frac={watermark_frac!r} must be in [0, 1)")
-        if isinstance(num_cpu_blocks, bool) or not isinstance(num_cpu_blocks, int) or num_cpu_blocks < 0:
-            raise ConfigError(f"num_cpu_blocks={num_cpu_blocks!r} must be an int >= 0")
+        _check_cache_args(num_blocks, block_size, watermark_frac, num_cpu_blocks)
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.watermark_frac = float(watermark_frac)
@@ -587,9 +592,7 @@ class CountingBlockManager:
 
     def __init__(self, num_blocks: int, block_size: int, watermark_frac: float = 0.01,
                  num_cpu_blocks: int = 0) -> None:
-        BlockManager(1, block_size, watermark_frac, num_cpu_blocks)  # the same argument checks
-        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
-            raise ConfigError(f"num_blocks={num_blocks!r} must be an int >= 1")
+        _check_cache_args(num_blocks, block_size, watermark_frac, num_cpu_blocks)
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.watermark_frac = float(watermark_frac)
