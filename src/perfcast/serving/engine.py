@@ -312,7 +312,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     busy = [False] * len(engines)
     in_flight: list[Batch | None] = [None] * len(engines)
     steps = [1] * len(engines)  # iterations the batch in flight stands for
-    gpu_time = [0.0]  # iteration time on its own, summed (what another model sharing the GPUs sees)
+    gpu_time = 0.0  # iteration time on its own, summed (what another model sharing the GPUs sees)
     outstanding = [0] * cfg.num_replicas
     events: list[IterationEvent] = []
     iterations = 0
@@ -323,10 +323,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     block_bytes = kv_per_token * cfg.block_size
 
     def start(e: int, now: float) -> None:
-        nonlocal iterations, kv_time, kv_util_sum, kv_frag_sum, kv_max
         sched = engines[e]
-        if sched.preemptions:
-            sched.drop_unservable()
         batch = sched.schedule()
         for req, reason in sched.rejected:
             status[req.id] = f"rejected: {reason}"
@@ -349,7 +346,6 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         dec_ctx = 0
         for req in batch.decode:
             dec_ctx += req.prompt_tokens + req.generated
-        nseq = len(batch.prefill) + len(batch.decode)
         logits = len(batch.decode) + sum(1 for r, k in batch.prefill if r.computed_tokens + k >= r.prefill_target)
         if images:
             starting = sum(1 for r, _ in batch.prefill if r.computed_tokens == 0 and r.preemptions == 0)
@@ -361,28 +357,32 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         else:
             spec_lookahead[e] = []
             dt = model.time_s(q, pairs, ctx, len(batch.prefill), len(batch.decode), dec_ctx, logits) * stage_factor
-        gpu_time[0] += dt + dt_vision
-        dt = (dt + dt_vision) * iteration_scale + iteration_extra_s
+        gpu_s = dt + dt_vision
+        dt = gpu_s * iteration_scale + iteration_extra_s
         if batch.swapped_blocks:
             dt += batch.swapped_blocks * block_bytes / _PCIE_BPS
-        del nseq
-        kv = sched.kv
-        util = kv.utilization_frac
-        kv_util_sum += util * dt
-        kv_frag_sum += kv.fragmentation_frac * dt
-        kv_time += dt
-        kv_max = max(kv_max, util)
-        iterations += 1
         if keep_events:
             events.append(IterationEvent(e, now, dt, q, len(batch.decode)))
+        occupy(e, batch, now + dt, dt, gpu_s, 1)
+
+    def occupy(e: int, batch: Batch, end_s: float, span_s: float, gpu_s: float, k: int) -> None:
+        """Engine ``e`` runs ``batch`` for ``k`` iterations until ``end_s``; account its KV use and GPU time."""
+        nonlocal iterations, kv_time, kv_util_sum, kv_frag_sum, kv_max, gpu_time
+        kv = engines[e].kv
+        util = kv.utilization_frac
+        kv_util_sum += util * span_s
+        kv_frag_sum += kv.fragmentation_frac * span_s
+        kv_time += span_s
+        kv_max = max(kv_max, util)
+        gpu_time += gpu_s
+        iterations += k
         busy[e] = True
         in_flight[e] = batch
-        steps[e] = 1
-        heapq.heappush(heap, (now + dt, e))
+        steps[e] = k
+        heapq.heappush(heap, (end_s, e))
 
     def _fast_forward(e: int, now: float, sched: ReplicaScheduler, batch: Batch) -> bool:
         """Run the decode-only ``batch`` for as many identical iterations as nothing else can happen in."""
-        nonlocal iterations, kv_time, kv_util_sum, kv_frag_sum, kv_max
         reqs = batch.decode
         k = 1 << 62
         ctx0 = 0
@@ -411,18 +411,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 return False
         if grows:
             kv.append_uniform(ids, k - 1)
-        total = float(ends[k - 1] - now)
-        gpu_time[0] += float(raw[:k].sum())
-        util = kv.utilization_frac
-        kv_util_sum += util * total
-        kv_frag_sum += kv.fragmentation_frac * total
-        kv_time += total
-        kv_max = max(kv_max, util)
-        iterations += k
-        busy[e] = True
-        in_flight[e] = batch
-        steps[e] = k
-        heapq.heappush(heap, (float(ends[k - 1]), e))
+        occupy(e, batch, float(ends[k - 1]), float(ends[k - 1] - now), float(raw[:k].sum()), k)
         return True
 
     def complete(e: int, now: float) -> None:
@@ -601,6 +590,6 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         kv_utilization_mean_frac=kv_util_sum / kv_time if kv_time else 0.0, kv_utilization_max_frac=kv_max,
         kv_fragmentation_mean_frac=kv_frag_sum / kv_time if kv_time else 0.0,
         prefix_hit_frac=hit / query if query else 0.0, weight_bytes_per_gpu=model.weight_bytes / pp,
-        spec_tokens_per_step=spec_stats[1] / spec_stats[0] if spec_stats[0] else 0.0, gpu_time_s=gpu_time[0],
+        spec_tokens_per_step=spec_stats[1] / spec_stats[0] if spec_stats[0] else 0.0, gpu_time_s=gpu_time,
         events=events, kv_bytes_per_token=kv_per_token, retrieval_mean_s=float(retrieval.mean()) if n else 0.0,
         gpu_memory_bytes=float(model.hw.memory_bytes))

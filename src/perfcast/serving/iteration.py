@@ -253,7 +253,7 @@ class IterationModel:
                decode_kv: int, logits: int) -> IterationBreakdown:
         linear = self._lookup(self._linear, tokens)
         comm = self._lookup(self._comm, tokens)
-        head = self._lookup(self._head, logits) if self.pp == 1 else self._lookup(self._head, logits) / self.pp
+        head = self._lookup(self._head, logits) / self.pp  # the LM head runs on the last stage only
         att_p = att_d = 0.0
         if n_prefill or n_decode:
             h, kvh, d, vd = self.heads, self.kv_heads, self.head_dim, self.v_head_dim
@@ -277,7 +277,7 @@ class IterationModel:
         ctx = np.maximum(np.asarray(decode_context_tokens, dtype=float), 1.0)
         n = num_decode
         fixed = (self._lookup(self._linear, n) + self._lookup(self._comm, n)
-                 + self._lookup(self._head, n) / (1 if self.pp == 1 else self.pp)
+                 + self._lookup(self._head, n) / self.pp
                  + self._cpu_fixed + self._cpu_per_seq * n)
         h, kvh, d, vd = self.heads, self.kv_heads, self.head_dim, self.v_head_dim
         e, kve = self.dtype.bytes, self.kv.bytes

@@ -86,23 +86,6 @@ class ReplicaScheduler:
     def _prefill_fits_budget(self, req: Request) -> bool:
         return req.prompt_tokens <= self.limits.max_num_batched_tokens
 
-    def drop_unservable(self) -> None:
-        """Reject waiting requests that can never be admitted again: a recompute preemption makes a request
-        prefill its generated tokens too, and that context can outgrow the whole cache."""
-        if not self.waiting:
-            return
-        keep = []
-        for req in self.waiting:
-            need = self._kv_tokens(req)
-            if self.kv.can_ever_allocate(need):
-                keep.append(req)
-            else:
-                self.rejected.append((req, f"after {req.preemptions} preemption(s) its {need} tokens need more "
-                                           f"KV blocks than the replica has ({self.kv.num_blocks} blocks of "
-                                           f"{self.kv.block_size})"))
-        if len(keep) != len(self.waiting):
-            self.waiting = deque(keep)
-
     def finish(self, req: Request) -> None:
         """A request emitted its last token: release its KV blocks."""
         self.running.remove(req)
@@ -121,8 +104,7 @@ class ReplicaScheduler:
         return self.kv.can_allocate(req.id, self._kv_tokens(req), req.prefix_hashes)
 
     def _admit(self, req: Request) -> None:
-        hashes = req.prefix_hashes if req.computed_tokens == 0 and req.preemptions == 0 else req.prefix_hashes
-        hit = self.kv.allocate(req.id, self._kv_tokens(req), hashes)
+        hit = self.kv.allocate(req.id, self._kv_tokens(req), req.prefix_hashes)
         if req.computed_tokens == 0:
             hit = min(hit, req.prefill_target - 1)
             req.computed_tokens = hit
@@ -143,7 +125,13 @@ class ReplicaScheduler:
         # recompute: the prompt and every token generated so far are prefilled again
         victim.prefill_target = victim.prompt_tokens + victim.generated
         victim.computed_tokens = 0
-        self.waiting.appendleft(victim)
+        need = self._kv_tokens(victim)
+        if self.kv.can_ever_allocate(need):
+            self.waiting.appendleft(victim)
+        else:  # its context outgrew the whole cache: it could never be admitted again
+            self.rejected.append((victim, f"after {victim.preemptions} preemption(s) its {need} tokens need more "
+                                          f"KV blocks than the replica has ({self.kv.num_blocks} blocks of "
+                                          f"{self.kv.block_size})"))
         return 0
 
     def _reserve_decode_slots(self, batch: Batch, candidates: list[Request]) -> None:
