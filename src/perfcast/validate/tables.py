@@ -79,11 +79,13 @@ def _empty(n: int, targets: tuple[str, ...]) -> TablePrediction:
     )
 
 
-def _apply_interval(p: TablePrediction, kind: str) -> None:
+def _apply_interval(p: TablePrediction, kind: str, inverse: frozenset[str] | set[str] = frozenset()) -> None:
+    """The ``kind`` interval around every target; ``inverse`` targets (rates: inverse to a time) get it reversed."""
     lo, hi = load_intervals().get(kind, load_intervals()["step"])
     for t, v in p.pred.items():
-        p.low[t] = v * np.exp(lo)
-        p.high[t] = v * np.exp(hi)
+        a, b = (-hi, -lo) if t in inverse else (lo, hi)
+        p.low[t] = v * np.exp(a)
+        p.high[t] = v * np.exp(b)
 
 
 # -- NeuSight end-to-end ----------------------------------------------------------
@@ -257,15 +259,6 @@ def _predict_published_gemm(rows: list[dict[str, str]], coeffs: Coefficients) ->
 
 
 # -- collectives (VIDUR network tables, published collectives) ---------------------------------
-def _collective_interval(out: TablePrediction, inverse: frozenset[str] = frozenset()) -> None:
-    """The ``collective`` interval; bandwidth targets (inverse to time) get it reversed."""
-    lo, hi = load_intervals().get("collective", load_intervals()["step"])
-    for t, v in out.pred.items():
-        a, b = (-hi, -lo) if t in inverse else (lo, hi)
-        out.low[t] = v * np.exp(a)
-        out.high[t] = v * np.exp(b)
-
-
 def predict_vidur_network(rows: list[dict[str, str]], coeffs: Coefficients | None = None,
                           collective_coeffs: CollectiveCoefficients | None = None) -> TablePrediction:
     """VIDUR ``network/<cluster>/{all_reduce,send_recv}.csv``: ``time_stats.<op>.median`` (ms) per row."""
@@ -283,7 +276,7 @@ def predict_vidur_network(rows: list[dict[str, str]], coeffs: Coefficients | Non
             out.pred[key][i] = pred[i] * 1e3
         elif out.status[i] == "ok":
             out.status[i] = f"unsupported: VIDUR network tables hold all_reduce and send_recv, not {op}"
-    _collective_interval(out)
+    _apply_interval(out, "collective")
     return out
 
 
@@ -305,7 +298,7 @@ def predict_published_collectives(rows: list[dict[str, str]], coeffs: Coefficien
     out.pred["time_us"] = np.where(ok, t * 1e6, np.nan)
     out.pred["algbw_GBps"] = algbw
     out.pred["busbw_GBps"] = algbw * factor
-    _collective_interval(out, inverse=frozenset({"busbw_GBps", "algbw_GBps"}))
+    _apply_interval(out, "collective", inverse={"busbw_GBps", "algbw_GBps"})
     return out
 
 
@@ -318,12 +311,8 @@ def predict_published_training(rows: list[dict[str, str]], coeffs: Coefficients 
     out = _empty(len(rows), TRAINING_TARGETS)
     pred, status, groups = predict_training_rows(rows, coeffs, training)
     out.status, out.groups = status, groups
-    lo, hi = load_intervals().get("training", load_intervals()["step"])
-    for t, v in pred.items():
-        out.pred[t] = v
-        a, b = (lo, hi) if t == "step_time_s" else (-hi, -lo)  # throughputs are inverse step times
-        out.low[t] = v * np.exp(a)
-        out.high[t] = v * np.exp(b)
+    out.pred.update(pred)
+    _apply_interval(out, "training", inverse=set(TRAINING_TARGETS) - {"step_time_s"})  # rates: inverse step times
     return out
 
 
@@ -335,10 +324,8 @@ def predict_published_inference(rows: list[dict[str, str]], coeffs: Coefficients
     out = _empty(len(rows), ("value",))
     pred, status, groups = predict_inference_rows(rows)
     out.status, out.groups = status, groups
-    lo, hi = load_intervals().get("serving", load_intervals()["step"])
     out.pred["value"] = pred
-    out.low["value"] = pred * np.exp(-hi)  # a throughput: the interval of a time, inverted
-    out.high["value"] = pred * np.exp(-lo)
+    _apply_interval(out, "serving", inverse={"value"})  # a throughput: the interval of a time, inverted
     return out
 
 
