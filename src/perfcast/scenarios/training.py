@@ -90,7 +90,7 @@ def training_row(res: TrainingResult, model: str | ModelConfig, *, label: str = 
         "status": "ok",
         "step_time_s": res.step_time_s, "step_time_low_s": res.low_s, "step_time_high_s": res.high_s,
         "tokens_per_s_per_gpu": res.tokens_per_s_per_gpu, "samples_per_s_per_gpu": res.samples_per_s_per_gpu,
-        "tflops_per_gpu": res.tflops_per_gpu, "hfu_tflops_per_gpu": res.hfu * res.peak_flops_per_s / 1e12,
+        "tflops_per_gpu": res.tflops_per_gpu, "hfu_tflops_per_gpu": res.hfu_tflops_per_gpu,
         "mfu": res.mfu, "hfu": res.hfu, "peak_tflops": res.peak_flops_per_s / 1e12,
         "memory_per_gpu_bytes": mem.total_bytes, "memory_capacity_bytes": mem.capacity_bytes,
         "fits_in_memory": res.fits,

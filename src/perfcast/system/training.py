@@ -94,6 +94,11 @@ class TrainingResult:
     events: tuple[ScheduleEvent, ...] = field(default=())
 
     @property
+    def hfu_tflops_per_gpu(self) -> float:
+        """Hardware TFLOP/s per GPU: recomputed FLOPs counted (Megatron-LM 2021's "achieved teraFLOP/s")."""
+        return self.hfu * self.peak_flops_per_s / 1e12
+
+    @property
     def samples_per_s_per_gpu(self) -> float:
         """Sequences (or images) per second per GPU."""
         return self.plan.effective_global_batch / self.step_time_s / self.num_gpus

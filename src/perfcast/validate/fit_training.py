@@ -61,7 +61,7 @@ class TrainingCase:
 
 def _value(res: TrainingResult, target: str, *, recompute_counted: bool = False) -> float:
     if target == "tflops_per_gpu" and recompute_counted:
-        return res.hfu * res.peak_flops_per_s / 1e12
+        return res.hfu_tflops_per_gpu
     return float(getattr(res, target))
 
 

@@ -174,8 +174,7 @@ def predict_training_rows(rows: list[dict[str, str]], coeffs: Coefficients | Non
             status[i] = (f"ok (predicted out of memory: {res.memory.total_bytes / 2**30:.1f} of "
                          f"{res.memory.capacity_bytes / 2**30:.0f} GiB)")
         pred["tokens_per_s_per_gpu"][i] = res.tokens_per_s_per_gpu
-        pred["tflops_per_gpu"][i] = res.hfu * res.peak_flops_per_s / 1e12 if counts_recompute(row) \
-            else res.tflops_per_gpu
+        pred["tflops_per_gpu"][i] = res.hfu_tflops_per_gpu if counts_recompute(row) else res.tflops_per_gpu
         pred["mfu"][i] = res.mfu
         pred["hfu"][i] = res.hfu
         pred["step_time_s"][i] = res.step_time_s
