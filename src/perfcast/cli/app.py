@@ -18,7 +18,7 @@ import typer
 
 from perfcast.errors import PerfcastError
 
-__all__ = ["app", "clusters_app", "emit_json", "handled", "hardware_app", "main", "models_app"]
+__all__ = ["app", "clusters_app", "emit_json", "flag_error", "handled", "hardware_app", "main", "models_app"]
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -76,6 +76,21 @@ def _clean(obj: Any) -> Any:
 def emit_json(obj: dict[str, Any]) -> None:
     """Print exactly one JSON object."""
     sys.stdout.write(json.dumps(_clean(obj), sort_keys=False) + "\n")
+
+
+def flag_error(exc: Any, *, default: str, renames: dict[str, str] | None = None,
+               skip: tuple[str, ...] = ()) -> PerfcastError:
+    """A pydantic ValidationError from options turned into one line naming the flag (``--seq-len: ...``).
+
+    ``skip`` drops nesting levels that are not flags (``workload``); ``renames`` maps field names to the
+    flags that set them when those differ.
+    """
+    from perfcast.errors import ConfigError
+
+    err = exc.errors()[0]
+    loc = [str(x) for x in err["loc"] if str(x) not in skip]
+    name = (renames or {}).get(loc[0], loc[0]) if loc else default
+    return ConfigError(f"--{name.replace('_', '-')}: {err['msg']}")
 
 
 def handled(fn: F) -> F:

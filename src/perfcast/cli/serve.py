@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, _table, app, emit_json, handled
+from perfcast.cli.app import _console, _table, app, emit_json, flag_error, handled
 
 __all__ = ["serve"]
 
@@ -116,12 +116,9 @@ def serve(
             slo_tpot_s=slo_tpot, workload=work)
         cfg = ServingConfig(**fields)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = [str(x) for x in err["loc"] if str(x) != "workload"]
-        names = {"burstiness_cv": "burstiness", "kv_transfer_bandwidth_Bps": "kv-transfer-bandwidth",
-                 "retrieval_latency_s": "retrieval-latency"}
-        name = names.get(loc[0], loc[0]) if loc else "config"
-        raise ConfigError(f"--{name.replace('_', '-')}: {err['msg']}") from None
+        raise flag_error(exc, default="config", skip=("workload",), renames={
+            "burstiness_cv": "burstiness", "kv_transfer_bandwidth_Bps": "kv-transfer-bandwidth",
+            "retrieval_latency_s": "retrieval-latency"}) from None
     search = None
     if find_max_qps:
         from perfcast.serving.search import find_max_qps as search_qps

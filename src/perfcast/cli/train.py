@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, _table, app, emit_json, handled
+from perfcast.cli.app import _console, _table, app, emit_json, flag_error, handled
 
 __all__ = ["train"]
 
@@ -88,9 +88,7 @@ def train(
         )
         plan = ParallelPlan(**fields)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = str(err["loc"][0]).replace("_", "-") if err["loc"] else "plan"
-        raise ConfigError(f"--{field}: {err['msg']}") from None
+        raise flag_error(exc, default="plan") from None
     result = simulate_training(model, cl, plan, nodes=nodes, keep_events=trace is not None)
     if trace is not None:
         from perfcast.system.trace import write_trace
