@@ -12,13 +12,15 @@ import json
 import math
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 from perfcast.errors import PerfcastError
 
-__all__ = ["app", "clusters_app", "emit_json", "flag_error", "handled", "hardware_app", "main", "models_app"]
+__all__ = ["app", "clusters_app", "emit_json", "flag_error", "handled", "hardware_app", "main", "models_app",
+           "refuse_overwrite"]
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -76,6 +78,15 @@ def _clean(obj: Any) -> Any:
 def emit_json(obj: dict[str, Any]) -> None:
     """Print exactly one JSON object."""
     sys.stdout.write(json.dumps(_clean(obj), sort_keys=False) + "\n")
+
+
+def refuse_overwrite(*paths: Path | None, force: bool) -> None:
+    """Nothing a user wrote is overwritten without ``--force``: one error line for the first existing output."""
+    from perfcast.errors import ConfigError
+
+    for path in paths:
+        if path is not None and path.exists() and not force:
+            raise ConfigError(f"{path} exists; pass --force to overwrite it")
 
 
 def flag_error(exc: Any, *, default: str, renames: dict[str, str] | None = None,

@@ -19,6 +19,7 @@ from perfcast.cli.app import (
     handled,
     hardware_app,
     models_app,
+    refuse_overwrite,
 )
 
 __all__: list[str] = []
@@ -333,9 +334,7 @@ def fit(
     from perfcast.kernel.coefficients import load_coefficients
     from perfcast.validate.fit import fit_coefficients, fit_host, fit_intervals
 
-    for p in (output, intervals, compose_output, collectives_output, training_output):
-        if p is not None and p.exists() and not force:
-            raise ConfigError(f"{p} exists; pass --force to overwrite it")
+    refuse_overwrite(output, intervals, compose_output, collectives_output, training_output, force=force)
     chosen = [s.strip() for s in stages.split(",") if s.strip() and s.strip() != "none"]
     known = {"vector", "gemm", "conv", "tensor", "attention", "host", "collectives", "training"}
     if set(chosen) - known or (not chosen and stages.strip() != "none"):

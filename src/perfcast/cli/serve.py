@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, _table, app, emit_json, flag_error, handled
+from perfcast.cli.app import _console, _table, app, emit_json, flag_error, handled, refuse_overwrite
 
 __all__ = ["serve"]
 
@@ -91,9 +91,7 @@ def serve(
     from perfcast.serving.engine import simulate_serving
     from perfcast.serving.schedulers import SCHEDULERS
 
-    for p in (trace_out, requests_out):
-        if p is not None and p.exists() and not force:
-            raise ConfigError(f"{p} exists; pass --force to overwrite it")
+    refuse_overwrite(trace_out, requests_out, force=force)
     SCHEDULERS.get(scheduler)
     try:
         work = WorkloadConfig(num_requests=num_requests, seed=seed, arrival=arrival, qps=qps,  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, _table, app, emit_json, flag_error, handled
+from perfcast.cli.app import _console, _table, app, emit_json, flag_error, handled, refuse_overwrite
 
 __all__ = ["train"]
 
@@ -65,8 +65,7 @@ def train(
     from perfcast.system.plan import ParallelPlan
     from perfcast.system.training import simulate_training
 
-    if trace is not None and trace.exists() and not force:
-        raise ConfigError(f"{trace} exists; pass --force to overwrite it")
+    refuse_overwrite(trace, force=force)
     cl = load_cluster(cluster, nodes=nodes)
     gpus = cl.num_gpus if nodes is not None else None
     if dp is None:
