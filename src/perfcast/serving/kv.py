@@ -93,19 +93,36 @@ class _Seq:
         self.num_cpu_blocks = 0
 
 
-def _check_cache_args(num_blocks: int, block_size: int, watermark_frac: float, num_cpu_blocks: int) -> None:
-    """One ConfigError naming the first bad KV-cache argument."""
-    if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
-        raise ConfigError(f"num_blocks={num_blocks!r} must be an int >= 1")
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ConfigError(f"block_size={block_size!r} must be an int >= 1")
-    if not 0.0 <= watermark_frac < 1.0:
-        raise ConfigError(f"watermark_frac={watermark_frac!r} must be in [0, 1)")
-    if isinstance(num_cpu_blocks, bool) or not isinstance(num_cpu_blocks, int) or num_cpu_blocks < 0:
-        raise ConfigError(f"num_cpu_blocks={num_cpu_blocks!r} must be an int >= 0")
+class _PagedCache:
+    """What both managers share: the cache's shape, its argument checks and the block arithmetic."""
+
+    def __init__(self, num_blocks: int, block_size: int, watermark_frac: float, num_cpu_blocks: int) -> None:
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
+            raise ConfigError(f"num_blocks={num_blocks!r} must be an int >= 1")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ConfigError(f"block_size={block_size!r} must be an int >= 1")
+        if not 0.0 <= watermark_frac < 1.0:
+            raise ConfigError(f"watermark_frac={watermark_frac!r} must be in [0, 1)")
+        if isinstance(num_cpu_blocks, bool) or not isinstance(num_cpu_blocks, int) or num_cpu_blocks < 0:
+            raise ConfigError(f"num_cpu_blocks={num_cpu_blocks!r} must be an int >= 0")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.watermark_frac = float(watermark_frac)
+        self.watermark_blocks = int(watermark_frac * num_blocks)
+        self.num_cpu_blocks = num_cpu_blocks
+        self.prefix_hit_tokens = 0
+        self.prefix_query_tokens = 0
+
+    def num_blocks_for(self, num_tokens: int) -> int:
+        """ceil(num_tokens / block_size)."""
+        return -(-num_tokens // self.block_size)
+
+    def can_ever_allocate(self, num_tokens: int) -> bool:
+        """Whether a prompt of ``num_tokens`` fits under the watermark on an empty cache (else it never will)."""
+        return self.num_blocks - self.num_blocks_for(num_tokens) >= self.watermark_blocks
 
 
-class BlockManager:
+class BlockManager(_PagedCache):
     """Allocates, grows, frees, shares and swaps paged KV blocks for the sequences of one replica.
 
     See the module docstring for the semantics (watermark, prefix-cache hits, eviction, swapping).
@@ -119,12 +136,7 @@ class BlockManager:
         num_cpu_blocks: int = 0,
         enable_prefix_caching: bool = False,
     ) -> None:
-        _check_cache_args(num_blocks, block_size, watermark_frac, num_cpu_blocks)
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self.watermark_frac = float(watermark_frac)
-        self.watermark_blocks = int(watermark_frac * num_blocks)
-        self.num_cpu_blocks = num_cpu_blocks
+        super().__init__(num_blocks, block_size, watermark_frac, num_cpu_blocks)
         self.enable_prefix_caching = bool(enable_prefix_caching)
 
         # pop() from the end; reversed so that block 0 is handed out first (purely cosmetic)
@@ -137,9 +149,6 @@ class BlockManager:
         self._num_used = 0  # blocks with refcount > 0
         self._num_unfilled_slots = 0  # sum over GPU sequences of (blocks * block_size - tokens)
         self._num_cpu_used = 0
-
-        self.prefix_hit_tokens = 0
-        self.prefix_query_tokens = 0
 
     # -- introspection ------------------------------------------------------------------------------------------
     @property
@@ -204,15 +213,7 @@ class BlockManager:
         """Whether ``seq_id`` currently lives in CPU swap space."""
         return not self._get(seq_id).on_gpu
 
-    def num_blocks_for(self, num_tokens: int) -> int:
-        """ceil(num_tokens / block_size)."""
-        return -(-num_tokens // self.block_size)
-
     # -- admission ---------------------------------------------------------------------------------------------
-    def can_ever_allocate(self, num_tokens: int) -> bool:
-        """Whether a prompt of ``num_tokens`` fits under the watermark on an empty cache (else it never will)."""
-        return self.num_blocks - self.num_blocks_for(num_tokens) >= self.watermark_blocks
-
     def can_allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> bool:
         """Whether admitting a prompt of ``num_tokens`` leaves at least ``watermark_blocks`` available.
 
@@ -579,7 +580,7 @@ class BlockManager:
         seq.block_ids = []
 
 
-class CountingBlockManager:
+class CountingBlockManager(_PagedCache):
     """:class:`BlockManager`'s decisions without prefix caching, made by counting blocks instead of naming them.
 
     Without prefix caching no block is shared, so which physical block a sequence holds never matters: a
@@ -592,18 +593,11 @@ class CountingBlockManager:
 
     def __init__(self, num_blocks: int, block_size: int, watermark_frac: float = 0.01,
                  num_cpu_blocks: int = 0) -> None:
-        _check_cache_args(num_blocks, block_size, watermark_frac, num_cpu_blocks)
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self.watermark_frac = float(watermark_frac)
-        self.watermark_blocks = int(watermark_frac * num_blocks)
-        self.num_cpu_blocks = num_cpu_blocks
+        super().__init__(num_blocks, block_size, watermark_frac, num_cpu_blocks)
         self._free = num_blocks
         self._seqs: dict[int, list[int]] = {}  # seq id -> [tokens, blocks, 1 on GPU / 0 swapped out]
         self._num_unfilled_slots = 0
         self._num_cpu_used = 0
-        self.prefix_hit_tokens = 0
-        self.prefix_query_tokens = 0
 
     # -- introspection (as BlockManager) ------------------------------------------------------------------------
     @property
@@ -672,15 +666,7 @@ class CountingBlockManager:
         """Whether ``seq_id`` lives in CPU swap space."""
         return not self._seq(seq_id)[2]
 
-    def num_blocks_for(self, num_tokens: int) -> int:
-        """ceil(num_tokens / block_size)."""
-        return -(-num_tokens // self.block_size)
-
     # -- admission and growth -----------------------------------------------------------------------------------
-    def can_ever_allocate(self, num_tokens: int) -> bool:
-        """Whether a prompt of ``num_tokens`` fits under the watermark on an empty cache."""
-        return self.num_blocks - self.num_blocks_for(num_tokens) >= self.watermark_blocks
-
     def can_allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> bool:
         """Whether admitting ``num_tokens`` leaves at least ``watermark_blocks`` free (hashes are ignored)."""
         if seq_id in self._seqs:
