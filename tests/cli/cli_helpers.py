@@ -9,7 +9,7 @@ from typer.testing import CliRunner, Result
 
 from perfcast.cli import app
 
-__all__ = ["invoke", "parse_json", "user_error"]
+__all__ = ["invoke", "parse_json", "user_error", "with_flags"]
 
 runner = CliRunner()
 
@@ -35,3 +35,10 @@ def parse_json(res: Result) -> dict:
     data = json.loads(res.stdout)
     assert isinstance(data, dict)
     return data
+
+
+def with_flags(command: list[str], base: list[str], changes: list[str]) -> list[str]:
+    """``command`` with the ``--flag value`` pairs of ``base``, each replaced or extended by ``changes``."""
+    flags = dict(zip(base[::2], base[1::2], strict=True))
+    flags.update(zip(changes[::2], changes[1::2], strict=True))
+    return [*command, *(x for pair in flags.items() for x in pair)]

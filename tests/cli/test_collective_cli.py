@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_helpers import invoke, parse_json, user_error
+from cli_helpers import invoke, parse_json, user_error, with_flags
 
 from perfcast.system.cluster import list_clusters
 from perfcast.system.collectives import collective_time, load_collective_coefficients
@@ -61,10 +61,8 @@ def test_collective_one_gpu_per_node() -> None:
     (["--gpus-per-node", "16"], "exceeds the 8-GPU scale-up domain"),
 ])
 def test_collective_bad_input_is_one_error_line(args: list[str], fragment: str) -> None:
-    base = {"--op": "all_reduce", "--bytes": "1MB", "--gpus": "8", "--cluster": "dgx-h100"}
-    for flag, value in zip(args[::2], args[1::2], strict=True):
-        base[flag] = value
-    line = user_error(invoke(["collective", *[x for kv in base.items() for x in kv]]))
+    base = ["--op", "all_reduce", "--bytes", "1MB", "--gpus", "8", "--cluster", "dgx-h100"]
+    line = user_error(invoke(with_flags(["collective"], base, args)))
     assert fragment in line
 
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import invoke, parse_json, user_error
+from cli_helpers import invoke, parse_json, user_error, with_flags
 
 pytestmark = pytest.mark.cli
 
@@ -67,8 +67,5 @@ def test_malformed_trace_names_file_and_line(tmp_path: Path) -> None:
     (["--trace", "nope"], "arxiv_summarization"),
 ])
 def test_serve_bad_input_is_one_error_line(args: list[str], fragment: str) -> None:
-    base = dict(zip(BASE[1::2], BASE[2::2], strict=True))
-    for flag, value in zip(args[::2], args[1::2], strict=True):
-        base[flag] = value
-    line = user_error(invoke(["serve", *[x for kv in base.items() for x in kv]]))
+    line = user_error(invoke(with_flags(["serve"], BASE[1:], args)))
     assert fragment in line, line

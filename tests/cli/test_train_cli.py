@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import invoke, user_error
+from cli_helpers import invoke, user_error, with_flags
 
 pytestmark = pytest.mark.cli
 
@@ -72,8 +72,5 @@ def test_train_out_of_memory_is_a_verdict_with_the_breakdown() -> None:
     (["--cluster", "dgx-h10"], "closest known: dgx-h100"),
 ])
 def test_train_bad_input_is_one_error_line(args: list[str], fragment: str) -> None:
-    base = dict(zip(SMALL[1::2], SMALL[2::2], strict=True))
-    for flag, value in zip(args[::2], args[1::2], strict=True):
-        base[flag] = value
-    line = user_error(invoke(["train", *[x for kv in base.items() for x in kv]]))
+    line = user_error(invoke(with_flags(["train"], SMALL[1:], args)))
     assert fragment in line.lower() if fragment.islower() else fragment in line, line
