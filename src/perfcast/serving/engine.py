@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from perfcast.catalog.models import load_model
+from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
 from perfcast.serving.arrivals import RequestStream, generate_requests
@@ -230,6 +230,31 @@ def _activation_bytes(model: IterationModel, tokens: int, seqs: int) -> float:
     return tokens * width * e + seqs * cfg.vocab_size / model.tp * 4.0
 
 
+_MODELS: dict[tuple[object, ...], tuple[ModelConfig, ServingCoefficients | None, IterationModel]] = {}
+
+
+def _iteration_model(model_cfg: ModelConfig, cfg: ServingConfig, *, dtype: DType, quantization: str,
+                     kv_dtype: DType | None, pp: int, max_tokens: int,
+                     serving: ServingCoefficients | None) -> IterationModel:
+    """The deployment's iteration model, tabulated once per process (a QPS search, a co-location fixed point
+    and a table of benchmark rows simulate the same deployment many times)."""
+    key = (id(model_cfg), cfg.hardware, cfg.tensor_parallel_size, pp, dtype, quantization, kv_dtype, max_tokens,
+           cfg.max_num_seqs, cfg.engine, cfg.cluster, id(serving))
+    hit = _MODELS.get(key)
+    if hit is not None and hit[0] is model_cfg and hit[1] is serving:
+        return hit[2]
+    from perfcast.system.cluster import load_cluster
+
+    model = IterationModel(model_cfg, cfg.hardware, tp=cfg.tensor_parallel_size, pp=pp, dtype=dtype,
+                           quantization=quantization, kv_dtype=kv_dtype, max_tokens=max_tokens,
+                           max_seqs=cfg.max_num_seqs, engine=cfg.engine,
+                           cluster=load_cluster(cfg.cluster) if cfg.cluster else None, serving=serving)
+    if len(_MODELS) > 256:
+        _MODELS.clear()
+    _MODELS[key] = (model_cfg, serving, model)
+    return model
+
+
 def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bool = False,
                      serving: ServingCoefficients | None = None, memory_frac: float = 1.0,
                      iteration_scale: float = 1.0, iteration_extra_s: float = 0.0) -> ServingResult:
@@ -253,13 +278,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         budget = max(budget, max_len * cfg.max_num_seqs)
     dtype = DType(cfg.dtype)
     kv_dtype = None if cfg.kv_cache_dtype == "auto" else DType(cfg.kv_cache_dtype)
-    from perfcast.system.cluster import load_cluster
-
-    cluster = load_cluster(cfg.cluster) if cfg.cluster else None
-    model = IterationModel(model_cfg, cfg.hardware, tp=cfg.tensor_parallel_size, pp=cfg.pipeline_parallel_size,
-                           dtype=dtype, quantization=cfg.quantization, kv_dtype=kv_dtype,
-                           max_tokens=min(max(budget, 1), 65536), max_seqs=cfg.max_num_seqs, engine=cfg.engine,
-                           cluster=cluster, serving=serving)
+    model = _iteration_model(model_cfg, cfg, dtype=dtype, quantization=cfg.quantization, kv_dtype=kv_dtype,
+                             pp=cfg.pipeline_parallel_size, max_tokens=min(max(budget, 1), 65536), serving=serving)
     usable_frac = cfg.gpu_memory_utilization * memory_frac
     model.check_fits(usable_frac)
     pp = cfg.pipeline_parallel_size
@@ -510,9 +530,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         raise ConfigError("--num-speculative-tokens needs --speculative-model (the draft model)")
     draft = None
     if spec_k and cfg.speculative_model:
-        draft = IterationModel(load_model(cfg.speculative_model), cfg.hardware, tp=cfg.tensor_parallel_size,
-                               dtype=dtype, max_tokens=min(max(budget, 1), 65536), max_seqs=cfg.max_num_seqs,
-                               engine=cfg.engine, cluster=cluster, serving=serving)
+        draft = _iteration_model(load_model(cfg.speculative_model), cfg, dtype=dtype, quantization="none",
+                                 kv_dtype=None, pp=1, max_tokens=min(max(budget, 1), 65536), serving=serving)
     spec_rng = np.random.default_rng(w.seed + 2)
     spec_lookahead: list[list[int]] = [[] for _ in engines]  # per engine: the lookahead each decode got
     spec_stats = [0, 0]  # decode steps with speculation, tokens they emitted
