@@ -345,10 +345,11 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     def start(e: int, now: float) -> None:
         sched = engines[e]
         batch = sched.schedule()
-        for req, reason in sched.rejected:
-            status[req.id] = f"rejected: {reason}"
-            outstanding[req.replica] -= 1
-        sched.rejected.clear()
+        if sched.rejected:
+            for req, reason in sched.rejected:
+                status[req.id] = f"rejected: {reason}"
+                outstanding[req.replica] -= 1
+            sched.rejected.clear()
         if batch is None:
             busy[e] = False
             return
@@ -356,6 +357,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 and len(batch.decode) > 0 and not spec_k):
             if _fast_forward(e, now, sched, batch):
                 return
+        if batch.decode_pending:
+            sched.commit(batch)
         q = ctx = 0
         pairs = 0.0
         for req, k in batch.prefill:
@@ -413,25 +416,41 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             ctx0 += r.prompt_tokens + r.generated
         if k < 2:
             return False
-        ids = [r.id for r in reqs]
+        ids = batch.decode_ids or [r.id for r in reqs]
         kv = sched.kv
+        pending = batch.decode_pending  # this iteration's slots are not taken yet (they are known to fit)
         grows = not sched.reserve_full_length  # a full-length reservation already holds every token
         if grows:
-            k = min(k, 1 + kv.max_uniform_appends(ids, k - 1))  # this iteration's slots are already taken
+            k = min(k, kv.max_uniform_appends(ids, k) if pending else 1 + kv.max_uniform_appends(ids, k - 1))
             if k < 2:
                 return False
         b = len(reqs)
-        raw = model.decode_times(b, ctx0 + b * np.arange(k)) * stage_factor
-        dts = raw * iteration_scale + iteration_extra_s
-        ends = now + np.cumsum(dts)
         nxt = min(arrival[cursor] if cursor < n else math.inf, transfers[0][0] if transfers else math.inf)
-        if nxt < ends[-1]:
-            k = int(np.searchsorted(ends, nxt, side="left")) + 1  # stop at the boundary after the arrival
-            if k < 2:
-                return False
-        if grows:
+        fixed, a, m0, m1 = model.decode_step(b)  # one iteration: fixed + ((a ctx)^4 + (m0 + m1 ctx)^4)^(1/4)
+        scale, extra = iteration_scale, iteration_extra_s
+        end = now
+        raw_sum = 0.0
+        ctx = ctx0 if ctx0 > 1 else 1
+        j = 0
+        while j < k:  # advance iteration by iteration; stop at the boundary after the next arrival
+            c = a * ctx
+            m = m0 + m1 * ctx
+            raw = (fixed + (c * c * c * c + m * m * m * m) ** 0.25) * stage_factor
+            raw_sum += raw
+            end += raw * scale + extra
+            ctx += b
+            j += 1
+            if end >= nxt:
+                break
+        if j < 2:
+            return False
+        k = j
+        if pending:
+            batch.decode_pending = False
+            kv.append_uniform(ids, k)
+        elif grows:
             kv.append_uniform(ids, k - 1)
-        occupy(e, batch, float(ends[k - 1]), float(ends[k - 1] - now), float(raw[:k].sum()), k)
+        occupy(e, batch, end, end - now, raw_sum, k)
         return True
 
     def complete(e: int, now: float) -> None:

@@ -32,14 +32,14 @@ from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.catalog.params import count_params
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
-from perfcast.kernel.attention import attention_times
+from perfcast.kernel.attention import attention_rates
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.predict import predict_ops
 from perfcast.serving.coefficients import ServingCoefficients, load_serving_coefficients
 from perfcast.system.cluster import Cluster, cluster_for_gpu
 from perfcast.system.collectives import collective_times
 from perfcast.workload.build import WorkloadSpec, build_workload
-from perfcast.workload.graph import Graph, attention_cost, causal_pairs
+from perfcast.workload.graph import Graph, causal_pairs
 from perfcast.workload.models.vision import build_vision_encoder
 from perfcast.workload.sharding import check_tp, shard_tp
 from perfcast.workload.transforms import QUANTIZATION_SCHEMES, quantize_weights
@@ -210,6 +210,19 @@ class IterationModel:
         self._cpu_fixed = eng.iteration_overhead_s
         self._cpu_per_seq = eng.per_sequence_overhead_s
         self.kv_bytes_per_token = (2.0 * cfg_kv_dim(self.cfg) * self.kv.bytes * self.cfg.num_layers) / self.tp
+        # attention per layer in scalars (the event loop's hot path): the kernel layer's rates and the
+        # FLOPs / bytes per query-key pair, cached token and sequence (FlashAttention / paged decode)
+        self._att = attention_rates(self.hw, self.dtype, self.co)
+        h, kvh, d, vd = self.heads, self.kv_heads, self.head_dim, self.v_head_dim
+        e, kve = self.dtype.bytes, self.kv.bytes
+        self._flop_per_pair = 2.0 * h * (d + vd)
+        self._q_bytes_per_token = h * (d + vd) * e  # prefill: Q read and O written per new token
+        self._kv_bytes_per_ctx = kvh * (d + vd) * kve  # K and V of one cached token, read once
+        self._dec_q_bytes = h * d * e  # decode: one query row ...
+        self._dec_o_bytes = h * vd * e  # ... and one output row per sequence
+        self._linear_l = self._linear.tolist()
+        self._comm_l = self._comm.tolist()
+        self._head_l = self._head.tolist()
 
     def _weight_bytes(self) -> float:
         """Weights per GPU of one pipeline stage's share: every expert, quantized block weights, 16-bit rest."""
@@ -223,10 +236,11 @@ class IterationModel:
         return (block * per_param + (count.embedding + head) * self.dtype.bytes) / self.tp
 
     # -- queries ------------------------------------------------------------------------------
-    def _lookup(self, table: np.ndarray, n: int) -> float:
-        if n < table.size:
-            return float(table[n])
-        return float(table[-1] * n / (table.size - 1))  # beyond the table: linear in the count
+    @staticmethod
+    def _lookup(table: list[float], n: int) -> float:
+        if n < len(table):
+            return table[n]
+        return table[-1] * n / (len(table) - 1)  # beyond the table: linear in the count
 
     def breakdown(self, prefill: tuple[PrefillChunk, ...] | list[PrefillChunk] = (), num_decode: int = 0,
                   decode_context_tokens: int = 0, num_logits: int | None = None) -> IterationBreakdown:
@@ -251,41 +265,41 @@ class IterationModel:
 
     def _parts(self, tokens: int, q: int, pairs: float, kv_read: int, n_prefill: int, n_decode: int,
                decode_kv: int, logits: int) -> IterationBreakdown:
-        linear = self._lookup(self._linear, tokens)
-        comm = self._lookup(self._comm, tokens)
-        head = self._lookup(self._head, logits) / self.pp  # the LM head runs on the last stage only
+        linear = self._lookup(self._linear_l, tokens)
+        comm = self._lookup(self._comm_l, tokens)
+        head = self._lookup(self._head_l, logits) / self.pp  # the LM head runs on the last stage only
+        att, layers = self._att, self.layers_per_stage
         att_p = att_d = 0.0
-        if n_prefill or n_decode:
-            h, kvh, d, vd = self.heads, self.kv_heads, self.head_dim, self.v_head_dim
-            e, kve = self.dtype.bytes, self.kv.bytes
-            fl = np.array([2.0 * h * pairs * (d + vd), 0.0])
-            by = np.array([h * q * (d + vd) * e + kvh * kv_read * (d + vd) * kve, 0.0])
-            if n_decode:
-                f2, r2, w2 = attention_cost(1, h, kvh, 1, max(1, decode_kv), d, vd, causal=False, esize=e,
-                                            kv_esize=kve)
-                fl[1], by[1] = f2, r2 + w2 * n_decode
-            seqs = np.array([float(n_prefill), float(n_decode)])
-            t = attention_times(fl, by, self.hw, self.dtype, self.co, sequences=seqs)
-            att_p = float(t[0]) * self.layers_per_stage if n_prefill else 0.0
-            att_d = float(t[1]) * self.layers_per_stage if n_decode else 0.0
+        if n_prefill:
+            att_p = att.time_s(self._flop_per_pair * pairs,
+                               self._q_bytes_per_token * q + self._kv_bytes_per_ctx * kv_read, n_prefill) * layers
+        if n_decode:
+            ctx = max(1, decode_kv)
+            att_d = att.time_s(self._flop_per_pair * ctx,
+                               self._dec_q_bytes + self._kv_bytes_per_ctx * ctx + self._dec_o_bytes * n_decode,
+                               n_decode) * layers
         cpu = self._cpu_fixed + self._cpu_per_seq * (n_prefill + n_decode) if tokens else 0.0
         return IterationBreakdown(linear, att_p, att_d, head, comm, cpu)
+
+    def decode_step(self, num_decode: int) -> tuple[float, float, float, float]:
+        """A decode-only iteration of ``num_decode`` sequences as ``(fixed_s, a, b, c)``: its seconds with
+        ``ctx`` cached tokens in total are ``fixed_s + ((a * ctx)**4 + (b + c * ctx)**4)**0.25``
+        (:meth:`decode_times` for one iteration, cheap enough to call per event)."""
+        n = num_decode
+        att, layers = self._att, self.layers_per_stage
+        lookup = self._lookup
+        fixed = (lookup(self._linear_l, n) + lookup(self._comm_l, n) + lookup(self._head_l, n) / self.pp
+                 + self._cpu_fixed + self._cpu_per_seq * n + (att.fixed_s + att.per_sequence_s * n) * layers)
+        return (fixed, self._flop_per_pair * att.s_per_flop * layers,
+                (self._dec_q_bytes + self._dec_o_bytes * n) * att.s_per_byte * layers,
+                self._kv_bytes_per_ctx * att.s_per_byte * layers)
 
     def decode_times(self, num_decode: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         """Seconds of consecutive decode-only iterations of the same ``num_decode`` sequences whose cached
         tokens total ``decode_context_tokens[i]`` in iteration ``i`` (vectorized :meth:`time_s`)."""
         ctx = np.maximum(np.asarray(decode_context_tokens, dtype=float), 1.0)
-        n = num_decode
-        fixed = (self._lookup(self._linear, n) + self._lookup(self._comm, n)
-                 + self._lookup(self._head, n) / self.pp
-                 + self._cpu_fixed + self._cpu_per_seq * n)
-        h, kvh, d, vd = self.heads, self.kv_heads, self.head_dim, self.v_head_dim
-        e, kve = self.dtype.bytes, self.kv.bytes
-        flops = 2.0 * h * ctx * (d + vd)
-        read = h * d * e + kvh * ctx * (d + vd) * kve + h * vd * e * n
-        seqs = np.full(ctx.shape, float(n))
-        att = attention_times(flops, read, self.hw, self.dtype, self.co, sequences=seqs) * self.layers_per_stage
-        return np.asarray(fixed + att, dtype=float)
+        fixed, a, b, c = self.decode_step(num_decode)
+        return np.asarray(fixed + ((a * ctx) ** 4 + (b + c * ctx) ** 4) ** 0.25, dtype=float)
 
     def vision_time_s(self, images: int) -> float:
         """Seconds of the vision tower (and projector) over ``images`` images, tensor-parallel like the LM."""

@@ -295,6 +295,10 @@ class BlockManager(_PagedCache):
             self._num_unfilled_slots -= num_new_tokens
         seq.num_tokens = new_total
 
+    def decode_fits(self, num_seqs: int) -> bool:
+        """Whether ``num_seqs`` sequences can each take one more token even if each needs a new block."""
+        return num_seqs <= len(self._free) + len(self._evictable)
+
     def append_decode(self, seq_ids: Sequence[int]) -> bool:
         """One token more for every sequence in ``seq_ids`` (all on the GPU), if the free and cached blocks
         cover the worst case of each needing a new block; else nothing changes and it returns False (the
@@ -713,6 +717,10 @@ class CountingBlockManager(_PagedCache):
             self._num_unfilled_slots -= num_new_tokens
         seq[0] = total
 
+    def decode_fits(self, num_seqs: int) -> bool:
+        """Whether ``num_seqs`` sequences can each take one more token even if each needs a new block."""
+        return num_seqs <= self._free
+
     def append_decode(self, seq_ids: Sequence[int]) -> bool:
         """One token more for every sequence in ``seq_ids`` if the worst case fits (see BlockManager)."""
         if len(seq_ids) > self._free:
@@ -724,7 +732,7 @@ class CountingBlockManager(_PagedCache):
         for sid in seq_ids:
             seq = seqs[sid]
             n = seq[0] + 1
-            if -(-n // bs) > seq[1]:
+            if n > seq[1] * bs:  # the token opens a new block
                 seq[1] += 1
                 taken += 1
                 unfilled += bs - 1
@@ -744,8 +752,8 @@ class CountingBlockManager(_PagedCache):
         for sid in seq_ids:
             seq = seqs[sid]
             total = seq[0] + num_new_tokens
-            need = -(-total // bs) - seq[1]
-            if need > 0:
+            if total > seq[1] * bs:
+                need = -(-total // bs) - seq[1]
                 seq[1] += need
                 taken += need
                 unfilled += need * bs - num_new_tokens

@@ -32,13 +32,20 @@ class SchedulerLimits:
     preemption_mode: str = "recompute"
 
 
-@dataclass
+@dataclass(slots=True)
 class Batch:
-    """One iteration: prefill chunks ``(request, new tokens)`` and one decode token per ``decode`` request."""
+    """One iteration: prefill chunks ``(request, new tokens)`` and one decode token per ``decode`` request.
+
+    ``decode_ids`` are the ids of ``decode`` when they were reserved in one pass. ``decode_pending`` marks
+    a decode-only batch whose one KV slot per sequence is known to fit but not yet taken: the engine takes
+    it, together with any further identical iterations it runs in one step (:meth:`ReplicaScheduler.commit`).
+    """
 
     prefill: list[tuple[Request, int]] = field(default_factory=list)
     decode: list[Request] = field(default_factory=list)
     swapped_blocks: int = 0  # KV blocks moved between GPU and CPU memory before the iteration
+    decode_ids: list[int] = field(default_factory=list)
+    decode_pending: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -134,12 +141,26 @@ class ReplicaScheduler:
                                           f"{self.kv.block_size})"))
         return 0
 
-    def _reserve_decode_slots(self, batch: Batch, candidates: list[Request]) -> None:
-        """Append one KV slot per decoding request, preempting the newest running requests when full."""
+    def _reserve_decode_slots(self, batch: Batch, candidates: list[Request], *, last: bool = False) -> None:
+        """Append one KV slot per decoding request, preempting the newest running requests when full.
+
+        ``last``: nothing else joins this batch, so when every slot fits they are left for the engine to
+        take (``decode_pending``), once for however many identical iterations it runs.
+        """
         if not candidates:
             return
-        if self.kv.append_decode([r.id for r in candidates]):  # the common case: room for everyone
-            batch.decode.extend(candidates)
+        ids = [r.id for r in candidates]
+        if last and not batch.decode and self.kv.decode_fits(len(ids)):  # even one new block each fits
+            batch.decode = candidates
+            batch.decode_ids = ids
+            batch.decode_pending = True
+            return
+        if self.kv.append_decode(ids):  # the common case: room for everyone
+            if batch.decode:
+                batch.decode.extend(candidates)
+            else:
+                batch.decode = candidates
+                batch.decode_ids = ids
             return
         gone: set[int] = set()
         for req in candidates:
@@ -155,6 +176,12 @@ class ReplicaScheduler:
                 continue
             self.kv.append(req.id)
             batch.decode.append(req)
+
+    def commit(self, batch: Batch) -> None:
+        """Take the KV slots of a ``decode_pending`` batch run for one iteration."""
+        if batch.decode_pending:
+            batch.decode_pending = False
+            self.kv.append_uniform(batch.decode_ids, 1)
 
     def _swap_in(self, batch: Batch) -> None:
         while self.swapped and len(self.running) < self.limits.max_num_seqs:

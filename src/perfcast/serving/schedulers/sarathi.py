@@ -29,15 +29,16 @@ class SarathiScheduler(ReplicaScheduler):
     def schedule(self) -> Batch | None:
         batch = Batch()
         self._swap_in(batch)
-        self._reserve_decode_slots(batch, [r for r in self.running if r.computed_tokens >= r.prefill_target])
+        running = self.running
+        self._reserve_decode_slots(batch, [r for r in running if r.computed_tokens >= r.prefill_target])
         budget = self.limits.chunk_size - len(batch.decode)
-        for req in self.running:
-            if budget <= 0:
-                break
-            if req.in_prefill:
-                n = min(budget, req.remaining_prefill)
+        if budget > 0 and len(batch.decode) < len(running):  # prompts in flight, oldest first
+            for req in [r for r in running if r.computed_tokens < r.prefill_target]:
+                n = min(budget, req.prefill_target - req.computed_tokens)
                 batch.prefill.append((req, n))
                 budget -= n
+                if budget <= 0:
+                    break
         while budget > 0 and self.waiting and not self.swapped and len(self.running) < self.limits.max_num_seqs:
             req = self.waiting[0]
             if not self._can_admit(req):
