@@ -425,7 +425,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             if k < 2:
                 return False
         b = len(reqs)
-        nxt = min(arrival[cursor] if cursor < n else math.inf, transfers[0][0] if transfers else math.inf)
+        nxt = min(arrival_l[cursor] if cursor < n else math.inf, transfers[0][0] if transfers else math.inf)
         fixed, a, m0, m1 = model.decode_step(b)  # one iteration: fixed + ((a ctx)^4 + (m0 + m1 ctx)^4)^(1/4)
         scale, extra = iteration_scale, iteration_extra_s
         end = now
@@ -484,7 +484,6 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                         sched.kv.append(req.id, extra)
                     spec_stats[0] += 1
                     spec_stats[1] += extra + 1
-                req.computed_tokens += k + extra
                 req.generated += k + extra
                 if req.generated >= req.output_tokens:
                     finished.append(req)
@@ -494,7 +493,6 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 if g < req.output_tokens:
                     g += k
                     req.generated = g
-                    req.computed_tokens += k
                     if g >= req.output_tokens:
                         finished.append(req)
         # a decoding request already has its first token; a prefill that completed emits one
@@ -574,10 +572,12 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         return draft_s + verify_s
 
     cursor = 0
+    arrival_l, prompt_l, output_l = arrival.tolist(), prompt.tolist(), output.tolist()  # plain numbers in the loop
+    has_retrieval = w.retrieval_latency_s > 0
     while cursor < n or heap or transfers:
-        next_arrival = arrival[cursor] if cursor < n else math.inf
+        next_arrival = arrival_l[cursor] if cursor < n else math.inf
         next_transfer = transfers[0][0] if transfers else math.inf
-        if heap and heap[0][0] <= min(next_arrival, next_transfer):
+        if heap and heap[0][0] <= next_arrival and heap[0][0] <= next_transfer:
             now, e = heapq.heappop(heap)
             complete(e, now)
             start(e, now)
@@ -594,11 +594,11 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         now = float(next_arrival)
         i = cursor
         cursor += 1
-        req = Request(i, now, int(prompt[i]), int(output[i]))
+        req = Request(i, now, prompt_l[i], output_l[i])
         if prefix_ids is not None:
             req.prefix_hashes = prefix_block_hashes(int(prefix_ids[i]), w.shared_prefix_tokens, int(prompt[i]),
                                                     cfg.block_size, i)
-        if retrieval[i] > 0:  # the retrieval stage runs first
+        if has_retrieval and retrieval[i] > 0:  # the retrieval stage runs first
             handed[i] = req
             heapq.heappush(transfers, (now + float(retrieval[i]), i, 0))
             continue

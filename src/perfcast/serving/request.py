@@ -12,8 +12,10 @@ class Request:
 
     ``prompt_tokens`` are the tokens to prefill; after a recompute preemption the
     generated tokens join them (``prefill_target``) and are prefilled again.
-    ``computed_tokens`` counts tokens whose KV is in the cache (prefix-cache hits
-    included); ``generated`` counts output tokens emitted.
+    ``computed_tokens`` counts the tokens of ``prefill_target`` whose KV is in the cache
+    (prefix-cache hits included): it stops at ``prefill_target``, since a decoding
+    request's context is ``prompt_tokens + generated``; ``generated`` counts output
+    tokens emitted.
     """
 
     __slots__ = ("arrival_s", "computed_tokens", "finish_s", "first_token_s", "generated", "id",
