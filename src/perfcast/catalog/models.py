@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from perfcast.catalog.diffusion import UNetConfig, VAEDecoderConfig
 from perfcast.catalog.paths import catalog_dirs, normalize_name
 from perfcast.errors import CatalogError, ConfigError, UnknownNameError
 from perfcast.yamlio import safe_load
@@ -195,7 +196,8 @@ class ModelConfig(_Frozen):
     ``num_decoder_layers`` is the decoder stack). Multimodal models (LLaVA,
     Llama-4) describe their text model here and their vision tower in ``vision``.
     Convolutional image classifiers (``kind == "cnn"``, ResNet) keep their
-    architecture in ``resnet``; the transformer fields then hold stand-ins
+    architecture in ``resnet``, latent-diffusion networks (``kind == "diffusion"``) in
+    ``unet`` or ``vae`` (:mod:`perfcast.catalog.diffusion`); the transformer fields then hold stand-ins
     that :func:`perfcast.catalog.normalize.normalize_hf` documents.
 
     For MoE models ``intermediate_size`` is the MLP width of the dense
@@ -211,7 +213,7 @@ class ModelConfig(_Frozen):
     source: tuple[str, ...] = Field(default=(), description="where the config comes from (repo + file, paper + table)")
     notes: str = ""
     model_type: str = Field(description="HF model_type, e.g. gpt2, llama, bert")
-    kind: Literal["decoder", "encoder", "encoder-decoder", "cnn"]
+    kind: Literal["decoder", "encoder", "encoder-decoder", "cnn", "diffusion"]
     num_layers: int = Field(
         gt=0,
         description="decoder layers (decoder), encoder layers (encoder, encoder-decoder), residual blocks (cnn)",
@@ -226,7 +228,7 @@ class ModelConfig(_Frozen):
     )
     vocab_size: int = Field(gt=0, description="rows of the token-embedding table (tokens)")
     max_positions: int = Field(gt=0, description="longest sequence the model supports (tokens); 2**20 if unbounded")
-    norm: Literal["layernorm", "rmsnorm", "batchnorm"] = "layernorm"
+    norm: Literal["layernorm", "rmsnorm", "batchnorm", "groupnorm"] = "layernorm"
     activation: str = Field(default="gelu", description="MLP activation, HF spelling (gelu_new, silu, relu, relu2)")
     gated_mlp: bool = Field(default=False, description="GLU MLP: act(gate(x)) * up(x), then down")
     qkv_bias: bool = Field(default=True, description="q/k/v projections carry biases")
@@ -283,6 +285,8 @@ class ModelConfig(_Frozen):
     mla: MLAConfig | None = None
     vision: VisionConfig | None = None
     resnet: ResNetConfig | None = None
+    unet: UNetConfig | None = None
+    vae: VAEDecoderConfig | None = None
     hf_config: dict[str, Any] = Field(default_factory=dict, repr=False)
 
     @model_validator(mode="after")
@@ -290,6 +294,8 @@ class ModelConfig(_Frozen):
         layers = self.num_layers
         if (self.kind == "cnn") != (self.resnet is not None):
             raise ValueError("kind cnn and a resnet architecture go together (a cnn model needs `resnet`)")
+        if (self.kind == "diffusion") != ((self.unet is None) != (self.vae is None)):
+            raise ValueError("kind diffusion goes with exactly one of a unet or a vae architecture")
         if self.attention_layer_types:
             if len(self.attention_layer_types) != layers:
                 raise ValueError(

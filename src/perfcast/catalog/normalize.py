@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from perfcast.catalog.diffusion import normalize_unet, normalize_vae
+
 __all__ = ["normalize_hf"]
 
 _UNBOUNDED_POSITIONS = 1 << 20  # relative / no position limit
@@ -785,6 +787,8 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "nemotron": _nemotron,
     "llava": _llava,
     "resnet": _resnet,
+    "unet_2d_condition": normalize_unet,
+    "autoencoder_kl": normalize_vae,
 }
 
 

@@ -181,6 +181,11 @@ def count_params(cfg: ModelConfig) -> ParamCount:
     """Count the parameters of ``cfg``: total, active per text token, embeddings, vision tower."""
     if cfg.resnet is not None:
         return _resnet(cfg.resnet)
+    if cfg.unet is not None or cfg.vae is not None:
+        from perfcast.catalog.diffusion import unet_params, vae_decoder_params
+
+        n = unet_params(cfg.unet) if cfg.unet is not None else vae_decoder_params(cfg.vae)  # type: ignore[arg-type]
+        return ParamCount(total=n, active=n, embedding=0)
     h, emb_width = cfg.hidden_size, cfg.token_embedding_size
     embedding = cfg.vocab_size * emb_width  # token table
     if cfg.position == "learned":

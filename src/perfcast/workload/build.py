@@ -16,6 +16,7 @@ from perfcast.workload.models.hf_gpt2 import build_gpt2
 from perfcast.workload.models.hf_opt import build_opt
 from perfcast.workload.models.hf_resnet import build_resnet
 from perfcast.workload.models.hf_switch import build_switch
+from perfcast.workload.models.unet import build_diffusion
 from perfcast.workload.types import Mode, Phase, Workload
 
 __all__ = ["WorkloadSpec", "build_workload"]
@@ -130,6 +131,8 @@ def _build(cfg: ModelConfig, spec: WorkloadSpec) -> Workload:
         build_switch(g, cfg, b, s, attention=attention)
     elif cfg.kind == "cnn":
         s, logits_tokens = build_resnet(g, cfg, b), b  # seq_len reports the image side; one logit row per image
+    elif cfg.kind == "diffusion":
+        s, logits_tokens = build_diffusion(g, cfg, b), b  # seq_len reports the image side
     else:
         if spec.mode is Mode.DECODE:
             shape = DecoderShape(batch=b, q_len=1, kv_len=s, logits_tokens=b)
