@@ -15,7 +15,15 @@ from perfcast.compose.predict import StepRequest, predict
 from perfcast.errors import PerfcastError
 from perfcast.scenarios.collective import run_collective_scenario
 from perfcast.scenarios.result import ScenarioResult
-from perfcast.scenarios.schema import CollectiveScenario, LatencyScenario, Scenario, ServingScenario, TrainingScenario
+from perfcast.scenarios.schema import (
+    CollectiveScenario,
+    LatencyScenario,
+    Scenario,
+    SearchScenario,
+    ServingScenario,
+    TrainingScenario,
+)
+from perfcast.scenarios.search import run_search_scenario
 from perfcast.scenarios.serving import run_serving_scenario
 from perfcast.scenarios.training import run_training_scenario
 from perfcast.workload.types import Mode
@@ -54,6 +62,8 @@ def run_scenario(sc: Scenario) -> ScenarioResult:
         return run_collective_scenario(sc)
     if isinstance(sc, ServingScenario):
         return run_serving_scenario(sc)
+    if isinstance(sc, SearchScenario):
+        return run_search_scenario(sc)
     return _run_latency(sc)
 
 

@@ -7,7 +7,8 @@ A scenario's ``kind`` picks its schema:
   parallel plan (:class:`TrainingScenario`); or the runs of a published table
   (``table_rows``), rebuilt the way ``perfcast validate`` rebuilds them;
 - ``collective``: one collective per (op, size, group size) of each run
-  (:class:`CollectiveScenario`).
+  (:class:`CollectiveScenario`);
+- ``search``: a design-space search of training plans (:class:`SearchScenario`).
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from perfcast.errors import ConfigError, UnknownNameError
 from perfcast.serving.config import ServingConfig
+from perfcast.sweep.space import SearchSpace
 from perfcast.system.plan import ParallelPlan
 from perfcast.yamlio import load_model_file, safe_load, validation_message
 
 __all__ = ["CollectiveRun", "CollectiveScenario", "ExpectedOrder", "LatencyRun", "LatencyScenario", "PublishedValue",
-           "ReferenceRatios", "Scenario", "ServingRun", "ServingScenario", "TableRows", "TrainingRun",
+           "ReferenceRatios", "Scenario", "SearchScenario", "ServingRun", "ServingScenario", "TableRows", "TrainingRun",
            "TrainingScenario", "list_scenarios", "load_scenario", "scenario_from_dict"]
 
 
@@ -224,12 +226,28 @@ class ServingScenario(_Strict):
         return self
 
 
-Scenario = LatencyScenario | TrainingScenario | CollectiveScenario | ServingScenario
-_ScenarioClass = type[LatencyScenario] | type[TrainingScenario] | type[CollectiveScenario] | type[ServingScenario]
+# -- search ----------------------------------------------------------------------------------------------------
+
+
+class SearchScenario(_Strict):
+    """A design-space search of training plans (:mod:`perfcast.sweep`): the best plans, re-ranked exactly, beside
+    the published plan of the same run when ``sweep/published.yaml`` has one."""
+
+    id: str
+    title: str
+    kind: Literal["search"]
+    space: SearchSpace
+    objective: Literal["tflops", "step-time", "cost"] = "tflops"
+    top: int = Field(default=5, ge=1, description="best plans reported")
+
+
+Scenario = LatencyScenario | TrainingScenario | CollectiveScenario | ServingScenario | SearchScenario
+_ScenarioClass = (type[LatencyScenario] | type[TrainingScenario] | type[CollectiveScenario] | type[ServingScenario]
+                  | type[SearchScenario])
 
 _KINDS: dict[str, _ScenarioClass] = {
     "model_latency": LatencyScenario, "training": TrainingScenario, "collective": CollectiveScenario,
-    "serving": ServingScenario}
+    "serving": ServingScenario, "search": SearchScenario}
 
 
 def _kind_class(raw: object, where: str) -> _ScenarioClass:

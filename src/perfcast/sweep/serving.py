@@ -1,0 +1,153 @@
+"""Serving search: the deployment of a GPU budget that serves the most requests per second per GPU under an SLO.
+
+For every tensor-parallel degree that divides the budget and the model's heads
+(within one node), the budget is split into ``gpus / tp`` replicas behind a
+least-outstanding router; for every scheduler (``vllm``, and ``sarathi`` with
+each chunk size) and every ``max_num_seqs``, the highest Poisson load meeting
+the p99 TTFT / TPOT SLO is searched (:func:`perfcast.serving.search.find_max_qps`).
+Deployments are ranked by that load per GPU (goodput per GPU: at it every
+request completes within the SLO). A deployment whose weights and KV cache do
+not fit, or that misses the SLO even at the lowest load, is recorded with the
+reason and kept out of the ranking.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from perfcast.catalog.models import load_model
+from perfcast.errors import ConfigError, PerfcastError
+from perfcast.serving.config import ServingConfig
+from perfcast.serving.engine import simulate_serving
+from perfcast.serving.search import find_max_qps
+from perfcast.system.cluster import cluster_for_gpu, load_cluster
+from perfcast.workload.sharding import check_tp
+
+__all__ = ["ServingCandidate", "ServingSearch", "search_serving"]
+
+
+@dataclass
+class ServingCandidate:
+    """One deployment: its knobs, the highest load meeting the SLO (or why there is none)."""
+
+    tp: int
+    replicas: int
+    scheduler: str
+    chunk_size: int | None
+    max_num_seqs: int
+    max_qps: float | None = None
+    simulations: int = 0
+    reason: str = ""
+    metrics: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the deployment uses."""
+        return self.tp * self.replicas
+
+    @property
+    def goodput_per_gpu(self) -> float:
+        """Requests per second per GPU at the highest load meeting the SLO (0 when none does)."""
+        return (self.max_qps or 0.0) / self.gpus
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready row."""
+        return {"tp": self.tp, "replicas": self.replicas, "gpus": self.gpus, "scheduler": self.scheduler,
+                "chunk_size": self.chunk_size, "max_num_seqs": self.max_num_seqs, "max_qps": self.max_qps,
+                "goodput_requests_per_s_per_gpu": self.goodput_per_gpu, "simulations": self.simulations,
+                **({"infeasible": self.reason} if self.reason else {}), **self.metrics}
+
+
+@dataclass
+class ServingSearch:
+    """Every deployment tried, best first, and how many simulations the search ran."""
+
+    model: str
+    hardware: str
+    gpus: int
+    candidates: list[ServingCandidate]
+    simulations: int
+    search_time_s: float
+
+    @property
+    def feasible(self) -> list[ServingCandidate]:
+        """Deployments with a load meeting the SLO, best first."""
+        return [c for c in self.candidates if c.max_qps]
+
+    def as_dict(self, top: int) -> dict[str, object]:
+        """JSON-ready result: the best ``top`` deployments and the infeasible ones with their reasons."""
+        return {"model": self.model, "hardware": self.hardware, "gpus": self.gpus, "objective": "goodput_per_gpu",
+                "configs_evaluated": len(self.candidates), "configs_feasible": len(self.feasible),
+                "simulations": self.simulations, "best": [c.as_dict() for c in self.feasible[:top]],
+                "infeasible": [c.as_dict() for c in self.candidates if not c.max_qps],
+                "search_time_s": self.search_time_s}
+
+
+def _tp_choices(base: ServingConfig, gpus: int) -> list[int]:
+    cfg = load_model(base.model)
+    cluster = load_cluster(base.cluster) if base.cluster else cluster_for_gpu(base.hardware)
+    out = []
+    for tp in range(1, min(gpus, cluster.domain) + 1):
+        if gpus % tp:
+            continue
+        try:
+            check_tp(cfg, tp)
+        except ConfigError:
+            continue
+        out.append(tp)
+    return out
+
+
+def search_serving(base: ServingConfig, gpus: int, *, tps: tuple[int, ...] | None = None,
+                   schedulers: tuple[str, ...] = ("vllm", "sarathi"), chunk_sizes: tuple[int, ...] = (512, 2048),
+                   max_num_seqs: tuple[int, ...] = (64, 256), requests_per_replica: int = 100) -> ServingSearch:
+    """Search the deployments of ``gpus`` GPUs for ``base``'s model, hardware, load shape and SLO.
+
+    ``base`` carries the model, hardware, workload (trace or lengths; its QPS is
+    searched) and the SLO; ``requests_per_replica`` sets how many requests each
+    load simulates per replica.
+    """
+    if gpus < 1:
+        raise ConfigError(f"--gpus must be a positive integer (got {gpus})")
+    if base.slo_ttft_s is None and base.slo_tpot_s is None:
+        raise ConfigError("a serving search needs an SLO: --slo-ttft-p99 and/or --slo-tpot-p99")
+    t0 = time.perf_counter()
+    choices = _tp_choices(base, gpus)
+    if tps:
+        bad = [t for t in tps if t not in choices]
+        if bad:
+            raise ConfigError(f"tp={bad[0]} does not divide the {gpus} GPUs and the model's heads within a node; "
+                              f"use tp in {{{', '.join(map(str, choices))}}}")
+        choices = sorted(set(tps))
+    if not choices:
+        raise ConfigError(f"no tensor-parallel degree divides both {gpus} GPUs and the heads of {base.model}")
+    candidates: list[ServingCandidate] = []
+    for tp in choices:
+        replicas = gpus // tp
+        for sched in schedulers:
+            for chunk in (chunk_sizes if sched == "sarathi" else (None,)):
+                for seqs in max_num_seqs:
+                    c = ServingCandidate(tp, replicas, sched, chunk, seqs)
+                    update: dict[str, object] = {
+                        "tensor_parallel_size": tp, "num_replicas": replicas, "scheduler": sched,
+                        "max_num_seqs": seqs, "router": "least_outstanding" if replicas > 1 else base.router,
+                        "workload": base.workload.model_copy(update={
+                            "num_requests": requests_per_replica * replicas})}
+                    if chunk is not None:
+                        update["chunk_size"] = chunk
+                    cfg = base.model_copy(update=update)
+                    try:
+                        found = find_max_qps(cfg)
+                        c.max_qps, c.simulations = found.max_qps, len(found.evaluated)
+                        if found.max_qps > 0:
+                            m = simulate_serving(found.config).metrics
+                            c.simulations += 1
+                            c.metrics = {"ttft_p99_s": m.ttft_s.p99, "tpot_p99_s": m.tpot_s.p99,
+                                         "throughput_tokens_per_s_per_gpu": m.throughput_tokens_per_s / c.gpus}
+                    except PerfcastError as exc:
+                        c.reason = str(exc)
+                    candidates.append(c)
+    candidates.sort(key=lambda c: (-c.goodput_per_gpu, c.tp, c.scheduler, c.chunk_size or 0, c.max_num_seqs))
+    return ServingSearch(base.model, base.hardware, gpus, candidates, sum(c.simulations for c in candidates),
+                         time.perf_counter() - t0)

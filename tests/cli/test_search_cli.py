@@ -1,0 +1,76 @@
+"""CLI: ``perfcast search``: one JSON object with the issue's keys, ``--out`` never overwriting, and bad input as
+one ``error:`` line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import invoke, parse_json, user_error
+
+pytestmark = pytest.mark.cli
+
+SMALL = ["search", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096",
+         "--global-batch", "64", "--cp", "1,2", "--vp", "1,2", "--micro-batch", "1,2", "--top", "3"]
+
+
+def test_search_json_has_the_issue_keys() -> None:
+    data = parse_json(invoke([*SMALL, "--price-per-gpu-hour", "3", "--json"]))
+    for key in ("plans_evaluated", "plans_feasible", "objective", "best", "pareto", "search_time_s", "rejected"):
+        assert key in data, key
+    assert len(data["best"]) == 3 and data["objective"] == "tflops"
+    for key in ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "recompute", "zero", "tflops_per_gpu",
+                "step_time_s", "memory_per_gpu_gib", "cost_usd_per_step", "exact_tflops_per_gpu"):
+        assert key in data["best"][0], key
+    assert data["plans_feasible"] <= data["plans_evaluated"] <= data["plans_enumerated"]
+
+
+def test_search_text_and_out_file(tmp_path: Path) -> None:
+    out = tmp_path / "s.search.json"
+    res = invoke([*SMALL, "--out", str(out)])
+    assert res.exit_code == 0, res.stderr
+    assert "Pareto front" in res.stdout and "evaluated" in res.stdout
+    assert json.loads(out.read_text())["best"]
+    line = user_error(invoke([*SMALL, "--out", str(out)]))
+    assert "--force" in line
+    assert invoke([*SMALL, "--out", str(out), "--force", "--json"]).exit_code == 0
+
+
+@pytest.mark.parametrize(("changes", "needle"), [
+    (["--model", "no-such-model"], "unknown model"),
+    (["--gpus", "12"], "multiple of 8"),
+    (["--global-batch", "1", "--cp", "1", "--tp", "1", "--pp", "1"], "global batch constraint"),
+    (["--objective", "speed"], "objective"),
+    (["--tp", "two"], "--tp"),
+    (["--zero", "4"], "--zero"),
+    (["--max-memory-fraction", "1.5"], "--max-memory-fraction"),
+    (["--backend", "mpi"], "backend"),
+])
+def test_bad_input_is_one_error_line(changes: list[str], needle: str) -> None:
+    args = list(SMALL)
+    for flag, value in zip(changes[::2], changes[1::2], strict=True):
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    assert needle in user_error(invoke(args))
+
+
+def test_no_feasible_plan_names_memory() -> None:
+    line = user_error(invoke(["search", "--model", "llama-3-405b", "--cluster", "dgx-h100", "--gpus", "8",
+                              "--seq-len", "8192", "--global-batch", "8"]))
+    assert "memory constraint" in line and "GiB" in line
+
+
+def test_serving_search() -> None:
+    data = parse_json(invoke(["search", "--serve", "--model", "llama-2-7b", "--hardware", "a100-sxm-80gb",
+                              "--gpus", "2", "--slo-ttft-p99", "2", "--slo-tpot-p99", "0.1", "--prompt-tokens", "512",
+                              "--output-tokens", "64", "--schedulers", "vllm", "--max-num-seqs", "64",
+                              "--requests-per-replica", "30", "--json"]))
+    assert data["configs_evaluated"] == 2 and data["simulations"] >= 2
+    assert data["best"][0]["goodput_requests_per_s_per_gpu"] > 0
+
+
+def test_serving_search_needs_hardware() -> None:
+    assert "--hardware" in user_error(invoke(["search", "--serve", "--model", "llama-2-7b", "--gpus", "2"]))

@@ -1,0 +1,29 @@
+"""The serving search: every deployment of the budget tried, ranked by goodput per GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfcast.errors import ConfigError
+from perfcast.serving.config import ServingConfig, WorkloadConfig
+from perfcast.sweep.serving import search_serving
+
+pytestmark = pytest.mark.unit
+
+BASE = ServingConfig(model="llama-2-7b", hardware="a100-sxm-80gb", slo_ttft_s=2.0, slo_tpot_s=0.1,
+                     workload=WorkloadConfig(prompt_tokens=512, output_tokens=64))
+
+
+def test_deployments_are_ranked_by_goodput_per_gpu() -> None:
+    res = search_serving(BASE, 2, schedulers=("vllm", "sarathi"), chunk_sizes=(512,), max_num_seqs=(64,),
+                         requests_per_replica=30)
+    assert {(c.tp, c.replicas) for c in res.candidates} == {(1, 2), (2, 1)}
+    assert len(res.candidates) == 4 and res.simulations >= 4
+    good = [c.goodput_per_gpu for c in res.feasible]
+    assert good == sorted(good, reverse=True) and good[0] > 0
+    assert res.as_dict(2)["best"][0]["gpus"] == 2
+
+
+def test_a_serving_search_needs_an_slo() -> None:
+    with pytest.raises(ConfigError, match="needs an SLO"):
+        search_serving(BASE.model_copy(update={"slo_ttft_s": None, "slo_tpot_s": None}), 2)
