@@ -25,9 +25,14 @@ def _finite(x: object) -> object:
     return x
 
 
+def _scalar(v: object) -> bool:
+    return not isinstance(v, (list, tuple, dict))
+
+
 def write_results(results: list[ScenarioResult], folder: Path) -> None:
-    """results.json (a list of objects with id, kind, status, metrics, notes and rows) and results.csv (one row
-    per prediction; the columns are the union of every row's keys, empty where a row has no such key)."""
+    """results.json (a list of objects with id, kind, status, metrics, notes and rows) and
+    results.csv (one row per prediction; the columns are the union of every row's scalar keys, empty where a row
+    has no such key; nested series such as a serving run's latency quantiles are in results.json only)."""
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{folder} is a file; --out needs a folder")
     folder.mkdir(parents=True, exist_ok=True)
@@ -38,11 +43,11 @@ def write_results(results: list[ScenarioResult], folder: Path) -> None:
     keys: list[str] = ["scenario"]
     for r in results:
         for row in r.rows:
-            for k in row:
-                if k not in keys:
+            for k, v in row.items():
+                if k not in keys and _scalar(v):
                     keys.append(k)
     with (folder / "results.csv").open("w", encoding="utf-8", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys, restval="", lineterminator="\n")
+        w = csv.DictWriter(fh, fieldnames=keys, restval="", lineterminator="\n", extrasaction="ignore")
         w.writeheader()
         for r in results:
             for row in r.rows:

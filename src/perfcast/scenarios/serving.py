@@ -12,6 +12,11 @@ KV use, preemptions) flattened to dotted keys (``ttft_s.p99``). A run may instea
 A run with a ``baseline`` gets ``speedup_x.{ttft,tpot,e2e}`` = the baseline's mean / its own. Each ordering
 the scenario expects (a reference's finding, e.g. VIDUR's vLLM vs Sarathi) becomes a note saying whether
 perfcast reproduces it.
+
+For the HTML report every simulated row also carries ``latency_quantiles`` (TTFT, TPOT and E2E at 101
+quantiles) and the first run whose arrival rate can be swept carries ``load_curve`` (throughput vs TTFT over a
+few loads; :mod:`perfcast.scenarios.serving_curves`). Both are nested values: the CSV and the printed tables
+leave them out.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 from perfcast.errors import PerfcastError
 from perfcast.scenarios.result import ScenarioResult
 from perfcast.scenarios.schema import ServingRun, ServingScenario
+from perfcast.scenarios.serving_curves import latency_quantiles, load_curve, sweepable
 from perfcast.serving.colocation import simulate_colocated
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.engine import ServingResult, simulate_serving
@@ -79,6 +85,7 @@ def _run_rows(run: ServingRun) -> list[dict[str, object]]:
         for row, res, other, frac in zip(rows, results, reversed(rows), (run.memory_frac, 1 - run.memory_frac),
                                          strict=True):
             row.update(_flat(res.as_dict()))
+            row["latency_quantiles"] = latency_quantiles(res)
             row.update(status="ok", colocation=run.colocation, colocated_with=other["label"], memory_frac=frac,
                        colocation_passes=co.passes, gpu_busy_frac=res.busy_frac)
         return rows
@@ -86,10 +93,13 @@ def _run_rows(run: ServingRun) -> list[dict[str, object]]:
     try:
         if run.search_max_qps:
             search = find_max_qps(cfg, start_qps=cfg.workload.qps or 0.25)
-            row.update(_flat(simulate_serving(search.config).as_dict()))
+            sim = simulate_serving(search.config)
+            row.update(_flat(sim.as_dict()))
             row.update(qps=search.max_qps, max_qps=search.max_qps, qps_loads_tried=len(search.evaluated))
         else:
-            row.update(_flat(simulate_serving(cfg).as_dict()))
+            sim = simulate_serving(cfg)
+            row.update(_flat(sim.as_dict()))
+        row["latency_quantiles"] = latency_quantiles(sim)
         row["status"] = "ok"
     except PerfcastError as exc:
         row.update(status="error", error=str(exc))
@@ -121,6 +131,10 @@ def run_serving_scenario(sc: ServingScenario) -> ScenarioResult:
                 if match is not None and row.get("status") == "ok":
                     row["alone_run"] = match["label"]
                     _ratios(row, row, match, "slowdown_x")
+    swept = next(((run, rows[0]) for run, rows in zip(sc.runs, per_run, strict=True) if run.colocate is None
+                  and rows[0].get("status") == "ok" and sweepable(run.config)), None)
+    if swept is not None:  # the throughput-vs-TTFT curve of the first run that can be swept
+        swept[1]["load_curve"] = load_curve(swept[0].config)
     for exp in sc.expected:
         lo, hi = by_label.get(exp.lower), by_label.get(exp.higher)
         if lo is None or hi is None or lo.get("status") != "ok" or hi.get("status") != "ok":

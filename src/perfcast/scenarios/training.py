@@ -96,6 +96,8 @@ def training_row(res: TrainingResult, model: str | ModelConfig, *, label: str = 
         "fits_in_memory": res.fits,
         "memory_weights_bytes": mem.weights_bytes, "memory_gradients_bytes": mem.gradients_bytes,
         "memory_optimizer_bytes": mem.optimizer_bytes, "memory_activations_bytes": mem.activations_bytes,
+        "memory_comm_buffers_bytes": mem.comm_buffers_bytes, "memory_context_bytes": mem.context_bytes,
+        "memory_fragmentation_bytes": mem.fragmentation_bytes,
         "trainable_params": _trainable_params(res, model),
         "microbatches": res.microbatches, "bubble_frac": res.bubble_frac,
         "stage_imbalance_frac": _stage_imbalance(res),
