@@ -32,7 +32,7 @@ from perfcast.validate.metrics import ErrorSummary, summarize
 from perfcast.validate.predict_batch import BatchResult, predict_batch
 from perfcast.validate.tables import TablePrediction
 
-__all__ = ["TableReport", "ValidationReport", "default_tables", "run_validation"]
+__all__ = ["MAX_POINTS", "Points", "TableReport", "ValidationReport", "default_tables", "run_validation"]
 
 
 @dataclass
@@ -54,6 +54,34 @@ class TableReport:
     overall: ErrorSummary
     groups: list[GroupReport] = field(default_factory=list)
     status: str = "ok"
+    points: Points | None = None  # the predicted and measured rows (evenly sampled), for the HTML report
+
+
+MAX_POINTS = 2000  # rows per table report kept for the HTML report's scatter
+
+
+@dataclass(frozen=True)
+class Points:
+    """Rows with a finite prediction and a positive measurement, in the table's unit: at most
+    :data:`MAX_POINTS`, taken evenly over the table's order (``total`` counts them all)."""
+
+    device: list[str]
+    predicted: list[float]
+    measured: list[float]
+    total: int
+
+
+def _points(measured: np.ndarray, predicted: np.ndarray, device: np.ndarray,
+            mask: np.ndarray | None = None) -> Points:
+    ok = np.isfinite(measured) & (measured > 0) & np.isfinite(predicted)
+    idx = np.flatnonzero(ok if mask is None else ok & mask)
+    keep = idx[np.unique(np.linspace(0, idx.size - 1, MAX_POINTS).astype(int))] if idx.size > MAX_POINTS else idx
+    return Points([str(d) for d in device[keep]], [float(v) for v in predicted[keep]],
+                  [float(v) for v in measured[keep]], int(idx.size))
+
+
+def _res_points(res: BatchResult, target: str, mask: np.ndarray | None = None) -> Points:
+    return _points(res.measured(target), res.prediction.pred[target], np.array(res.prediction.groups), mask)
 
 
 @dataclass
@@ -167,7 +195,8 @@ def _vidur_logo(paths: list[Path], root: Path, coeffs: Coefficients, log: Callab
         groups = [GroupReport(op, summarize(meas[ops == op], pr[ops == op], lo[ops == op], hi[ops == op]))
                   for op in dict.fromkeys(ops.tolist())]
         reports.append(TableReport(f"vidur/compute/{g}/*/mlp.csv", "vidur_compute", "time_stats.*.median (ms)",
-                                   note, overall, groups))
+                                   note, overall, groups,
+                                   points=_points(meas, pr, np.full(meas.size, gpu_ids.get(g, g)))))
     return reports
 
 
@@ -196,7 +225,8 @@ def _held_out_reports(res: BatchResult, groups: list[str],
     for target in res.targets:
         overall, group_reports = _summaries(held_out, target)
         if overall.rows:
-            reports.append(TableReport(table, res.kind.name, target, note, overall, group_reports))
+            reports.append(TableReport(table, res.kind.name, target, note, overall, group_reports,
+                                       points=_res_points(held_out, target)))
     return reports
 
 
@@ -291,7 +321,7 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
                         continue
                     overall, groups = _summaries(res, target, m)
                     reports.append(TableReport(f"{name} [split={sp}]", res.kind.name, target, note, overall,
-                                               groups))
+                                               groups, points=_res_points(res, target, m)))
             else:
                 e2e = res.kind.name == "neusight_e2e"
                 note = {
@@ -308,7 +338,8 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
                 }.get(res.kind.name, "")
                 overall, groups = _summaries(res, target, logo_coverage=e2e)
                 if overall.rows:
-                    reports.append(TableReport(name, res.kind.name, target, note, overall, groups))
+                    reports.append(TableReport(name, res.kind.name, target, note, overall, groups,
+                                               points=_res_points(res, target)))
     if collective_paths:
         progress("collectives (leave-one-cluster-out)")
         fit_root = root or find_groundtruth()
