@@ -16,9 +16,11 @@ pytestmark = pytest.mark.cli
 def test_suite_t2_2_json_is_one_object_with_the_oom_verdict() -> None:
     data = parse_json(invoke(["suite", "--only", "T2.2", "--json"]))
     (sc,) = data["scenarios"]
-    assert sc["id"] == "T2.2" and sc["kind"] == "training" and sc["status"] == "ok" and sc["predictions"] == 1
+    assert sc["id"] == "T2.2" and sc["kind"] == "training" and sc["status"] == "oom" and sc["predictions"] == 1
     (row,) = sc["rows"]
     assert row["fits_in_memory"] is False and row["memory_per_gpu_bytes"] > row["memory_capacity_bytes"]
+    (note,) = sc["notes"]
+    assert "out of memory" in note and "optimizer" in note and "activations" in note
     for key in ("step_time_s", "mfu", "tp_comm_s", "memory_per_gpu_bytes", "comm_total_s"):
         assert isinstance(row[key], (int, float)), key
 

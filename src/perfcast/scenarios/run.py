@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import csv
+import traceback
+from pathlib import Path
 
 from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
@@ -17,10 +19,14 @@ from perfcast.scenarios.collective import run_collective_scenario
 from perfcast.scenarios.result import ScenarioResult
 from perfcast.scenarios.schema import (
     CollectiveScenario,
+    DiffusionScenario,
     LatencyScenario,
+    OperatorTableScenario,
+    RLHFScenario,
     Scenario,
     SearchScenario,
     ServingScenario,
+    ServingTableScenario,
     TrainingScenario,
 )
 from perfcast.scenarios.search import run_search_scenario
@@ -55,7 +61,19 @@ def _measured(sc: LatencyScenario) -> dict[tuple[str, str, str, int, int, bool],
 
 def run_scenario(sc: Scenario) -> ScenarioResult:
     """Predict every run of the scenario (every (run, device) pair for model latency); one failure does not
-    stop the others."""
+    stop the others, and a scenario that fails as a whole is an ``error`` result saying why (a suite goes on)."""
+    try:
+        return _dispatch(sc)
+    except PerfcastError as exc:
+        return ScenarioResult(sc.id, sc.title, "error", error=str(exc), kind=sc.kind)
+    except Exception as exc:  # noqa: BLE001 - a bug: this scenario's error, with where it happened
+        tb = traceback.extract_tb(exc.__traceback__)[-1]
+        where = f"{Path(tb.filename).name}:{tb.lineno}"
+        return ScenarioResult(sc.id, sc.title, "error", kind=sc.kind,
+                              error=f"internal error at {where} ({type(exc).__name__}: {exc}); please report it")
+
+
+def _dispatch(sc: Scenario) -> ScenarioResult:
     if isinstance(sc, TrainingScenario):
         return run_training_scenario(sc)
     if isinstance(sc, CollectiveScenario):
@@ -64,6 +82,22 @@ def run_scenario(sc: Scenario) -> ScenarioResult:
         return run_serving_scenario(sc)
     if isinstance(sc, SearchScenario):
         return run_search_scenario(sc)
+    if isinstance(sc, RLHFScenario):
+        from perfcast.scenarios.rlhf import run_rlhf_scenario
+
+        return run_rlhf_scenario(sc)
+    if isinstance(sc, DiffusionScenario):
+        from perfcast.scenarios.diffusion import run_diffusion_scenario
+
+        return run_diffusion_scenario(sc)
+    if isinstance(sc, ServingTableScenario):
+        from perfcast.scenarios.published import run_serving_table_scenario
+
+        return run_serving_table_scenario(sc)
+    if isinstance(sc, OperatorTableScenario):
+        from perfcast.scenarios.published import run_operator_table_scenario
+
+        return run_operator_table_scenario(sc)
     return _run_latency(sc)
 
 

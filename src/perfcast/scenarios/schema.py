@@ -8,6 +8,12 @@ A scenario's ``kind`` picks its schema:
   (``table_rows``), rebuilt the way ``perfcast validate`` rebuilds them;
 - ``collective``: one collective per (op, size, group size) of each run
   (:class:`CollectiveScenario`);
+- ``serving``: serving simulations (:class:`ServingScenario`);
+- ``rlhf``: one PPO iteration per run (:class:`RLHFScenario`);
+- ``diffusion``: seconds per image of a latent-diffusion pipeline (:class:`DiffusionScenario`);
+- ``serving_table`` / ``operator_table``: the rows of a published serving-throughput table or of VIDUR's
+  per-operator tables, predicted beside the measurement (:class:`ServingTableScenario`,
+  :class:`OperatorTableScenario`);
 - ``search``: a design-space search of training plans (:class:`SearchScenario`).
 """
 
@@ -23,13 +29,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from perfcast.errors import ConfigError, UnknownNameError
 from perfcast.serving.config import ServingConfig
+from perfcast.serving.rlhf import RLHFConfig
 from perfcast.sweep.space import SearchSpace
 from perfcast.system.plan import ParallelPlan
 from perfcast.yamlio import load_model_file, safe_load, validation_message
 
-__all__ = ["CollectiveRun", "CollectiveScenario", "ExpectedOrder", "LatencyRun", "LatencyScenario", "PublishedValue",
-           "ReferenceRatios", "Scenario", "SearchScenario", "ServingRun", "ServingScenario", "TableRows", "TrainingRun",
-           "TrainingScenario", "list_scenarios", "load_scenario", "scenario_from_dict"]
+__all__ = ["CollectiveRun", "CollectiveScenario", "DiffusionRun", "DiffusionScenario", "ExpectedOrder", "LatencyRun",
+           "LatencyScenario", "OperatorTableScenario", "PublishedValue", "RLHFRun", "RLHFScenario", "ReferenceRatios",
+           "Scenario", "SearchScenario", "ServingRun", "ServingScenario", "ServingTableScenario", "TableRows",
+           "TrainingRun", "TrainingScenario", "list_scenarios", "load_scenario", "scenario_from_dict"]
 
 
 class _Strict(BaseModel):
@@ -226,6 +234,82 @@ class ServingScenario(_Strict):
         return self
 
 
+# -- rlhf ------------------------------------------------------------------------------------------------------
+
+
+class RLHFRun(_Strict):
+    """One PPO iteration (:class:`~perfcast.serving.rlhf.RLHFConfig`)."""
+
+    label: str = Field(default="", description="what this run is, shown beside its numbers")
+    config: RLHFConfig
+
+
+class RLHFScenario(_Strict):
+    """PPO iterations, each the four RLHF models on one cluster."""
+
+    id: str
+    title: str
+    kind: Literal["rlhf"]
+    notes: list[str] = Field(default_factory=list, description="assumptions shown with the results")
+    runs: list[RLHFRun] = Field(min_length=1)
+
+
+# -- diffusion -------------------------------------------------------------------------------------------------
+
+
+class DiffusionRun(_Strict):
+    """Text-to-image generation: ``steps`` UNet passes per batch, then the VAE decoder once per image."""
+
+    label: str = Field(default="", description="what this run is, shown beside its numbers")
+    unet: str = Field(description="the denoising UNet (catalog id)")
+    vae: str | None = Field(default=None, description="the VAE whose decoder turns latents into pixels")
+    hardware: str
+    batch_size: int = Field(gt=0, description="images generated together")
+    steps: int = Field(default=50, gt=0, description="denoising steps")
+    guidance: bool = Field(default=True, description="classifier-free guidance: each step runs the UNet on the "
+                                                     "conditional and the unconditional batch (2 x batch_size)")
+    dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
+
+
+class DiffusionScenario(_Strict):
+    """Seconds per image of latent-diffusion runs."""
+
+    id: str
+    title: str
+    kind: Literal["diffusion"]
+    notes: list[str] = Field(default_factory=list, description="assumptions shown with the results")
+    runs: list[DiffusionRun] = Field(min_length=1)
+
+
+# -- published tables ------------------------------------------------------------------------------------------
+
+
+class ServingTableScenario(_Strict):
+    """Rows of a published serving-throughput table (TensorRT-LLM style), each simulated beside its value."""
+
+    id: str
+    title: str
+    kind: Literal["serving_table"]
+    groundtruth: str = Field(default="published/inference.csv",
+                             description="table (relative to shared/groundtruth)")
+    model_contains: str = Field(default="", description="keep rows whose model_id contains this (any case)")
+    gpus: list[str] = Field(default_factory=list, description="keep rows on these gpu_ids (empty: every GPU)")
+    num_requests: int = Field(default=1000, gt=0, description="requests simulated per row")
+    max_rows: int | None = Field(default=None, gt=0, description="predict at most this many rows (table order)")
+
+
+class OperatorTableScenario(_Strict):
+    """VIDUR's per-operator GPU times (``vidur/compute/<gpu>/<model>/mlp.csv``) beside perfcast's, per op and GPU."""
+
+    id: str
+    title: str
+    kind: Literal["operator_table"]
+    groundtruth: str = Field(default="vidur/compute", description="folder (relative to shared/groundtruth)")
+    gpus: list[str] = Field(min_length=1, description="GPU folders of the table (a100, a40, h100 ...)")
+    models: list[str] = Field(default_factory=list, description="model folders to keep (empty: every model)")
+    row_stride: int = Field(default=1, ge=1, description="predict every n-th row of each table (1: all)")
+
+
 # -- search ----------------------------------------------------------------------------------------------------
 
 
@@ -241,13 +325,17 @@ class SearchScenario(_Strict):
     top: int = Field(default=5, ge=1, description="best plans reported")
 
 
-Scenario = LatencyScenario | TrainingScenario | CollectiveScenario | ServingScenario | SearchScenario
+Scenario = (LatencyScenario | TrainingScenario | CollectiveScenario | ServingScenario | RLHFScenario
+            | DiffusionScenario | ServingTableScenario | OperatorTableScenario | SearchScenario)
 _ScenarioClass = (type[LatencyScenario] | type[TrainingScenario] | type[CollectiveScenario] | type[ServingScenario]
-                  | type[SearchScenario])
+                  | type[RLHFScenario] | type[DiffusionScenario] | type[ServingTableScenario]
+                  | type[OperatorTableScenario] | type[SearchScenario])
 
 _KINDS: dict[str, _ScenarioClass] = {
     "model_latency": LatencyScenario, "training": TrainingScenario, "collective": CollectiveScenario,
-    "serving": ServingScenario, "search": SearchScenario}
+    "serving": ServingScenario, "rlhf": RLHFScenario, "diffusion": DiffusionScenario,
+    "serving_table": ServingTableScenario, "operator_table": OperatorTableScenario,
+    "search": SearchScenario}
 
 
 def _kind_class(raw: object, where: str) -> _ScenarioClass:

@@ -60,8 +60,10 @@ def test_every_run_predicts_a_consistent_step(sid: str) -> None:
     res = result(sid)
     sc = load_scenario(sid)
     assert isinstance(sc, TrainingScenario)
-    assert res.status == "ok" and res.kind == "training"
+    fits = [bool(r["fits_in_memory"]) for r in res.rows]
+    assert res.status == ("ok" if any(fits) else "oom") and res.kind == "training"
     assert len(res.rows) == len(sc.runs) and all(r["status"] == "ok" for r in res.rows), res.rows
+    assert len([n for n in res.notes if "out of memory" in n]) == fits.count(False)
     for row in res.rows:
         step = f(row, "step_time_s")
         assert f(row, "step_time_low_s") < step < f(row, "step_time_high_s")
@@ -191,12 +193,12 @@ def test_r7_predicts_the_sc21_rows_as_validate_does() -> None:
     assert res.headline()["mape_frac"] is not None
 
 
-def test_r7_without_ground_truth_is_skipped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_r7_without_ground_truth_is_an_error_saying_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import perfcast.validate.groundtruth as gt
 
     monkeypatch.setattr(gt, "find_groundtruth", lambda required=True: None)
     res = run_scenario(load_scenario("R7"))
-    assert res.status == "skipped" and res.rows == [] and "PERFCAST_GROUNDTRUTH" in res.error
+    assert res.status == "error" and res.rows == [] and "PERFCAST_GROUNDTRUTH" in res.error
 
 
 def test_a_bad_plan_key_names_the_key(tmp_path: Path) -> None:
