@@ -5,6 +5,7 @@ Both construct only plain data (no arbitrary objects), exactly like ``yaml.safe_
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,21 +22,52 @@ def safe_load(stream: str | IO[str]) -> Any:
     return yaml.load(stream, Loader=_LOADER)  # noqa: S506 - a safe loader
 
 
+def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel]:
+    """The pydantic model that holds the key at ``loc`` (list indices and optional wrappers skipped)."""
+    model = root
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            continue  # a list index or a dict key: the same model further down
+        stack: list[Any] = [field.annotation]
+        while stack:
+            ann = stack.pop()
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                model = ann
+                break
+            stack.extend(getattr(ann, "__args__", ()))
+    return model
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def validation_message(exc: ValidationError, root: type[BaseModel] | None = None) -> str:
-    """One line naming the first invalid key and what is wrong (and, for an unknown key, what is accepted)."""
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(root)"
-    msg = f"key {where}: {err['msg']}"
-    if err["type"] == "extra_forbidden" and root is not None:
-        model: type[BaseModel] = root
-        for part in err["loc"][:-1]:
-            field = model.model_fields.get(str(part))
-            annotation: Any = field.annotation if field else None
-            inner = getattr(annotation, "__args__", (annotation,))[0]
-            if isinstance(inner, type) and issubclass(inner, BaseModel):
-                model = inner
-        msg += f"; accepted keys: {', '.join(model.model_fields)}"
-    return msg
+    """One line naming the invalid key, what is wrong, and what is accepted.
+
+    An unknown key is reported before any other error (a misspelt key also makes the key it stands for
+    missing) with the keys accepted at that place and the closest one; a value of the wrong type or range
+    with pydantic's statement of what is expected and the value given.
+    """
+    errors = exc.errors()
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    loc = tuple(err["loc"])
+    where = ".".join(str(p) for p in loc) or "(root)"
+    if err["type"] == "extra_forbidden":
+        msg = f"key {where!r}: unknown key"
+        if root is not None:
+            accepted = list(_model_at(root, loc[:-1]).model_fields)
+            close = difflib.get_close_matches(str(loc[-1]), accepted, n=1)
+            msg += f" (did you mean {close[0]!r}?)" if close else ""
+            msg += f"; accepted keys are {', '.join(accepted)}"
+        return msg
+    if err["type"] == "missing":
+        return f"key {where!r}: required key missing"
+    detail = err["msg"][0].lower() + err["msg"][1:] if err["msg"] else "invalid value"
+    given = f" (got {_shown(err['input'])})" if "input" in err and not isinstance(err["input"], dict) else ""
+    return f"key {where!r}: {detail}{given}"
 
 
 def load_model_file(path: Path, model: type[BaseModel], *, what: str, error: type[Exception]) -> Any:

@@ -390,8 +390,9 @@ def test_suite_user_scenario_file_text(tmp_path: Path) -> None:
 
 
 def test_suite_unknown_scenario() -> None:
-    line = user_error(invoke(["suite", "--only", "R99"]))
-    assert "unknown scenario 'R99'" in line and "known: " in line and "more" in line  # 33 ids: the first 8 shown
+    line = user_error(invoke(["suite", "--only", "Q77"]))
+    assert "unknown scenario 'Q77'" in line and "known: " in line and "more" in line  # 38 ids: the first 8 shown
+    assert "closest known: R9" in user_error(invoke(["suite", "--only", "R99"]))
 
 
 def test_suite_bad_scenario_file(tmp_path: Path) -> None:

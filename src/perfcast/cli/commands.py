@@ -278,22 +278,30 @@ def predict_batch_cmd(
 @handled
 def validate(
     tables: list[Path] = typer.Argument(None, help="Tables to validate (default: every visible table)."),
+    out_dir: Path = typer.Option(None, "--out", help="Also write validation.json (for `perfcast report`) here."),
+    force: bool = typer.Option(False, "--force", help="Overwrite a validation.json perfcast did not write."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict the measured tables and print the error per table and device."""
     from rich.progress import Progress
 
     from perfcast.report.text import pct
+    from perfcast.validate.export import check_validation_path, write_validation
     from perfcast.validate.report import run_validation
 
+    if out_dir is not None:
+        check_validation_path(out_dir, force=force)
     if as_json:
         rep = run_validation(list(tables) if tables else None)
-        emit_json(rep.as_dict())
+        written = write_validation(rep, out_dir) if out_dir is not None else None
+        emit_json({**rep.as_dict(), **({"validation_file": str(written)} if written else {})})
         return
     with Progress(console=_console(stderr=True), transient=True) as prog:
         task = prog.add_task("validating", total=None)
         rep = run_validation(list(tables) if tables else None,
                              progress=lambda m: prog.update(task, description=f"validating {m}"))
+    if out_dir is not None:
+        _console(stderr=True).print(f"wrote {write_validation(rep, out_dir)}", markup=False)
     for t in rep.tables:
         tbl = _table(title=f"{t.table}: {t.target}", caption=t.note)
         for c in ("device", "rows", "coverage", "MAPE", "median", "max", "in interval"):
@@ -387,17 +395,24 @@ def fit(
 @handled
 def suite(
     only: str = typer.Option("", "--only", help="Comma-separated scenario ids (default: all)."),
-    out_dir: Path = typer.Option(None, "--out", help="Write results.json and results.csv into this folder."),
+    out_dir: Path = typer.Option(None, "--out", help="Write results.json, results.csv and report.html into this "
+                                                     "folder."),
+    validation: Path = typer.Option(None, "--validation", help="validation.json for the report's validation page "
+                                                               "(default: the --out folder's, if any)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run the scenario suite and print one row per scenario."""
     from rich.progress import Progress
 
+    from perfcast.cli.report import REPORT_FILE, check_report_path, write_folder_report
     from perfcast.report.results import collective_tables, serving_table, training_table, write_results
+    from perfcast.report.scenario_tables import kind_tables
     from perfcast.report.text import pct
     from perfcast.scenarios import list_scenarios, load_scenario, run_scenario
 
     scenarios = [load_scenario(s.strip()) for s in only.split(",") if s.strip()] if only else list_scenarios()
+    if out_dir is not None:  # before the run: the folder's report.html is replaced only if perfcast wrote it
+        check_report_path(out_dir / REPORT_FILE, force=False, explicit=False)
     results = []
     with Progress(console=_console(stderr=True), transient=True, disable=as_json) as prog:
         task = prog.add_task("suite", total=len(scenarios))
@@ -407,6 +422,7 @@ def suite(
             prog.advance(task)
     if out_dir is not None:
         write_results(results, out_dir)
+        write_folder_report(out_dir, validation=validation)
     if as_json:
         emit_json({"scenarios": [{"id": r.id, "kind": r.kind, "status": r.status, **r.headline(),
                                   **({"error": r.error} if r.error else {}), "notes": r.notes, "rows": r.rows}
@@ -428,7 +444,7 @@ def suite(
             _console().print(serving_table(r))
         if r.kind != "model_latency":
             tables = [training_table(r)] if r.kind == "training" else (
-                collective_tables(r) if r.kind == "collective" else [])
+                collective_tables(r) if r.kind == "collective" else kind_tables(r))
             for table in tables:
                 if table is not None:
                     _console().print(table)
