@@ -87,7 +87,8 @@ def _check(cfg: ModelConfig, spec: WorkloadSpec) -> None:
         raise ConfigError(f"unknown optimizer {spec.optimizer!r}; use one of {', '.join(_OPTIMIZERS)}")
     if spec.mode in (Mode.PREFILL, Mode.DECODE) and cfg.kind != "decoder":
         raise UnsupportedError(
-            f"{cfg.id} is an {cfg.kind} model; prefill/decode modes need a decoder-only model "
+            f"{cfg.id} is {'an' if cfg.kind[0] in 'aeiou' else 'a'} {cfg.kind} model; prefill/decode modes need a "
+            "decoder-only model "
             "(use --mode inference or training)"
         )
 
