@@ -349,6 +349,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             for req, reason in sched.rejected:
                 status[req.id] = f"rejected: {reason}"
                 outstanding[req.replica] -= 1
+                if limit:
+                    release(now)
             sched.rejected.clear()
         if batch is None:
             busy[e] = False
@@ -425,7 +427,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             if k < 2:
                 return False
         b = len(reqs)
-        nxt = min(arrival_l[cursor] if cursor < n else math.inf, transfers[0][0] if transfers else math.inf)
+        nxt = min(arrival_l[cursor] if cursor < n and in_system < limit_n else math.inf,
+                  transfers[0][0] if transfers else math.inf)
         fixed, a, m0, m1 = model.decode_step(b)  # one iteration: fixed + ((a ctx)^4 + (m0 + m1 ctx)^4)^(1/4)
         scale, extra = iteration_scale, iteration_extra_s
         end = now
@@ -507,6 +510,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 preempted[req.id] = req.preemptions
                 status[req.id] = "completed"
                 outstanding[req.replica] -= 1
+                if limit:
+                    release(now)
                 sched.finish(req)
             elif disagg and req.replica < disagg:  # prompt done in the prefill pool: hand the KV cache over
                 sched.finish(req)
@@ -558,9 +563,15 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         assert draft is not None
         kv = engines[e].kv
         ks = []
+        room = kv.num_available_blocks  # lookahead slots are reserved against it cumulatively
         for req in batch.decode:
             k = min(spec_k, req.output_tokens - req.generated - 1)
-            ks.append(k if k > 0 and kv.can_append(req.id, k) else 0)
+            need = kv.append_need(req.id, k) if k > 0 else 0
+            if k > 0 and need <= room:
+                room -= need
+                ks.append(k)
+            else:
+                ks.append(0)
         spec_lookahead[e] = ks
         b = len(batch.decode)
         ctx = sum(r.context_tokens for r in batch.decode)
@@ -574,8 +585,22 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     cursor = 0
     arrival_l, prompt_l, output_l = arrival.tolist(), prompt.tolist(), output.tolist()  # plain numbers in the loop
     has_retrieval = w.retrieval_latency_s > 0
+    # closed loop: requests in the system (sent, neither finished nor rejected) stay within the concurrency
+    limit = w.concurrency or 0
+    limit_n = limit or n + 1
+    in_system = 0
+
+    def release(now: float) -> None:
+        """A request left the system: the slot goes to the next request not yet sent and not yet given a
+        slot (the first ``limit - in_system`` unsent requests hold the free slots), sent now if it was due."""
+        nonlocal in_system
+        in_system -= 1
+        j = cursor + limit - in_system - 1
+        if j < n and arrival_l[j] < now:
+            arrival_l[j] = now
+
     while cursor < n or heap or transfers:
-        next_arrival = arrival_l[cursor] if cursor < n else math.inf
+        next_arrival = arrival_l[cursor] if cursor < n and in_system < limit_n else math.inf
         next_transfer = transfers[0][0] if transfers else math.inf
         if heap and heap[0][0] <= next_arrival and heap[0][0] <= next_transfer:
             now, e = heapq.heappop(heap)
@@ -594,6 +619,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         now = float(next_arrival)
         i = cursor
         cursor += 1
+        in_system += 1
         req = Request(i, now, prompt_l[i], output_l[i])
         if prefix_ids is not None:
             req.prefix_hashes = prefix_block_hashes(int(prefix_ids[i]), w.shared_prefix_tokens, int(prompt[i]),
@@ -614,6 +640,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     for i in range(n):
         if status[i] == "pending":  # pragma: no cover - the loop drains every engine
             status[i] = "incomplete: the simulation ended with the request unfinished"
+    if limit:  # the times requests were actually sent
+        arrival = np.asarray(arrival_l, dtype=float)
     completed = np.array([s == "completed" for s in status], dtype=bool)
     metrics = summarize_requests(arrival_s=arrival, first_token_s=first, finish_s=finish, prompt_tokens=prompt,
                                  output_tokens=output, completed=completed, slo_ttft_s=cfg.slo_ttft_s,

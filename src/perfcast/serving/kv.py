@@ -268,11 +268,14 @@ class BlockManager(_PagedCache):
         return hit_tokens
 
     # -- growth ------------------------------------------------------------------------------------------------
+    def append_need(self, seq_id: int, num_new_tokens: int) -> int:
+        """New blocks ``seq_id`` takes to grow by ``num_new_tokens`` (0 when its last block has room)."""
+        seq = self._get_on_gpu(seq_id)
+        return max(0, -(-(seq.num_tokens + num_new_tokens) // self.block_size) - len(seq.block_ids))
+
     def can_append(self, seq_id: int, num_new_tokens: int = 1) -> bool:
         """Whether ``seq_id`` can grow by ``num_new_tokens`` (no watermark; cached blocks may be evicted)."""
-        seq = self._get_on_gpu(seq_id)
-        need = -(-(seq.num_tokens + num_new_tokens) // self.block_size) - len(seq.block_ids)
-        return need <= 0 or need <= len(self._free) + len(self._evictable)
+        return self.append_need(seq_id, num_new_tokens) <= len(self._free) + len(self._evictable)
 
     def append(self, seq_id: int, num_new_tokens: int = 1) -> None:
         """Grow ``seq_id`` by ``num_new_tokens``, taking a new block only when a block boundary is crossed."""
@@ -693,11 +696,14 @@ class CountingBlockManager(_PagedCache):
         self.prefix_query_tokens += num_tokens
         return 0
 
+    def append_need(self, seq_id: int, num_new_tokens: int) -> int:
+        """New blocks ``seq_id`` takes to grow by ``num_new_tokens`` (0 when its last block has room)."""
+        t, b, _ = self._seq(seq_id, on_gpu=True)
+        return max(0, -(-(t + num_new_tokens) // self.block_size) - b)
+
     def can_append(self, seq_id: int, num_new_tokens: int = 1) -> bool:
         """Whether ``seq_id`` can grow by ``num_new_tokens``."""
-        t, b, _ = self._seq(seq_id, on_gpu=True)
-        need = -(-(t + num_new_tokens) // self.block_size) - b
-        return need <= 0 or need <= self._free
+        return self.append_need(seq_id, num_new_tokens) <= self._free
 
     def append(self, seq_id: int, num_new_tokens: int = 1) -> None:
         """Grow ``seq_id`` by ``num_new_tokens``."""
