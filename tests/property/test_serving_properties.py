@@ -38,6 +38,7 @@ LOADS = st.fixed_dictionaries({
     "output_tokens": st.integers(1, 300),
     "shared_prefix_tokens": st.sampled_from([0, 512]),
     "retrieval_latency_s": st.sampled_from([0.0, 0.0, 0.3]),
+    "concurrency": st.sampled_from([None, None, 1, 3]),
 })
 
 

@@ -59,3 +59,21 @@ def test_each_row_is_its_benchmarks_load() -> None:
 @pytest.mark.slow
 def test_every_published_row() -> None:
     assert _mape(ROWS) <= ALL_MAPE_MAX
+
+
+def test_latency_and_closed_loop_rows() -> None:
+    """Rows of other metrics and closed-loop (concurrency) benchmarks come from the same simulation."""
+    base = next(r for r in ROWS if r["model"] == "LLaMA v2 7B" and r["gpu_id"] == "a100-sxm-80gb"
+                and r["input_len"] == "128" and r["output_len"] == "128")
+    rows = [{**base, "concurrency": "8", "metric": m, "value": "1"}
+            for m in ("ttft_ms", "itl_ms", "e2e_latency_ms_median", "throughput_requests_per_s",
+                      "output_tokens_per_s_total")]
+    pred, status, _ = predict_inference_rows(rows)
+    assert status == ["ok"] * len(rows)
+    ttft_ms, itl_ms, e2e_ms, req_s, tok_s = pred
+    assert 0 < ttft_ms < e2e_ms and 0 < itl_ms < e2e_ms
+    assert e2e_ms == pytest.approx(ttft_ms + 127 * itl_ms, rel=0.05)  # every request is 128 output tokens
+    assert tok_s == pytest.approx(128 * req_s, rel=1e-6)
+    assert req_s <= 8 / (e2e_ms / 1e3) * 1.01  # Little's law: 8 clients, each waiting for its request
+    unknown, status, _ = predict_inference_rows([{**base, "metric": "joules_per_token"}])
+    assert np.isnan(unknown[0]) and status[0].startswith("unsupported: metric 'joules_per_token'")

@@ -58,6 +58,9 @@ def serve(
     qps: float | None = typer.Option(None, "--qps", help="Arrival rate (requests/s); none = all at once."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson | gamma | fixed | trace."),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma arrivals: CV of the gaps."),
+    max_concurrency: int | None = typer.Option(None, "--max-concurrency",
+                                               help="Closed loop: at most this many requests outstanding; the "
+                                                    "next is sent when one finishes."),
     trace: str | None = typer.Option(None, "--trace", help="arxiv_summarization | splitwise_code | "
                                                           "splitwise_conv, or a CSV path."),
     prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="Fixed prompt length."),
@@ -95,7 +98,8 @@ def serve(
     SCHEDULERS.get(scheduler)
     try:
         work = WorkloadConfig(num_requests=num_requests, seed=seed, arrival=arrival, qps=qps,  # type: ignore[arg-type]
-                              burstiness_cv=burstiness, trace=trace, prompt_tokens=prompt_tokens,
+                              burstiness_cv=burstiness, concurrency=max_concurrency, trace=trace,
+                              prompt_tokens=prompt_tokens,
                               output_tokens=output_tokens, shared_prefix_tokens=shared_prefix_tokens,
                               num_prefixes=num_prefixes, images_per_request=images_per_request,
                               retrieval_latency_s=retrieval_latency, retrieval_latency_cv=retrieval_latency_cv,
@@ -116,6 +120,7 @@ def serve(
     except ValidationError as exc:
         raise flag_error(exc, default="config", skip=("workload",), renames={
             "burstiness_cv": "burstiness", "kv_transfer_bandwidth_Bps": "kv-transfer-bandwidth",
+            "concurrency": "max-concurrency",
             "retrieval_latency_s": "retrieval-latency"}) from None
     search = None
     if find_max_qps:

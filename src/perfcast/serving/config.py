@@ -26,6 +26,9 @@ class WorkloadConfig(BaseModel):
     arrival: Literal["poisson", "gamma", "fixed", "trace"] = "poisson"
     qps: float | None = Field(default=None, gt=0, description="requests per second (None = all at time 0)")
     burstiness_cv: float = Field(default=1.0, gt=0, description="gamma arrivals: coefficient of variation of gaps")
+    concurrency: int | None = Field(default=None, ge=1, description="closed loop: at most this many requests "
+                                    "outstanding, the next sent when one finishes (a benchmark client's "
+                                    "--max-concurrency); with qps, a request waits for its time and a free slot")
     trace: str | None = Field(default=None, description="a shipped trace name or a CSV path (lengths, arrivals)")
     prompt_tokens: int | None = Field(default=None, ge=1)
     output_tokens: int | None = Field(default=None, ge=1)

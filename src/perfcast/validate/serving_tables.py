@@ -15,6 +15,12 @@ instance's total output tokens per second. Each row is reproduced as:
 - precision: ``fp16`` rows run FP16 weights and KV cache, ``fp8`` rows FP8 GEMMs
   and an FP8 KV cache, ``fp4`` rows NVFP4 GEMMs and an FP8 KV cache (as the
   TensorRT-LLM quantized checkpoints are built).
+
+A row that gives a ``concurrency`` is a closed-loop benchmark: that many clients,
+each sending its next request when the last one finishes. Besides the output-token
+throughputs, rows may ask for ``throughput_requests_per_s``, ``ttft_ms`` and
+``itl_ms`` (means over requests; ITL is the time per output token after the first),
+and ``e2e_latency_ms_{mean,median,p99}``: every metric comes from the same simulation.
 """
 
 from __future__ import annotations
@@ -25,13 +31,25 @@ from perfcast.errors import ConfigError, PerfcastError
 from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import ServingConfig, WorkloadConfig
 from perfcast.serving.engine import simulate_serving
+from perfcast.serving.metrics import ServingMetrics
 
-__all__ = ["MAX_BATCH", "MAX_NUM_TOKENS", "NUM_REQUESTS", "inference_config", "predict_inference_rows"]
+__all__ = ["MAX_BATCH", "MAX_NUM_TOKENS", "METRICS", "NUM_REQUESTS", "inference_config", "predict_inference_rows",
+           "row_value"]
 
 NUM_REQUESTS = 1000
 MAX_BATCH = 2048
 MAX_NUM_TOKENS = 8192
 _TOTALS = ("throughput_tokens_per_s", "output_throughput_tokens_per_s_total", "output_tokens_per_s_total")
+# metric -> (ServingMetrics field, distribution statistic or "", scale to the row's unit)
+METRICS: dict[str, tuple[str, str, float]] = {
+    **{m: ("throughput_tokens_per_s", "", 1.0) for m in _TOTALS},
+    "throughput_requests_per_s": ("throughput_requests_per_s", "", 1.0),
+    "ttft_ms": ("ttft_s", "mean", 1e3),
+    "itl_ms": ("tpot_s", "mean", 1e3),
+    "e2e_latency_ms_mean": ("e2e_s", "mean", 1e3),
+    "e2e_latency_ms_median": ("e2e_s", "p50", 1e3),
+    "e2e_latency_ms_p99": ("e2e_s", "p99", 1e3),
+}
 
 
 def _int(row: dict[str, str], key: str) -> int:
@@ -44,8 +62,9 @@ def _int(row: dict[str, str], key: str) -> int:
 def inference_config(row: dict[str, str], *, num_requests: int = NUM_REQUESTS) -> ServingConfig:
     """The serving simulation that reproduces one published row (see the module docstring)."""
     metric = (row.get("metric") or "").strip()
-    if metric not in _TOTALS:
-        raise ConfigError(f"metric {metric!r} is not an output-token throughput of the whole instance")
+    if metric not in METRICS:
+        raise ConfigError(f"metric {metric!r} is not one perfcast predicts for serving rows; known: "
+                          f"{', '.join(METRICS)}")
     precision = (row.get("precision") or "fp16").strip().lower()
     quant = {"fp16": "none", "bf16": "none", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4"}.get(precision)
     if quant is None:
@@ -56,9 +75,16 @@ def inference_config(row: dict[str, str], *, num_requests: int = NUM_REQUESTS) -
         model=(row.get("model_id") or row.get("model") or "").strip(), hardware=row["gpu_id"],
         tensor_parallel_size=_int(row, "tp"), pipeline_parallel_size=_int(row, "pp"), scheduler="orca",
         engine="trtllm", dtype="fp16", quantization=quant,  # type: ignore[arg-type]
-        max_num_seqs=int(float(concurrency)) if concurrency else MAX_BATCH, max_num_batched_tokens=MAX_NUM_TOKENS,
-        max_model_len=isl + osl,
-        workload=WorkloadConfig(num_requests=num_requests, prompt_tokens=isl, output_tokens=osl, qps=None))
+        max_num_seqs=MAX_BATCH, max_num_batched_tokens=MAX_NUM_TOKENS, max_model_len=isl + osl,
+        workload=WorkloadConfig(num_requests=num_requests, prompt_tokens=isl, output_tokens=osl, qps=None,
+                                concurrency=int(float(concurrency)) if concurrency else None))
+
+
+def row_value(row: dict[str, str], metrics: ServingMetrics) -> float:
+    """The simulated value of the row's ``metric``, in the row's unit."""
+    field, stat, scale = METRICS[(row.get("metric") or "").strip()]
+    value = getattr(metrics, field)
+    return float(getattr(value, stat) if stat else value) * scale
 
 
 def predict_inference_rows(rows: list[dict[str, str]], serving: ServingCoefficients | None = None,
@@ -77,7 +103,7 @@ def predict_inference_rows(rows: list[dict[str, str]], serving: ServingCoefficie
         except (KeyError, ValueError) as exc:
             status[i] = f"unsupported: malformed row ({exc})"
             continue
-        out[i] = res.metrics.throughput_tokens_per_s
+        out[i] = row_value(row, res.metrics)
         if res.metrics.requests_completed < res.metrics.requests_total:
             status[i] = f"ok ({res.metrics.requests_total - res.metrics.requests_completed} requests rejected)"
     return out, status, groups

@@ -226,3 +226,22 @@ def test_retrieval_runs_before_the_engine_and_counts_in_ttft() -> None:
     assert 0.2 < rag.metrics.ttft_s.p50 < 0.2 + 4 * plain.metrics.ttft_s.p50 + 0.1
     jitter = simulate_serving(_cfg("vllm", retrieval_latency_s=0.2, retrieval_latency_cv=1.0, **kw))
     assert jitter.metrics.ttft_s.p99 > rag.metrics.ttft_s.p99
+
+
+@pytest.mark.parametrize("qps", [None, 3.0])
+@pytest.mark.parametrize("concurrency", [1, 5])
+def test_closed_loop_keeps_at_most_concurrency_requests_outstanding(concurrency: int, qps: float | None) -> None:
+    cfg = ServingConfig(model="llama-2-7b", hardware="a100-sxm-80gb", workload=WorkloadConfig(
+        num_requests=60, prompt_tokens=300, output_tokens=40, qps=qps, concurrency=concurrency, seed=3))
+    res = simulate_serving(cfg)
+    assert res.metrics.requests_completed == 60
+    sent, done = res.arrival_s, res.finish_s
+    assert np.all(np.diff(sent) >= 0)
+    for t in sent:  # when a request is sent, the ones sent before and not yet finished are fewer than the limit
+        assert int(((sent < t) & (done > t)).sum()) < concurrency
+    if concurrency == 1 and qps is None:  # one client: each request is sent as the previous one finishes
+        assert np.allclose(sent[1:], done[:-1])
+    if qps is None:  # all at once, open loop: a queue of 60 builds; the clients keep it at most 5 deep
+        open_loop = simulate_serving(cfg.model_copy(update={"workload": cfg.workload.model_copy(
+            update={"concurrency": None})}))
+        assert res.metrics.ttft_s.mean < open_loop.metrics.ttft_s.mean
