@@ -10,7 +10,9 @@ Targets (project issues): one warm ``perfcast.predict`` <= 1 ms; ``perfcast
 predict-batch`` over ``neusight/e2e.csv`` <= 1 s as a whole process; one
 training-step prediction <= 10 ms even at 16,384 GPUs; a serving simulation
 of 1,000,000 requests <= 60 s (measured on ``--serve-requests`` and scaled,
-since the work per request is constant at a steady load). Speed is
+since the work per request is constant at a steady load); the design-space
+search >= 100,000 plans in <= 10 s and the whole suite <= 60 s (their own
+scripts, search_bench.py and suite_bench.py, run as processes). Speed is
 measured here and never asserted in the test suite. The script always exits 0
 when it could measure (missing a target is a result, not an error) unless
 ``--check`` is given, in which case it exits 1 when a target is missed.
@@ -312,9 +314,24 @@ def main(argv: list[str] | None = None) -> int:
                 res["predict_batch_gemm_us_per_row"] = 1e6 * dt / rows if rows else None
                 log(f"  {dt:.2f} s over {rows} rows", quiet)
 
+    # 4. the design-space search and the whole scenario suite, each its own process (their own scripts)
+    for key, script, extra in (("search", "search_bench.py", []), ("suite", "suite_bench.py", ["--no-per-scenario"])):
+        log(f"{script}:", quiet)
+        dt, proc = run_process([sys.executable, str(Path(__file__).with_name(script)), "--json", *extra])
+        res[key] = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+        if res[key] is None:
+            log(f"  {script} exited {proc.returncode}: {proc.stderr.strip()[-400:]}", quiet)
+    if res["search"]:
+        log(f"  search: {res['search']['plans_evaluated']:,} plans in {res['search']['search_time_s']:.1f} s", quiet)
+    if res["suite"]:
+        log(f"  suite: {res['suite']['scenarios']} scenarios in {res['suite']['suite_process_s']:.1f} s", quiet)
+
     meets = {"warm_predict": res["warm_predict_ms"] <= TARGET_WARM_PREDICT_MS,
              "training_predict": res["training_predict_ms"] <= TARGET_TRAINING_PREDICT_MS,
              "serve_1m": res["serve"]["meets_target"],
+             "search_100k_plans": (None if not res["search"] else res["search"]["plans_evaluated"] >= 100_000
+                                   and res["search"]["search_time_s"] <= 10.0),
+             "suite_60s": None if not res["suite"] else res["suite"]["meets_target"],
              "predict_batch_e2e": (None if res["predict_batch_e2e_s"] is None
                                    else res["predict_batch_e2e_s"] <= TARGET_PREDICT_BATCH_E2E_S)}
     res["meets_target"] = meets
@@ -354,6 +371,14 @@ def print_report(r: dict[str, Any]) -> None:
     p(f"serving simulation (target: 1M requests <= {r['targets']['serve_1m_s']:g} s)")
     p(f"  {sv['num_requests']} requests in {sv['wall_s']:.1f} s ({sv['requests_per_s']:,.0f}/s); 1M scaled "
       f"{sv['scaled_1m_s']:.0f} s  {_ok(sv['meets_target'])}")
+    p("")
+    if r.get("search"):
+        sr = r["search"]
+        p(f"design-space search (target: >= 100,000 plans in <= 10 s): {sr['plans_evaluated']:,} plans in "
+          f"{sr['search_time_s']:.1f} s  {_ok(r['meets_target']['search_100k_plans'])}")
+    if r.get("suite"):
+        p(f"perfcast suite as one process (target <= 60 s): {r['suite']['scenarios']} scenarios in "
+          f"{r['suite']['suite_process_s']:.1f} s  {_ok(r['meets_target']['suite_60s'])}")
     p("")
     p("process start-up (wall time, median)")
     p(f"  python -c pass                                       {r['python_startup_s']:8.3f} s")
