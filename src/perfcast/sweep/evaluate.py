@@ -41,7 +41,7 @@ from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.coefficients import TrainingCoefficients, load_training_coefficients
 from perfcast.system.layers import MicroBatchCosts, micro_batch_costs
 from perfcast.system.memory import MemoryBreakdown
-from perfcast.system.training import _Comm, _layer_time, _optimizer_s, _split_layers
+from perfcast.system.training import LayerComm, layer_time, optimizer_time_s, split_layers
 
 __all__ = ["PlanScores", "Pricer", "evaluate_plans"]
 
@@ -111,7 +111,7 @@ class Pricer:
         self.grad_bytes = 4.0  # gradients reduced in fp32 (ParallelPlan's default)
         self._shapes: dict[tuple[int, ...], _Shape] = {}
         self._layouts: dict[tuple[int, int], _Layout] = {}
-        self._comms: dict[int, _Comm] = {}
+        self._comms: dict[int, LayerComm] = {}
         self._coll: dict[tuple[str, float, int, int, int], float] = {}
         self._opt: dict[float, float] = {}
         self._labels: list[str] | None = None
@@ -127,10 +127,10 @@ class Pricer:
                               f"use a multiple of {gpn}")
         return self.cluster.with_nodes(max(1, -(-gpus // gpn)))
 
-    def _comm(self, gpus: int) -> _Comm:
+    def _comm(self, gpus: int) -> LayerComm:
         c = self._comms.get(gpus)
         if c is None:
-            c = self._comms[gpus] = _Comm(self.cluster_for(gpus), self.space.plan(
+            c = self._comms[gpus] = LayerComm(self.cluster_for(gpus), self.space.plan(
                 tp=1, pp=1, dp=1, cp=1, ep=1, vp=1, micro_batch=1, recompute="none", zero=0))
         return c
 
@@ -159,7 +159,7 @@ class Pricer:
         for r, mode in enumerate(RECOMPUTE):
             plan = self.space.plan(tp=tp, pp=1, dp=1, cp=cp, ep=ep, vp=1, micro_batch=mb, recompute=mode, zero=0)
             for k, part in enumerate(costs.parts):
-                lt = _layer_time(part, plan, comm, self.training, grad_bytes=self.grad_bytes)
+                lt = layer_time(part, plan, comm, self.training, grad_bytes=self.grad_bytes)
                 fwd[r, k], bwd[r, k] = lt.fwd_s, lt.bwd_s
         parts = costs.parts
         shape = _Shape(fwd, bwd, np.array([p.params for p in parts]), np.array([p.trainable_params for p in parts]),
@@ -183,7 +183,7 @@ class Pricer:
         n_virtual = pp * vp
         stages = np.zeros((n_virtual, n_parts))
         pos = 0
-        for s, c in enumerate(_split_layers(len(sequence), n_virtual)):
+        for s, c in enumerate(split_layers(len(sequence), n_virtual)):
             for k in sequence[pos:pos + c]:
                 stages[s, k] += 1
             pos += c
@@ -230,7 +230,7 @@ class Pricer:
         def one(n: float) -> float:
             t = self._opt.get(n)
             if t is None:
-                t = self._opt[n] = _optimizer_s(n, plan, self.hw, self.coeffs)
+                t = self._opt[n] = optimizer_time_s(n, plan, self.hw, self.coeffs)
             return t
 
         return _per_distinct(one, np.asarray(params, dtype=float))

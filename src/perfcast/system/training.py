@@ -47,7 +47,8 @@ from perfcast.system.plan import ParallelPlan, check_plan
 from perfcast.system.schedule import PipelineResult, ScheduleEvent, simulate_pipeline
 from perfcast.workload.types import Op, OpKind, Phase
 
-__all__ = ["TP_OVERLAP_EFFICIENCY", "TrainingResult", "simulate_training"]
+__all__ = ["TP_OVERLAP_EFFICIENCY", "LayerComm", "LayerTime", "TrainingResult", "layer_time", "optimizer_time_s",
+           "simulate_training", "split_layers"]
 
 TP_OVERLAP_EFFICIENCY = 0.8  # share of the GEMM time behind which overlapped TP collectives hide
 _ADAM_BYTES = (16.0, 14.0)  # read: fp32 master, fp32 grad, two fp32 moments; write: master, moments, bf16 copy
@@ -141,7 +142,7 @@ class TrainingResult:
 # -- communication -----------------------------------------------------------------------------------
 
 
-class _Comm:
+class LayerComm:
     """Collective times on a cluster for groups laid out tp-fastest (Megatron's rank order)."""
 
     def __init__(self, cluster: Cluster, plan: ParallelPlan) -> None:
@@ -176,7 +177,10 @@ class _Comm:
 
 
 @dataclass
-class _LayerTime:
+class LayerTime:
+    """One layer kind's seconds: forward, backward, compute and recompute; collective seconds exposed and
+    in total, by kind."""
+
     fwd_s: float
     bwd_s: float
     compute_s: float
@@ -196,8 +200,10 @@ def _overlapped(comm_s: float, window_s: float, tc: TrainingCoefficients) -> flo
     return max(0.0, comm_s - window_s) + tc.overlap_interference * min(comm_s, window_s)
 
 
-def _layer_time(part: LayerCost, plan: ParallelPlan, comm: _Comm, tc: TrainingCoefficients, *,
-                grad_bytes: float) -> _LayerTime:
+def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: TrainingCoefficients, *,
+                grad_bytes: float) -> LayerTime:
+    """Seconds of one layer kind's forward and backward under ``plan`` (compute, recompute and the TP/CP/EP
+    collectives left exposed after overlap); ``grad_bytes`` is the bytes of its gradients to reduce."""
     tp, cp = plan.tp, plan.cp
     attn_extra = tc.attention_time_scale - 1.0
     fwd_kernel_s = part.fwd_s + attn_extra * part.attention_fwd_s
@@ -259,13 +265,13 @@ def _layer_time(part: LayerCost, plan: ParallelPlan, comm: _Comm, tc: TrainingCo
             f_new, b_new = f_total + ag, b_total + ag + rs
         add("fsdp_comm_s", 2 * ag + rs, (f_new - f_total) + (b_new - b_total))
         f_total, b_total = f_new, b_new
-    return _LayerTime(f_total, b_total, compute, recompute, exposed, total)
+    return LayerTime(f_total, b_total, compute, recompute, exposed, total)
 
 
 # -- stages -------------------------------------------------------------------------------------------
 
 
-def _split_layers(n_layers: int, stages: int) -> list[int]:
+def split_layers(n_layers: int, stages: int) -> list[int]:
     """Layers per virtual stage: an even split, remainders on the middle stages (uneven plans)."""
     base, extra = divmod(n_layers, stages)
     counts = [base] * stages
@@ -294,7 +300,7 @@ class _Stage:
     exposed: dict[str, float] = field(default_factory=dict)
     total: dict[str, float] = field(default_factory=dict)
 
-    def add(self, part: LayerCost, lt: _LayerTime, n: int = 1) -> None:
+    def add(self, part: LayerCost, lt: LayerTime, n: int = 1) -> None:
         self.fwd_s += lt.fwd_s * n
         self.bwd_s += lt.bwd_s * n
         self.compute_s += lt.compute_s * n
@@ -316,12 +322,12 @@ class _Stage:
             self.total[k] = self.total.get(k, 0.0) + v * n
 
 
-def _stages(costs: MicroBatchCosts, times: dict[str, _LayerTime], plan: ParallelPlan) -> list[_Stage]:
+def _stages(costs: MicroBatchCosts, times: dict[str, LayerTime], plan: ParallelPlan) -> list[_Stage]:
     n_virtual = plan.pp * plan.vp
     sequence: list[LayerCost] = []
     for part in costs.layers:
         sequence.extend([part] * part.count)
-    counts = _split_layers(len(sequence), n_virtual)
+    counts = split_layers(len(sequence), n_virtual)
     stages = [_Stage() for _ in range(n_virtual)]
     embed, head = costs.part("embed"), costs.part("head")
     if embed is not None:
@@ -345,7 +351,8 @@ def _stages(costs: MicroBatchCosts, times: dict[str, _LayerTime], plan: Parallel
 # -- optimizer and memory ------------------------------------------------------------------------------
 
 
-def _optimizer_s(params: float, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients) -> float:
+def optimizer_time_s(params: float, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients) -> float:
+    """Seconds of the optimizer step over ``params`` parameters held by one GPU (a memory-bound pass)."""
     if params <= 0:
         return 0.0
     rd, wr = _ADAM_BYTES if plan.optimizer == "adam" else _SGD_BYTES
@@ -426,9 +433,9 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     cc = compose or load_compose_coefficients()
     tc = training or load_training_coefficients()
     costs = micro_batch_costs(cfg, plan, hw, co, cc)
-    comm = _Comm(cl, plan)
+    comm = LayerComm(cl, plan)
     grad_bytes = 4.0 if plan.grad_reduce_dtype == "fp32" else 2.0
-    times = {part.label: _layer_time(part, plan, comm, tc, grad_bytes=grad_bytes) for part in costs.parts}
+    times = {part.label: layer_time(part, plan, comm, tc, grad_bytes=grad_bytes) for part in costs.parts}
     stages = _stages(costs, times, plan)
     m = plan.microbatches
     p, v = plan.pp, plan.vp
@@ -470,7 +477,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
             exp_rs = max(_overlapped(rs, window_b, tc), rs / layers) if rs > 0 else 0.0
             exp_ag = max(_overlapped(ag, window_f, tc), ag / layers) if ag > 0 else 0.0
             dp_exposed[r] = exp_rs + exp_ag
-        opt_s[r] = _optimizer_s(trainable / (shards if plan.zero >= 1 else 1), plan, hw, co)
+        opt_s[r] = optimizer_time_s(trainable / (shards if plan.zero >= 1 else 1), plan, hw, co)
     tail = [dp_exposed[r] + opt_s[r] for r in range(p)]
     crit = max(range(p), key=lambda r: pipe.busy_s[r] + tail[r])
     overhead = cc.host.step_overhead_s
