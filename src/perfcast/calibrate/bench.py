@@ -1,0 +1,155 @@
+"""Microbenchmarks of this machine's CPU with PyTorch (imported here, only when they run).
+
+Each benchmark is one PyTorch call as eager models make it (``F.linear``,
+``torch.bmm``, ``torch.add``, ``F.gelu``, ``torch.softmax``, ``F.layer_norm``,
+``F.conv2d``, ``F.scaled_dot_product_attention``...), in fp32, under
+``torch.no_grad``, at shapes that span thin to square products and cache-sized
+to DRAM-sized tensors. A call is warmed up, then repeated until it has run for
+a minimum time; its time is the median of the repeats (robust to other
+processes on the machine).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from perfcast.calibrate.fit import Measurement, measurement_op
+from perfcast.errors import ConfigError
+
+__all__ = ["clock_for", "import_torch", "median_time_s", "run_microbenchmarks", "suite_of"]
+
+# (family, op, dims): dims follow the IR conventions of perfcast.workload.types
+_GEMMS = [(1, 1, 768, 768), (1, 1, 768, 3072), (1, 8, 768, 768), (1, 32, 768, 768), (1, 64, 256, 256),
+          (1, 128, 768, 768), (1, 128, 768, 3072), (1, 128, 3072, 768), (1, 256, 1024, 1024), (1, 512, 768, 768),
+          (1, 512, 768, 3072), (1, 512, 3072, 768), (1, 1024, 1024, 1024), (1, 2048, 512, 2048),
+          (1, 128, 768, 50257 // 8), (1, 49, 512, 2048), (1, 3136, 64, 256), (1, 4, 2048, 1000),
+          (12, 128, 64, 128), (12, 128, 128, 64), (12, 512, 64, 512), (12, 512, 512, 64), (48, 64, 64, 64)]
+_VECTORS = [("add", 1, 2**10), ("add", 1, 2**14), ("add", 1, 2**17), ("add", 1, 2**19), ("add", 1, 2**21),
+            ("add", 1, 2**23), ("add", 1, 2**24), ("copy", 1, 2**16), ("copy", 1, 2**20), ("copy", 1, 2**23),
+            ("mul", 1, 2**18), ("relu", 1, 2**20), ("gelu", 1, 2**16), ("gelu", 1, 2**20), ("gelu", 1, 2**22),
+            ("tanh", 1, 2**18), ("softmax", 1536, 128), ("softmax", 6144, 512), ("softmax", 384, 64),
+            ("layernorm", 128, 768), ("layernorm", 2048, 768), ("sum", 4096, 1024),
+            ("maxpool", 64, 112 * 112), ("maxpool", 256, 112 * 112), ("embedding", 128, 768),
+            ("embedding", 2048, 768)]
+_CONVS = [(1, 3, 64, 7, 224, 2, 3, 1), (1, 64, 64, 3, 56, 1, 1, 1), (1, 256, 64, 1, 56, 1, 0, 1),
+          (1, 64, 256, 1, 56, 1, 0, 1), (1, 128, 128, 3, 28, 1, 1, 1), (1, 512, 128, 1, 28, 1, 0, 1),
+          (1, 256, 256, 3, 14, 1, 1, 1), (1, 512, 512, 3, 7, 1, 1, 1), (2, 128, 128, 3, 56, 2, 1, 1),
+          (1, 1024, 2048, 1, 14, 2, 0, 1)]
+_ATTENTIONS = [(1, 12, 128, 128, 64), (1, 12, 512, 512, 64), (4, 12, 128, 128, 64), (1, 12, 32, 32, 64),
+               (2, 16, 256, 256, 64)]
+_QUICK = {"gemm": [0, 5, 6, 9, 12, 18, 20], "vector": [0, 2, 4, 5, 6, 13, 16, 19, 22, 24],
+          "conv": [0, 1, 2, 7], "attention": [0, 1]}
+
+
+def import_torch() -> Any:
+    """torch, or a one-line error saying how to install it."""
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError("this command needs PyTorch; install it with pip install 'perfcast[torch]'") from None
+    return torch
+
+
+def suite_of(quick: bool) -> list[tuple[str, str, tuple[int, ...]]]:
+    """The benchmarks to run: (family, op, dims); ``quick`` keeps a few of each family."""
+    full: dict[str, list[tuple[str, str, tuple[int, ...]]]] = {
+        "gemm": [("gemm", "bmm" if d[0] > 1 else "linear", d) for d in _GEMMS],
+        "vector": [("vector", op, (r, c)) for op, r, c in _VECTORS],
+        "conv": [("conv", "conv2d", d) for d in _CONVS],
+        "attention": [("attention", "sdpa", d) for d in _ATTENTIONS],
+    }
+    if not quick:
+        return [x for fam in full.values() for x in fam]
+    return [full[f][i] for f, idx in _QUICK.items() for i in idx]
+
+
+def clock_for(threads: int) -> Callable[[], float]:
+    """The clock that times a call on ``threads`` threads.
+
+    With one thread the work runs on the calling thread, so its CPU time (``time.thread_time``) is the
+    call's duration without the time other processes held the core; with several threads only wall time
+    (``time.perf_counter``) covers them all.
+    """
+    return time.thread_time if threads == 1 else time.perf_counter
+
+
+def median_time_s(fn: Callable[[], object], *, min_time_s: float = 0.05, min_repeats: int = 3,
+                  max_repeats: int = 50, warmup: int = 2, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median seconds of ``fn()`` by ``clock`` after ``warmup`` calls, over repeats lasting at least ``min_time_s``."""
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < max_repeats and (len(times) < min_repeats or time.perf_counter() - start < min_time_s):
+        t0 = clock()
+        fn()
+        times.append(clock() - t0)
+    return statistics.median(times)
+
+
+def _call(torch: Any, family: str, op: str, dims: tuple[int, ...]) -> Callable[[], object]:
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(0)
+
+    def randn(*shape: int) -> Any:
+        return torch.randn(*shape, generator=g)
+
+    if family == "gemm":
+        b, m, k, n = dims
+        if op == "bmm":
+            x, y = randn(b, m, k), randn(b, k, n)
+            return lambda: torch.bmm(x, y)
+        x, w, bias = randn(m, k), randn(n, k), randn(n)
+        return lambda: F.linear(x, w, bias)
+    if family == "conv":
+        batch, cin, cout, kern, side, stride, pad, groups = dims
+        x, w = randn(batch, cin, side, side), randn(cout, cin // groups, kern, kern)
+        return lambda: F.conv2d(x, w, None, stride, pad, 1, groups)
+    if family == "attention":
+        b, h, q, kv, d = dims
+        qq, kk, vv = randn(b, h, q, d), randn(b, h, kv, d), randn(b, h, kv, d)
+        return lambda: F.scaled_dot_product_attention(qq, kk, vv)
+    rows, cols = dims
+    if op == "maxpool":
+        side = int(round(cols**0.5))
+        x = randn(1, rows, side, side)
+        return lambda: F.max_pool2d(x, 3, 2, 1)
+    if op == "embedding":
+        table = randn(30522, cols)
+        ids = torch.randint(0, 30522, (rows,), generator=g)
+        return lambda: F.embedding(ids, table)
+    x, y = randn(rows, cols), randn(rows, cols)
+    fns: dict[str, Callable[[], object]] = {
+        "add": lambda: torch.add(x, y), "mul": lambda: torch.mul(x, y), "copy": lambda: x.clone(),
+        "relu": lambda: torch.relu(x), "gelu": lambda: F.gelu(x), "tanh": lambda: torch.tanh(x),
+        "softmax": lambda: torch.softmax(x, -1), "sum": lambda: x.sum(-1),
+    }
+    if op == "layernorm":
+        w, bias = randn(cols), randn(cols)
+        return lambda: F.layer_norm(x, (cols,), w, bias)
+    return fns[op]
+
+
+def run_microbenchmarks(*, quick: bool = False, threads: int | None = None,
+                        progress: Callable[[str], None] | None = None) -> tuple[list[Measurement], int]:
+    """Run the benchmarks on this CPU; returns the measurements and the thread count used."""
+    torch = import_torch()
+    if threads is not None:
+        if threads < 1:
+            raise ConfigError(f"--threads must be a positive integer (got {threads})")
+        torch.set_num_threads(threads)
+    used = int(torch.get_num_threads())
+    out: list[Measurement] = []
+    min_time = 0.02 if quick else 0.08
+    with torch.no_grad():
+        for family, op, dims in suite_of(quick):
+            if progress:
+                progress(f"{family} {op} {'x'.join(str(d) for d in dims)}")
+            fn = _call(torch, family, op, dims)
+            t = median_time_s(fn, min_time_s=min_time, min_repeats=3, max_repeats=40 if quick else 200,
+                              clock=clock_for(used))
+            out.append(Measurement(family=family, op=measurement_op(family, op, dims), time_s=t))
+    return out, used

@@ -1,0 +1,207 @@
+"""Fit a CPU cost model (:class:`perfcast.catalog.cpu.CpuEfficiency`) to microbenchmark times.
+
+Each family is fitted on its own benchmarks, in this order, with the formulas
+of :mod:`perfcast.kernel.cpu` (so what is fitted is exactly what predicts):
+
+1. streaming elementwise ops (add, copy, mul): a call overhead, the cache
+   bandwidth, the DRAM bandwidth and the cache size where one gives way to the
+   other (a grid over sizes, weighted least squares in relative error);
+2. the other vector classes: their factor over a streaming op (median ratio);
+3. GEMMs: the shape constants ``m0, n0, k0`` on a grid, the peak in closed
+   form for each (geometric mean), the call overhead from the smallest product;
+4. convolutions (1x1 and larger kernels apart) and fused attention: one efficiency each (1-D search).
+
+Errors are relative (log ratios), so a 20 us kernel counts as much as a 20 ms one.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfcast.calibrate.machine import MachineInfo, build_hardware
+from perfcast.catalog.cpu import CpuEfficiency
+from perfcast.catalog.hardware import Hardware
+from perfcast.dtypes import DType
+from perfcast.errors import DataError
+from perfcast.kernel.cpu import cpu_memory_time_s, cpu_op_times, op_class
+from perfcast.workload.types import Op, OpKind
+
+__all__ = ["FAMILIES", "CpuFit", "Measurement", "fit_cpu", "measurement_op"]
+
+FAMILIES = ("gemm", "vector", "conv", "attention")
+_SHAPE_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
+_CACHE_GRID = tuple(float(2**p) for p in range(18, 30))  # 256 KiB .. 512 MiB
+_EFF_GRID = tuple(np.exp(np.linspace(np.log(0.02), np.log(4.0), 200)))
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One microbenchmark: an op of the workload IR and its measured seconds per call (median of repeats)."""
+
+    family: str
+    op: Op
+    time_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class CpuFit:
+    """Fitted peaks and efficiencies, and the relative error of the fit per family."""
+
+    peak_fp32_flops_per_s: float
+    memory_bandwidth_Bps: float
+    efficiency: CpuEfficiency
+
+    def hardware(self, info: MachineInfo, **kw: object) -> Hardware:
+        """The hardware entry these rates describe on ``info``'s machine."""
+        return build_hardware(info, peak_fp32_flops_per_s=self.peak_fp32_flops_per_s,
+                              memory_bandwidth_Bps=self.memory_bandwidth_Bps, efficiency=self.efficiency,
+                              **kw)  # type: ignore[arg-type]
+
+
+def measurement_op(family: str, op: str, dims: tuple[int, ...], *, dtype: DType = DType.FP32) -> Op:
+    """The IR op a benchmark of ``family`` runs (FLOPs and bytes as the workload builders count them)."""
+    e = dtype.bytes
+    if family == "gemm":
+        b, m, k, n = dims
+        return Op(op, op, OpKind.GEMM, dims, dtype, 2.0 * b * m * k * n, b * (m * k + k * n) * e, b * m * n * e)
+    if family == "conv":
+        batch, cin, cout, kern, hw_in, stride, pad, groups = dims
+        out = (hw_in + 2 * pad - kern) // stride + 1
+        w = cout * cin // groups * kern * kern
+        return Op(op, "conv2d", OpKind.CONV, dims, dtype, 2.0 * batch * out * out * w,
+                  (batch * cin * hw_in * hw_in + w) * e, batch * cout * out * out * e)
+    if family == "attention":
+        b, h, q, kv, d = dims
+        return Op(op, "attention", OpKind.ATTENTION, (b, h, h, q, kv, d, 0), dtype, 4.0 * b * h * q * kv * d,
+                  b * h * (q + 2 * kv) * d * e, b * h * q * d * e)
+    if family == "vector":
+        rows, cols = dims
+        numel = rows * cols
+        inputs = 2 if op in ("add", "mul") else 1
+        if op == "maxpool":  # rows = batch*channels, cols = side**2 of the input; 3x3 stride 2
+            return Op(op, op, OpKind.POOL, dims, dtype, 9.0 * numel / 4, numel * e, numel * e / 4)
+        if op == "embedding":  # rows = tokens, cols = dim
+            return Op(op, op, OpKind.EMBEDDING, (rows, cols, 0), dtype, 0.0, numel * e + rows * 8, numel * e)
+        out = rows if op == "sum" else numel  # a row sum writes one value per row
+        return Op(op, op, OpKind.VECTOR, dims, dtype, float(numel), numel * inputs * e, out * e)
+    raise ValueError(f"unknown benchmark family {family!r}")
+
+
+def _log_err(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    return np.abs(np.log(np.maximum(pred, 1e-12) / meas))
+
+
+def _predict(ms: Sequence[Measurement], hw: Hardware) -> np.ndarray:
+    times, _ = cpu_op_times([m.op for m in ms], hw)
+    return times
+
+
+def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int) -> CpuFit:
+    """Fit the CPU model to ``measurements`` (every family in :data:`FAMILIES` must be present)."""
+    by = {f: [m for m in measurements if m.family == f] for f in FAMILIES}
+    missing = [f for f, ms in by.items() if not ms]
+    if missing:
+        raise DataError(f"calibration needs benchmarks of every family; missing: {', '.join(missing)}")
+    stream = [m for m in by["vector"] if op_class(m.op.op, m.op.kind) == "stream"]
+    if len(stream) < 3:
+        raise DataError("calibration needs at least 3 streaming elementwise benchmarks (add, mul, copy)")
+
+    # 1. streaming: t = fixed + min(B, c)/bw_cache + max(B - c, 0)/bw_dram, weighted by 1/t
+    nbytes = np.array([m.op.bytes for m in stream])
+    t = np.array([m.time_s for m in stream])
+    best: tuple[float, float, float, float, float] | None = None
+    for cache in _CACHE_GRID:
+        a = np.stack([np.ones_like(nbytes), np.minimum(nbytes, cache), np.maximum(nbytes - cache, 0.0)], axis=1)
+        coef, *_ = np.linalg.lstsq(a / t[:, None], np.ones_like(t), rcond=None)
+        fixed, inv_c, inv_m = float(max(coef[0], 0.0)), float(max(coef[1], 1e-14)), float(max(coef[2], 1e-14))
+        if not (nbytes > cache).any():
+            inv_m = inv_c  # nothing measured beyond this cache size: DRAM no faster than cache is all we know
+        inv_m = max(inv_m, inv_c)  # DRAM is never faster than cache
+        pred = fixed + np.minimum(nbytes, cache) * inv_c + np.maximum(nbytes - cache, 0.0) * inv_m
+        err = float(np.median(_log_err(pred, t)) + 0.25 * np.mean(_log_err(pred, t)))
+        if best is None or err < best[0]:
+            best = (err, cache, fixed, 1.0 / inv_c, 1.0 / inv_m)
+    assert best is not None
+    _, cache_bytes, vector_fixed, bw_cache, bw_dram = best
+
+    def eff(**kw: object) -> CpuEfficiency:
+        base: dict[str, object] = dict(
+            threads=threads, gemm_fixed_s=0.0, gemm_m0=0.0, gemm_n0=0.0, gemm_k0=0.0, cache_bandwidth_Bps=bw_cache,
+            cache_bytes=cache_bytes, vector_fixed_s=vector_fixed, op_factor={"stream": 1.0}, conv_efficiency=1.0,
+            conv_pointwise_efficiency=1.0,
+            conv_fixed_s=0.0, attention_efficiency=1.0, attention_fixed_s=0.0)
+        base.update(kw)
+        return CpuEfficiency(**base)  # type: ignore[arg-type]
+
+    peak_guess = 2.0 * info.vector_lanes_fp32 * 2 * info.clock_hz * threads  # only until the GEMM fit sets it
+
+    def hw_for(e: CpuEfficiency, peak: float) -> Hardware:
+        return build_hardware(info, peak_fp32_flops_per_s=peak, memory_bandwidth_Bps=bw_dram, efficiency=e)
+
+    # 2. factors of the other vector classes over streaming
+    factors = {"stream": 1.0}
+    base_hw = hw_for(eff(), peak_guess)
+    for cls in ("transcendental", "reduction", "pool", "gather"):
+        ms = [m for m in by["vector"] if op_class(m.op.op, m.op.kind) == cls]
+        if not ms:
+            continue
+        mem = np.array([m.op.bytes for m in ms])
+        ratio = (np.array([m.time_s for m in ms]) - vector_fixed) / cpu_memory_time_s(mem, base_hw)
+        factors[cls] = float(max(np.median(ratio), 0.1))
+
+    # 3. GEMM: shape constants on a grid, the peak in closed form for each
+    g = by["gemm"]
+    gt = np.array([m.time_s for m in g])
+    dims = np.array([m.op.dims for m in g], dtype=float)
+    b, m_, k, n = dims.T
+    flops = 2.0 * b * m_ * k * n
+    gemm_fixed = float(0.8 * gt[np.argmin(flops)])
+    gemm_fixed = min(gemm_fixed, float(np.min(gt)) * 0.8)
+    mem_hw = hw_for(eff(gemm_fixed_s=gemm_fixed), peak_guess)
+    mem_t = cpu_memory_time_s(b * (m_ * k + k * n + m_ * n) * 4.0, mem_hw)
+    best_g: tuple[float, float, float, float, float] | None = None
+    busy = np.maximum(gt - gemm_fixed, 0.05 * gt)
+    for m0, n0, k0 in itertools.product(_SHAPE_GRID, repeat=3):
+        shape_eff = m_ / (m_ + m0) * n / (n + n0) * k / (k + k0)
+        work = flops / shape_eff
+        use = busy > 2.0 * mem_t  # compute-bound points set the peak
+        if not use.any():
+            use = np.ones_like(busy, dtype=bool)
+        peak = float(np.exp(np.median(np.log(work[use] / busy[use]))))
+        pred = ((work / peak) ** 4 + mem_t**4) ** 0.25 + gemm_fixed
+        e = _log_err(pred, gt)
+        err = float(np.median(e) + 0.25 * np.mean(e))
+        if best_g is None or err < best_g[0]:
+            best_g = (err, m0, n0, k0, peak)
+    assert best_g is not None
+    _, m0, n0, k0, peak = best_g
+    gemm_kw = dict(gemm_fixed_s=gemm_fixed, gemm_m0=m0, gemm_n0=n0, gemm_k0=k0, op_factor=factors)
+
+    # 4. convolutions and attention: one efficiency each
+    def one_d(family: str, key: str, fixed_key: str, keep: Callable[[Op], bool] = lambda op: True) -> float:
+        ms = [x for x in by[family] if keep(x.op)] or by[family]
+        meas = np.array([x.time_s for x in ms])
+        best_e, best_err = 1.0, np.inf
+        for value in _EFF_GRID:
+            hw = hw_for(eff(**gemm_kw, **{key: float(value), fixed_key: gemm_fixed}), peak)
+            e = _log_err(_predict(ms, hw), meas)
+            err = float(np.median(e) + 0.25 * np.mean(e))
+            if err < best_err:
+                best_e, best_err = float(value), err
+        return best_e
+
+    conv_eff = one_d("conv", "conv_efficiency", "conv_fixed_s", lambda op: op.dims[3] > 1)
+    pointwise_eff = one_d("conv", "conv_pointwise_efficiency", "conv_fixed_s", lambda op: op.dims[3] == 1)
+    attn_eff = one_d("attention", "attention_efficiency", "attention_fixed_s")
+    final = eff(**gemm_kw, conv_efficiency=conv_eff, conv_pointwise_efficiency=pointwise_eff, conv_fixed_s=gemm_fixed, attention_efficiency=attn_eff,
+                attention_fixed_s=gemm_fixed)
+    hw = hw_for(final, peak)
+    errors = {}
+    for family, ms in by.items():
+        errors[family] = float(np.median(np.abs(_predict(ms, hw) / np.array([x.time_s for x in ms]) - 1.0)))
+    final = final.model_copy(update={"fit_error_frac": errors})
+    return CpuFit(peak_fp32_flops_per_s=peak, memory_bandwidth_Bps=bw_dram, efficiency=final)

@@ -1,0 +1,46 @@
+"""What a CPU entry of the hardware catalog adds: efficiencies fitted by ``perfcast calibrate``.
+
+A GPU is priced from its datasheet and global coefficients; a CPU's achieved
+rates depend on its vector units, caches, threads and BLAS library, so its
+entry carries the rates ``perfcast calibrate`` measured with microbenchmarks on
+that machine (GEMM, elementwise, reductions, convolutions, fused attention).
+All values are base SI units: seconds, bytes, bytes/s, FLOP/s.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["CpuEfficiency"]
+
+
+class CpuEfficiency(BaseModel):
+    """Fitted CPU cost model (see :mod:`perfcast.kernel.cpu` for the formulas that use it).
+
+    GEMM: ``time = fixed + smooth_max(flops / (peak * eff), memory)`` with
+    ``eff = m/(m+m0) * n/(n+n0) * k/(k+k0)`` and ``peak`` the hardware's fitted
+    ``peak_flops_per_s``. Memory: ``bytes / cache_bandwidth`` up to
+    ``cache_bytes`` and ``bytes / memory_bandwidth`` beyond (the hardware's
+    ``memory_bandwidth_Bps``). Vector kernels: ``fixed + memory * op_factor``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    threads: int = Field(ge=1, description="torch intra-op threads the rates were measured with")
+    gemm_fixed_s: float = Field(ge=0, description="fixed cost of one GEMM call (dispatch, packing), seconds")
+    gemm_m0: float = Field(ge=0, description="rows at which GEMM efficiency halves")
+    gemm_n0: float = Field(ge=0, description="columns at which GEMM efficiency halves")
+    gemm_k0: float = Field(ge=0, description="reduction length at which GEMM efficiency halves")
+    cache_bandwidth_Bps: float = Field(gt=0, description="streaming bandwidth of data that fits in cache")
+    cache_bytes: float = Field(gt=0, description="bytes streamed at cache bandwidth before DRAM takes over")
+    vector_fixed_s: float = Field(ge=0, description="fixed cost of one elementwise or reduction call, seconds")
+    op_factor: dict[str, float] = Field(default_factory=dict,
+                                        description="time relative to a streaming add of the same bytes, by op class "
+                                                    "(stream, transcendental, reduction, pool, gather)")
+    conv_efficiency: float = Field(gt=0, description="convolution speed relative to the GEMM of its implicit GEMM")
+    conv_pointwise_efficiency: float = Field(gt=0, description="the same for 1x1 convolutions (a plain GEMM)")
+    conv_fixed_s: float = Field(ge=0, description="fixed cost of one convolution call, seconds")
+    attention_efficiency: float = Field(gt=0, description="fused attention (SDPA) FLOP rate relative to the GEMM peak")
+    attention_fixed_s: float = Field(ge=0, description="fixed cost of one SDPA call, seconds")
+    fit_error_frac: dict[str, float] = Field(default_factory=dict,
+                                             description="median relative error of the fit per benchmark family")

@@ -1,0 +1,121 @@
+"""Per-op time on a CPU from the rates ``perfcast calibrate`` fitted on that machine.
+
+A CPU runs one op at a time across its threads, so each op costs a fixed call
+overhead (dispatch, packing, thread wake-up) plus the larger of its math and
+its memory traffic:
+
+- GEMM (linear, bmm): ``flops / (peak * eff)`` with a shape efficiency
+  ``m/(m+m0) * n/(n+n0) * k/(k+k0)`` (thin products keep fewer vector lanes busy
+  and reuse less of what they load), blended with the memory time.
+- Convolution: the implicit GEMM (``m = batch*out_hw**2``, ``k = in_ch/groups*kernel**2``,
+  ``n = out_ch/groups``) divided by a fitted convolution efficiency (oneDNN), one for 1x1
+  convolutions (a plain GEMM) and one for larger kernels.
+- Fused attention (SDPA): its FLOPs at a fitted fraction of the GEMM peak.
+- Vector ops (elementwise, reductions, pooling, gathers): their bytes at the
+  streaming bandwidth times a fitted factor per op class.
+
+Memory time streams ``cache_bytes`` at cache bandwidth and the rest at DRAM
+bandwidth. Every rate is in :class:`perfcast.catalog.cpu.CpuEfficiency`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from perfcast.catalog.cpu import CpuEfficiency
+from perfcast.catalog.hardware import Hardware
+from perfcast.dtypes import DType
+from perfcast.errors import UnsupportedError
+from perfcast.workload.types import Op, OpKind
+
+__all__ = ["OP_CLASSES", "cpu_gemm_time_s", "cpu_memory_time_s", "cpu_op_times", "op_class"]
+
+_SMOOTH_MAX_P = 4.0
+
+OP_CLASSES = ("stream", "transcendental", "reduction", "pool", "gather")
+_TRANSCENDENTAL = frozenset({"gelu", "tanh", "exp", "sigmoid", "silu", "erf", "gelu_mul", "silu_mul", "pow", "powu",
+                             "rsqrt", "sqrt", "log"})
+_REDUCTION = frozenset({"softmax", "layernorm", "rmsnorm", "mean", "sum", "max", "cross_entropy", "batchnorm"})
+
+
+def op_class(op: str, kind: OpKind = OpKind.VECTOR) -> str:
+    """The class of a memory-bound op whose factor prices it (see :data:`OP_CLASSES`)."""
+    if kind is OpKind.POOL:
+        return "pool"
+    if kind is OpKind.EMBEDDING:
+        return "gather"
+    if op in _TRANSCENDENTAL:
+        return "transcendental"
+    if op in _REDUCTION:
+        return "reduction"
+    return "stream"
+
+
+def _cpu(hw: Hardware) -> CpuEfficiency:
+    if hw.cpu is None:
+        raise UnsupportedError(f"{hw.id} has no fitted CPU model; run `perfcast calibrate` on that machine")
+    return hw.cpu
+
+
+def cpu_memory_time_s(bytes_moved: np.ndarray | float, hw: Hardware) -> np.ndarray:
+    """Seconds to stream ``bytes_moved``: the first ``cache_bytes`` from cache, the rest from DRAM."""
+    c = _cpu(hw)
+    b = np.asarray(bytes_moved, dtype=float)
+    return np.minimum(b, c.cache_bytes) / c.cache_bandwidth_Bps + np.maximum(b - c.cache_bytes, 0.0) / (
+        hw.memory_bandwidth_Bps)
+
+
+def _smooth_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    p = _SMOOTH_MAX_P
+    return np.asarray((a**p + b**p) ** (1.0 / p))
+
+
+def cpu_gemm_time_s(b: np.ndarray, m: np.ndarray, k: np.ndarray, n: np.ndarray, hw: Hardware, dtype: DType,
+                    *, efficiency: float = 1.0, fixed_s: float | None = None) -> np.ndarray:
+    """Seconds of ``b`` products ``(m x k) @ (k x n)`` in ``dtype`` (arrays broadcast together)."""
+    c = _cpu(hw)
+    b, m, k, n = (np.asarray(v, dtype=float) for v in (b, m, k, n))
+    eff = m / (m + c.gemm_m0) * n / (n + c.gemm_n0) * k / (k + c.gemm_k0) * efficiency
+    compute = 2.0 * b * m * k * n / (hw.peak(dtype) * eff)
+    memory = cpu_memory_time_s(b * (m * k + k * n + m * n) * dtype.bytes, hw)
+    return np.asarray(_smooth_max(compute, memory) + (c.gemm_fixed_s if fixed_s is None else fixed_s))
+
+
+def cpu_op_times(ops: Sequence[Op], hw: Hardware) -> tuple[np.ndarray, list[str]]:
+    """Seconds of one instance of each op on the CPU ``hw``, and what bounds each one."""
+    c = _cpu(hw)
+    n = len(ops)
+    times = np.zeros(n)
+    bounds = ["latency"] * n
+    for i, op in enumerate(ops):
+        mem = float(cpu_memory_time_s(op.bytes, hw))
+        if op.kind is OpKind.GEMM:
+            bb, m, k, nn = op.dims
+            t = float(cpu_gemm_time_s(bb, m, k, nn, hw, op.dtype))
+            compute = 2.0 * bb * m * k * nn / hw.peak(op.dtype)
+        elif op.kind is OpKind.CONV:
+            batch, cin, cout, kern, hw_in, stride, pad, groups = op.dims
+            out = (hw_in + 2 * pad - kern) // stride + 1
+            ce = c.conv_pointwise_efficiency if kern == 1 else c.conv_efficiency
+            t = float(cpu_gemm_time_s(groups, batch * out * out, cin / groups * kern * kern, cout / groups, hw,
+                                      op.dtype, efficiency=ce, fixed_s=c.conv_fixed_s))
+            compute = op.flops / hw.peak(op.dtype)
+        elif op.kind is OpKind.ATTENTION:
+            compute = op.flops / (hw.peak(op.dtype) * c.attention_efficiency)
+            t = float(_smooth_max(np.asarray(compute), np.asarray(mem))) + c.attention_fixed_s
+        elif op.kind in (OpKind.VECTOR, OpKind.POOL, OpKind.EMBEDDING):
+            factor = c.op_factor.get(op_class(op.op, op.kind), c.op_factor.get("stream", 1.0))
+            t = c.vector_fixed_s + mem * factor
+            compute = 0.0
+            mem = mem * factor
+        else:  # host and comm ops take no device time on one CPU
+            bounds[i] = "host" if op.kind is OpKind.HOST else "comm"
+            continue
+        times[i] = t
+        if t < 2.0 * max(c.vector_fixed_s, 1e-9):
+            bounds[i] = "latency"
+        else:
+            bounds[i] = "compute" if compute >= mem else "memory"
+    return times, bounds
