@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from perfcast.catalog.cpu import CpuEfficiency
 from perfcast.catalog.paths import catalog_dirs, normalize_name
 from perfcast.dtypes import DType
 from perfcast.errors import CatalogError, UnknownNameError, UnsupportedError
@@ -97,6 +98,8 @@ class Hardware(_Frozen):
     interconnect: Interconnect = Interconnect()
     tdp_W: float = Field(gt=0)
     dies_per_board: int = Field(default=1, ge=1)
+    cpu: CpuEfficiency | None = Field(default=None, description="fitted CPU cost model (`perfcast calibrate`); "
+                                      "a device with one is priced by perfcast.kernel.cpu")
 
     source: tuple[str, ...] = Field(min_length=1)
     notes: str = ""

@@ -13,6 +13,7 @@ from perfcast.dtypes import DType
 from perfcast.kernel.attention import attention_times
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.conv import conv_times
+from perfcast.kernel.cpu import cpu_op_times
 from perfcast.kernel.gemm import gemm_times
 from perfcast.kernel.vector import vector_times
 from perfcast.workload.types import Op, OpKind
@@ -81,6 +82,10 @@ def predict_ops(ops: Sequence[Op], hardware: Hardware | str, coeffs: Coefficient
 
 def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: float | None) -> list[KernelTime]:
     n = len(ops)
+    if hw.cpu is not None:  # a calibrated CPU: its own fitted rates (kernel/cpu.py), no GPU coefficients
+        cpu_times, cpu_bounds = cpu_op_times(ops, hw)
+        return [KernelTime(time_s=float(cpu_times[i]), bound=cpu_bounds[i], flops=ops[i].flops, bytes=ops[i].bytes)
+                for i in range(n)]
     times = np.zeros(n)
     bounds = ["latency"] * n
     kmin = co.launch.kernel_min_s
