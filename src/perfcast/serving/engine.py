@@ -368,9 +368,13 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             q += k
             pairs += causal_pairs(k, end) if k > 1 else end
             ctx += end
-        dec_ctx = 0
-        for req in batch.decode:
-            dec_ctx += req.prompt_tokens + req.generated
+        dec_ctx = batch.decode_context_tokens
+        if dec_ctx < 0 or audit:
+            known = dec_ctx
+            dec_ctx = 0
+            for req in batch.decode:
+                dec_ctx += req.prompt_tokens + req.generated
+            assert known < 0 or known == dec_ctx, (known, dec_ctx)  # audit: the caches hold the contexts
         logits = len(batch.decode) + sum(1 for r, k in batch.prefill if r.computed_tokens + k >= r.prefill_target)
         if images:
             starting = sum(1 for r, _ in batch.prefill if r.computed_tokens == 0 and r.preemptions == 0)
@@ -419,6 +423,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         if k < 2:
             return False
         ids = batch.decode_ids or [r.id for r in reqs]
+        assert not audit or ids == [r.id for r in reqs], "the batch's decode ids went stale"
         kv = sched.kv
         pending = batch.decode_pending  # this iteration's slots are not taken yet (they are known to fit)
         grows = not sched.reserve_full_length  # a full-length reservation already holds every token

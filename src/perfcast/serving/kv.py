@@ -302,15 +302,17 @@ class BlockManager(_PagedCache):
         """Whether ``num_seqs`` sequences can each take one more token even if each needs a new block."""
         return num_seqs <= len(self._free) + len(self._evictable)
 
-    def append_decode(self, seq_ids: Sequence[int]) -> bool:
+    def append_decode(self, seq_ids: Sequence[int]) -> int:
         """One token more for every sequence in ``seq_ids`` (all on the GPU), if the free and cached blocks
-        cover the worst case of each needing a new block; else nothing changes and it returns False (the
-        caller then appends one by one, preempting as needed). The decode hot path: no per-call checks."""
+        cover the worst case of each needing a new block: returns the tokens the sequences then hold in
+        total; else nothing changes and it returns -1 (the caller then appends one by one, preempting as
+        needed). The decode hot path: no per-call checks."""
         if len(seq_ids) > len(self._free) + len(self._evictable):
-            return False
+            return -1
         bs = self.block_size
         seqs = self._seqs
         unfilled = 0
+        total = 0
         for sid in seq_ids:
             seq = seqs[sid]
             n = seq.num_tokens + 1
@@ -320,8 +322,9 @@ class BlockManager(_PagedCache):
             else:
                 unfilled -= 1
             seq.num_tokens = n
+            total += n
         self._num_unfilled_slots += unfilled
-        return True
+        return total
 
     def append_uniform(self, seq_ids: Sequence[int], num_new_tokens: int) -> None:
         """``append(seq, num_new_tokens)`` for every sequence (check with ``max_uniform_appends`` first)."""
@@ -727,14 +730,16 @@ class CountingBlockManager(_PagedCache):
         """Whether ``num_seqs`` sequences can each take one more token even if each needs a new block."""
         return num_seqs <= self._free
 
-    def append_decode(self, seq_ids: Sequence[int]) -> bool:
-        """One token more for every sequence in ``seq_ids`` if the worst case fits (see BlockManager)."""
+    def append_decode(self, seq_ids: Sequence[int]) -> int:
+        """One token more for every sequence in ``seq_ids`` if the worst case fits: their tokens in total
+        after it, or -1 and no change (see BlockManager)."""
         if len(seq_ids) > self._free:
-            return False
+            return -1
         bs = self.block_size
         seqs = self._seqs
         unfilled = 0
         taken = 0
+        total = 0
         for sid in seq_ids:
             seq = seqs[sid]
             n = seq[0] + 1
@@ -745,9 +750,10 @@ class CountingBlockManager(_PagedCache):
             else:
                 unfilled -= 1
             seq[0] = n
+            total += n
         self._free -= taken
         self._num_unfilled_slots += unfilled
-        return True
+        return total
 
     def append_uniform(self, seq_ids: Sequence[int], num_new_tokens: int) -> None:
         """``append(seq, num_new_tokens)`` for every sequence, in one pass (check ``max_uniform_appends`` first)."""

@@ -46,6 +46,7 @@ class Batch:
     swapped_blocks: int = 0  # KV blocks moved between GPU and CPU memory before the iteration
     decode_ids: list[int] = field(default_factory=list)
     decode_pending: bool = False
+    decode_context_tokens: int = -1  # tokens the decoding sequences hold, this iteration's included (-1: unknown)
 
     @property
     def num_tokens(self) -> int:
@@ -155,13 +156,19 @@ class ReplicaScheduler:
             batch.decode_ids = ids
             batch.decode_pending = True
             return
-        if self.kv.append_decode(ids):  # the common case: room for everyone
+        total = self.kv.append_decode(ids)
+        if total >= 0:  # the common case: room for everyone
             if batch.decode:
                 batch.decode.extend(candidates)
+                batch.decode_ids = []  # stale now: the engine lists them again
+                batch.decode_context_tokens = -1
             else:
                 batch.decode = candidates
                 batch.decode_ids = ids
+                batch.decode_context_tokens = total  # a decoding sequence's cache holds its whole context
             return
+        batch.decode_ids = []
+        batch.decode_context_tokens = -1
         gone: set[int] = set()
         for req in candidates:
             if req.id in gone:
