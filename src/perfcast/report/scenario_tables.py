@@ -126,7 +126,31 @@ def _operators(r: ScenarioResult) -> list[Any]:
     return [t]
 
 
-_TABLES = {"rlhf": _rlhf, "diffusion": _diffusion, "serving_table": _serving_rows, "operator_table": _operators}
+def _accel(r: ScenarioResult) -> list[Any]:
+    def vs(key: str, fmt: Any) -> Any:
+        def cell(row: dict[str, object]) -> str:
+            ref = row.get(f"reference_{key}")
+            if ref is None:
+                return fmt(row[key])
+            return f"{fmt(row[key])} (ref {fmt(ref)}, {_pct(row[f'{key}_diff'], True)})"
+        return cell
+
+    lines: list[tuple[str, Any]] = [
+        ("layer on arch", lambda row: f"{row['layer']} on {row['arch']}"),
+        ("mapping", lambda row: str(row["mapping"])),
+        ("ideal cycles", vs("ideal_cycles", lambda v: f"{float(str(v)):,.0f}")),
+        ("cycles", lambda row: f"{float(str(row['cycles'])):,.0f} ({row['bound']} bound)"),
+        ("utilization", vs("utilization", _pct)),
+        ("energy", lambda row: f"{1e6 * float(str(row['energy_J'])):.1f} uJ"),
+        ("fJ/MAC", vs("energy_per_mac_fJ", lambda v: f"{float(str(v)):,.0f}")),
+        ("DRAM share", vs("dram_energy_frac", _pct)),
+        ("buffers / MAC share", lambda row: f"{_pct(row['buffer_energy_frac'])} / {_pct(row['mac_energy_frac'])}"),
+    ]
+    return [_columns(r, f"{r.id}: accelerator mapping and energy", lines)]
+
+
+_TABLES = {"accel": _accel, "rlhf": _rlhf, "diffusion": _diffusion, "serving_table": _serving_rows,
+           "operator_table": _operators}
 
 
 def kind_tables(r: ScenarioResult) -> list[Any]:

@@ -18,6 +18,7 @@ from perfcast.errors import PerfcastError
 from perfcast.scenarios.collective import run_collective_scenario
 from perfcast.scenarios.result import ScenarioResult
 from perfcast.scenarios.schema import (
+    AccelScenario,
     CollectiveScenario,
     DiffusionScenario,
     LatencyScenario,
@@ -94,6 +95,10 @@ def _dispatch(sc: Scenario) -> ScenarioResult:
         from perfcast.scenarios.published import run_serving_table_scenario
 
         return run_serving_table_scenario(sc)
+    if isinstance(sc, AccelScenario):
+        from perfcast.scenarios.accel import run_accel_scenario
+
+        return run_accel_scenario(sc)
     if isinstance(sc, OperatorTableScenario):
         from perfcast.scenarios.published import run_operator_table_scenario
 

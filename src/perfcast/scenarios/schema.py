@@ -14,7 +14,8 @@ A scenario's ``kind`` picks its schema:
 - ``serving_table`` / ``operator_table``: the rows of a published serving-throughput table or of VIDUR's
   per-operator tables, predicted beside the measurement (:class:`ServingTableScenario`,
   :class:`OperatorTableScenario`);
-- ``search``: a design-space search of training plans (:class:`SearchScenario`).
+- ``search``: a design-space search of training plans (:class:`SearchScenario`);
+- ``accel``: layers on a spatial accelerator, beside another tool's published figures (:class:`AccelScenario`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from perfcast.sweep.space import SearchSpace
 from perfcast.system.plan import ParallelPlan
 from perfcast.yamlio import load_model_file, safe_load, validation_message
 
-__all__ = ["CollectiveRun", "CollectiveScenario", "DiffusionRun", "DiffusionScenario", "ExpectedOrder", "LatencyRun",
+__all__ = ["AccelReference", "AccelRun", "AccelScenario",
+           "CollectiveRun", "CollectiveScenario", "DiffusionRun", "DiffusionScenario", "ExpectedOrder", "LatencyRun",
            "LatencyScenario", "OperatorTableScenario", "PublishedValue", "RLHFRun", "RLHFScenario", "ReferenceRatios",
            "Scenario", "SearchScenario", "ServingRun", "ServingScenario", "ServingTableScenario", "TableRows",
            "TrainingRun", "TrainingScenario", "list_scenarios", "load_scenario", "scenario_from_dict"]
@@ -325,17 +327,55 @@ class SearchScenario(_Strict):
     top: int = Field(default=5, ge=1, description="best plans reported")
 
 
+# -- accel -----------------------------------------------------------------------------------------------------
+
+
+class AccelRun(_Strict):
+    """One layer on a spatial accelerator (:mod:`perfcast.accel`): a given mapping, or the mapper's best."""
+
+    label: str = Field(default="", description="what this run is, shown beside its numbers")
+    arch: str = Field(description="a shipped architecture (eyeriss) or a YAML file")
+    layer: str = Field(description="a catalog layer (resnet50.conv1) or a problem YAML file")
+    mapping: str | None = Field(default=None, description="a mapping YAML (relative to perfcast/accel/data for "
+                                                          "shipped ones); absent: search")
+    search: Literal["random", "exhaustive"] = "random"
+    samples: int = Field(default=2000, gt=0)
+    objective: Literal["edp", "energy", "delay"] = "edp"
+    seed: int = 0
+
+
+class AccelReference(_Strict):
+    """Another tool's published figures for the same layer and architecture (not a measurement)."""
+
+    ideal_cycles: float | None = Field(default=None, gt=0)
+    utilization: float | None = Field(default=None, gt=0, le=1)
+    energy_per_mac_fJ: float | None = Field(default=None, gt=0)
+    dram_energy_frac: float | None = Field(default=None, ge=0, le=1)
+    source: str = Field(min_length=1)
+
+
+class AccelScenario(_Strict):
+    """Layers mapped onto spatial accelerators, beside a reference tool's figures."""
+
+    id: str
+    title: str
+    kind: Literal["accel"]
+    notes: list[str] = Field(default_factory=list, description="assumptions shown with the results")
+    reference: AccelReference | None = None
+    runs: list[AccelRun] = Field(min_length=1)
+
+
 Scenario = (LatencyScenario | TrainingScenario | CollectiveScenario | ServingScenario | RLHFScenario
-            | DiffusionScenario | ServingTableScenario | OperatorTableScenario | SearchScenario)
+            | DiffusionScenario | ServingTableScenario | OperatorTableScenario | SearchScenario | AccelScenario)
 _ScenarioClass = (type[LatencyScenario] | type[TrainingScenario] | type[CollectiveScenario] | type[ServingScenario]
                   | type[RLHFScenario] | type[DiffusionScenario] | type[ServingTableScenario]
-                  | type[OperatorTableScenario] | type[SearchScenario])
+                  | type[OperatorTableScenario] | type[SearchScenario] | type[AccelScenario])
 
 _KINDS: dict[str, _ScenarioClass] = {
     "model_latency": LatencyScenario, "training": TrainingScenario, "collective": CollectiveScenario,
     "serving": ServingScenario, "rlhf": RLHFScenario, "diffusion": DiffusionScenario,
     "serving_table": ServingTableScenario, "operator_table": OperatorTableScenario,
-    "search": SearchScenario}
+    "search": SearchScenario, "accel": AccelScenario}
 
 
 def _kind_class(raw: object, where: str) -> _ScenarioClass:
