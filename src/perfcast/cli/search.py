@@ -91,7 +91,7 @@ def search(
         if hardware is None:
             raise ConfigError("--serve needs --hardware (a GPU id; `perfcast hardware list`)")
         data = _serve(model, hardware, counts[0], cluster, slo_ttft, slo_tpot, trace, prompt_tokens, output_tokens,
-                      schedulers, chunk_sizes, max_num_seqs, requests_per_replica, top)
+                      schedulers, chunk_sizes, max_num_seqs, requests_per_replica, top, quiet=as_json)
     else:
         from perfcast.sweep.search import search_training
         from perfcast.sweep.space import SearchSpace
@@ -144,7 +144,7 @@ def _ints_zero(text: str | None) -> tuple[int, ...]:
 
 def _serve(model: str, hardware: str, gpus: int, cluster: str | None, slo_ttft: float | None, slo_tpot: float | None,
            trace: str | None, prompt_tokens: int | None, output_tokens: int | None, schedulers: str, chunk_sizes: str,
-           max_num_seqs: str, requests_per_replica: int, top: int) -> dict[str, Any]:
+           max_num_seqs: str, requests_per_replica: int, top: int, quiet: bool = False) -> dict[str, Any]:
     from pydantic import ValidationError
 
     from perfcast.errors import ConfigError
@@ -166,9 +166,15 @@ def _serve(model: str, hardware: str, gpus: int, cluster: str | None, slo_ttft: 
     except ValidationError as exc:
         raise flag_error(exc, default="config", skip=("workload",), renames={
             "slo_ttft_s": "slo-ttft-p99", "slo_tpot_s": "slo-tpot-p99"}) from None
-    res = search_serving(base, gpus, schedulers=names, chunk_sizes=_ints("--chunk-sizes", chunk_sizes) or (512,),
-                         max_num_seqs=_ints("--max-num-seqs", max_num_seqs) or (256,),
-                         requests_per_replica=requests_per_replica)
+    from rich.progress import Progress
+
+    with Progress(console=_console(stderr=True), transient=True, disable=quiet) as prog:
+        task = prog.add_task("deployments", total=None)
+        res = search_serving(base, gpus, schedulers=names,
+                             chunk_sizes=_ints("--chunk-sizes", chunk_sizes) or (512,),
+                             max_num_seqs=_ints("--max-num-seqs", max_num_seqs) or (256,),
+                             requests_per_replica=requests_per_replica,
+                             progress=lambda done, total: prog.update(task, completed=done, total=total))
     if not res.feasible:
         reasons = sorted({c.reason for c in res.candidates if c.reason})
         raise ConfigError(f"no deployment of {gpus} {hardware} meets the SLO "
@@ -233,5 +239,9 @@ def _print_serve(d: dict[str, Any]) -> None:
                   str(r["max_num_seqs"]), f"{r['max_qps']:.3g}", f"{r['goodput_requests_per_s_per_gpu']:.3g}",
                   f"{1e3 * r['ttft_p99_s']:.0f} ms", f"{1e3 * r['tpot_p99_s']:.0f} ms")
     con.print(t)
+    seen: dict[tuple[int, int, str], int] = {}  # one line per (layout, reason), with how many configs it removed
     for r in d["infeasible"]:
-        con.print(f"tp {r['tp']} x {r['replicas']} {r['scheduler']}: {r['infeasible']}", markup=False)
+        key = (r["tp"], r["replicas"], r["infeasible"])
+        seen[key] = seen.get(key, 0) + 1
+    for (tp, replicas, reason), count in seen.items():
+        con.print(f"tp {tp} x {replicas} ({count} configuration{'s' if count > 1 else ''}): {reason}", markup=False)

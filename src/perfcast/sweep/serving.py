@@ -14,6 +14,7 @@ reason and kept out of the ranking.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from perfcast.catalog.models import load_model
@@ -101,12 +102,13 @@ def _tp_choices(base: ServingConfig, gpus: int) -> list[int]:
 
 def search_serving(base: ServingConfig, gpus: int, *, tps: tuple[int, ...] | None = None,
                    schedulers: tuple[str, ...] = ("vllm", "sarathi"), chunk_sizes: tuple[int, ...] = (512, 2048),
-                   max_num_seqs: tuple[int, ...] = (64, 256), requests_per_replica: int = 100) -> ServingSearch:
+                   max_num_seqs: tuple[int, ...] = (64, 256), requests_per_replica: int = 100,
+                   progress: Callable[[int, int], None] | None = None) -> ServingSearch:
     """Search the deployments of ``gpus`` GPUs for ``base``'s model, hardware, load shape and SLO.
 
     ``base`` carries the model, hardware, workload (trace or lengths; its QPS is
     searched) and the SLO; ``requests_per_replica`` sets how many requests each
-    load simulates per replica.
+    load simulates per replica; ``progress(done, total)`` is called after each deployment.
     """
     if gpus < 1:
         raise ConfigError(f"--gpus must be a positive integer (got {gpus})")
@@ -123,6 +125,8 @@ def search_serving(base: ServingConfig, gpus: int, *, tps: tuple[int, ...] | Non
     if not choices:
         raise ConfigError(f"no tensor-parallel degree divides both {gpus} GPUs and the heads of {base.model}")
     candidates: list[ServingCandidate] = []
+    total = sum(len(max_num_seqs) * sum(len(chunk_sizes) if sched == "sarathi" else 1 for sched in schedulers)
+                for _ in choices)
     for tp in choices:
         replicas = gpus // tp
         for sched in schedulers:
@@ -148,6 +152,8 @@ def search_serving(base: ServingConfig, gpus: int, *, tps: tuple[int, ...] | Non
                     except PerfcastError as exc:
                         c.reason = str(exc)
                     candidates.append(c)
+                    if progress is not None:
+                        progress(len(candidates), total)
     candidates.sort(key=lambda c: (-c.goodput_per_gpu, c.tp, c.scheduler, c.chunk_size or 0, c.max_num_seqs))
     return ServingSearch(base.model, base.hardware, gpus, candidates, sum(c.simulations for c in candidates),
                          time.perf_counter() - t0)
