@@ -213,6 +213,7 @@ def predict(
     from perfcast.compose.predict import StepRequest
     from perfcast.compose.predict import predict as run
     from perfcast.errors import ConfigError
+    from perfcast.kernel.energy import ENERGY_STATUS
     from perfcast.report.text import step_table, top_ops_table
     from perfcast.workload.types import Mode
 
@@ -231,6 +232,8 @@ def predict(
             "device_busy_s": st.device_busy_s, "host_s": st.host_s, "comm_s": st.comm_s,
             "flops": st.flops, "achieved_flops_per_s": st.achieved_flops_per_s, "num_kernels": st.num_kernels,
             "time_by_phase_s": st.by_phase_s, "time_by_group_s": st.by_group_s,
+            "energy_J": st.energy_J, "avg_power_W": st.avg_power_W, "energy_by_group_J": st.energy_by_group_J,
+            "energy_model": ENERGY_STATUS,
         }
         if explain:
             busy = st.device_busy_s or 1.0

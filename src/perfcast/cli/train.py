@@ -127,6 +127,9 @@ def _print(result: Any, trace: Path | None) -> None:
                  f"{result.peak_flops_per_s / 1e12:.0f} TFLOP/s "
                  f"({'fp8' if p.precision == 'fp8' else 'bf16'} dense peak; Megatron-LM's FLOP formula)")
     head.add_row("micro-batches per step", f"{result.microbatches} (pipeline bubble {100 * result.bubble_frac:.1f}%)")
+    if result.energy_per_gpu_J > 0:
+        head.add_row("energy (prior model)", f"{result.energy_per_step_J / 1e3:,.3g} kJ per step, "
+                     f"{result.energy_per_token_J:.3g} J per token, {result.avg_power_per_gpu_W:,.0f} W per GPU")
     con.print(head)
     bd = _table(title="where the step goes (critical pipeline rank)")
     bd.add_column("part")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.compose.coefficients import ComposeCoefficients
+from perfcast.compose.energy import with_energy
 from perfcast.compose.parallel import (
     StepOptions,
     parse_parallelism,
@@ -52,7 +53,7 @@ class StepRequest:
 
 def predict(req: StepRequest, coeffs: Coefficients | None = None,
             compose: ComposeCoefficients | None = None) -> StepTime:
-    """Predict one step (see :class:`StepRequest`)."""
+    """Predict one step (see :class:`StepRequest`), with its energy over all its GPUs and mean power per GPU."""
     cfg = load_model(req.model)
     hw = load_hardware(req.hardware) if not isinstance(req.hardware, Hardware) else req.hardware
     co = coeffs or load_coefficients()
@@ -66,10 +67,15 @@ def predict(req: StepRequest, coeffs: Coefficients | None = None,
         return build_workload(cfg, spec)
 
     opts = StepOptions(fused=req.fused, framework=req.framework, compose=compose)
+    n = par.degree
     if par.kind == "dp":
-        return predict_data_parallel(build, req.batch_size, par.degree, hw, co, opts)
-    if par.kind == "tp":
-        return predict_tensor_parallel(build(req.batch_size), cfg, par.degree, hw, co, opts)
-    if par.kind == "pp":
-        return predict_pipeline_parallel(build, cfg, req.batch_size, par.degree, req.microbatches, hw, co, opts)
-    return opts.step(build(req.batch_size), hw, co)
+        step = predict_data_parallel(build, req.batch_size, n, hw, co, opts)
+    elif par.kind == "tp":
+        step = predict_tensor_parallel(build(req.batch_size), cfg, n, hw, co, opts)
+    elif par.kind == "pp":
+        step = predict_pipeline_parallel(build, cfg, req.batch_size, n, req.microbatches, hw, co, opts)
+        # one op list per micro-batch, spread over the stages
+        return with_energy(step, hw, co, gpus=n, copies=req.microbatches or n)
+    else:
+        step = opts.step(build(req.batch_size), hw, co)
+    return with_energy(step, hw, co, gpus=n)

@@ -31,7 +31,10 @@ class StepTime:
     ``time_s`` is wall time; ``low_s``/``high_s`` the prediction interval;
     ``device_busy_s`` the sum of kernel times; ``host_s`` the host dispatch time;
     ``comm_s`` the exposed communication time; ``by_phase_s`` and ``by_group_s``
-    split the device time.
+    split the device time. ``energy_J`` is the step's energy over every GPU it
+    runs on, ``avg_power_W`` the mean power of one GPU over the step and
+    ``energy_by_group_J`` the ops' energy by group (a prior power model, see
+    :mod:`perfcast.kernel.energy`; zero until :func:`perfcast.compose.energy.with_energy`).
     """
 
     model_id: str
@@ -54,6 +57,9 @@ class StepTime:
     by_phase_s: dict[str, float] = field(default_factory=dict)
     by_group_s: dict[str, float] = field(default_factory=dict)
     ops: tuple[OpTime, ...] = ()
+    energy_J: float = 0.0
+    avg_power_W: float = 0.0
+    energy_by_group_J: dict[str, float] = field(default_factory=dict)
 
     @property
     def achieved_flops_per_s(self) -> float:

@@ -26,7 +26,8 @@ class _Model(BaseModel):
 
 
 class PowerCoefficients(_Model):
-    """Sustained clock under the power limit (see :mod:`perfcast.kernel.power`)."""
+    """Sustained clock under the power limit (see :mod:`perfcast.kernel.power`) and per-op energy
+    (:mod:`perfcast.kernel.energy`)."""
 
     energy_pJ_per_flop_7nm: dict[str, float] = Field(description="per datapath: simt, matrix, tensor")
     process_exponent: float = Field(description="energy per FLOP scales as (process_nm / 7) ** exponent")
@@ -35,6 +36,11 @@ class PowerCoefficients(_Model):
     flop_per_dram_byte: float = Field(description="FLOPs per DRAM byte of a compute-bound GEMM: sets the DRAM "
                                       "traffic (and its interface power) that goes with the math units' rate")
     vmin_frac: float = Field(description="voltage at zero clock as a fraction of the boost voltage")
+    active_frac: float = Field(default=0.2, ge=0.0, le=1.0,
+                               description="energy model only (a prior, no power measurements to fit): share of "
+                               "the dynamic budget (TDP minus static power) drawn while any kernel runs at boost "
+                               "clock, whatever it computes (clock tree, issue, caches, on-chip traffic, "
+                               "regulator losses); scales with clock x voltage^2")
 
 
 class GemmPath(_Model):

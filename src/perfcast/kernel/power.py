@@ -20,7 +20,8 @@ from perfcast.catalog.hardware import Hardware
 from perfcast.dtypes import DType
 from perfcast.kernel.coefficients import Coefficients
 
-__all__ = ["datapath", "memory_kind", "sustained_clock_frac"]
+__all__ = ["datapath", "dram_energy_per_byte_J", "energy_per_flop_J", "full_power_peak", "memory_kind",
+           "static_power_W", "sustained_clock_frac", "voltage_frac"]
 
 
 def memory_kind(hw: Hardware) -> str:
@@ -36,13 +37,36 @@ def datapath(hw: Hardware, dtype: DType) -> str:
     return "tensor"
 
 
-def _full_power_peak(hw: Hardware, path: str) -> float:
+def full_power_peak(hw: Hardware, path: str) -> float:
+    """Peak FLOP/s of datapath ``path`` at boost clock (the rate its full power ``P_full`` goes with)."""
     p = hw.peak_flops_per_s
     if path == "simt":
         return p.fp32
     if path == "matrix":
         return p.fp32_matrix or p.fp32
     return p.fp16 or p.bf16 or p.fp8 or p.fp32
+
+
+def static_power_W(hw: Hardware, coeffs: Coefficients) -> float:
+    """Power drawn whatever runs (leakage, I/O, the rest of the board), watts: a share of TDP."""
+    return hw.tdp_W * coeffs.power.leakage_frac
+
+
+def energy_per_flop_J(hw: Hardware, path: str, coeffs: Coefficients) -> float:
+    """Energy of one FLOP on datapath ``path`` at boost voltage, joules (scaled by the process node)."""
+    pc = coeffs.power
+    return pc.energy_pJ_per_flop_7nm[path] * 1e-12 * ((hw.process_nm or 7.0) / 7.0) ** pc.process_exponent
+
+
+def dram_energy_per_byte_J(hw: Hardware, coeffs: Coefficients) -> float:
+    """DRAM interface energy of one byte moved, joules (by memory kind)."""
+    return coeffs.power.memory_pJ_per_bit[memory_kind(hw)] * 1e-12 * 8.0
+
+
+def voltage_frac(clock_frac: float, coeffs: Coefficients) -> float:
+    """Voltage at ``clock_frac`` of boost, as a fraction of the boost voltage (DVFS)."""
+    vmin = coeffs.power.vmin_frac
+    return vmin + (1.0 - vmin) * clock_frac
 
 
 _CACHE: dict[tuple[int, str, int], tuple[Hardware, Coefficients, float]] = {}
@@ -63,17 +87,14 @@ def sustained_clock_frac(hw: Hardware, path: str, coeffs: Coefficients) -> float
 
 def _sustained(hw: Hardware, path: str, coeffs: Coefficients) -> float:
     pc = coeffs.power
-    energy = pc.energy_pJ_per_flop_7nm[path] * 1e-12 * ((hw.process_nm or 7.0) / 7.0) ** pc.process_exponent
-    p_full = _full_power_peak(hw, path) * energy
+    p_full = full_power_peak(hw, path) * energy_per_flop_J(hw, path, coeffs)
     # DRAM traffic of a compute-bound kernel follows its FLOP rate (not the device's peak bandwidth),
     # so its interface power is a per-FLOP cost at the memory's energy per bit
-    memory_full = _full_power_peak(hw, path) * pc.memory_pJ_per_bit[memory_kind(hw)] * 1e-12 * 8.0 / (
-        pc.flop_per_dram_byte)
-    budget = hw.tdp_W * (1.0 - pc.leakage_frac)
-    vmin = pc.vmin_frac
+    memory_full = full_power_peak(hw, path) * dram_energy_per_byte_J(hw, coeffs) / pc.flop_per_dram_byte
+    budget = hw.tdp_W - static_power_W(hw, coeffs)
 
     def power(x: float) -> float:
-        v = vmin + (1.0 - vmin) * x
+        v = voltage_frac(x, coeffs)
         return p_full * x * v * v + memory_full * x
 
     if budget <= 0:

@@ -33,6 +33,8 @@ def step_table(st: StepTime) -> Table:
     t.add_row("kernels", f"{st.num_kernels:,}")
     t.add_row("FLOPs", f"{st.flops / 1e12:.3f} TFLOP")
     t.add_row("achieved", f"{st.achieved_flops_per_s / 1e12:.2f} TFLOP/s")
+    if st.energy_J > 0:
+        t.add_row("energy (prior model)", f"{st.energy_J:,.3g} J  (mean {st.avg_power_W:,.0f} W per GPU)")
     return t
 
 

@@ -54,6 +54,7 @@ from perfcast.errors import ConfigError
 from perfcast.serving.arrivals import RequestStream, generate_requests
 from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import ServingConfig
+from perfcast.serving.energy import ServingEnergy, serving_energy
 from perfcast.serving.iteration import IterationModel
 from perfcast.serving.kv import BlockManager, CountingBlockManager, kv_cache_capacity, prefix_block_hashes
 from perfcast.serving.metrics import ServingMetrics, summarize_requests
@@ -185,7 +186,13 @@ class ServingResult:
             "retrieval_mean_s": self.retrieval_mean_s,
             "retrieval_share_frac": self.retrieval_share_frac,
         })
+        out.update(self.energy().as_dict())
         return out
+
+    def energy(self) -> ServingEnergy:
+        """Energy of the run over every GPU of the deployment (a prior power model; computed after the run
+        from what it counted)."""
+        return serving_energy(self)
 
     def request_rows(self) -> list[dict[str, Any]]:
         """One row per request (for the per-request CSV)."""

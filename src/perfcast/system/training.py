@@ -38,6 +38,8 @@ from perfcast.compose.interval import interval_for
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
+from perfcast.kernel.energy import ENERGY_STATUS, power_model
+from perfcast.kernel.power import datapath, energy_per_flop_J, memory_kind, sustained_clock_frac
 from perfcast.kernel.predict import predict_ops
 from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.coefficients import TrainingCoefficients, load_training_coefficients
@@ -48,7 +50,7 @@ from perfcast.system.schedule import PipelineResult, ScheduleEvent, simulate_pip
 from perfcast.workload.types import Op, OpKind, Phase
 
 __all__ = ["TP_OVERLAP_EFFICIENCY", "LayerComm", "LayerTime", "TrainingResult", "layer_time", "optimizer_time_s",
-           "simulate_training", "split_layers"]
+           "simulate_training", "split_layers", "training_energy"]
 
 TP_OVERLAP_EFFICIENCY = 0.8  # share of the GEMM time behind which overlapped TP collectives hide
 _ADAM_BYTES = (16.0, 14.0)  # read: fp32 master, fp32 grad, two fp32 moments; write: master, moments, bf16 copy
@@ -93,6 +95,23 @@ class TrainingResult:
     stage_bwd_s: tuple[float, ...]
     stage_layers: tuple[int, ...]
     events: tuple[ScheduleEvent, ...] = field(default=())
+    energy_per_gpu_J: float = 0.0
+    energy_breakdown_J: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def energy_per_step_J(self) -> float:
+        """Energy of one step over every GPU of the job, joules (a prior model, see :func:`training_energy`)."""
+        return self.energy_per_gpu_J * self.num_gpus
+
+    @property
+    def energy_per_token_J(self) -> float:
+        """Energy of the whole job per trained token (image for a CNN), joules."""
+        return self.energy_per_step_J / self.tokens_per_step if self.tokens_per_step else 0.0
+
+    @property
+    def avg_power_per_gpu_W(self) -> float:
+        """Mean power of one GPU over the step, watts."""
+        return self.energy_per_gpu_J / self.step_time_s if self.step_time_s > 0 else 0.0
 
     @property
     def hfu_tflops_per_gpu(self) -> float:
@@ -136,6 +155,10 @@ class TrainingResult:
             "fits_in_memory": self.fits,
             "stages": [{"fwd_s": f, "bwd_s": b, "layers": n}
                        for f, b, n in zip(self.stage_fwd_s, self.stage_bwd_s, self.stage_layers, strict=True)],
+            "energy_per_step_J": self.energy_per_step_J, "energy_per_gpu_per_step_J": self.energy_per_gpu_J,
+            "energy_per_token_J": self.energy_per_token_J, "avg_power_per_gpu_W": self.avg_power_per_gpu_W,
+            "energy_breakdown_per_gpu_J": dict(self.energy_breakdown_J),
+            "energy_model": ENERGY_STATUS,
         }
 
 
@@ -404,6 +427,42 @@ def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m
                                  capacity=hw.memory_bytes)
 
 
+# -- energy -------------------------------------------------------------------------------------------
+
+_COMM_PARTS = ("tp_comm_s", "cp_comm_s", "ep_comm_s", "fsdp_comm_s", "dp_comm_s", "pp_send_s")
+
+
+def training_energy(costs: MicroBatchCosts, breakdown_s: dict[str, float], flops_per_gpu: float, dtype: DType,
+                    hw: Hardware, coeffs: Coefficients) -> dict[str, float]:
+    """Energy of one GPU over one step, joules, by part: ``matrix_J``, ``memory_bound_J``, ``comm_J``, ``idle_J``.
+
+    The kernels' busy time (compute, recompute, optimizer) splits into matrix time (GEMMs and attention,
+    their share of one micro-batch's kernel time) at the sustained clock of the training precision's
+    datapath, doing ``flops_per_gpu`` and moving ``flops / flop_per_dram_byte`` bytes, and memory-bound
+    time streaming DRAM at the fitted vector efficiency. Exposed communication draws static + active
+    power; bubbles and step overhead static power only; collectives hidden behind compute add nothing
+    (their link energy is small beside the kernels'). A prior model: :data:`ENERGY_STATUS`.
+    """
+    pm = power_model(hw, coeffs)
+    matrix = kernel = 0.0
+    for part in costs.parts:
+        matrix += part.count * (part.fwd_gemm_s + part.bwd_gemm_s + part.attention_fwd_s + part.attention_bwd_s)
+        kernel += part.count * (part.fwd_s + part.bwd_s)
+    share = min(1.0, matrix / kernel) if kernel > 0 else 0.0
+    compute = breakdown_s.get("compute_s", 0.0) + breakdown_s.get("recompute_s", 0.0)
+    t_matrix = compute * share
+    t_memory = compute - t_matrix + breakdown_s.get("optimizer_s", 0.0)
+    path = datapath(hw, dtype)
+    x = sustained_clock_frac(hw, path, coeffs)
+    e_matrix = pm.busy_energy_J(t_matrix, flops_per_gpu, flops_per_gpu / pm.flop_per_dram_byte,
+                                energy_per_flop_J(hw, path, coeffs), x)
+    stream = hw.memory_bandwidth_Bps * coeffs.vector.memory_efficiency[memory_kind(hw)]
+    e_memory = pm.busy_energy_J(t_memory, 0.0, t_memory * stream, 0.0)
+    comm = sum(breakdown_s.get(k, 0.0) for k in _COMM_PARTS)
+    idle = breakdown_s.get("bubble_s", 0.0) + breakdown_s.get("overhead_s", 0.0)
+    return {"matrix_J": e_matrix, "memory_bound_J": e_memory, "comm_J": pm.comm_W * comm, "idle_J": pm.idle_W * idle}
+
+
 # -- the step -----------------------------------------------------------------------------------------
 
 
@@ -525,8 +584,9 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
         hf = mf + mf / 3.0
     elif plan.recompute == "selective":
         hf = mf + costs.attention_flops_per_token / 3.0
-    peak = hw.peak(DType.FP8 if plan.precision == "fp8" else
-                   (DType.FP32 if plan.precision == "fp32" else DType.BF16))
+    train_dtype = DType.FP8 if plan.precision == "fp8" else (DType.FP32 if plan.precision == "fp32" else DType.BF16)
+    peak = hw.peak(train_dtype)
+    energy = training_energy(costs, breakdown, hf * tokens / gpus, train_dtype, hw, co)
     e_act = 2.0
     mems = [_memory(stages, r, plan, hw, m, grad_bytes, e_act) for r in {0, p - 1}]
     memory = max(mems, key=lambda mb: mb.total_bytes)
@@ -538,5 +598,5 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
         peak_flops_per_s=peak, microbatches=m, bubble_frac=pipe.bubble_frac, breakdown_s=breakdown,
         comm_total_s=comm_total, memory=memory, stage_fwd_s=tuple(s.fwd_s for s in stages),
         stage_bwd_s=tuple(s.bwd_s for s in stages), stage_layers=tuple(s.layers for s in stages),
-        events=tuple(pipe.events),
+        events=tuple(pipe.events), energy_per_gpu_J=sum(energy.values()), energy_breakdown_J=energy,
     )
