@@ -36,6 +36,7 @@ RANK: dict[str, float] = {
     "errors": 0,  # the error tree imports nothing from perfcast; the other base modules may raise its errors
     "catalog": 1,
     "workload": 2,
+    "capture": 2.5,  # the user's model as workload IR: catalog, workload and base modules only
     "kernel": 3,
     "accel": 3,  # spatial accelerators: workload and catalog only
     "compose": 4,
@@ -43,6 +44,7 @@ RANK: dict[str, float] = {
     "serving": 6,
     "scenarios": 7,
     "validate": 7,
+    "calibrate": 7,  # microbenchmarks of this CPU -> a hardware entry (catalog, kernel)
     "report": 7,
     "sweep": 7,
     "cli": 8,

@@ -197,7 +197,8 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
     conv_eff = one_d("conv", "conv_efficiency", "conv_fixed_s", lambda op: op.dims[3] > 1)
     pointwise_eff = one_d("conv", "conv_pointwise_efficiency", "conv_fixed_s", lambda op: op.dims[3] == 1)
     attn_eff = one_d("attention", "attention_efficiency", "attention_fixed_s")
-    final = eff(**gemm_kw, conv_efficiency=conv_eff, conv_pointwise_efficiency=pointwise_eff, conv_fixed_s=gemm_fixed, attention_efficiency=attn_eff,
+    final = eff(**gemm_kw, conv_efficiency=conv_eff, conv_pointwise_efficiency=pointwise_eff,
+                conv_fixed_s=gemm_fixed, attention_efficiency=attn_eff,
                 attention_fixed_s=gemm_fixed)
     hw = hw_for(final, peak)
     errors = {}

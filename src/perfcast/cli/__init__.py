@@ -8,10 +8,10 @@ Commands live in submodules that register themselves on :data:`app` when importe
 
 from __future__ import annotations
 
-from perfcast.cli import accel, commands, report, run, search, serve, train
+from perfcast.cli import accel, calibrate, capture, commands, report, run, search, serve, train
 from perfcast.cli.app import app, main
 
-__all__ = ["accel", "app", "commands", "main", "report", "run", "search", "serve", "train"]
+__all__ = ["accel", "app", "calibrate", "capture", "commands", "main", "report", "run", "search", "serve", "train"]
 
 if __name__ == "__main__":
     main()

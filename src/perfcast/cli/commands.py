@@ -194,8 +194,10 @@ def collective(
 @app.command()
 @handled
 def predict(
-    model: str = typer.Option(..., "--model", "-m", help="Model id, alias, HF repo id or config.json path."),
+    model: str = typer.Option(None, "--model", "-m", help="Model id, alias, HF repo id or config.json path."),
     hardware: str = typer.Option(..., "--hardware", "-H", help="Device id, alias or hardware YAML path."),
+    workload: Path = typer.Option(None, "--workload", "-w", help="A captured workload JSON (`perfcast capture`) "
+                                                                 "instead of --model."),
     mode: str = typer.Option("inference", "--mode", help="inference | training | prefill | decode"),
     batch_size: int = typer.Option(1, "--batch-size", "-b", help="Sequences per step."),
     seq_len: int = typer.Option(512, "--seq-len", "-s", help="Tokens per sequence (context length for decode)."),
@@ -221,9 +223,19 @@ def predict(
         mode_v = Mode(mode)
     except ValueError:
         raise ConfigError(f"unknown mode {mode!r}; use one of {', '.join(m.value for m in Mode)}") from None
-    st = run(StepRequest(model=model, hardware=hardware, mode=mode_v, batch_size=batch_size, seq_len=seq_len,
-                         dtype=dtype, fused=fused, parallelism=parallelism, microbatches=microbatches,
-                         optimizer=optimizer, attention=attention, style=style))
+    if (model is None) == (workload is None):
+        raise ConfigError("give either --model (a catalog model) or --workload (a captured workload JSON)")
+    if workload is not None:
+        from perfcast.capture.io import load_workload
+        from perfcast.compose.step import predict_step
+
+        if parallelism != "none":
+            raise ConfigError(f"--parallelism {parallelism}: a captured workload predicts on one device (use none)")
+        st = predict_step(load_workload(workload), hardware, fused=fused)
+    else:
+        st = run(StepRequest(model=model, hardware=hardware, mode=mode_v, batch_size=batch_size, seq_len=seq_len,
+                             dtype=dtype, fused=fused, parallelism=parallelism, microbatches=microbatches,
+                             optimizer=optimizer, attention=attention, style=style))
     if as_json:
         data: dict[str, Any] = {
             "model": st.model_id, "hardware": st.hardware_id, "mode": st.mode, "batch_size": st.batch_size,
@@ -277,16 +289,43 @@ def predict_batch_cmd(
             sys.stdout.write(f"  {t}: MAPE {100 * d['mape_frac']:.1f}% over {d['predicted_rows']} measured rows\n")
 
 
+def _validate_local(as_json: bool) -> None:
+    from perfcast.report.text import pct
+    from perfcast.validate.local import validate_local
+
+    if as_json:
+        emit_json(validate_local().as_dict())
+        return
+    with _console(stderr=True).status("measuring") as status:
+        rep = validate_local(progress=lambda m: status.update(f"measuring {m}"))
+    tbl = _table(title=f"{rep.hardware_id}: measured here with PyTorch ({rep.threads} threads) vs predicted")
+    for c in ("case", "measured", "predicted", "error"):
+        tbl.add_column(c, justify="left" if c == "case" else "right")
+    for r in rep.results:
+        tbl.add_row(r.case.label, f"{r.measured_s * 1e3:.1f} ms", f"{r.predicted_s * 1e3:.1f} ms",
+                    f"{100 * r.error_frac:+.1f}%")
+    for m in rep.models:
+        tbl.add_row(f"[b]{m}[/b] MAPE", "", "", pct(rep.mape_frac(m)))
+    tbl.add_row("[b]all[/b] MAPE", "", "", pct(rep.mape_frac()))
+    _console().print(tbl)
+
+
 @app.command()
 @handled
 def validate(
     tables: list[Path] = typer.Argument(None, help="Tables to validate (default: every visible table)."),
     out_dir: Path = typer.Option(None, "--out", help="Also write validation.json (for `perfcast report`) here."),
     force: bool = typer.Option(False, "--force", help="Overwrite a validation.json perfcast did not write."),
+    local: bool = typer.Option(False, "--local", help="Measure BERT-base, GPT-2 and ResNet-50 here with PyTorch "
+                                                      "and compare with local-cpu's predictions (after calibrate)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict the measured tables and print the error per table and device."""
     from rich.progress import Progress
+
+    if local:
+        _validate_local(as_json)
+        return
 
     from perfcast.report.text import pct
     from perfcast.validate.export import check_validation_path, write_validation

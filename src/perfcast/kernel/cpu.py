@@ -72,14 +72,15 @@ def _smooth_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray((a**p + b**p) ** (1.0 / p))
 
 
-def cpu_gemm_time_s(b: np.ndarray, m: np.ndarray, k: np.ndarray, n: np.ndarray, hw: Hardware, dtype: DType,
+def cpu_gemm_time_s(b: np.ndarray | float, m: np.ndarray | float, k: np.ndarray | float, n: np.ndarray | float,
+                    hw: Hardware, dtype: DType,
                     *, efficiency: float = 1.0, fixed_s: float | None = None) -> np.ndarray:
     """Seconds of ``b`` products ``(m x k) @ (k x n)`` in ``dtype`` (arrays broadcast together)."""
     c = _cpu(hw)
-    b, m, k, n = (np.asarray(v, dtype=float) for v in (b, m, k, n))
-    eff = m / (m + c.gemm_m0) * n / (n + c.gemm_n0) * k / (k + c.gemm_k0) * efficiency
-    compute = 2.0 * b * m * k * n / (hw.peak(dtype) * eff)
-    memory = cpu_memory_time_s(b * (m * k + k * n + m * n) * dtype.bytes, hw)
+    bb, mm, kk, nn = (np.asarray(v, dtype=float) for v in (b, m, k, n))
+    eff = mm / (mm + c.gemm_m0) * nn / (nn + c.gemm_n0) * kk / (kk + c.gemm_k0) * efficiency
+    compute = 2.0 * bb * mm * kk * nn / (hw.peak(dtype) * eff)
+    memory = cpu_memory_time_s(bb * (mm * kk + kk * nn + mm * nn) * dtype.bytes, hw)
     return np.asarray(_smooth_max(compute, memory) + (c.gemm_fixed_s if fixed_s is None else fixed_s))
 
 

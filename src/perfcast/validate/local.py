@@ -130,6 +130,7 @@ def _torch_model(cfg: ModelConfig) -> tuple[Any, Callable[[int, int], dict[str, 
         raise ConfigError("validate --local needs transformers to build the models; pip install transformers") \
             from None
     g = torch.Generator().manual_seed(0)
+    conf: Any
     if cfg.model_type == "bert":
         conf = tf.BertConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
                              num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
@@ -188,9 +189,12 @@ def validate_local(cases: Sequence[LocalCase] = FULL_CASES, *, hardware: Hardwar
             if progress:
                 progress(case.label)
             x = inputs(case.batch_size, case.seq_len)
+            def forward(model: Any = model, x: dict[str, Any] = x) -> object:
+                return model(**x)
+
             with torch.no_grad():
-                measured = median_time_s(lambda x=x: model(**x), min_time_s=min_time_s, min_repeats=3,
-                                         max_repeats=30, warmup=1, clock=clock)
+                measured = median_time_s(forward, min_time_s=min_time_s, min_repeats=3, max_repeats=30, warmup=1,
+                                         clock=clock)
             st = predict(StepRequest(model=cfg, hardware=hw, mode=Mode.INFERENCE, batch_size=case.batch_size,
                                      seq_len=case.seq_len or 1, dtype="fp32", attention="sdpa", style="hf"))
             results.append(LocalResult(case=case, measured_s=measured, predicted_s=st.time_s))

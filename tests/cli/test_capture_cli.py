@@ -1,0 +1,91 @@
+"""perfcast capture and predict --workload: happy paths, JSON keys, one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from perfcast.cli import app
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.cli
+runner = CliRunner()
+
+MODEL = '''
+import torch, torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(64, 128)
+        self.b = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+class Bad(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+def build():
+    return Net(), (torch.randn(8, 64),)
+
+def bare():
+    return Net()
+
+def bad():
+    return Bad(), (torch.randn(2, 2),)
+'''
+
+
+@pytest.fixture
+def model_file(tmp_path: Path) -> Path:
+    path = tmp_path / "model.py"
+    path.write_text(MODEL)
+    return path
+
+
+def test_capture_then_predict(model_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "w.json"
+    res = runner.invoke(app, ["capture", f"{model_file}:build", "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["num_ops"] == 3 and data["flops_by_kind"]["gemm"] == 2 * 8 * (64 * 128 + 128 * 10) + 8 * 138
+    assert out.is_file()
+    again = runner.invoke(app, ["capture", f"{model_file}:build", "--out", str(out)])
+    assert again.exit_code == 2 and "--force" in again.stderr
+    pred = runner.invoke(app, ["predict", "--workload", str(out), "-H", "a100", "--json"])
+    assert pred.exit_code == 0, pred.output
+    assert json.loads(pred.stdout)["step_time_s"] > 0
+
+
+def test_bare_module_takes_input_shapes(model_file: Path) -> None:
+    res = runner.invoke(app, ["capture", f"{model_file}:bare", "-i", "4x64", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["batch_size"] == 4
+    res = runner.invoke(app, ["capture", f"{model_file}:bare"])
+    assert res.exit_code == 2 and "--input-shape" in res.stderr
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["{file}:bad", "--method", "fx"], "torch.export"),
+    (["{file}:nope"], "has no function 'nope'"),
+    (["{tmp}/broken.onnx"], "does not parse as an ONNX model"),
+    (["model.txt"], "FILE.py:FUNCTION"),
+])
+def test_bad_input_is_one_line(model_file: Path, tmp_path: Path, args: list[str], needle: str) -> None:
+    (tmp_path / "broken.onnx").write_bytes(b"\x00garbage")
+    res = runner.invoke(app, ["capture", *(a.format(file=model_file, tmp=tmp_path) for a in args)])
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], res.stderr
+
+
+def test_predict_needs_model_or_workload() -> None:
+    res = runner.invoke(app, ["predict", "-H", "a100"])
+    assert res.exit_code == 2 and "--workload" in res.stderr

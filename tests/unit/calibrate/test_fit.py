@@ -1,0 +1,61 @@
+"""The CPU fit recovers the rates that generated synthetic microbenchmark times (no timing involved)."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfcast.calibrate.bench import suite_of
+from perfcast.calibrate.fit import Measurement, fit_cpu, measurement_op
+from perfcast.calibrate.machine import MachineInfo, build_hardware
+from perfcast.catalog.cpu import CpuEfficiency
+from perfcast.errors import DataError
+from perfcast.kernel.cpu import cpu_op_times
+
+pytestmark = pytest.mark.unit
+
+INFO = MachineInfo(name="test CPU", vendor="test", cores=4, clock_hz=2.5e9, l1d_bytes_per_core=48 * 2**10,
+                   l2_bytes_total=8 * 2**20, l3_bytes=32 * 2**20, memory_bytes=16 * 2**30, vector_lanes_fp32=16)
+TRUE = CpuEfficiency(threads=4, gemm_fixed_s=20e-6, gemm_m0=16.0, gemm_n0=4.0, gemm_k0=32.0,
+                     cache_bandwidth_Bps=80e9, cache_bytes=2**21, vector_fixed_s=3e-6,
+                     op_factor={"stream": 1.0, "transcendental": 2.5, "reduction": 3.0, "pool": 20.0, "gather": 1.5},
+                     conv_efficiency=0.7, conv_pointwise_efficiency=1.0, conv_fixed_s=20e-6,
+                     attention_efficiency=0.6, attention_fixed_s=20e-6)
+PEAK = 300e9
+DRAM = 15e9
+
+
+def _synthetic() -> list[Measurement]:
+    hw = build_hardware(INFO, peak_fp32_flops_per_s=PEAK, memory_bandwidth_Bps=DRAM, efficiency=TRUE)
+    ops = [(fam, measurement_op(fam, op, dims)) for fam, op, dims in suite_of(quick=False)]
+    times, _ = cpu_op_times([o for _, o in ops], hw)
+    return [Measurement(fam, o, float(t)) for (fam, o), t in zip(ops, times, strict=True)]
+
+
+def test_fit_recovers_the_generating_rates() -> None:
+    fit = fit_cpu(_synthetic(), INFO, threads=4)
+    e = fit.efficiency
+    assert fit.peak_fp32_flops_per_s == pytest.approx(PEAK, rel=0.15)
+    assert e.cache_bandwidth_Bps == pytest.approx(80e9, rel=0.1)
+    assert e.op_factor["reduction"] == pytest.approx(3.0, rel=0.15)
+    assert e.conv_efficiency == pytest.approx(0.7, rel=0.15)
+    assert e.attention_efficiency == pytest.approx(0.6, rel=0.15)
+    assert max(e.fit_error_frac.values()) < 0.1
+    assert e.threads == 4
+
+
+def test_fitted_hardware_predicts_through_the_kernel_layer() -> None:
+    from perfcast.compose.step import predict_step
+    from perfcast.workload.build import WorkloadSpec, build_workload
+    from perfcast.workload.types import Mode
+
+    hw = fit_cpu(_synthetic(), INFO, threads=4).hardware(INFO)
+    w = build_workload("bert-base", WorkloadSpec(Mode.INFERENCE, 1, 128, attention="sdpa"))
+    st = predict_step(w, hw)
+    assert st.time_s >= w.flops / hw.peak_flops_per_s.fp32  # never faster than the fitted peak
+    assert {t.kernel.bound for t in st.ops} >= {"compute"}
+
+
+def test_missing_family_is_a_data_error() -> None:
+    ms = [m for m in _synthetic() if m.family != "conv"]
+    with pytest.raises(DataError, match="conv"):
+        fit_cpu(ms, INFO, threads=4)
