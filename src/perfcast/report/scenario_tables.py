@@ -149,8 +149,18 @@ def _accel(r: ScenarioResult) -> list[Any]:
     return [_columns(r, f"{r.id}: accelerator mapping and energy", lines)]
 
 
+def _local_cpu(r: ScenarioResult) -> list[Any]:
+    lines: list[tuple[str, Any]] = [
+        ("hardware", lambda row: f"{row['hardware']} ({row['threads']} threads)"),
+        ("measured here", lambda row: _s(row["measured_s"])),
+        ("predicted", lambda row: _s(row["predicted_s"])),
+        ("error", lambda row: _pct(row["error_frac"], True)),
+    ]
+    return [_columns(r, f"{r.id}: inference latency on this CPU, measured with PyTorch vs predicted", lines)]
+
+
 _TABLES = {"accel": _accel, "rlhf": _rlhf, "diffusion": _diffusion, "serving_table": _serving_rows,
-           "operator_table": _operators}
+           "operator_table": _operators, "local_cpu": _local_cpu}
 
 
 def kind_tables(r: ScenarioResult) -> list[Any]:

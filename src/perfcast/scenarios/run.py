@@ -22,6 +22,7 @@ from perfcast.scenarios.schema import (
     CollectiveScenario,
     DiffusionScenario,
     LatencyScenario,
+    LocalCpuScenario,
     OperatorTableScenario,
     RLHFScenario,
     Scenario,
@@ -99,6 +100,10 @@ def _dispatch(sc: Scenario) -> ScenarioResult:
         from perfcast.scenarios.accel import run_accel_scenario
 
         return run_accel_scenario(sc)
+    if isinstance(sc, LocalCpuScenario):
+        from perfcast.scenarios.local_cpu import run_local_cpu_scenario
+
+        return run_local_cpu_scenario(sc)
     if isinstance(sc, OperatorTableScenario):
         from perfcast.scenarios.published import run_operator_table_scenario
 

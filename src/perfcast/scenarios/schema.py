@@ -16,6 +16,7 @@ A scenario's ``kind`` picks its schema:
   :class:`OperatorTableScenario`);
 - ``search``: a design-space search of training plans (:class:`SearchScenario`);
 - ``accel``: layers on a spatial accelerator, beside another tool's published figures (:class:`AccelScenario`).
+- ``local_cpu``: models measured on this machine beside their prediction on ``local-cpu`` (:class:`LocalCpuScenario`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from perfcast.yamlio import load_model_file, safe_load, validation_message
 
 __all__ = ["AccelReference", "AccelRun", "AccelScenario",
            "CollectiveRun", "CollectiveScenario", "DiffusionRun", "DiffusionScenario", "ExpectedOrder", "LatencyRun",
-           "LatencyScenario", "OperatorTableScenario", "PublishedValue", "RLHFRun", "RLHFScenario", "ReferenceRatios",
+           "LatencyScenario", "LocalCpuCase", "LocalCpuScenario",
+           "OperatorTableScenario", "PublishedValue", "RLHFRun", "RLHFScenario", "ReferenceRatios",
            "Scenario", "SearchScenario", "ServingRun", "ServingScenario", "ServingTableScenario", "TableRows",
            "TrainingRun", "TrainingScenario", "list_scenarios", "load_scenario", "scenario_from_dict"]
 
@@ -365,17 +367,38 @@ class AccelScenario(_Strict):
     runs: list[AccelRun] = Field(min_length=1)
 
 
+class LocalCpuCase(_Strict):
+    """One inference forward measured on this machine: a catalog model, batch and sequence length."""
+
+    model: str
+    batch_size: int = Field(default=1, gt=0)
+    seq_len: int = Field(default=0, ge=0, description="tokens per sequence (0 for image models)")
+
+
+class LocalCpuScenario(_Strict):
+    """Models measured here with PyTorch beside their prediction on ``local-cpu`` (after ``perfcast calibrate``)."""
+
+    id: str
+    title: str
+    kind: Literal["local_cpu"]
+    notes: list[str] = Field(default_factory=list, description="assumptions shown with the results")
+    cases: list[LocalCpuCase] = Field(min_length=1)
+    min_time_s: float = Field(default=0.2, gt=0, description="minimum measuring time per case, seconds")
+
+
 Scenario = (LatencyScenario | TrainingScenario | CollectiveScenario | ServingScenario | RLHFScenario
-            | DiffusionScenario | ServingTableScenario | OperatorTableScenario | SearchScenario | AccelScenario)
+            | DiffusionScenario | ServingTableScenario | OperatorTableScenario | SearchScenario | AccelScenario
+            | LocalCpuScenario)
 _ScenarioClass = (type[LatencyScenario] | type[TrainingScenario] | type[CollectiveScenario] | type[ServingScenario]
                   | type[RLHFScenario] | type[DiffusionScenario] | type[ServingTableScenario]
-                  | type[OperatorTableScenario] | type[SearchScenario] | type[AccelScenario])
+                  | type[OperatorTableScenario] | type[SearchScenario] | type[AccelScenario]
+                  | type[LocalCpuScenario])
 
 _KINDS: dict[str, _ScenarioClass] = {
     "model_latency": LatencyScenario, "training": TrainingScenario, "collective": CollectiveScenario,
     "serving": ServingScenario, "rlhf": RLHFScenario, "diffusion": DiffusionScenario,
     "serving_table": ServingTableScenario, "operator_table": OperatorTableScenario,
-    "search": SearchScenario, "accel": AccelScenario}
+    "search": SearchScenario, "accel": AccelScenario, "local_cpu": LocalCpuScenario}
 
 
 def _kind_class(raw: object, where: str) -> _ScenarioClass:
