@@ -28,13 +28,15 @@ Lengths (prompt and output tokens):
 * ``max_tokens`` (a model's context length) clips each request: ``prompt = min(prompt, max_tokens - 1)``,
   then ``output = min(output, max_tokens - prompt)``, so prompt + output <= max_tokens and both >= 1.
 
-Randomness: one ``numpy.random.default_rng(seed)`` makes every draw, in this fixed order:
-(1) when lengths are sampled from a trace, ``rng.integers(0, n, size=num_requests)`` row indices;
-(2) for ``poisson``, ``rng.standard_exponential(num_requests - 1)`` divided by ``qps``; for ``gamma``,
-``rng.standard_gamma(k, num_requests - 1) * scale``. ``fixed`` and ``trace`` arrivals draw nothing.
-The same arguments give bit-identical arrays. Because lengths are drawn first and gaps are drawn in
-units of ``1/qps``, a sweep over ``qps`` with one seed sees the same request lengths and the same
-gaps rescaled (common random numbers).
+Randomness: ``numpy.random.SeedSequence(seed)`` spawns two independent streams, one per kind of draw:
+(1) lengths: when sampled from a trace, ``integers(0, n, size=num_requests)`` row indices;
+(2) gaps: for ``poisson``, ``standard_exponential(num_requests - 1)`` divided by ``qps``; for ``gamma``,
+``standard_gamma(k, num_requests - 1) * scale``. ``fixed`` and ``trace`` arrivals draw nothing.
+The same arguments give bit-identical arrays. Each stream draws request by request, so the first ``k``
+requests are the same whatever ``num_requests`` is (a 50-request run is the start of a 200-request run
+with the same seed, as in VIDUR's request generator), and because gaps are drawn in units of ``1/qps``, a
+sweep over ``qps`` with one seed sees the same request lengths and the same gaps rescaled (common random
+numbers).
 
 The arrays of a ``RequestStream`` are read-only.
 """
@@ -95,7 +97,7 @@ def generate_requests(
 ) -> RequestStream:
     """Build ``num_requests`` requests; see the module docstring for the processes, cycling and draw order."""
     _check_arguments(num_requests, arrival, qps, burstiness_cv, trace, prompt_tokens, output_tokens, max_tokens)
-    rng = np.random.default_rng(seed)
+    rng_lengths, rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
 
     # (1) lengths: fixed, trace rows in order (arrival="trace"), or rows sampled with the rng.
     prompt: np.ndarray
@@ -109,7 +111,7 @@ def generate_requests(
         if arrival == "trace":
             rows = np.arange(num_requests, dtype=np.int64) % num_rows
         else:
-            rows = rng.integers(0, num_rows, size=num_requests, dtype=np.int64)
+            rows = rng_lengths.integers(0, num_rows, size=num_requests, dtype=np.int64)
         prompt = np.asarray(trace.prompt_tokens, dtype=np.int64)[rows]
         output = np.asarray(trace.output_tokens, dtype=np.int64)[rows]
 

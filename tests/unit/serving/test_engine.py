@@ -91,7 +91,7 @@ def test_full_length_reservation_never_preempts() -> None:
 
 def test_requests_that_can_never_fit_are_rejected_with_a_reason() -> None:
     # a KV cache of ~1,400 tokens: the trace's long prompts can never be admitted, the short ones can
-    res = simulate_serving(_cfg("vllm", n=60, gpu_memory_utilization=0.17, max_num_batched_tokens=8192,
+    res = simulate_serving(_cfg("vllm", n=100, gpu_memory_utilization=0.17, max_num_batched_tokens=8192,
                                 trace="splitwise_code"))
     rejected = [s for s in res.status if s != "completed"]
     assert rejected and res.metrics.requests_completed > 0
