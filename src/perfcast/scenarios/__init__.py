@@ -1,6 +1,6 @@
 """The scenario suite: YAML files in this package, validated by one typed schema per kind (``model_latency``,
 ``training``, ``collective``, ``serving``, ``rlhf``, ``diffusion``, ``serving_table``, ``operator_table``,
-``search``; see :mod:`perfcast.scenarios.schema`)."""
+``search``, ``accel``; see :mod:`perfcast.scenarios.schema`)."""
 
 from perfcast.scenarios.result import ScenarioResult
 from perfcast.scenarios.run import run_scenario
