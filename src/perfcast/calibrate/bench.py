@@ -4,13 +4,15 @@ Each benchmark is one PyTorch call as eager models make it (``F.linear``,
 ``torch.bmm``, ``torch.add``, ``F.gelu``, ``torch.softmax``, ``F.layer_norm``,
 ``F.conv2d``, ``F.scaled_dot_product_attention``...), in fp32, under
 ``torch.no_grad``, at shapes that span thin to square products and cache-sized
-to DRAM-sized tensors. A call is warmed up, then repeated until it has run for
+to DRAM-sized tensors; linear layers cycle through weight copies larger than the caches, as a model's
+layers do. A call is warmed up, then repeated until it has run for
 a minimum time; its time is the median of the repeats (robust to other
 processes on the machine).
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -40,6 +42,7 @@ _CONVS = [(1, 3, 64, 7, 224, 2, 3, 1), (1, 64, 64, 3, 56, 1, 1, 1), (1, 256, 64,
           (1, 1024, 2048, 1, 14, 2, 0, 1)]
 _ATTENTIONS = [(1, 12, 128, 128, 64), (1, 12, 512, 512, 64), (4, 12, 128, 128, 64), (1, 12, 32, 32, 64),
                (2, 16, 256, 256, 64)]
+_COLD_BYTES = 256 * 2**20  # weights cycled through by the linear benchmarks (beyond any L3)
 _QUICK = {"gemm": [0, 5, 6, 9, 12, 18, 20], "vector": [0, 2, 4, 5, 6, 13, 16, 19, 22, 24],
           "conv": [0, 1, 2, 7], "attention": [0, 1]}
 
@@ -102,8 +105,11 @@ def _call(torch: Any, family: str, op: str, dims: tuple[int, ...]) -> Callable[[
         if op == "bmm":
             x, y = randn(b, m, k), randn(b, k, n)
             return lambda: torch.bmm(x, y)
-        x, w, bias = randn(m, k), randn(n, k), randn(n)
-        return lambda: F.linear(x, w, bias)
+        # a model's layers each bring their own weights: cycle through copies larger than the caches together
+        copies = max(1, min(64, _COLD_BYTES // (4 * n * k)))
+        x, ws, bias = randn(m, k), [randn(n, k) for _ in range(copies)], randn(n)
+        turn = itertools.cycle(ws)
+        return lambda: F.linear(x, next(turn), bias)
     if family == "conv":
         batch, cin, cout, kern, side, stride, pad, groups = dims
         x, w = randn(batch, cin, side, side), randn(cout, cin // groups, kern, kern)
