@@ -74,13 +74,20 @@ def _smooth_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def cpu_gemm_time_s(b: np.ndarray | float, m: np.ndarray | float, k: np.ndarray | float, n: np.ndarray | float,
                     hw: Hardware, dtype: DType,
-                    *, efficiency: float = 1.0, fixed_s: float | None = None) -> np.ndarray:
-    """Seconds of ``b`` products ``(m x k) @ (k x n)`` in ``dtype`` (arrays broadcast together)."""
+                    *, efficiency: float = 1.0, fixed_s: float | None = None,
+                    cold_bytes: np.ndarray | float = 0.0) -> np.ndarray:
+    """Seconds of ``b`` products ``(m x k) @ (k x n)`` in ``dtype`` (arrays broadcast together).
+
+    ``cold_bytes`` of the operands (a model's weights, when all of them together outgrow the cache) come
+    from DRAM whatever the product's own size: they were evicted since the last forward pass touched them.
+    """
     c = _cpu(hw)
     bb, mm, kk, nn = (np.asarray(v, dtype=float) for v in (b, m, k, n))
     eff = mm / (mm + c.gemm_m0) * nn / (nn + c.gemm_n0) * kk / (kk + c.gemm_k0) * efficiency
     compute = 2.0 * bb * mm * kk * nn / (hw.peak(dtype) * eff)
-    memory = cpu_memory_time_s(bb * (mm * kk + kk * nn + mm * nn) * dtype.bytes, hw)
+    cold = np.asarray(cold_bytes, dtype=float)
+    memory = (cpu_memory_time_s(np.maximum(bb * (mm * kk + kk * nn + mm * nn) * dtype.bytes - cold, 0.0), hw)
+              + cold / hw.memory_bandwidth_Bps)
     return np.asarray(_smooth_max(compute, memory) + (c.gemm_fixed_s if fixed_s is None else fixed_s))
 
 
@@ -90,18 +97,22 @@ def cpu_op_times(ops: Sequence[Op], hw: Hardware) -> tuple[np.ndarray, list[str]
     n = len(ops)
     times = np.zeros(n)
     bounds = ["latency"] * n
+    # a forward pass touches each weight once: when the weights outgrow the cache, every GEMM streams its own
+    # from DRAM, however small it is (a microbenchmark repeating one product keeps its operands cached)
+    cold = sum(op.weight_bytes * op.count for op in ops) > c.cache_bytes
     for i, op in enumerate(ops):
         mem = float(cpu_memory_time_s(op.bytes, hw))
         if op.kind is OpKind.GEMM:
             bb, m, k, nn = op.dims
-            t = float(cpu_gemm_time_s(bb, m, k, nn, hw, op.dtype))
+            t = float(cpu_gemm_time_s(bb, m, k, nn, hw, op.dtype, cold_bytes=op.weight_bytes if cold else 0.0))
             compute = 2.0 * bb * m * k * nn / hw.peak(op.dtype)
         elif op.kind is OpKind.CONV:
             batch, cin, cout, kern, hw_in, stride, pad, groups = op.dims
             out = (hw_in + 2 * pad - kern) // stride + 1
             ce = c.conv_pointwise_efficiency if kern == 1 else c.conv_efficiency
             t = float(cpu_gemm_time_s(groups, batch * out * out, cin / groups * kern * kern, cout / groups, hw,
-                                      op.dtype, efficiency=ce, fixed_s=c.conv_fixed_s))
+                                      op.dtype, efficiency=ce, fixed_s=c.conv_fixed_s,
+                                      cold_bytes=op.weight_bytes if cold else 0.0))
             compute = op.flops / hw.peak(op.dtype)
         elif op.kind is OpKind.ATTENTION:
             compute = op.flops / (hw.peak(op.dtype) * c.attention_efficiency)
