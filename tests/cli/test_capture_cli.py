@@ -61,7 +61,9 @@ def test_capture_then_predict(model_file: Path, tmp_path: Path) -> None:
     assert again.exit_code == 2 and "--force" in again.stderr
     pred = runner.invoke(app, ["predict", "--workload", str(out), "-H", "a100", "--json"])
     assert pred.exit_code == 0, pred.output
-    assert json.loads(pred.stdout)["step_time_s"] > 0
+    step = json.loads(pred.stdout)
+    assert step["step_time_s"] > 0
+    assert step["energy_J"] > 0 and 0 < step["avg_power_W"] <= 400  # an A100 SXM's TDP
 
 
 def test_bare_module_takes_input_shapes(model_file: Path) -> None:

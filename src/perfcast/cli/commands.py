@@ -227,11 +227,14 @@ def predict(
         raise ConfigError("give either --model (a catalog model) or --workload (a captured workload JSON)")
     if workload is not None:
         from perfcast.capture.io import load_workload
+        from perfcast.catalog.hardware import load_hardware
+        from perfcast.compose.energy import with_energy
         from perfcast.compose.step import predict_step
 
         if parallelism != "none":
             raise ConfigError(f"--parallelism {parallelism}: a captured workload predicts on one device (use none)")
-        st = predict_step(load_workload(workload), hardware, fused=fused)
+        hw = load_hardware(hardware)
+        st = with_energy(predict_step(load_workload(workload), hw, fused=fused), hw)  # joules, as for catalog models
     else:
         st = run(StepRequest(model=model, hardware=hardware, mode=mode_v, batch_size=batch_size, seq_len=seq_len,
                              dtype=dtype, fused=fused, parallelism=parallelism, microbatches=microbatches,
