@@ -502,14 +502,20 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 req.generated += k + extra
                 if req.generated >= req.output_tokens:
                     finished.append(req)
-        else:
-            for req in batch.decode:  # the hot loop: plain attributes, no properties
+        elif sched.pads_finished:  # padded rows: a finished member emits nothing more
+            for req in batch.decode:
                 g = req.generated
                 if g < req.output_tokens:
                     g += k
                     req.generated = g
                     if g >= req.output_tokens:
                         finished.append(req)
+        else:
+            for req in batch.decode:  # the hot loop: plain attributes, no properties
+                g = req.generated + k
+                req.generated = g
+                if g >= req.output_tokens:
+                    finished.append(req)
         # a decoding request already has its first token; a prefill that completed emits one
         for req in emitted + finished:
             if math.isnan(req.first_token_s):

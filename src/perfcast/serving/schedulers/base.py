@@ -65,6 +65,7 @@ class ReplicaScheduler:
     # a decode-only batch it forms repeats unchanged until a request finishes or arrives (the engine may
     # then run those iterations in one step); false for policies that change batches on their own
     steady_decode: ClassVar[bool] = True
+    pads_finished: ClassVar[bool] = False  # finished requests stay in the decode batch (padded rows)
 
     def __init__(self, kv: BlockManager, limits: SchedulerLimits) -> None:
         self.kv = kv

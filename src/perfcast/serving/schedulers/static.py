@@ -22,6 +22,7 @@ class StaticScheduler(ReplicaScheduler):
     name = "static"
     reserve_full_length = True
     steady_decode = False  # padded rows: finished members stay in the batch
+    pads_finished = True
 
     def _prefill_fits_budget(self, req: Request) -> bool:
         return True
