@@ -2,8 +2,10 @@
 
 A 2-D convolution ``(batch, in_ch, out_ch, kernel, in_hw, stride, padding, groups)``
 is a GEMM with ``m = batch * out_hw**2`` output pixels, ``n = out_ch`` and
-``k = in_ch/groups * kernel**2``. 3x3 stride-1 convolutions may use Winograd,
-which saves multiplies: its compute time is divided by a fitted speedup. The
+``k = in_ch/groups * kernel**2``. 3x3 stride-1 convolutions on CUDA cores (FP32,
+the SIMT datapath) may use Winograd, which saves multiplies: its compute time is
+divided by a fitted speedup. On tensor cores (FP16/BF16/FP8) cuDNN runs them as
+implicit GEMMs, so no speedup applies there (the fit saw only FP32 rows). The
 transforms around the GEMM stream the activations several times (a fitted
 memory factor), and do not overlap with it.
 """
@@ -30,7 +32,7 @@ def conv_times(dims: np.ndarray, hw: Hardware, dtype: DType, coeffs: Coefficient
     m = batch * out * out
     k = cin / groups * kern * kern
     g = gemm_times(groups, m / 1.0, k, cout / groups, hw, dtype, coeffs, batched=False, clock_frac=clock_frac)
-    winograd = (kern == 3) & (stride == 1)
+    winograd = (kern == 3) & (stride == 1) & (datapath(hw, dtype) == "simt")
     speed = np.where(winograd, coeffs.conv.winograd_speedup, 1.0) * coeffs.conv.efficiency
     compute = g.compute_s / speed
     # activations in and out stream through DRAM (weights are small)
