@@ -32,8 +32,19 @@ class SarathiScheduler(ReplicaScheduler):
         running = self.running
         self._reserve_decode_slots(batch, [r for r in running if r.computed_tokens >= r.prefill_target])
         budget = self.limits.chunk_size - len(batch.decode)
-        if budget > 0 and len(batch.decode) < len(running):  # prompts in flight, oldest first
-            for req in [r for r in running if r.computed_tokens < r.prefill_target]:
+        # every running request now decodes in this batch or is still prefilling (a candidate either got its
+        # slot or was preempted out of running), and prompts in flight are the recently admitted ones: find
+        # them from the end of the list and stop once all are found
+        pending = len(running) - len(batch.decode)
+        if budget > 0 and pending > 0:
+            inflight: list[Request] = []
+            for r in reversed(running):
+                if r.computed_tokens < r.prefill_target:
+                    inflight.append(r)
+                    if len(inflight) == pending:
+                        break
+            inflight.reverse()  # oldest first
+            for req in inflight:
                 n = min(budget, req.prefill_target - req.computed_tokens)
                 batch.prefill.append((req, n))
                 budget -= n
