@@ -14,8 +14,10 @@ across the virtual engines.
 Decode-only stretches run in one step: when a policy forms a decode-only batch
 (nothing can be admitted), the same batch repeats until a request finishes, a
 request arrives or the KV cache fills, so the engine sums those iterations'
-times at once (vectorized) and advances every request by that many tokens.
-The result equals iterating one by one; the work per stretch is O(batch).
+times in one scalar loop (each iteration's time is a closed form of the batch's
+cached tokens) and advances every request and its KV cache by that many tokens
+in one pass. The result equals iterating one by one; the work per stretch is
+O(batch) plus O(1) per iteration.
 
 Speculative decoding (a draft model proposing ``k`` tokens, each accepted with
 probability ``a`` until the first rejection, plus the target's own token):

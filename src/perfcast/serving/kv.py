@@ -121,6 +121,23 @@ class _PagedCache:
         """Whether a prompt of ``num_tokens`` fits under the watermark on an empty cache (else it never will)."""
         return self.num_blocks - self.num_blocks_for(num_tokens) >= self.watermark_blocks
 
+    @property
+    def num_available_blocks(self) -> int:  # pragma: no cover - each manager counts its own
+        """Blocks a new allocation or a growing sequence can take (no watermark)."""
+        raise NotImplementedError
+
+    def append_need(self, seq_id: int, num_new_tokens: int) -> int:  # pragma: no cover - each manager's own
+        """New blocks ``seq_id`` takes to grow by ``num_new_tokens`` (0 when its last block has room)."""
+        raise NotImplementedError
+
+    def can_append(self, seq_id: int, num_new_tokens: int = 1) -> bool:
+        """Whether ``seq_id`` can grow by ``num_new_tokens`` (no watermark; cached prefix blocks may be evicted)."""
+        return self.append_need(seq_id, num_new_tokens) <= self.num_available_blocks
+
+    def decode_fits(self, num_seqs: int) -> bool:
+        """Whether ``num_seqs`` sequences can each take one more token even if each needs a new block."""
+        return num_seqs <= self.num_available_blocks
+
 
 class BlockManager(_PagedCache):
     """Allocates, grows, frees, shares and swaps paged KV blocks for the sequences of one replica.
@@ -273,10 +290,6 @@ class BlockManager(_PagedCache):
         seq = self._get_on_gpu(seq_id)
         return max(0, -(-(seq.num_tokens + num_new_tokens) // self.block_size) - len(seq.block_ids))
 
-    def can_append(self, seq_id: int, num_new_tokens: int = 1) -> bool:
-        """Whether ``seq_id`` can grow by ``num_new_tokens`` (no watermark; cached blocks may be evicted)."""
-        return self.append_need(seq_id, num_new_tokens) <= len(self._free) + len(self._evictable)
-
     def append(self, seq_id: int, num_new_tokens: int = 1) -> None:
         """Grow ``seq_id`` by ``num_new_tokens``, taking a new block only when a block boundary is crossed."""
         seq = self._get_on_gpu(seq_id)
@@ -297,10 +310,6 @@ class BlockManager(_PagedCache):
         else:
             self._num_unfilled_slots -= num_new_tokens
         seq.num_tokens = new_total
-
-    def decode_fits(self, num_seqs: int) -> bool:
-        """Whether ``num_seqs`` sequences can each take one more token even if each needs a new block."""
-        return num_seqs <= len(self._free) + len(self._evictable)
 
     def append_decode(self, seq_ids: Sequence[int]) -> int:
         """One token more for every sequence in ``seq_ids`` (all on the GPU), if the free and cached blocks
@@ -704,10 +713,6 @@ class CountingBlockManager(_PagedCache):
         t, b, _ = self._seq(seq_id, on_gpu=True)
         return max(0, -(-(t + num_new_tokens) // self.block_size) - b)
 
-    def can_append(self, seq_id: int, num_new_tokens: int = 1) -> bool:
-        """Whether ``seq_id`` can grow by ``num_new_tokens``."""
-        return self.append_need(seq_id, num_new_tokens) <= self._free
-
     def append(self, seq_id: int, num_new_tokens: int = 1) -> None:
         """Grow ``seq_id`` by ``num_new_tokens``."""
         seq = self._seq(seq_id, on_gpu=True)
@@ -725,10 +730,6 @@ class CountingBlockManager(_PagedCache):
         else:
             self._num_unfilled_slots -= num_new_tokens
         seq[0] = total
-
-    def decode_fits(self, num_seqs: int) -> bool:
-        """Whether ``num_seqs`` sequences can each take one more token even if each needs a new block."""
-        return num_seqs <= self._free
 
     def append_decode(self, seq_ids: Sequence[int]) -> int:
         """One token more for every sequence in ``seq_ids`` if the worst case fits: their tokens in total
