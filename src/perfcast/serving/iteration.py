@@ -162,7 +162,10 @@ class IterationModel:
             for op in self._ops(int(t)):
                 if op.kind is OpKind.COMM:
                     if op.name.startswith("layers") or op.name.startswith("moe_layers"):
-                        comm_bytes[i] = op.bytes_read
+                        # every all-reduce of a layer carries the T hidden vectors of its output: a MoE
+                        # layer reduces after the weighted sum of its experts (TensorRT-LLM's MoE finalize,
+                        # vLLM's fused_moe), not the top-k expert outputs before it
+                        comm_bytes[i] = min(op.bytes_read, comm_bytes[i]) if comm_bytes[i] else op.bytes_read
                         comm_calls = 2.0 * self.layers_per_stage
                     continue
                 if op.kind is OpKind.ATTENTION or op.name.startswith("head."):
@@ -209,7 +212,9 @@ class IterationModel:
         eng = self.sc.engines[self.engine]
         self._cpu_fixed = eng.iteration_overhead_s
         self._cpu_per_seq = eng.per_sequence_overhead_s
-        self.kv_bytes_per_token = (2.0 * cfg_kv_dim(self.cfg) * self.kv.bytes * self.cfg.num_layers) / self.tp
+        # each GPU caches its KV heads; past tp = num_kv_heads every GPU holds (a replica of) one head
+        self.kv_bytes_per_token = (2.0 * cfg_kv_dim(self.cfg) * self.kv.bytes * self.cfg.num_layers
+                                   / min(self.tp, max(1, self.cfg.num_kv_heads)))
         # attention per layer in scalars (the event loop's hot path): the kernel layer's rates and the
         # FLOPs / bytes per query-key pair, cached token and sequence (FlashAttention / paged decode)
         self._att = attention_rates(self.hw, self.dtype, self.co)
