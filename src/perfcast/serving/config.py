@@ -53,6 +53,12 @@ class ServingConfig(BaseModel):
     hardware: str
     tensor_parallel_size: int = Field(default=1, ge=1)
     pipeline_parallel_size: int = Field(default=1, ge=1)
+    expert_parallel_size: int = Field(default=1, ge=1, description="MoE models: GPUs of a replica's tensor-parallel "
+                                      "group the routed experts are split over (divides tensor_parallel_size)")
+    attention_data_parallel: bool = Field(default=False, description="MoE models: each of the tensor_parallel_size "
+                                          "GPUs runs attention on its own sequences (TensorRT-LLM's "
+                                          "enable_attention_dp); max_num_seqs and max_num_batched_tokens then count "
+                                          "the whole replica")
     num_replicas: int = Field(default=1, ge=1)
     cluster: str | None = Field(default=None, description="cluster id for TP collectives (default: the GPU's node)")
     scheduler: str = "vllm"

@@ -248,7 +248,8 @@ def _iteration_model(model_cfg: ModelConfig, cfg: ServingConfig, *, dtype: DType
     """The deployment's iteration model, tabulated once per process (a QPS search, a co-location fixed point
     and a table of benchmark rows simulate the same deployment many times)."""
     key = (id(model_cfg), cfg.hardware, cfg.tensor_parallel_size, pp, dtype, quantization, kv_dtype, max_tokens,
-           cfg.max_num_seqs, cfg.engine, cfg.cluster, id(serving))
+           cfg.max_num_seqs, cfg.engine, cfg.cluster, id(serving), cfg.expert_parallel_size,
+           cfg.attention_data_parallel)
     hit = _MODELS.get(key)
     if hit is not None and hit[0] is model_cfg and hit[1] is serving:
         return hit[2]
@@ -257,7 +258,8 @@ def _iteration_model(model_cfg: ModelConfig, cfg: ServingConfig, *, dtype: DType
     model = IterationModel(model_cfg, cfg.hardware, tp=cfg.tensor_parallel_size, pp=pp, dtype=dtype,
                            quantization=quantization, kv_dtype=kv_dtype, max_tokens=max_tokens,
                            max_seqs=cfg.max_num_seqs, engine=cfg.engine,
-                           cluster=load_cluster(cfg.cluster) if cfg.cluster else None, serving=serving)
+                           cluster=load_cluster(cfg.cluster) if cfg.cluster else None, serving=serving,
+                           ep=cfg.expert_parallel_size, attention_dp=cfg.attention_data_parallel)
     if len(_MODELS) > 256:
         _MODELS.clear()
     _MODELS[key] = (model_cfg, serving, model)

@@ -14,6 +14,19 @@ one token for each decoding sequence. Its time splits, as VIDUR splits it, into
 - the engine's own work per iteration on the CPU (scheduling, input
   preparation, sampling): a fixed part and a part per sequence.
 
+Mixture-of-experts models may split their experts over ``ep`` GPUs (expert
+parallelism: each GPU holds ``num_experts / ep`` whole experts, each cut ``tp / ep``
+ways) and run attention data-parallel (``attention_dp``, TensorRT-LLM's
+``enable_attention_dp``): each of the ``tp`` GPUs then serves its own share of the
+sequences with a full copy of the attention weights and of its sequences' KV cache,
+and the MoE layers exchange tokens instead of all-reducing them (an all-gather of
+every rank's hidden vectors before the experts and a reduce-scatter of their
+weighted sums after, over the ``tp`` GPUs; dense layers of the model run on each
+GPU's own tokens with no collective). The batch the scheduler forms is the union
+of the ranks' batches, spread evenly: attention, the LM head and the per-sequence
+CPU work are priced for the busiest rank (``ceil(n / tp)`` of ``n`` sequences), the
+experts for every token. The KV cache of the union is ``tp`` times one GPU's.
+
 The token-parallel part, the LM head and the all-reduces are priced once by the
 kernel and collective layers on a grid of sizes and interpolated into dense
 tables, so an iteration costs a table lookup plus one attention evaluation:
@@ -97,6 +110,8 @@ class IterationModel:
     ``quantization`` is a :data:`~perfcast.workload.transforms.QUANTIZATION_SCHEMES` name;
     ``kv_dtype`` the KV-cache format (default: the activation dtype). ``max_tokens`` bounds the
     tokens one iteration may schedule (the dense tables cover it; larger batches interpolate).
+    ``ep`` (expert-parallel GPUs, dividing ``tp``) and ``attention_dp`` (attention data-parallel over
+    the ``tp`` GPUs) apply to mixture-of-experts models (module docstring).
     """
 
     model: ModelConfig | str
@@ -112,6 +127,8 @@ class IterationModel:
     coeffs: Coefficients | None = None
     serving: ServingCoefficients | None = None
     cluster: Cluster | None = None
+    attention_dp: bool = False
+    ep: int = 1
     _linear: np.ndarray = field(init=False, repr=False)
     _comm: np.ndarray = field(init=False, repr=False)
     _head: np.ndarray = field(init=False, repr=False)
@@ -127,6 +144,12 @@ class IterationModel:
             raise ConfigError(f"unknown quantization {self.quantization!r}; use one of "
                               f"{', '.join(QUANTIZATION_SCHEMES)}")
         check_tp(self.cfg, self.tp)
+        if self.ep < 1 or self.tp % self.ep:
+            raise ConfigError(f"expert parallelism {self.ep} must divide the tensor-parallel size {self.tp}")
+        if (self.ep > 1 or self.attention_dp) and self.cfg.moe is None:
+            raise ConfigError(f"expert parallelism and attention data parallelism need a mixture-of-experts "
+                              f"model; {self.cfg.id} is dense")
+        self.dp = self.tp if self.attention_dp else 1  # attention ranks, each with its own sequences
         layers = self.cfg.num_layers
         if self.pp < 1 or self.pp > layers:
             raise ConfigError(f"pipeline stages ({self.pp}) must be between 1 and the {layers} layers of {self.cfg.id}")
@@ -136,8 +159,8 @@ class IterationModel:
                               f"{self.cl.id} node")
         self.kv = self.kv_dtype or (DType.FP8 if self.quantization in ("fp8", "fp4") else self.dtype)
         cfg = self.cfg
-        self.heads = cfg.num_heads // self.tp
-        self.kv_heads = max(1, cfg.num_kv_heads // self.tp)
+        self.heads = cfg.num_heads // (1 if self.attention_dp else self.tp)
+        self.kv_heads = max(1, cfg.num_kv_heads // (1 if self.attention_dp else self.tp))
         self.head_dim = cfg.head_dim
         self.v_head_dim = int(getattr(cfg, "v_head_dim", None) or cfg.head_dim)
         self.layers_per_stage = -(-layers // self.pp)  # uneven stages: the fullest one paces the pipeline
@@ -145,10 +168,22 @@ class IterationModel:
         self._tables()
 
     # -- tables -------------------------------------------------------------------------------
-    def _ops(self, tokens: int) -> list[Op]:
+    def _build(self, tokens: int) -> list[Op]:
         spec = WorkloadSpec(Mode.PREFILL, 1, tokens, dtype=self.dtype, style="engine", attention="flash")
-        ops = _group_experts(list(build_workload(self.cfg, spec).ops))
-        return shard_tp(quantize_weights(ops, self.quantization), self.tp)
+        return quantize_weights(_group_experts(list(build_workload(self.cfg, spec).ops)), self.quantization)
+
+    def _ops(self, tokens: int) -> list[Op]:
+        """One GPU's ops for an iteration of ``tokens`` tokens (the union of the ranks' under attention DP)."""
+        if self.ep == 1 and not self.attention_dp:
+            return shard_tp(self._build(tokens), self.tp)
+        full = self._build(tokens)
+        experts = [_expert_share(o, self.ep) for o in shard_tp(full, self.tp // self.ep)
+                   if _is_routed_expert(o) and o.kind is not OpKind.COMM]
+        if self.attention_dp:  # each rank runs everything else on its own tokens, unsharded
+            rest = [o for o in self._build(-(-tokens // self.dp)) if not _is_routed_expert(o)]
+        else:
+            rest = [o for o in shard_tp(full, self.tp) if not _is_routed_expert(o)]
+        return rest + experts
 
     def _tables(self) -> None:
         grid = _grid(self.max_tokens)
@@ -162,10 +197,10 @@ class IterationModel:
             for op in self._ops(int(t)):
                 if op.kind is OpKind.COMM:
                     if op.name.startswith("layers") or op.name.startswith("moe_layers"):
-                        # every all-reduce of a layer carries the T hidden vectors of its output: a MoE
-                        # layer reduces after the weighted sum of its experts (TensorRT-LLM's MoE finalize,
-                        # vLLM's fused_moe), not the top-k expert outputs before it
-                        comm_bytes[i] = min(op.bytes_read, comm_bytes[i]) if comm_bytes[i] else op.bytes_read
+                        # every all-reduce of a layer carries the T hidden vectors of its output in the
+                        # activation dtype: a MoE layer reduces after the weighted sum of its experts
+                        # (TensorRT-LLM's MoE finalize, vLLM's fused_moe), not the top-k expert outputs
+                        comm_bytes[i] = float(t) * self.cfg.hidden_size * self.dtype.bytes
                         comm_calls = 2.0 * self.layers_per_stage
                     continue
                 if op.kind is OpKind.ATTENTION or op.name.startswith("head."):
@@ -184,7 +219,16 @@ class IterationModel:
         dense = np.arange(self.max_tokens + 1, dtype=float)
         self._linear = np.interp(dense, grid.astype(float), per)
         self._linear[0] = 0.0
-        if self.tp > 1 and comm_calls:
+        if self.attention_dp and self.tp > 1:
+            # per MoE layer of the stage: all-gather the ranks' hidden vectors, reduce-scatter the experts' sums
+            moe = self.cfg.moe
+            assert moe is not None  # checked in __post_init__
+            moe_layers = sum(moe.is_moe_layer(i) for i in range(self.cfg.num_layers)) / self.pp
+            hidden = grid.astype(float) * self.cfg.hidden_size * self.dtype.bytes
+            ct = (collective_times("all_gather", hidden, self.tp, self.cl, shared_nics=False)
+                  + collective_times("reduce_scatter", hidden, self.tp, self.cl, shared_nics=False))
+            self._comm = np.interp(dense, grid.astype(float), ct * moe_layers)
+        elif self.tp > 1 and comm_calls:
             ct = collective_times("all_reduce", comm_bytes, self.tp, self.cl, shared_nics=False)
             self._comm = np.interp(dense, grid.astype(float), ct * comm_calls)
         else:
@@ -213,8 +257,9 @@ class IterationModel:
         self._cpu_fixed = eng.iteration_overhead_s
         self._cpu_per_seq = eng.per_sequence_overhead_s
         # each GPU caches its KV heads; past tp = num_kv_heads every GPU holds (a replica of) one head
+        # attention DP: each GPU caches whole tokens of its own sequences (tp GPUs hold tp times as many)
         self.kv_bytes_per_token = (2.0 * cfg_kv_dim(self.cfg) * self.kv.bytes * self.cfg.num_layers
-                                   / min(self.tp, max(1, self.cfg.num_kv_heads)))
+                                   / (self.tp if self.attention_dp else min(self.tp, max(1, self.cfg.num_kv_heads))))
         # attention per layer in scalars (the event loop's hot path): the kernel layer's rates and the
         # FLOPs / bytes per query-key pair, cached token and sequence (FlashAttention / paged decode)
         self._att = attention_rates(self.hw, self.dtype, self.co)
@@ -238,7 +283,10 @@ class IterationModel:
         qbytes = {"none": self.dtype.bytes, "w4a16": 0.5 + 2.0 / 128, "w8a16": 1.0, "w8a8": 1.0, "fp8": 1.0,
                   "fp4": 0.5 + 1.0 / 16}
         per_param = qbytes[self.quantization]
-        return (block * per_param + (count.embedding + head) * self.dtype.bytes) / self.tp
+        if not self.attention_dp:
+            return (block * per_param + (count.embedding + head) * self.dtype.bytes) / self.tp
+        routed = _routed_expert_params(self.cfg)  # split over the GPUs; the rest is on every GPU
+        return routed * per_param / self.tp + (block - routed) * per_param + (count.embedding + head) * self.dtype.bytes
 
     # -- queries ------------------------------------------------------------------------------
     @staticmethod
@@ -272,6 +320,16 @@ class IterationModel:
                decode_kv: int, logits: int) -> IterationBreakdown:
         linear = self._lookup(self._linear_l, tokens)
         comm = self._lookup(self._comm_l, tokens)
+        dp = self.dp
+        if dp > 1:  # the busiest attention rank: ceil(n / dp) of each kind of sequence, their share of the work
+            if n_prefill:
+                r = -(-n_prefill // dp)
+                f = r / n_prefill
+                q, pairs, kv_read, n_prefill = int(math.ceil(q * f)), pairs * f, int(math.ceil(kv_read * f)), r
+            if n_decode:
+                r = -(-n_decode // dp)
+                decode_kv, n_decode = int(math.ceil(decode_kv * r / n_decode)), r
+            logits = -(-logits // dp)
         head = self._lookup(self._head_l, logits) / self.pp  # the LM head runs on the last stage only
         att, layers = self._att, self.layers_per_stage
         att_p = att_d = 0.0
@@ -293,11 +351,13 @@ class IterationModel:
         n = num_decode
         att, layers = self._att, self.layers_per_stage
         lookup = self._lookup
-        fixed = (lookup(self._linear_l, n) + lookup(self._comm_l, n) + lookup(self._head_l, n) / self.pp
-                 + self._cpu_fixed + self._cpu_per_seq * n + (att.fixed_s + att.per_sequence_s * n) * layers)
-        return (fixed, self._flop_per_pair * att.s_per_flop * layers,
-                (self._dec_q_bytes + self._dec_o_bytes * n) * att.s_per_byte * layers,
-                self._kv_bytes_per_ctx * att.s_per_byte * layers)
+        r = -(-n // self.dp) if self.dp > 1 else n  # sequences of the busiest attention rank
+        share = r / n if n else 1.0  # ... and its share of the cached tokens
+        fixed = (lookup(self._linear_l, n) + lookup(self._comm_l, n) + lookup(self._head_l, r) / self.pp
+                 + self._cpu_fixed + self._cpu_per_seq * r + (att.fixed_s + att.per_sequence_s * r) * layers)
+        return (fixed, self._flop_per_pair * att.s_per_flop * layers * share,
+                (self._dec_q_bytes + self._dec_o_bytes * r) * att.s_per_byte * layers,
+                self._kv_bytes_per_ctx * att.s_per_byte * layers * share)
 
     def decode_times(self, num_decode: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         """Seconds of consecutive decode-only iterations of the same ``num_decode`` sequences whose cached
@@ -336,6 +396,41 @@ class IterationModel:
             raise ConfigError(
                 f"{self.cfg.id} needs {per_gpu / 2**30:.1f} GiB of weights per GPU at tp={self.tp}, pp={self.pp}, "
                 f"more than the {usable / 2**30:.1f} GiB usable on {self.hw.id}; use at least tp*pp={need}")
+
+
+def _is_routed_expert(op: Op) -> bool:
+    return ".experts." in op.name
+
+
+def _expert_share(op: Op, ep: int) -> Op:
+    """One GPU's share of a routed-expert op when ``ep`` GPUs split the experts: a grouped GEMM keeps
+    ``ceil(groups / ep)`` of its active experts (each with its tokens), other ops ``1 / ep`` of their work."""
+    if ep == 1:
+        return op
+    if op.kind is OpKind.GEMM and len(op.dims) == 4 and op.dims[0] > 1:
+        g, m, k, n = op.dims
+        mine = -(-g // ep)
+        f = mine / g
+        return op.with_(dims=(mine, m, k, n), flops=op.flops * f, bytes_read=op.bytes_read * f,
+                        bytes_written=op.bytes_written * f, weight_bytes=op.weight_bytes * f)
+    f = 1.0 / ep
+    if op.kind is OpKind.VECTOR and len(op.dims) == 2:
+        rows, cols = op.dims
+        return op.with_(dims=(rows, max(1, cols // ep)), flops=op.flops * f, bytes_read=op.bytes_read * f,
+                        bytes_written=op.bytes_written * f)
+    return op.with_(flops=op.flops * f, bytes_read=op.bytes_read * f, bytes_written=op.bytes_written * f,
+                    weight_bytes=op.weight_bytes * f)
+
+
+def _routed_expert_params(cfg: ModelConfig) -> float:
+    """Parameters of every routed expert of every MoE layer (0 for a dense model)."""
+    moe = cfg.moe
+    if moe is None:
+        return 0.0
+    width = moe.expert_intermediate_size
+    per = cfg.hidden_size * width * (3 if moe.gated else 2) + ((width * (2 if moe.gated else 1) + cfg.hidden_size)
+                                                               if moe.expert_bias else 0)
+    return float(per * moe.num_experts * sum(moe.is_moe_layer(i) for i in range(cfg.num_layers)))
 
 
 def _group_experts(ops: list[Op]) -> list[Op]:

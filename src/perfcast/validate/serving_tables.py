@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfcast.catalog.models import load_model
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import ServingConfig, WorkloadConfig
 from perfcast.serving.engine import simulate_serving
 from perfcast.serving.metrics import ServingMetrics
 
-__all__ = ["MAX_BATCH", "MAX_NUM_TOKENS", "METRICS", "NUM_REQUESTS", "inference_config", "predict_inference_rows",
-           "row_value"]
+__all__ = ["MAX_BATCH", "MAX_NUM_TOKENS", "METRICS", "NUM_REQUESTS", "attention_dp_default", "inference_config",
+           "predict_inference_rows", "row_value"]
 
 NUM_REQUESTS = 1000
 MAX_BATCH = 2048
@@ -71,13 +72,31 @@ def inference_config(row: dict[str, str], *, num_requests: int = NUM_REQUESTS) -
         raise ConfigError(f"precision {precision!r} has no serving quantization scheme")
     isl, osl = _int(row, "input_len"), _int(row, "output_len")
     concurrency = (row.get("concurrency") or "").strip()
+    model = (row.get("model_id") or row.get("model") or "").strip()
+    tp = _int(row, "tp")
+    dp = attention_dp_default(row, model, tp)
     return ServingConfig(
-        model=(row.get("model_id") or row.get("model") or "").strip(), hardware=row["gpu_id"],
-        tensor_parallel_size=_int(row, "tp"), pipeline_parallel_size=_int(row, "pp"), scheduler="orca",
+        model=model, hardware=row["gpu_id"], tensor_parallel_size=tp, pipeline_parallel_size=_int(row, "pp"),
+        expert_parallel_size=tp if dp else 1, attention_data_parallel=dp, scheduler="orca",
         engine="trtllm", dtype="fp16", quantization=quant,  # type: ignore[arg-type]
-        max_num_seqs=MAX_BATCH, max_num_batched_tokens=MAX_NUM_TOKENS, max_model_len=isl + osl,
+        # under attention DP each rank has its own scheduler with these limits
+        max_num_seqs=MAX_BATCH * (tp if dp else 1), max_num_batched_tokens=MAX_NUM_TOKENS * (tp if dp else 1),
+        max_model_len=isl + osl,
         workload=WorkloadConfig(num_requests=num_requests, prompt_tokens=isl, output_tokens=osl, qps=None,
                                 concurrency=int(float(concurrency)) if concurrency else None))
+
+
+def attention_dp_default(row: dict[str, str], model: str, tp: int) -> bool:
+    """Whether the row's run is taken to use attention data parallelism with expert parallelism (see the
+    module docstring): a mixture-of-experts model served by TensorRT-LLM's PyTorch backend on more than one
+    tensor-parallel GPU."""
+    if tp < 2 or "pytorch" not in (row.get("framework_version") or "").lower():
+        return False
+    try:
+        cfg = load_model(model)
+    except PerfcastError:
+        return False
+    return cfg.moe is not None
 
 
 def row_value(row: dict[str, str], metrics: ServingMetrics) -> float:
