@@ -298,7 +298,8 @@ class IterationModel:
     def breakdown(self, prefill: tuple[PrefillChunk, ...] | list[PrefillChunk] = (), num_decode: int = 0,
                   decode_context_tokens: int = 0, num_logits: int | None = None) -> IterationBreakdown:
         """Seconds by part of an iteration running ``prefill`` chunks and ``num_decode`` decode tokens
-        whose sequences hold ``decode_context_tokens`` cached tokens in total (one pipeline stage when pp > 1).
+        whose sequences hold ``decode_context_tokens`` cached tokens in total (one pipeline stage when pp > 1:
+        the last, slowest one, whose layers share the GPU with the LM head).
 
         ``num_logits`` (default: decoding sequences plus prefill chunks) is how many sequences sample.
         """
@@ -330,7 +331,9 @@ class IterationModel:
                 r = -(-n_decode // dp)
                 decode_kv, n_decode = int(math.ceil(decode_kv * r / n_decode)), r
             logits = -(-logits // dp)
-        head = self._lookup(self._head_l, logits) / self.pp  # the LM head runs on the last stage only
+        # the LM head runs on the last stage only, which then paces the pipeline: a stage here is that
+        # slowest one (its layers and the head), so pp stages of it are a micro-batch's time in steady state
+        head = self._lookup(self._head_l, logits)
         att, layers = self._att, self.layers_per_stage
         att_p = att_d = 0.0
         if n_prefill:
@@ -353,7 +356,7 @@ class IterationModel:
         lookup = self._lookup
         r = -(-n // self.dp) if self.dp > 1 else n  # sequences of the busiest attention rank
         share = r / n if n else 1.0  # ... and its share of the cached tokens
-        fixed = (lookup(self._linear_l, n) + lookup(self._comm_l, n) + lookup(self._head_l, r) / self.pp
+        fixed = (lookup(self._linear_l, n) + lookup(self._comm_l, n) + lookup(self._head_l, r)
                  + self._cpu_fixed + self._cpu_per_seq * r + (att.fixed_s + att.per_sequence_s * r) * layers)
         return (fixed, self._flop_per_pair * att.s_per_flop * layers * share,
                 (self._dec_q_bytes + self._dec_o_bytes * r) * att.s_per_byte * layers,
