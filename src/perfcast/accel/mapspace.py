@@ -1,0 +1,343 @@
+"""The mapspace as arrays: random draws, one-move neighborhoods, and conversions to and from nests.
+
+Timeloop's view of a mapping space (Parashar et al., ISPASS 2019, Sec. IV): each dim's size is factored
+over *slots*, the temporal loops of every level and the fanout axes that take the dim, and every level
+picks a loop order. Here a mapping is a row of :class:`~perfcast.accel.batch.MapArrays`, so that a whole
+population or neighborhood is counted in one call of :meth:`~perfcast.accel.batch.BatchModel.cost`.
+
+- :func:`draw` assigns each prime factor of each dim to a slot uniformly at random, and each level a
+  uniformly random loop order (rows that do not fit are filtered later by ``valid``);
+- :func:`neighbors` lists every mapping one move away: a prime factor of one dim moved between two of
+  its slots (a loop that appears at a level is tried where the order has it, innermost and outermost),
+  two dims trading primes between two slots (tiles keep their size; this crosses the tight capacities of
+  scratchpads), another loop order at one level (one order per distinct reuse pattern), or one fanout
+  axis filled another way (:func:`refills`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import cache
+
+import numpy as np
+
+from perfcast.accel.batch import BatchModel, MapArrays
+from perfcast.accel.nest import Nest
+from perfcast.accel.problem import RELEVANT
+from perfcast.accel.spec import TENSORS
+
+__all__ = ["Slot", "divisors", "draw", "from_nest_parts", "neighbors", "orders_of", "primes", "refills", "slots_of",
+           "spatial_fills", "spatial_options", "to_nest"]
+
+# a slot of a dim: (level, axis index) for a fanout axis, (level, -1) for the level's temporal loops
+Slot = tuple[int, int]
+
+
+def primes(n: int) -> list[int]:
+    """Prime factors of ``n`` with multiplicity, ascending."""
+    out, k = [], 2
+    while k * k <= n:
+        while n % k == 0:
+            out.append(k)
+            n //= k
+        k += 1
+    return out + ([n] if n > 1 else [])
+
+
+def slots_of(model: BatchModel, d: int) -> list[Slot]:
+    """Where dim ``d``'s factors may go: every level's temporal loops, and the fanout axes that take it."""
+    out: list[Slot] = []
+    for i in range(model.num_levels):
+        out.append((i, -1))
+        for a in range(len(model.axes[i])):
+            if model.allowed[i, a, d]:
+                out.append((i, a))
+    return out
+
+
+def _signature(order: tuple[int, ...]) -> tuple[tuple[frozenset[int], int], ...]:
+    """Per tensor: the dims inside its innermost indexing loop, and that loop's dim (-1: none)."""
+    sig = []
+    for t in TENSORS:
+        inner: set[int] = set()
+        first = -1
+        for d in reversed(order):
+            if d in RELEVANT[t]:
+                first = d
+                break
+            inner.add(d)
+        sig.append((frozenset(inner), first))
+    return tuple(sig)
+
+
+@cache
+def orders_of(dims: frozenset[int]) -> tuple[tuple[int, ...], ...]:
+    """One loop order of ``dims`` (outermost first) per distinct reuse pattern."""
+    seen: dict[tuple[tuple[frozenset[int], int], ...], tuple[int, ...]] = {}
+    for perm in itertools.permutations(sorted(dims)):
+        seen.setdefault(_signature(perm), perm)
+    return tuple(seen.values())
+
+
+def _rank_of(order: tuple[int, ...]) -> list[int]:
+    """Ranks of a partial order (outermost first) with the other dims outermost (their factors are 1)."""
+    full = [d for d in range(7) if d not in order] + list(order)
+    rank = [0] * 7
+    for pos, d in enumerate(full):
+        rank[d] = pos
+    return rank
+
+
+@cache
+def divisors(n: int) -> tuple[int, ...]:
+    """Divisors of ``n``, ascending."""
+    return tuple(d for d in range(1, n + 1) if n % d == 0)
+
+
+def spatial_options(fan_dims: list[int], size: int, rem: list[int]) -> list[dict[int, int]]:
+    """Splits of one axis among its dims that no single factor can grow (to a larger divisor) within ``size``."""
+    out = []
+    choices = [divisors(rem[d]) for d in fan_dims]
+    for combo in itertools.product(*choices):
+        used = int(np.prod(combo))
+        if used > size:
+            continue
+        maximal = all(not any(g > f and used // f * g <= size for g in divisors(rem[d]))
+                      for d, f in zip(fan_dims, combo, strict=True))
+        if maximal:
+            out.append({d: f for d, f in zip(fan_dims, combo, strict=True) if f > 1})
+    return out
+
+
+def spatial_fills(model: BatchModel, limit: int = 64) -> np.ndarray:
+    """Spatial splits of every fanout axis that fill it as far as the dims allow (``spatial_options`` per axis,
+    innermost level first, each axis taking from what the others left), as ``(F, levels, axes, 7)``; the
+    ``limit`` that use the most PEs when there are more."""
+    n, a_max = model.num_levels, model.num_axes
+    axes = [(i, a) for i in range(n - 1, -1, -1) for a in range(len(model.axes[i]))]
+    found: list[np.ndarray] = []
+
+    def walk(k: int, rem: list[int], sp: np.ndarray) -> None:
+        if k == len(axes):
+            found.append(sp.copy())
+            return
+        i, a = axes[k]
+        fan_dims = [d for d in range(7) if model.allowed[i, a, d]]
+        for split in spatial_options(fan_dims, int(model.axis_size[i, a]), rem):
+            left = list(rem)
+            for d, f in split.items():
+                left[d] //= f
+                sp[i, a, d] = f
+            walk(k + 1, left, sp)
+            sp[i, a] = 1
+
+    walk(0, [int(x) for x in model.dims], np.ones((n, a_max, 7), dtype=np.int64))
+    fills = np.stack(found)
+    used = fills.reshape(len(fills), -1).prod(axis=1)
+    return fills[np.argsort(-used, kind="stable")[:limit]]
+
+
+def draw(model: BatchModel, rng: np.random.Generator, count: int, fill: np.ndarray | None = None) -> MapArrays:
+    """``count`` random mappings: every prime factor of every dim to a uniformly chosen slot, uniformly
+    random loop orders. With ``fill`` (one of :func:`spatial_fills`) the spatial factors are that fill's and
+    only the rest is spread over the temporal slots. Some do not fit; filter with ``model.valid``."""
+    n, a_max = model.num_levels, model.num_axes
+    temporal = np.ones((count, n, 7), dtype=np.int64)
+    spatial = np.ones((count, n, a_max, 7), dtype=np.int64)
+    if fill is not None:
+        spatial[:] = fill
+    left = model.dims if fill is None else model.dims // fill.reshape(-1, 7).prod(axis=0)
+    for d in range(7):
+        slots = slots_of(model, d)
+        if fill is not None:
+            slots = [s for s in slots if s[1] < 0]
+        for p in primes(int(left[d])):
+            pick = rng.integers(0, len(slots), count)
+            for s, (i, a) in enumerate(slots):
+                sel = pick == s
+                if a < 0:
+                    temporal[sel, i, d] *= p
+                else:
+                    spatial[sel, i, a, d] *= p
+    rank = np.argsort(rng.random((count, n, 7)), axis=2).astype(np.int64)
+    return MapArrays(temporal, spatial, rank)
+
+
+def _factor(t: np.ndarray, s: np.ndarray, d: int, slot: Slot) -> int:
+    i, a = slot
+    return int(t[i, d] if a < 0 else s[i, a, d])
+
+
+def _scale(t: np.ndarray, s: np.ndarray, d: int, slot: Slot, mul: int, div: int) -> None:
+    i, a = slot
+    if a < 0:
+        t[i, d] = t[i, d] * mul // div
+    else:
+        s[i, a, d] = s[i, a, d] * mul // div
+
+
+def neighbors(model: BatchModel, one: MapArrays) -> MapArrays:
+    """Every mapping one move from the single mapping ``one`` (see the module docstring); some may not fit."""
+    t0, s0, r0 = one.temporal[0], one.spatial[0], one.rank[0]
+    ts: list[np.ndarray] = []
+    ss: list[np.ndarray] = []
+    rs: list[np.ndarray] = []
+    axis_used = s0.prod(axis=2)
+
+    def add(t: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
+        ts.append(t)
+        ss.append(s)
+        rs.append(r)
+
+    def fits_axis(s: np.ndarray, slot: Slot) -> bool:
+        i, a = slot
+        return a < 0 or int(s[i, a].prod()) <= int(model.axis_size[i, a])
+
+    slots = [slots_of(model, d) for d in range(7)]
+    moves: list[tuple[int, Slot, Slot, int]] = []  # (dim, from, to, prime)
+    for d in range(7):
+        for src in slots[d]:
+            f = _factor(t0, s0, d, src)
+            for p in sorted(set(primes(f))):
+                for dst in slots[d]:
+                    if dst == src:
+                        continue
+                    i, a = dst
+                    if a >= 0 and int(axis_used[i, a]) * p > int(model.axis_size[i, a]):
+                        continue
+                    moves.append((d, src, dst, p))
+    for d, src, dst, p in moves:
+        t, s = t0.copy(), s0.copy()
+        _scale(t, s, d, src, 1, p)
+        _scale(t, s, d, dst, p, 1)
+        add(t, s, r0)
+        i, a = dst
+        if a < 0 and t0[i, d] == 1:  # a new loop at level i: also try it innermost and outermost
+            for pos in (7, -1):
+                order = [x for x in np.argsort(r0[i]).tolist() if x != d]
+                order = order + [d] if pos == 7 else [d, *order]
+                r = r0.copy()
+                r[i] = np.argsort(np.array(order))
+                add(t, s, r)
+    # two dims trade primes between two slots (d1 moves src -> dst, d2 moves dst -> src)
+    by_pair: dict[tuple[Slot, Slot], list[tuple[int, int]]] = {}
+    for d, src, dst, p in moves:
+        by_pair.setdefault((src, dst), []).append((d, p))
+    for (src, dst), there in by_pair.items():
+        if src >= dst:
+            continue
+        for (d1, p1), (d2, p2) in itertools.product(there, by_pair.get((dst, src), [])):
+            if d1 == d2 and p1 == p2:
+                continue
+            t, s = t0.copy(), s0.copy()
+            _scale(t, s, d1, src, 1, p1)
+            _scale(t, s, d1, dst, p1, 1)
+            _scale(t, s, d2, dst, 1, p2)
+            _scale(t, s, d2, src, p2, 1)
+            if fits_axis(s, src) and fits_axis(s, dst):
+                add(t, s, r0)
+    for i in range(model.num_levels):
+        live = frozenset(int(d) for d in np.nonzero(t0[i] > 1)[0])
+        current = _signature(tuple(int(d) for d in np.argsort(r0[i]) if t0[i, d] > 1))
+        for alt in orders_of(live):
+            if _signature(alt) == current:
+                continue
+            r = r0.copy()
+            r[i] = _rank_of(alt)
+            add(t0, s0, r)
+    if not ts:
+        return refills(model, one)
+    return MapArrays.concat([MapArrays(np.stack(ts), np.stack(ss), np.stack(rs)), refills(model, one)])
+
+
+def refills(model: BatchModel, one: MapArrays) -> MapArrays:
+    """The single mapping ``one`` with one fanout axis filled another way (:func:`spatial_options` of the
+    problem's dims); the factors the axis gives up or takes trade with temporal loops. Some may not fit."""
+    t0, s0, r0 = one.temporal[0], one.spatial[0], one.rank[0]
+    ts, ss = [], []
+    for i, a, split in _fills(model):
+        for j in range(model.num_levels):
+            t, s = t0.copy(), s0.copy()
+            if _refill(model, t, s, i, a, split, j):
+                ts.append(t)
+                ss.append(s)
+    if not ts:
+        return one.take(slice(0, 0))
+    return MapArrays(np.stack(ts), np.stack(ss), np.repeat(r0[None], len(ts), axis=0))
+
+
+@cache
+def _fills_cached(model_id: int, dims: tuple[int, ...], axes: tuple[tuple[int, int, int, tuple[int, ...]], ...]
+                  ) -> tuple[tuple[int, int, tuple[tuple[int, int], ...]], ...]:
+    out = []
+    for i, a, size, fan_dims in axes:
+        for split in spatial_options(list(fan_dims), size, list(dims)):
+            out.append((i, a, tuple(sorted(split.items()))))
+    return tuple(out)
+
+
+def _fills(model: BatchModel) -> tuple[tuple[int, int, tuple[tuple[int, int], ...]], ...]:
+    """Every (level, axis, split) that fills one fanout axis as far as the problem's dims allow."""
+    axes = tuple((i, a, int(model.axis_size[i, a]), tuple(d for d in range(7) if model.allowed[i, a, d]))
+                 for i in range(model.num_levels) for a in range(len(model.axes[i])))
+    return _fills_cached(0, tuple(int(x) for x in model.dims), axes)
+
+
+def _refill(model: BatchModel, t: np.ndarray, s: np.ndarray, i: int, a: int,
+            split: tuple[tuple[int, int], ...], to: int) -> bool:
+    """Give fanout axis ``a`` of level ``i`` the factors ``split`` (in place): what it no longer takes goes to
+    level ``to``'s temporal loops, what it takes more of comes from temporal loops (level i's first, then the
+    outer levels', then the inner ones'). False when the factors cannot be found or nothing changes."""
+    want = [1] * 7
+    for d, f in split:
+        want[d] = f
+    if all(int(s[i, a, d]) == want[d] for d in range(7)):
+        return False
+    donors = [i, *range(i - 1, -1, -1), *range(i + 1, model.num_levels)]
+    for d in range(7):
+        old, new = int(s[i, a, d]), want[d]
+        if old == new:
+            continue
+        common = int(np.gcd(old, new))
+        t[to, d] *= old // common
+        for p in primes(new // common):
+            for j in donors:
+                if t[j, d] % p == 0:
+                    t[j, d] //= p
+                    break
+            else:
+                return False
+        s[i, a, d] = new
+    return True
+
+
+def to_nest(model: BatchModel, m: MapArrays, row: int) -> Nest:
+    """Row ``row`` of ``m`` as the nest :mod:`perfcast.accel.evaluate` counts."""
+    temporal, spatial, axes = [], [], []
+    for i in range(model.num_levels):
+        order = [int(d) for d in np.argsort(m.rank[row, i], kind="stable")]
+        temporal.append(tuple((d, int(m.temporal[row, i, d])) for d in order if m.temporal[row, i, d] > 1))
+        spatial.append(tuple(int(x) for x in m.spatial[row, i].prod(axis=0)))
+        axes.append(tuple((name, tuple((d, int(m.spatial[row, i, a, d])) for d in range(7)
+                                       if m.spatial[row, i, a, d] > 1))
+                          for a, name in enumerate(model.axes[i])))
+    return Nest(tuple(temporal), tuple(spatial), tuple(axes))
+
+
+def from_nest_parts(model: BatchModel, temporal: list[dict[int, int]], orders: list[tuple[int, ...]],
+                    axes: list[dict[str, dict[int, int]]]) -> MapArrays:
+    """One mapping from per-level temporal factors, full loop orders (outermost first) and per-axis splits."""
+    n, a_max = model.num_levels, model.num_axes
+    t = np.ones((1, n, 7), dtype=np.int64)
+    s = np.ones((1, n, a_max, 7), dtype=np.int64)
+    r = np.zeros((1, n, 7), dtype=np.int64)
+    for i in range(n):
+        for d, f in temporal[i].items():
+            t[0, i, d] = f
+        for pos, d in enumerate(orders[i]):
+            r[0, i, d] = pos
+        for name, split in axes[i].items():
+            a = model.axes[i].index(name)
+            for d, f in split.items():
+                s[0, i, a, d] = f
+    return MapArrays(t, s, r)
