@@ -58,7 +58,7 @@ from perfcast.workload.sharding import check_tp, shard_tp
 from perfcast.workload.transforms import QUANTIZATION_SCHEMES, quantize_weights
 from perfcast.workload.types import Mode, Op, OpKind
 
-__all__ = ["IterationBreakdown", "IterationModel", "PrefillChunk"]
+__all__ = ["IterationBreakdown", "IterationModel", "PrefillChunk", "weight_bytes_per_gpu"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,18 +275,8 @@ class IterationModel:
         self._head_l = self._head.tolist()
 
     def _weight_bytes(self) -> float:
-        """Weights per GPU of one pipeline stage's share: every expert, quantized block weights, 16-bit rest."""
-        count = count_params(self.cfg)
-        tied = self.cfg.tie_word_embeddings
-        head = 0 if tied else count.embedding  # an untied LM head is as large as the token table
-        block = count.total - count.embedding - head
-        qbytes = {"none": self.dtype.bytes, "w4a16": 0.5 + 2.0 / 128, "w8a16": 1.0, "w8a8": 1.0, "fp8": 1.0,
-                  "fp4": 0.5 + 1.0 / 16}
-        per_param = qbytes[self.quantization]
-        if not self.attention_dp:
-            return (block * per_param + (count.embedding + head) * self.dtype.bytes) / self.tp
-        routed = _routed_expert_params(self.cfg)  # split over the GPUs; the rest is on every GPU
-        return routed * per_param / self.tp + (block - routed) * per_param + (count.embedding + head) * self.dtype.bytes
+        return weight_bytes_per_gpu(self.cfg, tp=self.tp, dtype=self.dtype, quantization=self.quantization,
+                                    attention_dp=self.attention_dp)
 
     # -- queries ------------------------------------------------------------------------------
     @staticmethod
@@ -399,6 +389,24 @@ class IterationModel:
             raise ConfigError(
                 f"{self.cfg.id} needs {per_gpu / 2**30:.1f} GiB of weights per GPU at tp={self.tp}, pp={self.pp}, "
                 f"more than the {usable / 2**30:.1f} GiB usable on {self.hw.id}; use at least tp*pp={need}")
+
+
+def weight_bytes_per_gpu(model: ModelConfig | str, *, tp: int = 1, dtype: DType = DType.BF16,
+                         quantization: str = "none", attention_dp: bool = False) -> float:
+    """Bytes of weights on one GPU of a ``tp``-way replica, every pipeline stage together (divide by ``pp``
+    for one stage): every expert, quantized block weights, 16-bit embeddings and head. Under attention data
+    parallelism only the routed experts are split over the GPUs; everything else is on each of them."""
+    cfg = load_model(model)
+    count = count_params(cfg)
+    head = 0 if cfg.tie_word_embeddings else count.embedding  # an untied LM head is as large as the token table
+    block = count.total - count.embedding - head
+    qbytes = {"none": dtype.bytes, "w4a16": 0.5 + 2.0 / 128, "w8a16": 1.0, "w8a8": 1.0, "fp8": 1.0,
+              "fp4": 0.5 + 1.0 / 16}
+    per_param = qbytes[quantization]
+    if not attention_dp:
+        return (block * per_param + (count.embedding + head) * dtype.bytes) / tp
+    routed = _routed_expert_params(cfg)
+    return routed * per_param / tp + (block - routed) * per_param + (count.embedding + head) * dtype.bytes
 
 
 def _is_routed_expert(op: Op) -> bool:

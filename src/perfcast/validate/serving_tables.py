@@ -10,8 +10,17 @@ instance's total output tokens per second. Each row is reproduced as:
 - TensorRT-LLM's defaults: in-flight batching that mixes context and generation
   requests with KV reserved for each request's full length (its
   GUARANTEED_NO_EVICT capacity policy: the ``orca`` policy here), at most
-  ``MAX_BATCH`` sequences and ``MAX_NUM_TOKENS`` tokens per iteration, 90% of GPU
-  memory for weights and KV cache, and the ``trtllm`` CPU-overhead preset;
+  ``MAX_BATCH`` sequences and ``MAX_NUM_TOKENS`` tokens per iteration, a KV cache
+  of ``KV_FREE_MEMORY_FRAC`` of the memory the weights leave free (TensorRT-LLM's
+  ``kv_cache_free_gpu_mem_fraction``, a share of free memory, not of the whole GPU
+  as vLLM's ``gpu_memory_utilization``), and the ``trtllm`` CPU-overhead preset;
+- mixture-of-experts models on more than one tensor-parallel GPU in the
+  PyTorch-backend (v1.0-era) rows: attention data parallelism with the experts
+  split over the same GPUs (``enable_attention_dp`` with ``moe_expert_parallel_size
+  = tp``, TensorRT-LLM's recommended maximum-throughput setup for its MoE models).
+  This is an ASSUMPTION: the perf-overview tables name only TP and PP. Each
+  attention rank then has its own ``MAX_BATCH`` / ``MAX_NUM_TOKENS`` limits. The
+  TensorRT-engine (v0.11) rows (Mixtral) keep tensor-parallel experts;
 - precision: ``fp16`` rows run FP16 weights and KV cache, ``fp8`` rows FP8 GEMMs
   and an FP8 KV cache, ``fp4`` rows NVFP4 GEMMs and an FP8 KV cache (as the
   TensorRT-LLM quantized checkpoints are built).
@@ -27,19 +36,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
+from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import ServingConfig, WorkloadConfig
 from perfcast.serving.engine import simulate_serving
+from perfcast.serving.iteration import weight_bytes_per_gpu
 from perfcast.serving.metrics import ServingMetrics
 
-__all__ = ["MAX_BATCH", "MAX_NUM_TOKENS", "METRICS", "NUM_REQUESTS", "attention_dp_default", "inference_config",
-           "predict_inference_rows", "row_value"]
+__all__ = ["KV_FREE_MEMORY_FRAC", "MAX_BATCH", "MAX_NUM_TOKENS", "METRICS", "NUM_REQUESTS", "attention_dp_default",
+           "inference_config", "predict_inference_rows", "row_value"]
 
 NUM_REQUESTS = 1000
 MAX_BATCH = 2048
 MAX_NUM_TOKENS = 8192
+KV_FREE_MEMORY_FRAC = 0.9  # TensorRT-LLM's kv_cache_free_gpu_mem_fraction default: of the memory left after the weights
 _TOTALS = ("throughput_tokens_per_s", "output_throughput_tokens_per_s_total", "output_tokens_per_s_total")
 # metric -> (ServingMetrics field, distribution statistic or "", scale to the row's unit)
 METRICS: dict[str, tuple[str, str, float]] = {
@@ -81,9 +94,20 @@ def inference_config(row: dict[str, str], *, num_requests: int = NUM_REQUESTS) -
         engine="trtllm", dtype="fp16", quantization=quant,  # type: ignore[arg-type]
         # under attention DP each rank has its own scheduler with these limits
         max_num_seqs=MAX_BATCH * (tp if dp else 1), max_num_batched_tokens=MAX_NUM_TOKENS * (tp if dp else 1),
-        max_model_len=isl + osl,
+        max_model_len=isl + osl, gpu_memory_utilization=_memory_frac(model, row["gpu_id"], tp, _int(row, "pp"),
+                                                                     quant, dp),
         workload=WorkloadConfig(num_requests=num_requests, prompt_tokens=isl, output_tokens=osl, qps=None,
                                 concurrency=int(float(concurrency)) if concurrency else None))
+
+
+def _memory_frac(model: str, gpu: str, tp: int, pp: int, quant: str, dp: bool) -> float:
+    """TensorRT-LLM's KV budget as a share of the whole GPU: ``KV_FREE_MEMORY_FRAC`` of what the weights leave."""
+    try:
+        weights = weight_bytes_per_gpu(model, tp=tp, dtype=DType.FP16, quantization=quant, attention_dp=dp) / pp
+        total = float(load_hardware(gpu).memory_bytes)
+    except PerfcastError:
+        return KV_FREE_MEMORY_FRAC  # the simulation reports what is wrong with the row
+    return min(1.0, max(KV_FREE_MEMORY_FRAC * 0.5, (weights + KV_FREE_MEMORY_FRAC * max(total - weights, 0.0)) / total))
 
 
 def attention_dp_default(row: dict[str, str], model: str, tp: int) -> bool:
