@@ -25,6 +25,10 @@ def serve(
     hardware: str = typer.Option(..., "--hardware", "-H", help="GPU id or alias."),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs per pipeline stage."),
     pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages."),
+    expert_parallel_size: int = typer.Option(1, "--expert-parallel-size", "-ep",
+                                             help="MoE: GPUs of the tensor-parallel group the experts are split over."),
+    enable_attention_dp: bool = typer.Option(False, "--enable-attention-dp",
+                                             help="MoE: each tensor-parallel GPU attends over its own sequences."),
     num_replicas: int = typer.Option(1, "--num-replicas", help="Replicas behind the router."),
     num_prefill_replicas: int = typer.Option(0, "--num-prefill-replicas",
                                              help="Disaggregated serving: replicas that only prefill."),
@@ -107,6 +111,7 @@ def serve(
         fields: dict[str, Any] = dict(
             model=model, hardware=hardware, tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size, num_replicas=num_replicas, cluster=cluster,
+            expert_parallel_size=expert_parallel_size, attention_data_parallel=enable_attention_dp,
             num_prefill_replicas=num_prefill_replicas, kv_transfer_bandwidth_Bps=kv_transfer_bandwidth * 1e9,
             scheduler=scheduler, router=router, engine=engine, dtype=dtype, quantization=quantization,
             kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
