@@ -123,6 +123,8 @@ def descend_search(model: BatchModel, goal: str, samples: int, seed: int, *, sta
     uniform = samples // 2
     for lo in range(0, uniform, 4096):
         pool.append(score(draw(model, rng, min(4096, uniform - lo))))
+        if progress is not None:
+            progress(score.evaluated, budget)
     per_fill = -(-(samples - uniform) // len(fills))
     for fill in fills:
         pool.append(score(draw(model, rng, per_fill, fill)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -52,7 +53,8 @@ def accel(
         chosen = acc.load_mapping(mapping)
         result = acc.evaluate(spec, problem, chosen)
     else:
-        found = acc.search_mappings(spec, problem, strategy=search, samples=samples, objective=objective, seed=seed)
+        found = _search(spec, problem, quiet=as_json, strategy=search, samples=samples, objective=objective,
+                        seed=seed)
         chosen, result = found.mapping, found.best
     if out is not None:
         import yaml
@@ -68,6 +70,36 @@ def accel(
         emit_json(data)
         return
     _print(result, found)
+
+
+def _search(spec: object, problem: object, *, quiet: bool, **options: Any) -> Any:
+    """The mapper's search, with a progress bar on stderr once it has run for a second (not with --json)."""
+    import time
+
+    from rich.progress import Progress
+
+    import perfcast.accel as acc
+
+    start = time.perf_counter()
+    bar: list[tuple[Progress, Any]] = []
+
+    def tick(done: int, total: int) -> None:
+        if quiet:
+            return
+        if not bar:
+            if time.perf_counter() - start < 1.0:
+                return
+            prog = Progress(console=_console(stderr=True), transient=True)
+            prog.start()
+            bar.append((prog, prog.add_task("mapping search (mappings counted, of at most)", total=total)))
+        prog, task = bar[0]
+        prog.update(task, completed=done, total=total)
+
+    try:
+        return acc.search_mappings(spec, problem, progress=tick, **options)  # type: ignore[arg-type]
+    finally:
+        if bar:
+            bar[0][0].stop()
 
 
 def _print(r: object, found: object) -> None:
