@@ -189,3 +189,93 @@ def test_shipped_architecture_states_its_sources() -> None:
     assert arch.num_macs == 168
     assert any("Eyeriss" in s for s in arch.source) and any("Horowitz" in s for s in arch.source)
     assert arch.technology == "65 nm"
+
+
+# -- the batch counts and the mapper's search ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("arch_text", "problem"), [
+    (None, Problem("conv1-like", (7, 7, 112, 112, 3, 64, 1), 2, 2)),
+    (None, Problem("dilated", (3, 3, 12, 10, 8, 6, 2), 2, 1, 2, 3)),
+    (TINY_ARCH, Problem("gemm", (1, 1, 12, 1, 8, 6, 1))),
+])
+def test_batch_counts_match_the_scalar_evaluator(arch_text: str | None, problem: Problem) -> None:
+    """Random draws counted as arrays agree with evaluate_nest, and fit exactly when build_nest accepts them."""
+    import numpy as np
+
+    from perfcast.accel.batch import BatchModel
+    from perfcast.accel.evaluate import evaluate_nest
+    from perfcast.accel.mapspace import draw, to_nest
+    from perfcast.accel.nest import nest_to_spec
+
+    arch = load_arch("eyeriss") if arch_text is None else _arch(arch_text)
+    model = BatchModel(arch, problem)
+    m = draw(model, np.random.default_rng(1), 400)
+    ok = model.valid(m)
+    energy, cycles = model.cost(m)
+    assert ok.any() and not ok.all()
+    for row in range(len(m)):
+        nest = to_nest(model, m, row)
+        if ok[row]:
+            evaluate(arch, problem, nest_to_spec(arch, problem, nest))  # the written mapping is valid
+            r = evaluate_nest(arch, problem, nest)
+            assert r.energy_J == pytest.approx(energy[row], rel=1e-12)
+            assert r.cycles == pytest.approx(cycles[row], rel=1e-12)
+        else:
+            with pytest.raises(ConfigError):
+                evaluate(arch, problem, nest_to_spec(arch, problem, nest))
+
+
+def test_neighbors_keep_every_dim_whole() -> None:
+    """Each one-move neighbor still factors every dim into the problem's size, with orders as permutations."""
+    import numpy as np
+
+    from perfcast.accel.batch import BatchModel
+    from perfcast.accel.mapspace import draw, neighbors, refills
+
+    model = BatchModel(load_arch("eyeriss"), layer_problem("resnet50.layer2.0.conv2"))
+    m = draw(model, np.random.default_rng(0), 200)
+    one = m.take([int(np.nonzero(model.valid(m))[0][0])])
+    nb = neighbors(model, one)
+    assert len(nb) > 50 and len(refills(model, one)) > 0
+    total = nb.temporal.prod(axis=1) * nb.spatial.prod(axis=(1, 2))
+    assert (total == model.dims).all()
+    assert (np.sort(nb.rank, axis=2) == np.arange(7)).all()
+    assert not (nb.spatial > 1)[:, ~model.allowed].any()  # no dim on an axis that does not take it
+
+
+def test_spatial_fills_include_row_stationary() -> None:
+    """The fills of eyeriss for conv1 include the row-stationary split (R on the 12 rows, P on the 14 columns)."""
+    import numpy as np
+
+    from perfcast.accel.batch import BatchModel
+    from perfcast.accel.mapspace import spatial_fills
+
+    model = BatchModel(load_arch("eyeriss"), layer_problem("resnet50.conv1"))
+    fills = spatial_fills(model)
+    assert (fills.prod(axis=3) <= model.axis_size).all()
+    rs = np.ones_like(fills[0])
+    rs[1, model.axes[1].index("y"), 0] = 7  # R = 7 on y
+    rs[1, model.axes[1].index("x"), 2] = 14  # P = 14 on x
+    assert any((f == rs).all() for f in fills)
+
+
+def test_mapper_defaults_match_the_hand_mapping_on_conv1() -> None:
+    """With the CLI's defaults the search's EDP and energy are within 5% of the row-stationary mapping's."""
+    arch, p = load_arch("eyeriss"), layer_problem("resnet50.conv1")
+    hand = evaluate(arch, p, load_mapping(DATA / "mappings" / "eyeriss-resnet50-conv1.yaml"))
+    found = search_mappings(arch, p)
+    assert found.best.edp_Js <= 1.05 * hand.edp_Js
+    assert found.best.energy_J <= 1.05 * hand.energy_J
+    assert found.best.ideal_cycles == hand.ideal_cycles == 702_464
+
+
+def test_exhaustive_and_random_agree_on_a_small_space() -> None:
+    """On the tiny arch the descent finds the optimum of the exhaustive pruned space (or better)."""
+    arch, p = _arch(), Problem("gemm", (1, 1, 12, 1, 8, 6, 1))
+    ex = search_mappings(arch, p, strategy="exhaustive", samples=100_000)
+    rnd = search_mappings(arch, p, samples=200, seed=1)
+    assert rnd.best.edp_Js <= ex.best.edp_Js * (1 + 1e-9)
+    for objective in ("energy", "delay"):
+        found = search_mappings(arch, p, samples=200, objective=objective)
+        assert found.objective == objective and found.evaluated > 0
