@@ -20,8 +20,9 @@ def accel(
                                                                  "problem YAML file."),
     mapping: Path | None = typer.Option(None, "--mapping", help="Evaluate this mapping YAML instead of searching."),
     search: str = typer.Option("random", "--search", help="random | exhaustive (over the pruned space)."),
-    samples: int = typer.Option(2000, "--samples", help="Random draws before the descent (which counts at most 60x as many), or "
-                                                         "the most mappings exhaustive may try."),
+    samples: int = typer.Option(2000, "--samples", help="Random draws before the descent (which counts at "
+                                                         "most 60x as many), or the most mappings exhaustive may "
+                                                         "try."),
     objective: str = typer.Option("edp", "--objective", help="edp | energy | delay."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random search."),
     batch_size: int = typer.Option(1, "--batch-size", "-b", help="Images (or sequences) of a catalog layer."),
