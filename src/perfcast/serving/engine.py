@@ -11,13 +11,20 @@ engines (as vLLM does): each has its own scheduler and share of the KV cache,
 and an iteration's latency is every stage's time, while the stages overlap
 across the virtual engines.
 
-Decode-only stretches run in one step: when a policy forms a decode-only batch
-(nothing can be admitted), the same batch repeats until a request finishes, a
-request arrives or the KV cache fills, so the engine sums those iterations'
-times in one scalar loop (each iteration's time is a closed form of the batch's
-cached tokens) and advances every request and its KV cache by that many tokens
-in one pass. The result equals iterating one by one; the work per stretch is
-O(batch) plus O(1) per iteration.
+The decoding requests of each engine form a
+:class:`~perfcast.serving.decoding.DecodeSet`: every one of them decodes in every
+decode iteration, so the set counts decode steps and keeps each member relative
+to that count, and the paged KV cache grows them as one group. Forming a batch
+is therefore O(1) for its decode part (plus its prefill chunks): its size and
+its cached tokens are running totals, the first member to finish is the top of
+a heap, and taking each member's KV slot is a count of blocks
+(O(block_size)). Decode-only stretches run in one step: when a policy forms a
+decode-only batch, the same batch repeats until a member finishes, a request
+arrives or the KV cache fills; the engine steps the iteration-time closed form
+(a function of the batch's cached tokens, which grow by the batch size per
+iteration) in a scalar loop up to the next arrival and then advances the set
+and its KV group by that many tokens at once. The result equals iterating one
+by one; the work per event is O(1) plus one scalar step per iteration.
 
 Speculative decoding (a draft model proposing ``k`` tokens, each accepted with
 probability ``a`` until the first rejection, plus the target's own token):
@@ -366,12 +373,11 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         if batch is None:
             busy[e] = False
             return
+        n_decode = batch.num_decode
         if (not batch.prefill and not batch.swapped_blocks and sched.steady_decode and not keep_events
-                and len(batch.decode) > 0 and not spec_k):
+                and n_decode > 0 and not spec_k):
             if _fast_forward(e, now, sched, batch):
                 return
-        if batch.decode_pending:
-            sched.commit(batch)
         q = ctx = 0
         pairs = 0.0
         for req, k in batch.prefill:
@@ -380,29 +386,25 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             pairs += causal_pairs(k, end) if k > 1 else end
             ctx += end
         dec_ctx = batch.decode_context_tokens
-        if dec_ctx < 0 or audit:
-            known = dec_ctx
-            dec_ctx = 0
-            for req in batch.decode:
-                dec_ctx += req.prompt_tokens + req.generated
-            assert known < 0 or known == dec_ctx, (known, dec_ctx)  # audit: the caches hold the contexts
-        logits = len(batch.decode) + sum(1 for r, k in batch.prefill if r.computed_tokens + k >= r.prefill_target)
+        if audit and n_decode:
+            audit_decode(sched, batch)
+        logits = n_decode + sum(1 for r, k in batch.prefill if r.computed_tokens + k >= r.prefill_target)
         if images:
             starting = sum(1 for r, _ in batch.prefill if r.computed_tokens == 0 and r.preemptions == 0)
             dt_vision = model.vision_time_s(starting * images)
         else:
             dt_vision = 0.0
-        if spec_k and batch.decode and not batch.prefill:
-            dt = speculate(e, batch) * stage_factor
+        if spec_k and n_decode and not batch.prefill:
+            dt = speculate(e, sched) * stage_factor
         else:
             spec_lookahead[e] = []
-            dt = model.time_s(q, pairs, ctx, len(batch.prefill), len(batch.decode), dec_ctx, logits) * stage_factor
+            dt = model.time_s(q, pairs, ctx, len(batch.prefill), n_decode, dec_ctx, logits) * stage_factor
         gpu_s = dt + dt_vision
         dt = gpu_s * iteration_scale + iteration_extra_s
         if batch.swapped_blocks:
             dt += batch.swapped_blocks * block_bytes / _PCIE_BPS
         if keep_events:
-            events.append(IterationEvent(e, now, dt, q, len(batch.decode)))
+            events.append(IterationEvent(e, now, dt, q, n_decode))
         occupy(e, batch, now + dt, dt, gpu_s, 1)
 
     def occupy(e: int, batch: Batch, end_s: float, span_s: float, gpu_s: float, k: int) -> None:
@@ -421,35 +423,40 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         steps[e] = k
         heapq.heappush(heap, (end_s, e))
 
+    def audit_decode(sched: ReplicaScheduler, batch: Batch) -> None:
+        """Audit: the batch's decode totals match its rows, and a paged cache holds each row's context (the
+        prompt and every token generated, this iteration's slot included)."""
+        rows = sched.decode_rows()
+        assert len(rows) == batch.num_decode, (len(rows), batch.num_decode)
+        total = sum(r.prompt_tokens + sched.generated(r) for r in rows)
+        assert total == batch.decode_context_tokens, (total, batch.decode_context_tokens)
+        if not sched.reserve_full_length:
+            for r in rows:
+                assert sched.kv.seq_num_tokens(r.id) == r.prompt_tokens + sched.generated(r), r
+
     def _fast_forward(e: int, now: float, sched: ReplicaScheduler, batch: Batch) -> bool:
-        """Run the decode-only ``batch`` for as many identical iterations as nothing else can happen in."""
-        reqs = batch.decode
-        k = 1 << 62
-        ctx0 = 0
-        for r in reqs:  # the k-th iteration finishes someone; the batch's cached tokens
-            left = r.output_tokens - r.generated
-            if left < k:
-                k = left
-            ctx0 += r.prompt_tokens + r.generated
+        """Run the decode-only ``batch`` (its first iteration's KV slots taken) for as many identical iterations
+        as nothing else can happen in: until a member finishes, the next arrival or hand-over, or the KV cache
+        is full. O(1) besides one scalar step per iteration (O(block_size) to count the cache's blocks)."""
+        k = sched.decoding.steps_to_finish()  # the k-th iteration finishes someone
         if k < 2:
             return False
-        ids = batch.decode_ids or [r.id for r in reqs]
-        assert not audit or ids == [r.id for r in reqs], "the batch's decode ids went stale"
         kv = sched.kv
-        pending = batch.decode_pending  # this iteration's slots are not taken yet (they are known to fit)
         grows = not sched.reserve_full_length  # a full-length reservation already holds every token
         if grows:
-            k = min(k, kv.max_uniform_appends(ids, k) if pending else 1 + kv.max_uniform_appends(ids, k - 1))
+            k = 1 + kv.max_group_growth(k - 1)
             if k < 2:
                 return False
-        b = len(reqs)
         nxt = min(arrival_l[cursor] if cursor < n and in_system < limit_n else math.inf,
                   transfers[0][0] if transfers else math.inf)
+        b = batch.num_decode
         fixed, a, m0, m1 = model.decode_step(b)  # one iteration: fixed + ((a ctx)^4 + (m0 + m1 ctx)^4)^(1/4)
         scale, extra = iteration_scale, iteration_extra_s
         end = now
         raw_sum = 0.0
-        ctx = ctx0 if ctx0 > 1 else 1
+        ctx = batch.decode_context_tokens
+        if ctx < 1:
+            ctx = 1
         j = 0
         while j < k:  # advance iteration by iteration; stop at the boundary after the next arrival
             c = a * ctx
@@ -463,14 +470,28 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 break
         if j < 2:
             return False
-        k = j
-        if pending:
-            batch.decode_pending = False
-            kv.append_uniform(ids, k)
-        elif grows:
-            kv.append_uniform(ids, k - 1)
-        occupy(e, batch, end, end - now, raw_sum, k)
+        if grows:
+            kv.grow_group(j - 1)
+        occupy(e, batch, end, end - now, raw_sum, j)
         return True
+
+    def advance_decodes(e: int, sched: ReplicaScheduler) -> list[Request]:
+        """The decode set emitted the iterations' tokens (and speculative decoding its accepted draft tokens);
+        returns the members that are done, in running order."""
+        dec = sched.decoding
+        dec.advance(steps[e])  # one token per iteration each
+        for req, look in spec_lookahead[e]:
+            if look:
+                # accepted draft tokens: consecutive successes, each with the acceptance rate
+                draws = spec_rng.random(look)
+                extra = int(np.argmin(draws < cfg.spec_acceptance_rate)) if (
+                    draws >= cfg.spec_acceptance_rate).any() else look
+                if extra:
+                    sched.kv.append(req.id, extra)
+                    dec.bump(req, extra)
+                spec_stats[0] += 1
+                spec_stats[1] += extra + 1
+        return dec.pop_finished()
 
     def complete(e: int, now: float) -> None:
         batch = in_flight[e]
@@ -486,62 +507,38 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             if not req.in_prefill:  # the prompt is in: it samples its next token
                 req.generated += 1
                 emitted.append(req)
-        k = steps[e]  # iterations this decode batch stood for (one token each)
-        look = spec_lookahead[e]
-        finished: list[Request] = []
-        if look:
-            for j, req in enumerate(batch.decode):
-                if req.generated >= req.output_tokens:
-                    continue
-                extra = 0
-                if look[j]:
-                    # accepted draft tokens: consecutive successes, each with the acceptance rate
-                    draws = spec_rng.random(look[j])
-                    extra = int(np.argmin(draws < cfg.spec_acceptance_rate)) if (
-                        draws >= cfg.spec_acceptance_rate).any() else look[j]
-                    if extra:
-                        sched.kv.append(req.id, extra)
-                    spec_stats[0] += 1
-                    spec_stats[1] += extra + 1
-                req.generated += k + extra
-                if req.generated >= req.output_tokens:
-                    finished.append(req)
-        elif sched.pads_finished:  # padded rows: a finished member emits nothing more
-            for req in batch.decode:
-                g = req.generated
-                if g < req.output_tokens:
-                    g += k
-                    req.generated = g
-                    if g >= req.output_tokens:
-                        finished.append(req)
-        else:
-            for req in batch.decode:  # the hot loop: plain attributes, no properties
-                g = req.generated + k
-                req.generated = g
-                if g >= req.output_tokens:
-                    finished.append(req)
-        # a decoding request already has its first token; a prefill that completed emits one
-        for req in emitted + finished:
+        finished = advance_decodes(e, sched) if batch.num_decode else []
+        for req in emitted:
             if math.isnan(req.first_token_s):
                 req.first_token_s = now
                 first[req.id] = now
             if req.generated >= req.output_tokens:
-                req.finish_s = now
-                finish[req.id] = now
-                generated[req.id] = req.generated
-                preempted[req.id] = req.preemptions
-                status[req.id] = "completed"
-                outstanding[req.replica] -= 1
-                if limit:
-                    release(now)
-                sched.finish(req)
+                sched.prefilled(req, decodes=False)
+                done(req, sched, now)
             elif disagg and req.replica < disagg:  # prompt done in the prefill pool: hand the KV cache over
+                sched.prefilled(req, decodes=False)
                 sched.finish(req)
                 outstanding[req.replica] -= 1
                 ready = now + cfg.kv_transfer_latency_s + (
                     req.context_tokens * kv_gpu_bytes_per_token / cfg.kv_transfer_bandwidth_Bps)
                 handed[req.id] = req
                 heapq.heappush(transfers, (ready, req.id, 1))
+            else:
+                sched.prefilled(req, decodes=True)
+        for req in finished:
+            done(req, sched, now)
+
+    def done(req: Request, sched: ReplicaScheduler, now: float) -> None:
+        """``req`` emitted its last token at ``now``: record it and free its KV cache."""
+        req.finish_s = now
+        finish[req.id] = now
+        generated[req.id] = req.generated
+        preempted[req.id] = req.preemptions
+        status[req.id] = "completed"
+        outstanding[req.replica] -= 1
+        if limit:
+            release(now)
+        sched.finish(req)
 
     def route(req: Request, pool: range) -> int:
         rep: int
@@ -577,30 +574,32 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         draft = _iteration_model(load_model(cfg.speculative_model), cfg, dtype=dtype, quantization="none",
                                  kv_dtype=None, pp=1, max_tokens=min(max(budget, 1), 65536), serving=serving)
     spec_rng = np.random.default_rng(w.seed + 2)
-    spec_lookahead: list[list[int]] = [[] for _ in engines]  # per engine: the lookahead each decode got
+    spec_lookahead: list[list[tuple[Request, int]]] = [[] for _ in engines]  # per engine: each row's lookahead
     spec_stats = [0, 0]  # decode steps with speculation, tokens they emitted
 
-    def speculate(e: int, batch: Batch) -> float:
-        """Reserve lookahead KV slots and return the step time of speculative decoding for ``batch``."""
+    def speculate(e: int, sched: ReplicaScheduler) -> float:
+        """Reserve lookahead KV slots and return the step time of speculative decoding for the decode batch."""
         assert draft is not None
-        kv = engines[e].kv
+        kv = sched.kv
+        rows = sched.decode_rows()
+        contexts = [r.prompt_tokens + sched.generated(r) for r in rows]
         ks = []
         room = kv.num_available_blocks  # lookahead slots are reserved against it cumulatively
-        for req in batch.decode:
-            k = min(spec_k, req.output_tokens - req.generated - 1)
+        for req, c in zip(rows, contexts, strict=True):
+            k = min(spec_k, req.output_tokens - (c - req.prompt_tokens) - 1)
             need = kv.append_need(req.id, k) if k > 0 else 0
             if k > 0 and need <= room:
                 room -= need
                 ks.append(k)
             else:
                 ks.append(0)
-        spec_lookahead[e] = ks
-        b = len(batch.decode)
-        ctx = sum(r.context_tokens for r in batch.decode)
+        spec_lookahead[e] = list(zip(rows, ks, strict=True))
+        b = len(rows)
+        ctx = sum(contexts)
         kmax = max(ks) if ks else 0
         draft_s = float(draft.decode_times(b, ctx + b * np.arange(kmax)).sum()) if kmax else 0.0
         q = sum(k + 1 for k in ks)
-        pairs = sum((k + 1) * (r.context_tokens + k) for r, k in zip(batch.decode, ks, strict=True))
+        pairs = sum((k + 1) * (c + k) for c, k in zip(contexts, ks, strict=True))
         verify_s = model.time_s(q, float(pairs), ctx + q, b, 0, 0, q)
         return draft_s + verify_s
 

@@ -58,6 +58,14 @@ Preemption
     Both return the number of blocks transferred (the sequence's block count), for a PCIe-time model.
     Recompute preemption is ``free`` followed later by a fresh ``allocate`` by the caller.
 
+The decode group
+    The sequences that decode grow by one token per decode iteration together. A caller adds each to
+    the group (``add_to_group``; it leaves when freed or swapped out), asks how far the whole group can
+    grow (``max_group_growth``) and grows it (``grow_group``). ``BlockManager`` names blocks and grows
+    members one by one; ``CountingBlockManager`` grows the group in O(block_size) without touching the
+    members: it keeps each member's tokens relative to a group clock and counts members by their
+    position within a block, since a member takes a new block exactly when its last one is full.
+
 Sequence ids are the caller's ints. Every call costs O(blocks touched) with plain ints, lists and dicts;
 ``check_invariants`` is the O(total blocks) audit the tests use.
 """
@@ -163,6 +171,7 @@ class BlockManager(_PagedCache):
         self._hash_to_block: dict[int, int] = {}  # registered hash -> the block holding it (used or cached)
         self._evictable: OrderedDict[int, None] = OrderedDict()  # cached refcount-0 blocks, LRU first
         self._seqs: dict[int, _Seq] = {}
+        self._group: dict[int, None] = {}  # the decode group (ordered set of sequence ids)
         self._num_used = 0  # blocks with refcount > 0
         self._num_unfilled_slots = 0  # sum over GPU sequences of (blocks * block_size - tokens)
         self._num_cpu_used = 0
@@ -311,45 +320,31 @@ class BlockManager(_PagedCache):
             self._num_unfilled_slots -= num_new_tokens
         seq.num_tokens = new_total
 
-    def append_decode(self, seq_ids: Sequence[int]) -> int:
-        """One token more for every sequence in ``seq_ids`` (all on the GPU), if the free and cached blocks
-        cover the worst case of each needing a new block: returns the tokens the sequences then hold in
-        total; else nothing changes and it returns -1 (the caller then appends one by one, preempting as
-        needed). The decode hot path: no per-call checks."""
-        if len(seq_ids) > len(self._free) + len(self._evictable):
-            return -1
-        bs = self.block_size
-        seqs = self._seqs
-        unfilled = 0
-        total = 0
-        for sid in seq_ids:
-            seq = seqs[sid]
-            n = seq.num_tokens + 1
-            if -(-n // bs) > len(seq.block_ids):
-                seq.block_ids.append(self._take_block())
-                unfilled += bs - 1
-            else:
-                unfilled -= 1
-            seq.num_tokens = n
-            total += n
-        self._num_unfilled_slots += unfilled
-        return total
+    # -- the decode group --------------------------------------------------------------------------------------
+    def add_to_group(self, seq_id: int) -> None:
+        """``seq_id`` (on the GPU) joins the decode group: the sequences :meth:`grow_group` grows together. It
+        leaves when it is freed or swapped out."""
+        self._get_on_gpu(seq_id)
+        self._group[seq_id] = None
 
-    def append_uniform(self, seq_ids: Sequence[int], num_new_tokens: int) -> None:
-        """``append(seq, num_new_tokens)`` for every sequence (check with ``max_uniform_appends`` first)."""
-        for sid in seq_ids:
+    def grow_group(self, num_new_tokens: int) -> None:
+        """``append(seq, num_new_tokens)`` for every sequence of the decode group (check :meth:`max_group_growth`
+        first); named blocks are taken one sequence at a time, O(group)."""
+        for sid in self._group:
             self.append(sid, num_new_tokens)
 
-    def max_uniform_appends(self, seq_ids: Sequence[int], limit: int) -> int:
-        """The most tokens ``j <= limit`` every sequence in ``seq_ids`` can grow by at once (``append_decode``
-        ``j`` times) without running out of free and cached blocks."""
-        if limit <= 0 or not seq_ids:
-            return max(0, limit) if not seq_ids else 0
+    def max_group_growth(self, limit: int) -> int:
+        """The most tokens ``j <= limit`` every sequence of the decode group can grow by at once without running
+        out of free and cached blocks."""
+        if not self._group:
+            return max(0, limit)
+        if limit <= 0:
+            return 0
         bs = self.block_size
         have = len(self._free) + len(self._evictable)
-        if have >= len(seq_ids) * (-(-limit // bs) + 1):  # even the worst case fits
+        if have >= len(self._group) * (-(-limit // bs) + 1):  # even the worst case fits
             return limit
-        state = [(self._seqs[s].num_tokens, len(self._seqs[s].block_ids)) for s in seq_ids]
+        state = [(self._seqs[s].num_tokens, len(self._seqs[s].block_ids)) for s in self._group]
         return _max_uniform(state, have, limit, bs)
 
     # -- release -----------------------------------------------------------------------------------------------
@@ -358,6 +353,7 @@ class BlockManager(_PagedCache):
         seq = self._get(seq_id)
         if seq.on_gpu:
             self._release_gpu(seq)
+            self._group.pop(seq_id, None)
         else:
             self._num_cpu_used -= seq.num_cpu_blocks
         del self._seqs[seq_id]
@@ -378,6 +374,7 @@ class BlockManager(_PagedCache):
                 f"only {self.num_cpu_blocks - self._num_cpu_used} of {self.num_cpu_blocks} free"
             )
         self._release_gpu(seq)
+        self._group.pop(seq_id, None)
         seq.on_gpu = False
         seq.num_cpu_blocks = num_moved
         self._num_cpu_used += num_moved
@@ -487,6 +484,8 @@ class BlockManager(_PagedCache):
             fail(f"used {used} + free {len(free_set)} + cached {len(cached_set)} != num_blocks {n}")
         if cached_set and not self.enable_prefix_caching:
             fail("cached blocks without prefix caching")
+        if any(sid not in self._seqs or not self._seqs[sid].on_gpu for sid in self._group):
+            fail("a decode-group member is not a live sequence on the GPU")
         for h, block in self._hash_to_block.items():
             if self._block_hash[block] != h:
                 fail(f"hash table points hash {h} at block {block} holding {self._block_hash[block]}")
@@ -617,6 +616,10 @@ class CountingBlockManager(_PagedCache):
         self._seqs: dict[int, list[int]] = {}  # seq id -> [tokens, blocks, 1 on GPU / 0 swapped out]
         self._num_unfilled_slots = 0
         self._num_cpu_used = 0
+        # the decode group grows lazily: a member's entry in _seqs is brought up to date when it is read
+        self._group: dict[int, int] = {}  # member id -> its tokens minus the group clock
+        self._group_clock = 0  # tokens every member has grown by since the group began
+        self._group_phase = [0] * block_size  # members by (tokens - clock) mod block_size
 
     # -- introspection (as BlockManager) ------------------------------------------------------------------------
     @property
@@ -667,6 +670,11 @@ class CountingBlockManager(_PagedCache):
         seq = self._seqs.get(seq_id)
         if seq is None:
             raise KVCacheError(f"unknown sequence id {seq_id} in the KV cache")
+        base = self._group.get(seq_id)
+        if base is not None:  # a decode-group member: its tokens are the group clock past its base
+            t = base + self._group_clock
+            seq[0] = t
+            seq[1] = -(-t // self.block_size)
         if on_gpu is True and not seq[2]:
             raise KVCacheError(f"sequence {seq_id} is swapped out; swap it in first")
         if on_gpu is False and seq[2]:
@@ -730,70 +738,86 @@ class CountingBlockManager(_PagedCache):
         else:
             self._num_unfilled_slots -= num_new_tokens
         seq[0] = total
+        if seq_id in self._group:  # a member grown on its own moves ahead of the group by as many tokens
+            self._leave_group(seq_id)
+            self._join_group(seq_id, total)
 
-    def append_decode(self, seq_ids: Sequence[int]) -> int:
-        """One token more for every sequence in ``seq_ids`` if the worst case fits: their tokens in total
-        after it, or -1 and no change (see BlockManager)."""
-        if len(seq_ids) > self._free:
-            return -1
-        bs = self.block_size
-        seqs = self._seqs
-        unfilled = 0
-        taken = 0
-        total = 0
-        for sid in seq_ids:
-            seq = seqs[sid]
-            n = seq[0] + 1
-            if n > seq[1] * bs:  # the token opens a new block
-                seq[1] += 1
-                taken += 1
-                unfilled += bs - 1
-            else:
-                unfilled -= 1
-            seq[0] = n
-            total += n
-        self._free -= taken
-        self._num_unfilled_slots += unfilled
-        return total
+    # -- the decode group (lazy) ---------------------------------------------------------------------------------
+    def add_to_group(self, seq_id: int) -> None:
+        """``seq_id`` (on the GPU) joins the decode group: the sequences :meth:`grow_group` grows together. It
+        leaves when it is freed or swapped out."""
+        seq = self._seq(seq_id, on_gpu=True)
+        if seq_id not in self._group:
+            self._join_group(seq_id, seq[0])
 
-    def append_uniform(self, seq_ids: Sequence[int], num_new_tokens: int) -> None:
-        """``append(seq, num_new_tokens)`` for every sequence, in one pass (check ``max_uniform_appends`` first)."""
-        bs = self.block_size
-        seqs = self._seqs
-        taken = 0
-        unfilled = 0
-        for sid in seq_ids:
-            seq = seqs[sid]
-            total = seq[0] + num_new_tokens
-            if total > seq[1] * bs:
-                need = -(-total // bs) - seq[1]
-                seq[1] += need
-                taken += need
-                unfilled += need * bs - num_new_tokens
-            else:
-                unfilled -= num_new_tokens
-            seq[0] = total
+    def grow_group(self, num_new_tokens: int) -> None:
+        """``append(seq, num_new_tokens)`` for every sequence of the decode group, in O(block_size): the members'
+        own entries catch up when read (check :meth:`max_group_growth` first)."""
+        n = len(self._group)
+        if num_new_tokens <= 0 or not n:
+            return
+        taken = self._group_blocks(num_new_tokens)
         if taken > self._free:
-            raise KVCacheError(f"cannot append {num_new_tokens} tokens to {len(seq_ids)} sequences: needs {taken} "
+            raise KVCacheError(f"cannot grow the {n} decoding sequences by {num_new_tokens} tokens: needs {taken} "
                                f"KV blocks, only {self._free} available")
         self._free -= taken
-        self._num_unfilled_slots += unfilled
+        self._num_unfilled_slots += taken * self.block_size - n * num_new_tokens
+        self._group_clock += num_new_tokens
 
-    def max_uniform_appends(self, seq_ids: Sequence[int], limit: int) -> int:
-        """The most tokens ``j <= limit`` every sequence can grow by at once (see BlockManager)."""
-        if limit <= 0 or not seq_ids:
-            return max(0, limit) if not seq_ids else 0
+    def max_group_growth(self, limit: int) -> int:
+        """The most tokens ``j <= limit`` every sequence of the decode group can grow by at once, in O(block_size):
+        each full cycle of ``block_size`` tokens takes one block per member, the last partial cycle is counted
+        step by step."""
+        n = len(self._group)
+        if not n:
+            return max(0, limit)
+        if limit <= 0:
+            return 0
         bs = self.block_size
         have = self._free
-        if have >= len(seq_ids) * (-(-limit // bs) + 1):  # even the worst case fits
+        if have >= n * (-(-limit // bs) + 1):  # even the worst case fits
             return limit
-        state = [(self._seqs[s][0], self._seqs[s][1]) for s in seq_ids]
-        return _max_uniform(state, have, limit, bs)
+        cycles = min(limit // bs, have // n)
+        j = cycles * bs
+        used = cycles * n
+        clock = self._group_clock
+        phase = self._group_phase
+        while j < limit:
+            need = phase[-(clock + j) % bs]
+            if used + need > have:
+                break
+            used += need
+            j += 1
+        return j
+
+    def _group_blocks(self, steps: int) -> int:
+        """Blocks the decode group takes to grow by ``steps`` tokens: a member opens a block on every step that
+        finds its last block full, once per ``block_size`` steps at a step set by its phase."""
+        bs = self.block_size
+        cycles, rest = divmod(steps, bs)
+        taken = cycles * len(self._group)
+        clock = self._group_clock
+        phase = self._group_phase
+        for j in range(rest):
+            taken += phase[-(clock + j) % bs]
+        return taken
+
+    def _join_group(self, seq_id: int, tokens: int) -> None:
+        base = tokens - self._group_clock
+        self._group[seq_id] = base
+        self._group_phase[base % self.block_size] += 1
+
+    def _leave_group(self, seq_id: int) -> None:
+        """Drop a member (its entry is up to date: every caller read it through ``_seq`` first)."""
+        base = self._group.pop(seq_id, None)
+        if base is not None:
+            self._group_phase[base % self.block_size] -= 1
 
     # -- release and swapping -----------------------------------------------------------------------------------
     def free(self, seq_id: int) -> None:
         """Release ``seq_id`` (on GPU or swapped out)."""
         t, b, on_gpu = self._seq(seq_id)
+        self._leave_group(seq_id)
         if on_gpu:
             self._free += b
             self._num_unfilled_slots -= b * self.block_size - t
@@ -812,6 +836,7 @@ class CountingBlockManager(_PagedCache):
         if b > self.num_cpu_blocks - self._num_cpu_used:
             raise KVCacheError(f"cannot swap out sequence {seq_id}: needs {b} CPU blocks, "
                                f"only {self.num_cpu_blocks - self._num_cpu_used} of {self.num_cpu_blocks} free")
+        self._leave_group(seq_id)
         self._free += b
         self._num_unfilled_slots -= b * self.block_size - t
         self._num_cpu_used += b
@@ -836,6 +861,11 @@ class CountingBlockManager(_PagedCache):
 
     def check_invariants(self) -> None:
         """Raise AssertionError when the counts disagree (tests)."""
+        for sid in self._group:
+            if not self._seq(sid)[2]:
+                raise AssertionError(f"decode-group member {sid} is swapped out")
+        if sum(self._group_phase) != len(self._group):
+            raise AssertionError("decode-group phase counts disagree with its members")
         gpu = [s for s in self._seqs.values() if s[2]]
         cpu = [s for s in self._seqs.values() if not s[2]]
         if sum(s[1] for s in gpu) + self._free != self.num_blocks:

@@ -15,12 +15,15 @@ class Request:
     ``computed_tokens`` counts the tokens of ``prefill_target`` whose KV is in the cache
     (prefix-cache hits included): it stops at ``prefill_target``, since a decoding
     request's context is ``prompt_tokens + generated``; ``generated`` counts output
-    tokens emitted.
+    tokens emitted. While the request is in a scheduler's
+    :class:`~perfcast.serving.decoding.DecodeSet`, ``generated`` is its count when it joined
+    (at the set's step ``decode_step``) and ``DecodeSet.generated`` gives the current one;
+    ``run_seq`` orders the requests of one running list (admission order, swap-ins last).
     """
 
-    __slots__ = ("arrival_s", "computed_tokens", "finish_s", "first_token_s", "generated", "id",
-                 "output_tokens", "preemptions", "prefill_target", "prefix_hashes", "prefix_hit_tokens",
-                 "prompt_tokens", "replica", "scheduled_s", "swapped")
+    __slots__ = ("arrival_s", "computed_tokens", "decode_set", "decode_step", "finish_s", "first_token_s",
+                 "generated", "id", "output_tokens", "preemptions", "prefill_target", "prefix_hashes",
+                 "prefix_hit_tokens", "prompt_tokens", "replica", "run_seq", "scheduled_s", "swapped")
 
     def __init__(self, rid: int, arrival_s: float, prompt_tokens: int, output_tokens: int) -> None:
         self.id = rid
@@ -38,6 +41,9 @@ class Request:
         self.prefix_hit_tokens = 0
         self.replica = -1
         self.swapped = False
+        self.run_seq = -1
+        self.decode_set: object | None = None  # the DecodeSet it is a member of
+        self.decode_step = 0
 
     @property
     def in_prefill(self) -> bool:
@@ -53,11 +59,6 @@ class Request:
     def context_tokens(self) -> int:
         """Tokens the sequence holds (prompt and generated)."""
         return self.prompt_tokens + self.generated
-
-    @property
-    def done(self) -> bool:
-        """Whether every requested output token has been emitted."""
-        return self.generated >= self.output_tokens
 
     def __repr__(self) -> str:
         return (f"Request(id={self.id}, prompt={self.prompt_tokens}, output={self.output_tokens}, "

@@ -496,7 +496,7 @@ def test_counting_manager_makes_the_same_decisions_as_the_block_manager(seed: in
     swapped: list[int] = []
     next_id = 0
     for _ in range(1500):
-        op = rng.choice(["allocate", "append", "append", "decode", "free", "swap_out", "swap_in"])
+        op = rng.choice(["allocate", "append", "append", "join", "join", "grow", "grow", "free", "swap_out", "swap_in"])
         if op == "allocate":
             tokens = rng.randint(1, 400)
             ok = named.can_allocate(next_id, tokens)
@@ -512,9 +512,17 @@ def test_counting_manager_makes_the_same_decisions_as_the_block_manager(seed: in
             if ok:
                 named.append(sid, n)
                 counted.append(sid, n)
-        elif op == "decode" and live:
-            assert named.append_decode(live) == counted.append_decode(live)
-            assert named.max_uniform_appends(live, 50) == counted.max_uniform_appends(live, 50)
+        elif op == "join" and live:
+            sid = rng.choice(live)
+            named.add_to_group(sid)
+            counted.add_to_group(sid)
+        elif op == "grow" and live:
+            limit = rng.randint(0, 60)
+            j = named.max_group_growth(limit)
+            assert j == counted.max_group_growth(limit)
+            step = rng.randint(0, j)
+            named.grow_group(step)
+            counted.grow_group(step)
         elif op == "free" and (live or swapped):
             pool = live if live and (not swapped or rng.random() < 0.7) else swapped
             sid = pool.pop(rng.randrange(len(pool)))
@@ -539,4 +547,7 @@ def test_counting_manager_makes_the_same_decisions_as_the_block_manager(seed: in
         assert (named.num_free_blocks, named.num_used_blocks, named.num_swapped_out_blocks) == (
             counted.num_free_blocks, counted.num_used_blocks, counted.num_swapped_out_blocks)
         assert named.fragmentation_frac == pytest.approx(counted.fragmentation_frac)
+        for sid in live:
+            assert named.seq_num_tokens(sid) == counted.seq_num_tokens(sid)
+            assert named.seq_num_blocks(sid) == counted.seq_num_blocks(sid)
         counted.check_invariants()

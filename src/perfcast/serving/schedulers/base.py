@@ -3,10 +3,16 @@
 A scheduler owns one replica's (or one pipeline virtual engine's) queues:
 ``waiting`` (arrived, not admitted, FCFS; preempted requests return to its
 front), ``running`` (admitted; their KV is resident), ``swapped`` (preempted
-to CPU memory). Each call to :meth:`ReplicaScheduler.schedule` forms the next
-iteration's :class:`Batch`; the engine runs it and reports emitted tokens back
-through :meth:`ReplicaScheduler.finish`. Policies differ only in which
-requests they admit and how they fill the token budget.
+to CPU memory). The running requests are split, in running order, into
+``prefilling`` (prompts in flight) and ``decoding`` (a
+:class:`~perfcast.serving.decoding.DecodeSet`: every member decodes in every
+decode iteration, so the set is advanced as a whole, and a paged cache grows its
+members as one group, :meth:`~perfcast.serving.kv.CountingBlockManager.grow_group`).
+Each call to :meth:`ReplicaScheduler.schedule` forms the next iteration's
+:class:`Batch`; the engine runs it, advances the decode set, and reports
+finished prompts and requests back through :meth:`ReplicaScheduler.prefilled`
+and :meth:`ReplicaScheduler.finish`. Policies differ only in which requests
+they admit and how they fill the token budget.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from perfcast.serving.decoding import DecodeSet
 from perfcast.serving.kv import BlockManager
 from perfcast.serving.request import Request
 
@@ -34,27 +41,22 @@ class SchedulerLimits:
 
 @dataclass(slots=True)
 class Batch:
-    """One iteration: prefill chunks ``(request, new tokens)`` and one decode token per ``decode`` request.
-
-    ``decode_ids`` are the ids of ``decode`` when they were reserved in one pass. ``decode_pending`` marks
-    a decode-only batch whose one KV slot per sequence is known to fit but not yet taken: the engine takes
-    it, together with any further identical iterations it runs in one step (:meth:`ReplicaScheduler.commit`).
-    """
+    """One iteration: prefill chunks ``(request, new tokens)`` and one decode token for each of ``num_decode``
+    sequences (the scheduler's decode set; a static batch adds its finished, padded rows), which hold
+    ``decode_context_tokens`` cached tokens in total."""
 
     prefill: list[tuple[Request, int]] = field(default_factory=list)
-    decode: list[Request] = field(default_factory=list)
+    num_decode: int = 0
+    decode_context_tokens: int = 0
     swapped_blocks: int = 0  # KV blocks moved between GPU and CPU memory before the iteration
-    decode_ids: list[int] = field(default_factory=list)
-    decode_pending: bool = False
-    decode_context_tokens: int = -1  # tokens the decoding sequences hold, this iteration's included (-1: unknown)
 
     @property
     def num_tokens(self) -> int:
         """Tokens the iteration computes."""
-        return sum(n for _, n in self.prefill) + len(self.decode)
+        return sum(n for _, n in self.prefill) + self.num_decode
 
     def __bool__(self) -> bool:
-        return bool(self.prefill or self.decode)
+        return bool(self.prefill or self.num_decode)
 
 
 class ReplicaScheduler:
@@ -65,14 +67,16 @@ class ReplicaScheduler:
     # a decode-only batch it forms repeats unchanged until a request finishes or arrives (the engine may
     # then run those iterations in one step); false for policies that change batches on their own
     steady_decode: ClassVar[bool] = True
-    pads_finished: ClassVar[bool] = False  # finished requests stay in the decode batch (padded rows)
 
     def __init__(self, kv: BlockManager, limits: SchedulerLimits) -> None:
         self.kv = kv
         self.limits = limits
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self.prefilling: list[Request] = []  # running requests whose prompt is in flight, in running order
+        self.decoding = DecodeSet()  # running requests that decode
         self.swapped: deque[Request] = deque()
+        self._run_seq = 0
         self.preemptions = 0
         self.rejected: list[tuple[Request, str]] = []
 
@@ -96,9 +100,28 @@ class ReplicaScheduler:
         return req.prompt_tokens <= self.limits.max_num_batched_tokens
 
     def finish(self, req: Request) -> None:
-        """A request emitted its last token: release its KV blocks."""
+        """A request emitted its last token (or its prompt went to a decode pool): release its KV blocks."""
         self.running.remove(req)
+        if req.decode_set is self.decoding:
+            self.decoding.remove(req)
         self.kv.free(req.id)
+
+    def prefilled(self, req: Request, *, decodes: bool) -> None:
+        """``req``'s prompt is in (it emitted a token): it leaves the prompts in flight and, when ``decodes``
+        (tokens remain and it stays on this replica), decodes from the next iteration."""
+        self.prefilling.remove(req)
+        if decodes:
+            self._start_decoding(req)
+
+    def generated(self, req: Request) -> int:
+        """Output tokens running request ``req`` has emitted."""
+        return self.decoding.generated(req) if req.decode_set is self.decoding else req.generated
+
+    def decode_rows(self) -> list[Request]:
+        """The requests of a decode batch in running order (O(running): for speculative decoding, which
+        treats each row on its own)."""
+        dec = self.decoding
+        return [r for r in self.running if r.decode_set is dec]
 
     @property
     def num_outstanding(self) -> int:
@@ -118,11 +141,30 @@ class ReplicaScheduler:
             hit = min(hit, req.prefill_target - 1)
             req.computed_tokens = hit
             req.prefix_hit_tokens += hit
+        self._run(req)
+
+    def _run(self, req: Request) -> None:
+        """``req`` joins the end of the running list, and the prompts in flight or the decode set."""
         self.running.append(req)
+        req.run_seq = self._run_seq
+        self._run_seq += 1
+        if req.computed_tokens < req.prefill_target:
+            self.prefilling.append(req)
+        else:  # its KV arrived from a prefill pool, or it was swapped in while decoding
+            self._start_decoding(req)
+
+    def _start_decoding(self, req: Request) -> None:
+        self.decoding.add(req)
+        if not self.reserve_full_length:  # its KV grows with the decode group
+            self.kv.add_to_group(req.id)
 
     def _preempt(self, victim: Request) -> int:
         """Preempt ``victim`` (swap to CPU when asked and possible, else recompute); returns blocks swapped."""
         self.running.remove(victim)
+        if victim.decode_set is self.decoding:
+            self.decoding.remove(victim)
+        else:
+            self.prefilling.remove(victim)
         self.preemptions += 1
         victim.preemptions += 1
         if self.limits.preemption_mode == "swap" and self.kv.can_swap_out(victim.id):
@@ -143,53 +185,35 @@ class ReplicaScheduler:
                                           f"{self.kv.block_size})"))
         return 0
 
-    def _reserve_decode_slots(self, batch: Batch, candidates: list[Request], *, last: bool = False) -> None:
-        """Append one KV slot per decoding request, preempting the newest running requests when full.
+    def _reserve_decode_step(self, batch: Batch) -> None:
+        """One KV slot per decoding request for the coming iteration, preempting the newest running requests
+        when the cache is full (vLLM's rule)."""
+        dec = self.decoding
+        if not dec:
+            return
+        if self.kv.decode_fits(len(dec)):  # the common case: even a new block each fits, O(1)
+            self.kv.grow_group(1)
+            return
+        # the cache is (nearly) full: slot by slot in running order, preempting from the end
+        for req in [r for r in self.running if r.decode_set is dec]:
+            if req.decode_set is dec:  # not preempted earlier in this pass
+                self._reserve_slot(batch, req)
 
-        ``last``: nothing else joins this batch, so when every slot fits they are left for the engine to
-        take (``decode_pending``), once for however many identical iterations it runs.
-        """
-        if not candidates:
-            return
-        ids = [r.id for r in candidates]
-        if last and not batch.decode and self.kv.decode_fits(len(ids)):  # even one new block each fits
-            batch.decode = candidates
-            batch.decode_ids = ids
-            batch.decode_pending = True
-            return
-        total = self.kv.append_decode(ids)
-        if total >= 0:  # the common case: room for everyone
-            if batch.decode:
-                batch.decode.extend(candidates)
-                batch.decode_ids = []  # stale now: the engine lists them again
-                batch.decode_context_tokens = -1
-            else:
-                batch.decode = candidates
-                batch.decode_ids = ids
-                batch.decode_context_tokens = total  # a decoding sequence's cache holds its whole context
-            return
-        batch.decode_ids = []
-        batch.decode_context_tokens = -1
-        gone: set[int] = set()
-        for req in candidates:
-            if req.id in gone:
-                continue
-            while not self.kv.can_append(req.id):
-                victim = self.running[-1]
-                gone.add(victim.id)
-                batch.swapped_blocks += self._preempt(victim)
-                if victim is req:
-                    break
-            if req.id in gone:
-                continue
-            self.kv.append(req.id)
-            batch.decode.append(req)
+    def _reserve_slot(self, batch: Batch, req: Request) -> None:
+        """One KV slot for decoding request ``req``, preempting the newest running requests until it fits
+        (``req`` itself, when it is the newest)."""
+        while not self.kv.can_append(req.id):
+            victim = self.running[-1]
+            batch.swapped_blocks += self._preempt(victim)
+            if victim is req:
+                return
+        self.kv.append(req.id)
 
-    def commit(self, batch: Batch) -> None:
-        """Take the KV slots of a ``decode_pending`` batch run for one iteration."""
-        if batch.decode_pending:
-            batch.decode_pending = False
-            self.kv.append_uniform(batch.decode_ids, 1)
+    def _close(self, batch: Batch) -> Batch | None:
+        """The batch with the decode set in it (every member decodes), or None when there is nothing to run."""
+        batch.num_decode = len(self.decoding)
+        batch.decode_context_tokens = self.decoding.context_tokens
+        return batch if batch else None
 
     def _swap_in(self, batch: Batch) -> None:
         while self.swapped and len(self.running) < self.limits.max_num_seqs:
@@ -199,7 +223,7 @@ class ReplicaScheduler:
             self.swapped.popleft()
             batch.swapped_blocks += self.kv.swap_in(req.id)
             req.swapped = False
-            self.running.append(req)
+            self._run(req)
 
     def schedule(self) -> Batch | None:  # pragma: no cover - every policy overrides it
         """The next iteration's batch, or None when there is nothing to run."""

@@ -44,5 +44,5 @@ class LightLLMScheduler(ReplicaScheduler):
             projected += peak
         if batch.prefill:
             return batch
-        self._reserve_decode_slots(batch, [r for r in self.running if not r.in_prefill])
-        return batch if batch else None
+        self._reserve_decode_step(batch)
+        return self._close(batch)

@@ -30,16 +30,13 @@ class OrcaScheduler(ReplicaScheduler):
     def schedule(self) -> Batch | None:
         batch = Batch()
         budget = self.limits.max_num_batched_tokens
-        tokens = 0
-        for req in self.running:
-            if not req.in_prefill:
-                batch.decode.append(req)
-                tokens += 1
-        for req in self.running:
-            if req.in_prefill and tokens < budget:
-                n = min(req.remaining_prefill, budget - tokens)
-                batch.prefill.append((req, n))
-                tokens += n
+        tokens = len(self.decoding)  # every decoding request runs one token
+        for req in self.prefilling:
+            if tokens >= budget:
+                break
+            n = min(req.remaining_prefill, budget - tokens)
+            batch.prefill.append((req, n))
+            tokens += n
         while self.waiting and len(self.running) < self.limits.max_num_seqs and tokens < budget:
             req = self.waiting[0]
             if not self._can_admit(req):
@@ -49,8 +46,7 @@ class OrcaScheduler(ReplicaScheduler):
             n = min(req.remaining_prefill, budget - tokens)
             if n:
                 batch.prefill.append((req, n))
-            else:  # its KV arrived from a prefill pool
-                batch.decode.append(req)
+            else:  # its KV arrived from a prefill pool: it joined the decode set
                 n = 1
             tokens += n
-        return batch if batch else None
+        return self._close(batch)

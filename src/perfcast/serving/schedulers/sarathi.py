@@ -29,27 +29,14 @@ class SarathiScheduler(ReplicaScheduler):
     def schedule(self) -> Batch | None:
         batch = Batch()
         self._swap_in(batch)
-        running = self.running
-        self._reserve_decode_slots(batch, [r for r in running if r.computed_tokens >= r.prefill_target])
-        budget = self.limits.chunk_size - len(batch.decode)
-        # every running request now decodes in this batch or is still prefilling (a candidate either got its
-        # slot or was preempted out of running), and prompts in flight are the recently admitted ones: find
-        # them from the end of the list and stop once all are found
-        pending = len(running) - len(batch.decode)
-        if budget > 0 and pending > 0:
-            inflight: list[Request] = []
-            for r in reversed(running):
-                if r.computed_tokens < r.prefill_target:
-                    inflight.append(r)
-                    if len(inflight) == pending:
-                        break
-            inflight.reverse()  # oldest first
-            for req in inflight:
-                n = min(budget, req.prefill_target - req.computed_tokens)
-                batch.prefill.append((req, n))
-                budget -= n
-                if budget <= 0:
-                    break
+        self._reserve_decode_step(batch)
+        budget = self.limits.chunk_size - len(self.decoding)
+        for req in self.prefilling:  # prompts in flight, oldest first
+            if budget <= 0:
+                break
+            n = min(budget, req.prefill_target - req.computed_tokens)
+            batch.prefill.append((req, n))
+            budget -= n
         while budget > 0 and self.waiting and not self.swapped and len(self.running) < self.limits.max_num_seqs:
             req = self.waiting[0]
             if not self._can_admit(req):
@@ -60,7 +47,7 @@ class SarathiScheduler(ReplicaScheduler):
             if n:
                 batch.prefill.append((req, n))
             else:  # its KV arrived from a prefill pool: it decodes in this iteration
-                self._reserve_decode_slots(batch, [req])
+                self._reserve_slot(batch, req)
                 n = 1
             budget -= n
-        return batch if batch else None
+        return self._close(batch)

@@ -8,8 +8,9 @@ batch is padded) and nothing new joins until the whole batch completes.
 
 from __future__ import annotations
 
+from perfcast.serving.kv import BlockManager
 from perfcast.serving.request import Request
-from perfcast.serving.schedulers.base import Batch, ReplicaScheduler
+from perfcast.serving.schedulers.base import Batch, ReplicaScheduler, SchedulerLimits
 from perfcast.serving.schedulers.registry import SCHEDULERS
 
 __all__ = ["StaticScheduler"]
@@ -22,17 +23,28 @@ class StaticScheduler(ReplicaScheduler):
     name = "static"
     reserve_full_length = True
     steady_decode = False  # padded rows: finished members stay in the batch
-    pads_finished = True
 
     def _prefill_fits_budget(self, req: Request) -> bool:
         return True
 
+    def __init__(self, kv: BlockManager, limits: SchedulerLimits) -> None:
+        super().__init__(kv, limits)
+        self._finished = 0  # finished requests still holding their rows
+        self._padded_context = 0  # their tokens (prompt + output), read by every decode iteration
+
     def finish(self, req: Request) -> None:
         """A finished request keeps its slot until the whole batch is done."""
-        if all(r.done for r in self.running):
+        self._finished += 1
+        self._padded_context += req.prompt_tokens + req.generated
+        if self._finished == len(self.running):
             for r in self.running:
                 self.kv.free(r.id)
             self.running.clear()
+            self._finished = self._padded_context = 0
+
+    def decode_rows(self) -> list[Request]:
+        """Every row of the batch, the finished (padded) ones included."""
+        return list(self.running)
 
     def schedule(self) -> Batch | None:
         batch = Batch()
@@ -45,7 +57,8 @@ class StaticScheduler(ReplicaScheduler):
                 self._admit(req)
                 batch.prefill.append((req, req.remaining_prefill))
             return batch if batch else None
-        if any(r.in_prefill for r in self.running):  # pragma: no cover - prefills run in the first iteration
-            batch.prefill = [(r, r.remaining_prefill) for r in self.running if r.in_prefill]
-        batch.decode = list(self.running)  # padded: finished members still occupy their rows
+        if self.prefilling:  # pragma: no cover - prefills run in the first iteration
+            batch.prefill = [(r, r.remaining_prefill) for r in self.prefilling]
+        batch.num_decode = len(self.running)  # padded: finished members still occupy their rows
+        batch.decode_context_tokens = self.decoding.context_tokens + self._padded_context
         return batch

@@ -41,6 +41,5 @@ class VLLMScheduler(ReplicaScheduler):
                 tokens += n
             if batch.prefill:
                 return batch
-        self._reserve_decode_slots(batch, [r for r in self.running if r.computed_tokens >= r.prefill_target],
-                                   last=not batch.prefill)
-        return batch if batch else None
+        self._reserve_decode_step(batch)
+        return self._close(batch)

@@ -1,0 +1,110 @@
+"""The decoding requests of one scheduler, advanced together in O(1) per decode iteration.
+
+Every decode iteration gives each decoding request one more output token (speculative decoding adds a
+request's accepted draft tokens on top). Instead of walking the batch to bump each counter, a
+:class:`DecodeSet` counts the decode steps it has taken and keeps each member relative to that count: a
+member that joined at step ``s`` with ``g`` tokens has ``g + steps - s`` now. A stretch of ``k`` identical
+iterations is then one addition; what the engine needs about the batch comes from running totals:
+
+- ``len(decode_set)``: the batch's decoding sequences;
+- :attr:`DecodeSet.context_tokens`: the tokens they hold (prompt plus generated), summed;
+- :meth:`DecodeSet.steps_to_finish`: iterations until the first member emits its last token (a heap of the
+  step at which each member finishes, ties in running order);
+- :meth:`DecodeSet.pop_finished`: the members that are done, in running order, with ``generated`` written back.
+
+A member's ``Request.generated`` is written back when it leaves (:meth:`DecodeSet.remove`); while it is a
+member, read :meth:`DecodeSet.generated`.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from perfcast.serving.request import Request
+
+__all__ = ["DecodeSet"]
+
+
+class DecodeSet:
+    """The requests of one scheduler's running list that decode (their prompt is in, output tokens remain)."""
+
+    __slots__ = ("_base_context", "_count", "_heap", "steps")
+
+    def __init__(self) -> None:
+        self.steps = 0  # decode steps taken since the set began (each gave every member one token)
+        self._count = 0
+        self._base_context = 0  # sum over members of prompt + generated - decode_step (tokens at step 0)
+        self._heap: list[tuple[int, int, Request]] = []  # (step it finishes at, run_seq, request); stale entries
+        # (members that left or moved) are skipped when they reach the top
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens the members hold in total (prompt plus generated each): the cached tokens their next decode
+        iteration reads."""
+        return self._base_context + self._count * self.steps
+
+    def generated(self, req: Request) -> int:
+        """Output tokens ``req`` (a member) has emitted."""
+        return req.generated + self.steps - req.decode_step
+
+    def add(self, req: Request) -> None:
+        """``req`` starts decoding (it is in the running list, its prompt is in, and tokens remain)."""
+        req.decode_set = self
+        req.decode_step = self.steps
+        self._count += 1
+        self._base_context += req.prompt_tokens + req.generated - self.steps
+        heapq.heappush(self._heap, (self._finish_step(req), req.run_seq, req))
+
+    def remove(self, req: Request) -> None:
+        """``req`` leaves (preempted, finished or handed over); its ``generated`` is brought up to date."""
+        req.generated += self.steps - req.decode_step
+        req.decode_step = self.steps
+        req.decode_set = None
+        self._count -= 1
+        self._base_context -= req.prompt_tokens + req.generated - self.steps
+
+    def advance(self, steps: int) -> None:
+        """Every member emitted ``steps`` more tokens."""
+        self.steps += steps
+
+    def bump(self, req: Request, tokens: int) -> None:
+        """Member ``req`` emitted ``tokens`` more than the others (accepted draft tokens)."""
+        if tokens:
+            req.generated += tokens
+            self._base_context += tokens
+            heapq.heappush(self._heap, (self._finish_step(req), req.run_seq, req))
+
+    def steps_to_finish(self) -> int:
+        """Decode steps until the first member has emitted all its tokens (a large number when empty)."""
+        top = self._top()
+        return top[0] - self.steps if top is not None else 1 << 62
+
+    def pop_finished(self) -> list[Request]:
+        """Remove and return the members that have emitted every token, in running order."""
+        done: list[Request] = []
+        while True:
+            top = self._top()
+            if top is None or top[0] > self.steps:
+                return done
+            heapq.heappop(self._heap)
+            self.remove(top[2])
+            done.append(top[2])
+
+    def _finish_step(self, req: Request) -> int:
+        return req.decode_step + req.output_tokens - req.generated
+
+    def _top(self) -> tuple[int, int, Request] | None:
+        """The heap's first live entry (stale ones are dropped on the way)."""
+        heap = self._heap
+        while heap:
+            step, seq, req = heap[0]
+            if req.decode_set is self and seq == req.run_seq and step == self._finish_step(req):
+                return heap[0]
+            heapq.heappop(heap)
+        return None
