@@ -2,8 +2,9 @@
 
 Nothing is fitted on these rows: each benchmark's load is simulated with the packaged (prior) engine
 coefficients. Bounds measured 2026-11-22 (comments hold the measured value; the bound adds headroom).
-The issue's target is a MAPE of 15 %; the rows not yet reaching it are PCIe multi-GPU instances (L40S,
-RTX PRO 6000: the all-reduce path of those servers is not published) and the large MoE models.
+The issue's target is a MAPE of 15 %; the rows furthest from it are the L40S TP4/TP8 instances (PCIe
+without peer-to-peer: the host-staged all-reduce path of that server is not published), the
+RTX PRO 6000 pipeline of 8 stages and one L40S GPT-J row ten times below its neighbours.
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ assert ROOT is not None
 ROWS = list(csv.DictReader((ROOT / "published" / "inference.csv").open(newline="", encoding="utf-8")))
 
 # dense models on NVLink / single-GPU instances (A100, H100; TensorRT-LLM 0.11): the well-specified part
-DENSE_NVLINK_MAPE_MAX = 0.13  # measured 0.112 on 96 rows (0.111 on the third the test runs)
-ALL_MAPE_MAX = 0.26  # measured 0.233 on 301 rows
+DENSE_NVLINK_MAPE_MAX = 0.13  # measured 0.108 on 96 rows (0.099 on the third the test runs)
+# MoE models in TensorRT-LLM's PyTorch backend (Qwen3, Llama 4 on H100 and RTX PRO 6000), run with attention
+# data parallelism and expert parallelism (serving_tables' assumption)
+MOE_PYTORCH_MAPE_MAX = 0.19  # measured 0.156 on 94 rows (0.151 on the fifth the test runs)
+ALL_MAPE_MAX = 0.17  # measured 0.152 on 301 rows (0.233 before MoE all-reduce sizes, attention DP, the last
+# pipeline stage's LM head and TensorRT-LLM's KV budget of free memory)
 
 
 def _mape(rows: list[dict[str, str]]) -> float:
@@ -54,6 +59,13 @@ def test_each_row_is_its_benchmarks_load() -> None:
     assert cfg.workload.prompt_tokens == 20000 and cfg.workload.qps is None and cfg.scheduler == "orca"
     pred, status, _ = predict_inference_rows([row])
     assert status == ["ok"] and pred[0] > 0
+
+
+def test_moe_models_with_attention_dp() -> None:
+    rows = [r for r in ROWS if any(t in r["model"] for t in ("Qwen3", "Llama 4"))][::5]
+    assert len(rows) >= 15
+    assert all(inference_config(r).attention_data_parallel for r in rows if int(r["tp"]) > 1)
+    assert _mape(rows) <= MOE_PYTORCH_MAPE_MAX
 
 
 @pytest.mark.slow

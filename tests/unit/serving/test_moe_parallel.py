@@ -1,0 +1,88 @@
+"""Expert parallelism, attention data parallelism, MoE all-reduce sizes and the pipeline's last stage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfcast.dtypes import DType
+from perfcast.errors import ConfigError
+from perfcast.serving.config import ServingConfig, WorkloadConfig
+from perfcast.serving.engine import simulate_serving
+from perfcast.serving.iteration import IterationModel, weight_bytes_per_gpu
+from perfcast.system.collectives import collective_times
+
+QWEN = "Qwen/Qwen3-30B-A3B"  # 128 experts, top-8, 4 KV heads
+RTX = "rtx-pro-6000-blackwell"  # PCIe, no NVLink
+
+
+def _model(tp: int, *, dp: bool = False, pp: int = 1, model: str = QWEN, hw: str = RTX) -> IterationModel:
+    return IterationModel(model, hw, tp=tp, pp=pp, dtype=DType.FP16, quantization="fp4", max_tokens=2048,
+                          max_seqs=512, engine="trtllm", attention_dp=dp, ep=tp if dp else 1)
+
+
+def _throughput(tp: int, dp: bool) -> float:
+    cfg = ServingConfig(model=QWEN, hardware=RTX, tensor_parallel_size=tp, expert_parallel_size=tp if dp else 1,
+                        attention_data_parallel=dp, scheduler="orca", engine="trtllm", quantization="fp4",
+                        max_num_seqs=1024 * (tp if dp else 1), max_num_batched_tokens=4096,
+                        workload=WorkloadConfig(num_requests=3000, prompt_tokens=128, output_tokens=1024))
+    res = simulate_serving(cfg)
+    assert res.metrics.requests_completed == 3000
+    return float(res.metrics.throughput_tokens_per_s)
+
+
+def test_moe_all_reduce_carries_the_layer_output_not_the_expert_outputs() -> None:
+    m = _model(2)
+    tokens = 512
+    hidden = tokens * m.cfg.hidden_size * DType.FP16.bytes  # the weighted sum of the top-8 experts, once
+    one = collective_times("all_reduce", np.array([float(hidden)]), 2, m.cl, shared_nics=False)[0]
+    assert m.breakdown((), tokens, tokens * 100).tp_comm_s == pytest.approx(2 * m.cfg.num_layers * one, rel=0.02)
+
+
+def test_kv_per_gpu_stops_shrinking_past_the_kv_heads_and_attention_dp_holds_whole_tokens() -> None:
+    full = _model(1).kv_bytes_per_token
+    assert _model(4).kv_bytes_per_token == pytest.approx(full / 4)
+    assert _model(8).kv_bytes_per_token == pytest.approx(full / 4)  # 4 KV heads: replicated at tp=8
+    assert _model(8, dp=True).kv_bytes_per_token == pytest.approx(full / 8)  # 8 GPUs, each its own tokens
+
+
+def test_attention_dp_replicates_everything_but_the_routed_experts() -> None:
+    tp8 = weight_bytes_per_gpu(QWEN, tp=8, dtype=DType.FP16, quantization="fp4")
+    dp8 = weight_bytes_per_gpu(QWEN, tp=8, dtype=DType.FP16, quantization="fp4", attention_dp=True)
+    one = weight_bytes_per_gpu(QWEN, tp=1, dtype=DType.FP16, quantization="fp4")
+    assert tp8 == pytest.approx(one / 8)
+    assert tp8 < dp8 < one / 2  # the experts (most of the model) are still split 8 ways
+
+
+def test_attention_dp_decode_is_cheaper_than_tp_on_pcie() -> None:
+    """Each rank attends over 1/8 of the sequences with whole heads (no KV head replicated) and the MoE layers
+    move each token once (all-gather + reduce-scatter) instead of two all-reduces per layer."""
+    tp, dp = _model(8), _model(8, dp=True)
+    seqs, ctx = 512, 512 * 1000
+    a, b = tp.breakdown((), seqs, ctx), dp.breakdown((), seqs, ctx)
+    assert b.attention_decode_s < a.attention_decode_s
+    assert b.tp_comm_s < a.tp_comm_s
+    assert b.time_s < a.time_s
+    # the closed form the engine's decode stretches use agrees with the breakdown
+    assert float(dp.decode_times(seqs, np.array([ctx]))[0]) == pytest.approx(b.time_s, rel=1e-6)
+
+
+def test_attention_dp_throughput_grows_with_gpus_when_kv_bound() -> None:
+    t2, t8 = _throughput(2, True), _throughput(8, True)
+    assert t8 > 1.5 * t2  # KV capacity and attention grow with the GPUs (measured 1.8x)
+    assert t8 > _throughput(8, False)
+
+
+def test_pipeline_last_stage_carries_the_whole_lm_head() -> None:
+    one, four = _model(1, model="meta-llama/Llama-2-7b-hf", hw=RTX), _model(
+        1, pp=4, model="meta-llama/Llama-2-7b-hf", hw=RTX)
+    a, b = one.breakdown((), 64, 64000), four.breakdown((), 64, 64000)
+    assert b.lm_head_s == pytest.approx(a.lm_head_s)
+    assert b.linear_s < a.linear_s / 3
+
+
+def test_bad_parallel_options() -> None:
+    with pytest.raises(ConfigError, match="mixture-of-experts"):
+        _model(2, dp=True, model="meta-llama/Llama-2-7b-hf", hw=RTX)
+    with pytest.raises(ConfigError, match="must divide"):
+        IterationModel(QWEN, RTX, tp=4, ep=3)
