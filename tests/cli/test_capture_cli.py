@@ -91,3 +91,57 @@ def test_bad_input_is_one_line(model_file: Path, tmp_path: Path, args: list[str]
 def test_predict_needs_model_or_workload() -> None:
     res = runner.invoke(app, ["predict", "-H", "a100"])
     assert res.exit_code == 2 and "--workload" in res.stderr
+
+
+LAYERED = '''
+import torch, torch.nn as nn
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(64)
+        self.up = nn.Linear(64, 256)
+        self.down = nn.Linear(256, 64)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(self.norm(x))))
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(500, 64)
+        self.blocks = nn.ModuleList([Block() for _ in range(6)])
+        self.head = nn.Linear(64, 500)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+def build():
+    return Net(), (torch.randint(0, 500, (4, 32)),)
+'''
+
+
+def test_capture_merges_layers_and_trains_with_data_parallelism(tmp_path: Path) -> None:
+    src = tmp_path / "layered.py"
+    src.write_text(LAYERED)
+    out = tmp_path / "w.json"
+    res = runner.invoke(app, ["capture", f"{src}:build", "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["repeated_layers"] == [{"module": "blocks.0-5", "layers": 6}]
+    assert data["num_ops"] == 1 + 5 + 1  # embedding, one block's norm/up/relu/down/add, head
+    res = runner.invoke(app, ["train", "--workload", str(out), "-c", "dgx-a100", "--dp", "4", "--json"])
+    assert res.exit_code == 0, res.output
+    step = json.loads(res.stdout)
+    assert step["num_gpus"] == 4 and step["plan"]["micro_batch"] == 4 and step["plan"]["seq_len"] == 32
+    assert step["step_time_s"] > 0 and step["comm_total_s"]["dp_comm_s"] > 0
+    assert step["memory_breakdown_bytes"]["activations_bytes"] > 0
+    for args, needle in ((["--tp", "2"], "data parallelism"), (["--micro-batch", "8"], "captured with batch 4"),
+                         (["--lora-rank", "8"], "LoRA")):
+        bad = runner.invoke(app, ["train", "--workload", str(out), "-c", "dgx-a100", *args])
+        assert bad.exit_code == 2 and bad.stderr.count("\n") == 1 and needle in bad.stderr, bad.stderr
+    both = runner.invoke(app, ["train", "-c", "dgx-a100"])
+    assert both.exit_code == 2 and "--workload" in both.stderr

@@ -3,14 +3,20 @@
 ``perfcast capture`` records a model's operators with their shapes and turns
 them into the same :class:`~perfcast.workload.types.Op` values the catalog's
 builders emit (through :class:`~perfcast.workload.graph.Graph`), so a captured
-model predicts on any device of the catalog exactly like a built one. torch and
-onnx are imported only when a capture runs.
+model predicts on any device of the catalog exactly like a built one. Identical
+consecutive layers merge into ops with ``count`` = layers, as the builders write
+them (:mod:`perfcast.capture.merge`), and a captured forward trains like a
+catalog model (:mod:`perfcast.capture.training`). torch and onnx are imported
+only when a capture runs.
 """
 
 from perfcast.capture.emit import Call, Emitter
 from perfcast.capture.io import load_factory, load_workload, save_workload, workload_from_dict, workload_to_dict
+from perfcast.capture.merge import block_runs, merge_repeated
 from perfcast.capture.onnx_graph import capture_onnx
 from perfcast.capture.torch_graph import METHODS, capture_module
+from perfcast.capture.training import CapturedTraining, captured_model_config, cast_workload, training_forward
 
-__all__ = ["METHODS", "Call", "Emitter", "capture_module", "capture_onnx", "load_factory", "load_workload",
-           "save_workload", "workload_from_dict", "workload_to_dict"]
+__all__ = ["METHODS", "Call", "CapturedTraining", "Emitter", "block_runs", "capture_module", "capture_onnx",
+           "captured_model_config", "cast_workload", "load_factory", "load_workload", "merge_repeated",
+           "save_workload", "training_forward", "workload_from_dict", "workload_to_dict"]

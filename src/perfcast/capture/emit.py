@@ -85,9 +85,24 @@ class Emitter:
 
     def __init__(self, dtype: DType) -> None:
         self.graph = Graph(dtype)
+        self._tables: set[object] = set()  # embedding tables seen (a linear reading one is a tied LM head)
 
     def emit(self, c: Call) -> None:
-        """Add the ops of one call (nothing for views)."""
+        """Add the ops of one call (nothing for views); each op's ``meta`` keeps the module path that issued it
+        (``module``), which :func:`perfcast.capture.merge.merge_repeated` reads."""
+        start = len(self.graph.ops)
+        self._emit(c)
+        module = c.attrs.get("module")
+        if module is not None:
+            ops = self.graph.ops
+            for i in range(start, len(ops)):
+                ops[i] = ops[i].with_(meta=(*ops[i].meta, ("module", str(module))))
+
+    def _tied(self, c: Call) -> bool:
+        wid = c.attrs.get("weight_id")
+        return wid is not None and wid in self._tables
+
+    def _emit(self, c: Call) -> None:
         op = c.op.lower()
         if op in VIEWS or not c.outputs:
             return
@@ -114,13 +129,13 @@ class Emitter:
         assert x is not None and w is not None
         out_f, in_f = (w[0], w[1]) if not c.attrs.get("transposed_weight") else (w[1], w[0])
         bias = len(c.inputs) > 2 and c.inputs[2] is not None
-        self.graph.linear(c.name, numel(x) // in_f, in_f, out_f, bias=bias)
+        self.graph.linear(c.name, numel(x) // in_f, in_f, out_f, bias=bias, tied=self._tied(c))
 
     def _addmm(self, c: Call) -> None:  # bias, mat1 (m x k), mat2 (k x n)
         _, a, b = c.inputs
         assert a is not None and b is not None
         if c.is_param(2):
-            self.graph.linear(c.name, a[0], a[1], b[1], bias=True)
+            self.graph.linear(c.name, a[0], a[1], b[1], bias=True, tied=self._tied(c))
         else:
             self.graph.bmm(c.name, 1, a[0], a[1], b[1])
 
@@ -128,7 +143,7 @@ class Emitter:
         a, b = c.inputs[0], c.inputs[1]
         assert a is not None and b is not None
         if len(b) == 2 and c.is_param(1):  # x @ W with W a parameter: a linear layer without bias
-            self.graph.linear(c.name, numel(a) // a[-1], a[-1], b[1], bias=False)
+            self.graph.linear(c.name, numel(a) // a[-1], a[-1], b[1], bias=False, tied=self._tied(c))
             return
         a2 = a if len(a) >= 2 else (1, *a)
         b2 = b if len(b) >= 2 else (*b, 1)
@@ -206,6 +221,8 @@ class Emitter:
     def _embedding(self, c: Call) -> None:
         w, ids = (c.inputs[0], c.inputs[1]) if c.attrs.get("weight_first", True) else (c.inputs[1], c.inputs[0])
         assert w is not None and ids is not None
+        if c.attrs.get("weight_id") is not None:
+            self._tables.add(c.attrs["weight_id"])
         self.graph.embedding(c.name, numel(ids), w[-1], w[0])
 
     def _max_pool2d(self, c: Call) -> None:

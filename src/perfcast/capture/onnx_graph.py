@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perfcast.capture.emit import Call, Emitter
+from perfcast.capture.merge import merge_repeated
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
 from perfcast.workload.types import Mode, Workload
@@ -51,8 +52,9 @@ def _attrs(node: Any) -> dict[str, Any]:
 
 
 def capture_onnx(path: str | Path, *, input_shapes: dict[str, tuple[int, ...]] | None = None,
-                 model_id: str | None = None) -> Workload:
-    """The inference forward of the ONNX model at ``path`` as a workload."""
+                 model_id: str | None = None, merge: bool = True) -> Workload:
+    """The inference forward of the ONNX model at ``path`` as a workload (identical consecutive layers merged
+    into ops with ``count`` = layers unless ``merge`` is false; torch.onnx names nodes by module path)."""
     onnx = import_onnx()
     p = Path(path)
     if not p.is_file():
@@ -112,7 +114,10 @@ def capture_onnx(path: str | Path, *, input_shapes: dict[str, tuple[int, ...]] |
         params = [x in init_names for x in node.input]
         outs = tuple(shapes[o] for o in node.output[:1] if o in shapes)
         float_out = bool(node.output) and elem.get(node.output[0], 1) in _FLOAT_TYPES
-        attrs: dict[str, object] = {}
+        attrs: dict[str, object] = {"module": _module_path(name)}
+        weight = next((x for x, is_init in zip(node.input, params, strict=True) if is_init), None)
+        if weight is not None:
+            attrs["weight_id"] = weight
         if node.op_type == "Gemm":
             a, b = ins[0], ins[1]
             if a is None or b is None:
@@ -145,8 +150,17 @@ def capture_onnx(path: str | Path, *, input_shapes: dict[str, tuple[int, ...]] |
         em.emit(Call(name=name, op=op, inputs=tuple(ins), outputs=outs, attrs=attrs, params=tuple(params),
                      float_out=float_out))
     first = shapes.get(graph_inputs[0].name, (1, 1)) if graph_inputs else (1, 1)
-    return Workload(model_id=model_id or p.stem, mode=Mode.INFERENCE, batch_size=int(first[0]) if first else 1,
-                    seq_len=int(first[1]) if len(first) > 1 else 1, dtype=dtype, ops=tuple(em.graph.ops))
+    captured = Workload(model_id=model_id or p.stem, mode=Mode.INFERENCE, batch_size=int(first[0]) if first else 1,
+                        seq_len=int(first[1]) if len(first) > 1 else 1, dtype=dtype, ops=tuple(em.graph.ops))
+    return merge_repeated(captured) if merge else captured
+
+
+def _module_path(node_name: str) -> str:
+    """The module path in a node name as torch.onnx writes it (``/transformer/h.0/attn/MatMul`` ->
+    ``transformer.h.0.attn``), or ``""``."""
+    if not node_name.startswith("/"):
+        return ""
+    return ".".join(p for p in node_name.strip("/").split("/")[:-1] if p)
 
 
 def _prod(xs: tuple[int, ...]) -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from perfcast.capture.emit import Call, Emitter
+from perfcast.capture.merge import merge_repeated
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.workload.types import Mode, Workload
@@ -120,6 +121,7 @@ class _Collector:
         self.params = params  # placeholder / get_attr names that hold parameters or buffers
         self.aten_only = aten_only  # an exported graph: only ATen ops launch kernels (the rest are helpers)
         self.emitter: Emitter | None = None
+        self.names: set[str] = set()
 
     def _arg_shape(self, a: Any) -> tuple[tuple[int, ...] | None, bool]:
         import torch.fx as fx
@@ -130,13 +132,32 @@ class _Collector:
             return shape, a.name in self.params or a.op == "get_attr"
         return None, False
 
+    def _param_id(self, a: Any) -> str | None:
+        """A name for the parameter tensor ``a`` is (None for activations)."""
+        import torch.fx as fx
+
+        if not isinstance(a, fx.Node):
+            return None
+        if a.name in self.params:
+            return a.name
+        if a.op == "get_attr":
+            target = str(a.target)
+            return f"param@{id(self.gm.get_parameter(target))}" if _is_parameter(self.gm, target) else a.name
+        return None
+
     def call(self, node: Any) -> Call | None:
         op, attrs, inputs, params = self._describe(node)
         if op is None:
             return None
         outs = _metas(node)
         shapes = tuple(s for s in (_shape_of(m) for m in outs) if s is not None)
-        return Call(name=node.name, op=op, inputs=tuple(inputs), outputs=shapes[:1], attrs=attrs,
+        path = _module_path(node)
+        attrs["module"] = path
+        name = path if node.op == "call_module" else f"{path}.{node.name}" if path else node.name
+        if name in self.names:
+            name = f"{name}.{node.name}"
+        self.names.add(name)
+        return Call(name=name, op=op, inputs=tuple(inputs), outputs=shapes[:1], attrs=attrs,
                     params=tuple(params), float_out=bool(outs) and _is_float(outs[0]))
 
     def _describe(self, node: Any) -> tuple[str | None, dict[str, object], list[Any], list[bool]]:
@@ -155,9 +176,10 @@ class _Collector:
                 inputs = inputs[:1] + [tuple(w.shape) if w is not None else None,
                                        tuple(b.shape) if b is not None else None]
                 params = [False, True, True]
+                attrs["weight_id"] = f"param@{id(w)}" if w is not None else None
             if op == "embedding":
                 inputs, params = [tuple(mod.weight.shape), inputs[0]], [True, False]
-                attrs["weight_first"] = True
+                attrs.update(weight_first=True, weight_id=f"param@{id(mod.weight)}")
             if op == "conv2d":
                 attrs.update(stride=_first(mod.stride), padding=_padding(mod.padding, mod.kernel_size),
                              groups=int(mod.groups))
@@ -183,6 +205,11 @@ class _Collector:
         shaped = [self._arg_shape(a) for a in flat]
         inputs = [s for s, _ in shaped]
         params = [p for _, p in shaped]
+        # which parameter tensor a weight is (a tied LM head reads the embedding's)
+        weights = [self._param_id(a) for a in flat]
+        attrs["weight_id"] = next((w for w in (weights[1:] if op != "addmm" else weights[2:]) if w), None)
+        if op == "embedding":
+            attrs["weight_id"] = next((w for w in weights if w), None)
         if op == "conv2d":
             groups = args[8] if name == "convolution" and len(args) > 8 else args[6] if len(args) > 6 else \
                 kw.get("groups", 1)
@@ -217,6 +244,25 @@ class _Collector:
                 inputs = [self._arg_shape(args[0])[0], self._arg_shape(args[2])[0],
                           self._arg_shape(args[3])[0] if len(args) > 3 else None]
         return op, attrs, inputs, params
+
+
+def _is_parameter(gm: Any, target: str) -> bool:
+    try:
+        gm.get_parameter(target)
+    except AttributeError:
+        return False
+    return True
+
+
+def _module_path(node: Any) -> str:
+    """The dotted path of the innermost module that issued ``node`` (``transformer.h.0.attn``), or ``""``."""
+    if node.op == "call_module":
+        return str(node.target)
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return str(path).removeprefix("L['self'].").removeprefix("L__self__.")
 
 
 def _padding(pad: Any, kernel: Any) -> int:
@@ -259,6 +305,8 @@ def _split_inputs(example: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
 def _batch_seq(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int]:
     for t in [*args, *kwargs.values()]:
         shape = getattr(t, "shape", None)
+        if shape is not None and len(shape) == 4 and getattr(t, "is_floating_point", lambda: False)():
+            return int(shape[0]), int(shape[-1])  # images (NCHW): the side, as catalog CNNs report seq_len
         if shape is not None and len(shape) >= 1:
             return int(shape[0]), int(shape[1]) if len(shape) >= 2 else 1
     return 1, 1
@@ -327,11 +375,15 @@ class _TraceFailed(Exception):
     pass
 
 
-def capture_module(module: Any, example_inputs: Any, *, method: str = "auto", model_id: str | None = None) -> Workload:
+def capture_module(module: Any, example_inputs: Any, *, method: str = "auto", model_id: str | None = None,
+                   merge: bool = True, dtype: DType | None = None) -> Workload:
     """The inference forward of ``module`` on ``example_inputs`` (a tensor, a tuple of positional inputs or a
     dict of keyword inputs) as a workload.
 
     ``method``: ``fx`` (torch.fx symbolic trace), ``export`` (torch.export) or ``auto`` (fx, then export).
+    ``merge``: identical consecutive layers become one set of ops with ``count`` = layers
+    (:func:`perfcast.capture.merge.merge_repeated`). ``dtype``: price the ops in this format instead of
+    the module parameters' dtype.
     """
     if method not in METHODS:
         raise ConfigError(f"unknown capture method {method!r}; use one of {', '.join(METHODS)}")
@@ -339,7 +391,7 @@ def capture_module(module: Any, example_inputs: Any, *, method: str = "auto", mo
     module = module.eval()
     mid = model_id or type(module).__name__.lower()
     batch, seq = _batch_seq(args, kwargs)
-    dtype = _dtype_of(module)
+    dtype = dtype or _dtype_of(module)
     if method in ("fx", "auto"):
         try:
             gm, params = _fx(module, args, kwargs)
@@ -352,4 +404,6 @@ def capture_module(module: Any, example_inputs: Any, *, method: str = "auto", mo
                 raise ConfigError(f"{exc}; and {exc2}") from None
     else:
         gm, params = _export(module, args, kwargs)
-    return _emit(gm, params, dtype, mid, batch, seq)
+    w = _emit(gm, params, dtype, mid, batch, seq)
+    return merge_repeated(w) if merge else w
+

@@ -66,8 +66,9 @@ def capture(
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Capture a model's inference forward as a workload (ops with shapes, FLOPs and bytes)."""
-    from perfcast.capture import capture_module, capture_onnx, load_factory, save_workload
+    """Capture a model's inference forward as a workload (ops with shapes, FLOPs and bytes; identical layers
+    merged). Predict it with `predict --workload`, train it with `train --workload`."""
+    from perfcast.capture import block_runs, capture_module, capture_onnx, load_factory, save_workload
     from perfcast.errors import ConfigError
 
     refuse_overwrite(out, force=force)
@@ -96,12 +97,14 @@ def capture(
             raise ConfigError(f"{target} returned {type(module).__name__}, not a torch.nn.Module")
         w = capture_module(module, example, method=method, model_id=target.rpartition(":")[2])
     written = save_workload(w, out, source=target) if out is not None else None
+    runs = block_runs(w)
     by_kind: dict[str, float] = {}
     for o in w.ops:
         by_kind[o.kind.value] = by_kind.get(o.kind.value, 0.0) + o.flops * o.count
     if as_json:
         emit_json({"model": w.model_id, "source": target, "num_ops": len(w.ops), "flops": w.flops, "bytes": w.bytes,
                    "flops_by_kind": by_kind, "batch_size": w.batch_size, "seq_len": w.seq_len, "dtype": w.dtype.value,
+                   "repeated_layers": [{"module": m, "layers": n} for m, n in runs],
                    "workload_file": str(written) if written else None})
         return
     t = _table(title=f"{w.model_id}: {len(w.ops)} ops, {w.flops / 1e9:.3f} GFLOP, {w.bytes / 1e6:.1f} MB moved")
@@ -110,6 +113,8 @@ def capture(
     for kind, fl in by_kind.items():
         t.add_row(kind, str(sum(1 for o in w.ops if o.kind.value == kind)), f"{fl / 1e9:.3f}")
     _console().print(t)
+    for m, n in runs:
+        _console().print(f"{m}: {n} identical layers merged (ops run {n} times)", markup=False)
     if written:
         _console().print(f"wrote {written}; predict it with `perfcast predict --workload {written} -H <device>`",
                          markup=False)

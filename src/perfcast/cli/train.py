@@ -24,7 +24,10 @@ def _time(x: float) -> str:
 @app.command()
 @handled
 def train(
-    model: str = typer.Option(..., "--model", "-m", help="Model id, alias, HF repo id or config.json path."),
+    model: str = typer.Option(None, "--model", "-m", help="Model id, alias, HF repo id or config.json path."),
+    workload: Path = typer.Option(None, "--workload", "-w", help="A captured workload JSON (`perfcast capture`) "
+                                                                 "instead of --model: data parallelism (dp, zero, "
+                                                                 "recompute, pp over its repeated layers)."),
     cluster: str = typer.Option(..., "--cluster", "-c", help="Cluster id or cluster YAML path."),
     nodes: int | None = typer.Option(None, "--nodes", help="Nodes (default: what tp*pp*dp*cp needs)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
@@ -38,9 +41,11 @@ def train(
     tp_overlap: bool = typer.Option(False, "--tp-overlap", help="Overlap TP collectives with GEMMs."),
     zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3 (3 = FSDP full shard)."),
     recompute: str = typer.Option("none", "--recompute", help="none | selective | full."),
-    micro_batch: int = typer.Option(1, "--micro-batch", help="Sequences per micro-batch per data-parallel rank."),
+    micro_batch: int = typer.Option(None, "--micro-batch", help="Sequences per micro-batch per data-parallel rank "
+                                                               "(default 1; a captured workload's batch)."),
     global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per step (default micro x dp)."),
-    seq_len: int = typer.Option(2048, "--seq-len", "-s", help="Tokens per sequence."),
+    seq_len: int = typer.Option(None, "--seq-len", "-s", help="Tokens per sequence (default 2048; a captured "
+                                                             "workload's sequence length)."),
     precision: str = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 (FP8 GEMMs, bf16 elsewhere)."),
     schedule: str = typer.Option("1f1b", "--schedule", help="Pipeline schedule: gpipe | 1f1b | interleaved."),
     uneven_stages: bool = typer.Option(False, "--uneven-stages", help="Allow pp not dividing the layers."),
@@ -66,6 +71,21 @@ def train(
     from perfcast.system.training import simulate_training
 
     refuse_overwrite(trace, force=force)
+    if (model is None) == (workload is None):
+        raise ConfigError("give either --model (a catalog model) or --workload (a captured workload JSON)")
+    captured = None
+    if workload is not None:
+        from perfcast.capture.io import load_workload
+        from perfcast.capture.training import training_forward
+        from perfcast.dtypes import DType
+
+        w = load_workload(workload)
+        _check_captured_plan(w, micro_batch, seq_len, tp=tp, cp=cp, ep=ep, lora_rank=lora_rank, sp=sp)
+        base = {"fp32": DType.FP32, "fp16": DType.FP16}.get(precision, DType.BF16)  # fp8: BF16 + FP8 GEMMs
+        captured = training_forward(w, base)
+        micro_batch, seq_len = captured.micro_batch, captured.tokens_per_sample
+    micro_batch = 1 if micro_batch is None else micro_batch
+    seq_len = 2048 if seq_len is None else seq_len
     cl = load_cluster(cluster, nodes=nodes)
     gpus = cl.num_gpus if nodes is not None else None
     if dp is None:
@@ -88,7 +108,14 @@ def train(
         plan = ParallelPlan(**fields)
     except ValidationError as exc:
         raise flag_error(exc, default="plan") from None
-    result = simulate_training(model, cl, plan, nodes=nodes, keep_events=trace is not None)
+    if captured is not None:
+        if plan.recompute != "none" and not any(o.kind.value == "embedding" for o in captured.forward):
+            raise ConfigError(f"--recompute {recompute}: recompute of a captured model needs token inputs (its "
+                              "checkpoints are hidden states); use --recompute none")
+        result = simulate_training(captured.config, cl, plan, nodes=nodes, keep_events=trace is not None,
+                                   forward=captured.forward)
+    else:
+        result = simulate_training(model, cl, plan, nodes=nodes, keep_events=trace is not None)
     if trace is not None:
         from perfcast.system.trace import write_trace
 
@@ -108,6 +135,30 @@ def train(
     if oom:
         sys.stderr.write(f"error: {oom}\n")
         raise typer.Exit(2)
+
+
+def _check_captured_plan(w: Any, micro_batch: int | None, seq_len: int | None, *, tp: int, cp: int, ep: int,
+                         lora_rank: int, sp: bool) -> None:
+    """One-line errors for what a captured graph cannot train with."""
+    from perfcast.errors import ConfigError
+
+    for flag, value in (("--tp", tp), ("--cp", cp), ("--ep", ep)):
+        if value != 1:
+            raise ConfigError(f"{flag} {value}: a captured workload trains with data parallelism (--dp, --zero, "
+                              "--recompute) and --pp only; tensor, context and expert parallelism need to know "
+                              "which GEMMs, heads and experts to shard, which a captured graph does not say")
+    if sp:
+        raise ConfigError("--sp: sequence parallelism needs tensor parallelism, which a captured workload lacks")
+    if lora_rank:
+        raise ConfigError("--lora-rank: LoRA targets named projections (q, k, v, o), which a captured graph does "
+                          "not name; use full training")
+    tokens = w.seq_len if any(o.kind.value == "embedding" for o in w.ops) else 1
+    if micro_batch is not None and micro_batch != w.batch_size:
+        raise ConfigError(f"--micro-batch {micro_batch}: {w.model_id} was captured with batch {w.batch_size}; "
+                          "capture it again with that batch (--input-shape) or leave --micro-batch out")
+    if seq_len is not None and seq_len != tokens:
+        raise ConfigError(f"--seq-len {seq_len}: {w.model_id} was captured with {tokens} tokens per sample; "
+                          "capture it again with that length (--input-shape) or leave --seq-len out")
 
 
 def _print(result: Any, trace: Path | None) -> None:

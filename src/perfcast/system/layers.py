@@ -136,8 +136,15 @@ _CACHE: dict[tuple[object, ...], tuple[ModelConfig, Hardware, Coefficients, Micr
 
 
 def micro_batch_costs(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients,
-                      compose: ComposeCoefficients) -> MicroBatchCosts:
-    """Price one micro-batch of ``plan`` on one GPU of ``hw``, per part and phase (memoized)."""
+                      compose: ComposeCoefficients, *, forward: tuple[Op, ...] | None = None) -> MicroBatchCosts:
+    """Price one micro-batch of ``plan`` on one GPU of ``hw``, per part and phase (memoized).
+
+    ``forward``: the micro-batch's forward ops as given (a captured model, :mod:`perfcast.capture`) instead
+    of built from ``cfg``; names start with the part label (``embed``, ``layers``, ``head``) and repeated
+    layers carry their ``count``. Not memoized.
+    """
+    if forward is not None:
+        return _price(cfg, plan, hw, coeffs, compose, forward)
     key = (id(cfg), id(hw), id(coeffs), id(compose), plan.tp, plan.cp, plan.cp_kind, plan.ep, plan.sp, plan.micro_batch,
            plan.seq_len, plan.precision, plan.lora_rank, plan.lora_targets, plan.qlora, plan.moe_skew,
            plan.moe_capacity_factor, plan.framework, plan.fused_kernels)
@@ -151,9 +158,13 @@ def micro_batch_costs(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs
     return costs
 
 
-def _forward_ops(cfg: ModelConfig, plan: ParallelPlan) -> tuple[list[Op], list[Op], int]:
+def _forward_ops(cfg: ModelConfig, plan: ParallelPlan,
+                 given: tuple[Op, ...] | None = None) -> tuple[list[Op], list[Op], int]:
     """The micro-batch's forward ops after the plan's rewrites, those before routing, and its tokens per GPU."""
     local_seq = plan.seq_len // plan.cp
+    if given is not None:  # a captured forward: only FP8 applies (the caller refuses cp, LoRA and experts)
+        ops = to_fp8(list(given)) if plan.precision == "fp8" else list(given)
+        return ops, list(given), plan.micro_batch * (1 if cfg.kind == "cnn" else local_seq)
     # plain PyTorch model code run eagerly launches one kernel per line of its norms, RoPE and gated
     # activation (the Hugging Face layout); fused kernels or a compiler run them as one kernel each
     style = "hf" if plan.framework == "eager" and not plan.fused_kernels else "engine"
@@ -193,8 +204,8 @@ def _sequence_parallel(ops: list[Op], tp: int) -> list[Op]:
 
 
 def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients,
-           compose: ComposeCoefficients) -> MicroBatchCosts:
-    forward, convention, tokens = _forward_ops(cfg, plan)
+           compose: ComposeCoefficients, given: tuple[Op, ...] | None = None) -> MicroBatchCosts:
+    forward, convention, tokens = _forward_ops(cfg, plan, given)
     mf, af = _model_flops(convention, tokens)
     ops = forward + backward_ops(forward)
     ops = shard_tp(ops, plan.tp)

@@ -469,11 +469,12 @@ def training_energy(costs: MicroBatchCosts, breakdown_s: dict[str, float], flops
 def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: ParallelPlan, *,
                       nodes: int | None = None, coeffs: Coefficients | None = None,
                       compose: ComposeCoefficients | None = None, training: TrainingCoefficients | None = None,
-                      keep_events: bool = False) -> TrainingResult:
+                      keep_events: bool = False, forward: tuple[Op, ...] | None = None) -> TrainingResult:
     """Predict one optimizer step of ``model`` trained on ``cluster`` with ``plan``.
 
     ``nodes`` sets the cluster size; by default the plan's GPU count decides it
-    (a plan smaller than one node uses part of a node).
+    (a plan smaller than one node uses part of a node). ``forward``: one micro-batch's forward ops given
+    instead of built from ``model`` (a captured model; see :func:`perfcast.system.layers.micro_batch_costs`).
     """
     cfg = load_model(model)
     cl = load_cluster(cluster)
@@ -491,7 +492,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     co = coeffs or load_coefficients()
     cc = compose or load_compose_coefficients()
     tc = training or load_training_coefficients()
-    costs = micro_batch_costs(cfg, plan, hw, co, cc)
+    costs = micro_batch_costs(cfg, plan, hw, co, cc, forward=forward)
     comm = LayerComm(cl, plan)
     grad_bytes = 4.0 if plan.grad_reduce_dtype == "fp32" else 2.0
     times = {part.label: layer_time(part, plan, comm, tc, grad_bytes=grad_bytes) for part in costs.parts}

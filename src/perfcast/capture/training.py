@@ -1,0 +1,162 @@
+"""A captured forward as the input of a training step (``perfcast train --workload``).
+
+The training layer (:func:`perfcast.system.training.simulate_training`) prices a
+micro-batch from its forward ops: it derives the backward
+(:func:`perfcast.workload.backward.backward_ops`), groups ops into parts by the
+first component of their names (``embed``, each layer kind, ``head``) and
+stacks the parts into pipeline stages by their ``count``. Here a captured
+workload becomes such a forward:
+
+- repeated layers are merged (:func:`perfcast.capture.merge.merge_repeated`);
+- ops are retyped to the training precision (:func:`cast_workload`);
+- ops before the first repeated layer are the ``embed`` part, ops after the
+  last one the ``head`` part, each run of repeated layers (and each stretch of
+  distinct layers between runs, such as ResNet's downsampling blocks) a layer
+  part ``layers``, ``layers_1``...;
+- a cross-entropy loss is added over the widest linear layer of the head (the
+  LM head of GPT-2, BERT's MLM decoder, a classifier), as the catalog's
+  builders add :func:`perfcast.workload.models.common.lm_loss`.
+
+:func:`captured_model_config` describes the captured model in the catalog's
+terms (layers, hidden width, heads) for the plan checks and the activation
+sizes of pipeline sends and recompute checkpoints. A model without token ids
+(a CNN) trains per sample: a "token" is an image, as for catalog CNNs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfcast.capture.merge import merge_repeated, module_path
+from perfcast.catalog.models import ModelConfig
+from perfcast.dtypes import DType
+from perfcast.errors import ConfigError
+from perfcast.workload.graph import Graph
+from perfcast.workload.models.common import lm_loss
+from perfcast.workload.types import Op, OpKind, Phase, Workload
+
+__all__ = ["CapturedTraining", "captured_model_config", "cast_workload", "training_forward"]
+
+_ID_BYTES = 8  # an int64 token id read by an embedding gather
+
+
+def cast_workload(w: Workload, dtype: DType) -> Workload:
+    """``w`` with its activations and weights in ``dtype`` (bytes rescaled; FLOPs and shapes unchanged)."""
+    if dtype is w.dtype:
+        return w
+    ops: list[Op] = []
+    for o in w.ops:
+        if o.dtype is not w.dtype:
+            ops.append(o)
+            continue
+        r = dtype.bytes / o.dtype.bytes
+        meta = tuple((k, dtype.value if k == "weight_dtype" else v) for k, v in o.meta)
+        if o.kind is OpKind.EMBEDDING:
+            tokens, dim, vocab = o.dims
+            e = dtype.bytes
+            ops.append(o.with_(dtype=dtype, bytes_read=tokens * dim * e + tokens * _ID_BYTES,
+                               bytes_written=float(tokens * dim * e), weight_bytes=float(vocab * dim * e), meta=meta))
+            continue
+        ops.append(o.with_(dtype=dtype, bytes_read=o.bytes_read * r, bytes_written=o.bytes_written * r,
+                           weight_bytes=o.weight_bytes * r,
+                           fused_bytes=None if o.fused_bytes is None else o.fused_bytes * r, meta=meta))
+    return Workload(model_id=w.model_id, mode=w.mode, batch_size=w.batch_size, seq_len=w.seq_len, dtype=dtype,
+                    ops=tuple(ops), kv_len=w.kv_len, tp=w.tp)
+
+
+def _run_of(op: Op) -> str | None:
+    """The merged run an op belongs to (``transformer.h.0-11``), if any."""
+    comps = module_path(op).split(".")
+    for i, c in enumerate(comps):
+        a, dash, b = c.partition("-")
+        if dash and a.isdigit() and b.isdigit():
+            return ".".join(comps[:i + 1])
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedTraining:
+    """A captured model ready for the training layer: the labelled forward ops of one micro-batch (loss
+    included), the model described for the plan checks, and tokens per sample (1 for a model without
+    token ids)."""
+
+    forward: tuple[Op, ...]
+    config: ModelConfig
+    micro_batch: int
+    tokens_per_sample: int
+    layers: int
+    layer_runs: tuple[tuple[str, int], ...]
+
+
+def training_forward(w: Workload, dtype: DType, *, loss: bool = True) -> CapturedTraining:
+    """The forward ops of one micro-batch of the captured ``w`` trained in ``dtype`` (see the module doc)."""
+    m = cast_workload(merge_repeated(w), dtype)
+    runs = [_run_of(o) for o in m.ops]
+    in_run = [i for i, r in enumerate(runs) if r is not None]
+    if not in_run:
+        raise ConfigError(f"{w.model_id}: no repeated layers found in the captured graph, so it has no layers to "
+                          "train as a stack; capture a model whose blocks are a ModuleList (torch.export or fx "
+                          "keep their module paths)")
+    first, last = in_run[0], in_run[-1]
+    labels: list[str] = []
+    seen: list[str] = []
+    layer_runs: list[tuple[str, int]] = []
+    prev: str | None = None
+    for i, o in enumerate(m.ops):
+        if i < first:
+            labels.append("embed")
+            continue
+        if i > last:
+            labels.append("head")
+            continue
+        key = runs[i] or "loose"
+        if key != prev:
+            seen.append(key)
+            prev = key
+            layer_runs.append((key if key != "loose" else module_path(o), o.count if runs[i] else 1))
+        n = len(seen) - 1
+        labels.append("layers" if n == 0 else f"layers_{n}")
+    ops = [o.with_(name=f"{lbl}.{o.name}") for o, lbl in zip(m.ops, labels, strict=True)]
+    # layers per part: the smallest count among its ops (ops inside a nested run repeat more often)
+    per_part: dict[str, int] = {}
+    for o, lbl in zip(ops, labels, strict=True):
+        if lbl not in ("embed", "head"):
+            per_part[lbl] = min(per_part.get(lbl, o.count), o.count)
+    layers = sum(per_part.values())
+    has_tokens = any(o.kind is OpKind.EMBEDDING for o in ops)
+    tokens_per_sample = m.seq_len if has_tokens else 1
+    if loss:
+        head = [o for o, lbl in zip(ops, labels, strict=True) if lbl == "head" and o.kind is OpKind.GEMM
+                and o.op == "linear"]
+        if head:
+            logits = max(head, key=lambda o: o.dims[1] * o.dims[3])
+            g = Graph(dtype, training=True)
+            lm_loss(g, logits.dims[1], logits.dims[3])
+            ops += g.ops
+    config = captured_model_config(m, layers=layers)
+    return CapturedTraining(forward=tuple(o.with_(phase=Phase.FORWARD) for o in ops), config=config,
+                            micro_batch=m.batch_size, tokens_per_sample=tokens_per_sample, layers=layers,
+                            layer_runs=tuple(layer_runs))
+
+
+def captured_model_config(w: Workload, *, layers: int) -> ModelConfig:
+    """The captured model in the catalog's terms: ``layers`` layers, the token-embedding width as the hidden
+    size (a model without one: the input width of its last linear layer), heads from its first attention
+    kernel (1 head of the hidden width when attention is written with matmuls), no position limit."""
+    embeds = [o for o in w.ops if o.kind is OpKind.EMBEDDING]
+    linears = [o for o in w.ops if o.kind is OpKind.GEMM and o.op == "linear"]
+    attn = next((o for o in w.ops if o.kind is OpKind.ATTENTION), None)
+    if embeds:
+        table = max(embeds, key=lambda o: o.dims[2])
+        hidden, vocab = table.dims[1], table.dims[2]
+    else:
+        hidden = linears[-1].dims[2] if linears else 1
+        vocab = linears[-1].dims[3] if linears else 1
+    heads, kv_heads, head_dim = (attn.dims[1], attn.dims[2], attn.dims[5]) if attn else (1, 1, hidden)
+    inter = max((o.dims[3] for o in linears), default=hidden)
+    causal = bool(attn.dims[6]) if attn else False
+    return ModelConfig(id=w.model_id, model_type="captured", kind="decoder" if causal else "encoder",
+                       num_layers=max(1, layers), hidden_size=max(1, hidden), num_heads=max(1, heads),
+                       num_kv_heads=max(1, kv_heads), head_dim=max(1, head_dim), intermediate_size=max(1, inter),
+                       vocab_size=max(1, vocab), max_positions=2**20, position="none",
+                       source=("perfcast capture",), notes="described from a captured graph")
