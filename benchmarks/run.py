@@ -315,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"  {dt:.2f} s over {rows} rows", quiet)
 
     # 4. the design-space search and the whole scenario suite, each its own process (their own scripts)
-    for key, script, extra in (("search", "search_bench.py", []), ("suite", "suite_bench.py", ["--no-per-scenario"])):
+    for key, script, extra in (("search", "search_bench.py", []), ("suite", "suite_bench.py", ["--no-per-scenario"]),
+                               ("accel_mapper", "accel_mapper.py", ["--seeds", "1"])):
         log(f"{script}:", quiet)
         dt, proc = run_process([sys.executable, str(Path(__file__).with_name(script)), "--json", *extra])
         res[key] = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
@@ -325,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  search: {res['search']['plans_evaluated']:,} plans in {res['search']['search_time_s']:.1f} s", quiet)
     if res["suite"]:
         log(f"  suite: {res['suite']['scenarios']} scenarios in {res['suite']['suite_process_s']:.1f} s", quiet)
+    if res["accel_mapper"]:
+        log(f"  accel mapper: {len(res['accel_mapper']['layers'])} layers, slowest median search "
+            f"{res['accel_mapper']['max_median_time_s']:.2f} s", quiet)
 
     meets = {"warm_predict": res["warm_predict_ms"] <= TARGET_WARM_PREDICT_MS,
              "training_predict": res["training_predict_ms"] <= TARGET_TRAINING_PREDICT_MS,

@@ -17,6 +17,7 @@ population or neighborhood is counted in one call of :meth:`~perfcast.accel.batc
 from __future__ import annotations
 
 import itertools
+import math
 from functools import cache
 
 import numpy as np
@@ -95,18 +96,33 @@ def divisors(n: int) -> tuple[int, ...]:
 
 
 def spatial_options(fan_dims: list[int], size: int, rem: list[int]) -> list[dict[int, int]]:
-    """Splits of one axis among its dims that no single factor can grow (to a larger divisor) within ``size``."""
-    out = []
-    choices = [divisors(rem[d]) for d in fan_dims]
-    for combo in itertools.product(*choices):
-        used = int(np.prod(combo))
-        if used > size:
-            continue
-        maximal = all(not any(g > f and used // f * g <= size for g in divisors(rem[d]))
-                      for d, f in zip(fan_dims, combo, strict=True))
-        if maximal:
-            out.append({d: f for d, f in zip(fan_dims, combo, strict=True) if f > 1})
-    return out
+    """Splits of one axis among its dims that no single factor can grow (to a larger divisor) within ``size``
+    (in the order of ``itertools.product`` over ascending divisors)."""
+    return [dict(split) for split in _spatial_options(tuple(fan_dims), size, tuple(rem[d] for d in fan_dims))]
+
+
+@cache
+def _spatial_options(fan_dims: tuple[int, ...], size: int, rem: tuple[int, ...]) -> tuple[tuple[tuple[int, int], ...],
+                                                                                          ...]:
+    out: list[tuple[tuple[int, int], ...]] = []
+    chosen: list[int] = []
+
+    def walk(k: int, used: int) -> None:
+        if k == len(fan_dims):
+            for r, f in zip(rem, chosen, strict=True):
+                if any(g > f and used // f * g <= size for g in divisors(r)):
+                    return
+            out.append(tuple((d, f) for d, f in zip(fan_dims, chosen, strict=True) if f > 1))
+            return
+        for f in divisors(rem[k]):
+            if used * f > size:
+                break
+            chosen.append(f)
+            walk(k + 1, used * f)
+            chosen.pop()
+
+    walk(0, 1)
+    return tuple(out)
 
 
 def spatial_fills(model: BatchModel, limit: int = 64) -> np.ndarray:
@@ -252,22 +268,33 @@ def neighbors(model: BatchModel, one: MapArrays) -> MapArrays:
 
 def refills(model: BatchModel, one: MapArrays) -> MapArrays:
     """The single mapping ``one`` with one fanout axis filled another way (:func:`spatial_options` of the
-    problem's dims); the factors the axis gives up or takes trade with temporal loops. Some may not fit."""
-    t0, s0, r0 = one.temporal[0], one.spatial[0], one.rank[0]
-    ts, ss = [], []
+    problem's dims); the factors the axis gives up go to one level's temporal loops (each level in turn), the
+    ones it takes come from temporal loops. Some may not fit."""
+    t0, s0 = one.temporal[0].tolist(), one.spatial[0].tolist()
+    ts: list[list[list[int]]] = []
+    axis_of: list[tuple[int, int, list[int]]] = []
     for i, a, split in _fills(model):
-        for j in range(model.num_levels):
-            t, s = t0.copy(), s0.copy()
-            if _refill(model, t, s, i, a, split, j):
+        want = [1] * 7
+        for d, f in split:
+            want[d] = f
+        if want == s0[i][a]:
+            continue
+        releases = any(old % new for old, new in zip(s0[i][a], want, strict=True))
+        for to in range(model.num_levels) if releases else (i,):
+            t = [list(row) for row in t0]
+            if _refill(model, t, s0[i][a], want, i, to):
                 ts.append(t)
-                ss.append(s)
+                axis_of.append((i, a, want))
     if not ts:
         return one.take(slice(0, 0))
-    return MapArrays(np.stack(ts), np.stack(ss), np.repeat(r0[None], len(ts), axis=0))
+    spatial = np.repeat(one.spatial, len(ts), axis=0)
+    for k, (i, a, want) in enumerate(axis_of):
+        spatial[k, i, a] = want
+    return MapArrays(np.array(ts, dtype=np.int64), spatial, np.repeat(one.rank, len(ts), axis=0))
 
 
 @cache
-def _fills_cached(model_id: int, dims: tuple[int, ...], axes: tuple[tuple[int, int, int, tuple[int, ...]], ...]
+def _fills_cached(dims: tuple[int, ...], axes: tuple[tuple[int, int, int, tuple[int, ...]], ...]
                   ) -> tuple[tuple[int, int, tuple[tuple[int, int], ...]], ...]:
     out = []
     for i, a, size, fan_dims in axes:
@@ -280,34 +307,27 @@ def _fills(model: BatchModel) -> tuple[tuple[int, int, tuple[tuple[int, int], ..
     """Every (level, axis, split) that fills one fanout axis as far as the problem's dims allow."""
     axes = tuple((i, a, int(model.axis_size[i, a]), tuple(d for d in range(7) if model.allowed[i, a, d]))
                  for i in range(model.num_levels) for a in range(len(model.axes[i])))
-    return _fills_cached(0, tuple(int(x) for x in model.dims), axes)
+    return _fills_cached(tuple(int(x) for x in model.dims), axes)
 
 
-def _refill(model: BatchModel, t: np.ndarray, s: np.ndarray, i: int, a: int,
-            split: tuple[tuple[int, int], ...], to: int) -> bool:
-    """Give fanout axis ``a`` of level ``i`` the factors ``split`` (in place): what it no longer takes goes to
-    level ``to``'s temporal loops, what it takes more of comes from temporal loops (level i's first, then the
-    outer levels', then the inner ones'). False when the factors cannot be found or nothing changes."""
-    want = [1] * 7
-    for d, f in split:
-        want[d] = f
-    if all(int(s[i, a, d]) == want[d] for d in range(7)):
-        return False
+def _refill(model: BatchModel, t: list[list[int]], have: list[int], want: list[int], i: int, to: int) -> bool:
+    """Temporal factors ``t`` (in place) once level ``i``'s fanout axis goes from ``have`` to ``want``: what it
+    gives up goes to level ``to``, what it takes more of comes from level i, then the outer levels, then the
+    inner ones. False when the factors cannot be found."""
     donors = [i, *range(i - 1, -1, -1), *range(i + 1, model.num_levels)]
     for d in range(7):
-        old, new = int(s[i, a, d]), want[d]
+        old, new = have[d], want[d]
         if old == new:
             continue
-        common = int(np.gcd(old, new))
-        t[to, d] *= old // common
+        common = math.gcd(old, new)
+        t[to][d] *= old // common
         for p in primes(new // common):
             for j in donors:
-                if t[j, d] % p == 0:
-                    t[j, d] //= p
+                if t[j][d] % p == 0:
+                    t[j][d] //= p
                     break
             else:
                 return False
-        s[i, a, d] = new
     return True
 
 
