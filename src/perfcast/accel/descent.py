@@ -6,7 +6,7 @@
 2. Descent: from the best draw of each of the best few spatial splits, steepest descent over the one-move neighborhood
    (:func:`~perfcast.accel.mapspace.neighbors`, counted in one batch per step) until no neighbor is better.
 3. Kicks (iterated local search): the best mapping so far takes a few random moves that fit and descends
-   again (half the kicks start by filling a fanout axis another way); it is replaced when that ends
+   again (half the kicks fill a fanout axis another way instead); it is replaced when that ends
    lower. The search stops after ``patience`` kicks in a row without
    improvement (Timeloop's "victory condition") or when the evaluation budget is spent.
 
@@ -93,14 +93,15 @@ def _descend(score: _Scorer, start: MapArrays, key: tuple[float, float],
 
 
 def _kick(score: _Scorer, m: MapArrays, rng: np.random.Generator, moves: int) -> MapArrays | None:
-    """``m`` after ``moves`` random one-move steps that fit, the first of every other kick a new fill of a
-    fanout axis (None when a step has no neighbor that fits)."""
-    for k in range(moves):
+    """``m`` after ``moves`` random one-move steps that fit, or (every other kick, when there is one that
+    fits) after a single new fill of a fanout axis. None when no step fits."""
+    if rng.random() < 0.5:
+        fills = refills(score.model, m)
+        ok = np.nonzero(score.model.valid(fills))[0]
+        if len(ok):
+            return fills.take([int(ok[rng.integers(len(ok))])])
+    for _ in range(moves):
         nb = neighbors(score.model, m)
-        if k == 0 and rng.random() < 0.5:
-            fills = refills(score.model, m)
-            if score.model.valid(fills).any():
-                nb = fills
         ok = np.nonzero(score.model.valid(nb))[0]
         if len(ok) == 0:
             return None

@@ -2,14 +2,16 @@
 
 Two strategies, both reproducible from a seed; both count candidates in batches with
 :class:`~perfcast.accel.batch.BatchModel` (the evaluator's rules on numpy arrays, ~50,000 mappings/s)
-and report the best through :func:`~perfcast.accel.evaluate.evaluate_nest`:
+and report the best through :func:`~perfcast.accel.evaluate.evaluate_nest` (so its figures are the
+evaluator's):
 
 - ``random`` (random-pruned search with descent, :mod:`~perfcast.accel.descent`): ``samples`` random
   draws (each dim's prime factors spread over its slots: the levels' temporal loops and the fanout axes
-  that take it; random loop orders), steepest descent over one-move neighborhoods (a prime factor moved
-  between two slots, two dims trading primes, another loop order at one level) from the best few draws,
-  then random kicks of the best and descents again until several kicks in a row find nothing better.
-  At most ``60 * samples`` mappings are counted.
+  that take it; random loop orders; half of the draws on spatial splits that fill the PE array), steepest
+  descent over one-move neighborhoods (a prime factor moved between two slots, two dims trading primes,
+  another loop order at one level, another fill of one fanout axis) from the best draws of the best few
+  spatial splits, then random kicks of the best and descents again until several kicks in a row find
+  nothing better. At most ``60 * samples`` mappings are counted.
 - ``exhaustive``: every mapping of a pruned space: spatial splits that fill each axis as far as the dims
   allow, temporal tiles that are maximal (no factor can grow by a prime and still fit), and per level one
   loop order per distinct reuse pattern (orders that leave the same dims inside each tensor's innermost

@@ -179,63 +179,39 @@ def draw(model: BatchModel, rng: np.random.Generator, count: int, fill: np.ndarr
     return MapArrays(temporal, spatial, rank)
 
 
-def _factor(t: np.ndarray, s: np.ndarray, d: int, slot: Slot) -> int:
-    i, a = slot
-    return int(t[i, d] if a < 0 else s[i, a, d])
-
-
-def _scale(t: np.ndarray, s: np.ndarray, d: int, slot: Slot, mul: int, div: int) -> None:
-    i, a = slot
-    if a < 0:
-        t[i, d] = t[i, d] * mul // div
-    else:
-        s[i, a, d] = s[i, a, d] * mul // div
-
-
 def neighbors(model: BatchModel, one: MapArrays) -> MapArrays:
     """Every mapping one move from the single mapping ``one`` (see the module docstring); some may not fit."""
-    t0, s0, r0 = one.temporal[0], one.spatial[0], one.rank[0]
-    ts: list[np.ndarray] = []
-    ss: list[np.ndarray] = []
-    rs: list[np.ndarray] = []
-    axis_used = s0.prod(axis=2)
+    tl, sl, rl = one.temporal[0].tolist(), one.spatial[0].tolist(), one.rank[0].tolist()
+    n = model.num_levels
+    size = model.axis_size.tolist()
+    used = [[math.prod(axis) for axis in level] for level in sl]
 
-    def add(t: np.ndarray, s: np.ndarray, r: np.ndarray) -> None:
-        ts.append(t)
-        ss.append(s)
-        rs.append(r)
-
-    def fits_axis(s: np.ndarray, slot: Slot) -> bool:
+    def factor(d: int, slot: Slot) -> int:
         i, a = slot
-        return a < 0 or int(s[i, a].prod()) <= int(model.axis_size[i, a])
+        return int(tl[i][d] if a < 0 else sl[i][a][d])
 
+    # each neighbor: factor edits (slot, dim, multiply by, divide by) and maybe a new rank row for one level
+    edits: list[list[tuple[Slot, int, int, int]]] = []
+    ranks: list[tuple[int, list[int]] | None] = []
     slots = [slots_of(model, d) for d in range(7)]
     moves: list[tuple[int, Slot, Slot, int]] = []  # (dim, from, to, prime)
     for d in range(7):
         for src in slots[d]:
-            f = _factor(t0, s0, d, src)
-            for p in sorted(set(primes(f))):
-                for dst in slots[d]:
-                    if dst == src:
-                        continue
-                    i, a = dst
-                    if a >= 0 and int(axis_used[i, a]) * p > int(model.axis_size[i, a]):
-                        continue
-                    moves.append((d, src, dst, p))
+            for p in sorted(set(primes(factor(d, src)))):
+                moves.extend((d, src, dst, p) for dst in slots[d] if dst != src)
     for d, src, dst, p in moves:
-        t, s = t0.copy(), s0.copy()
-        _scale(t, s, d, src, 1, p)
-        _scale(t, s, d, dst, p, 1)
-        add(t, s, r0)
         i, a = dst
-        if a < 0 and t0[i, d] == 1:  # a new loop at level i: also try it innermost and outermost
-            for pos in (7, -1):
-                order = [x for x in np.argsort(r0[i]).tolist() if x != d]
-                order = order + [d] if pos == 7 else [d, *order]
-                r = r0.copy()
-                r[i] = np.argsort(np.array(order))
-                add(t, s, r)
-    # two dims trade primes between two slots (d1 moves src -> dst, d2 moves dst -> src)
+        if a >= 0 and used[i][a] * p > size[i][a]:
+            continue
+        move = [(src, d, 1, p), (dst, d, p, 1)]
+        edits.append(move)
+        ranks.append(None)
+        if a < 0 and tl[i][d] == 1:  # a new loop at level i: also try it innermost and outermost
+            order = sorted((x for x in range(7) if x != d), key=lambda x: rl[i][x])
+            for new_order in ([*order, d], [d, *order]):
+                edits.append(move)
+                ranks.append((i, _rank_of(tuple(new_order))))
+    # two dims (or two primes of one dim) trade places between two slots: d1 src -> dst, d2 dst -> src
     by_pair: dict[tuple[Slot, Slot], list[tuple[int, int]]] = {}
     for d, src, dst, p in moves:
         by_pair.setdefault((src, dst), []).append((d, p))
@@ -245,25 +221,48 @@ def neighbors(model: BatchModel, one: MapArrays) -> MapArrays:
         for (d1, p1), (d2, p2) in itertools.product(there, by_pair.get((dst, src), [])):
             if d1 == d2 and p1 == p2:
                 continue
-            t, s = t0.copy(), s0.copy()
-            _scale(t, s, d1, src, 1, p1)
-            _scale(t, s, d1, dst, p1, 1)
-            _scale(t, s, d2, dst, 1, p2)
-            _scale(t, s, d2, src, p2, 1)
-            if fits_axis(s, src) and fits_axis(s, dst):
-                add(t, s, r0)
-    for i in range(model.num_levels):
-        live = frozenset(int(d) for d in np.nonzero(t0[i] > 1)[0])
-        current = _signature(tuple(int(d) for d in np.argsort(r0[i]) if t0[i, d] > 1))
+            ok = True
+            for slot, gain, loss in ((src, p2, p1), (dst, p1, p2)):
+                i, a = slot
+                if a >= 0 and used[i][a] * gain // loss > size[i][a]:
+                    ok = False
+            if ok:
+                edits.append([(src, d1, 1, p1), (dst, d1, p1, 1), (dst, d2, 1, p2), (src, d2, p2, 1)])
+                ranks.append(None)
+    for i in range(n):
+        live = frozenset(d for d in range(7) if tl[i][d] > 1)
+        current = _signature(tuple(sorted(live, key=lambda x: rl[i][x])))
         for alt in orders_of(live):
-            if _signature(alt) == current:
-                continue
-            r = r0.copy()
-            r[i] = _rank_of(alt)
-            add(t0, s0, r)
-    if not ts:
-        return refills(model, one)
-    return MapArrays.concat([MapArrays(np.stack(ts), np.stack(ss), np.stack(rs)), refills(model, one)])
+            if _signature(alt) != current:
+                edits.append([])
+                ranks.append((i, _rank_of(alt)))
+    return MapArrays.concat([_apply(one, edits, ranks), refills(model, one)])
+
+
+def _apply(one: MapArrays, edits: list[list[tuple[Slot, int, int, int]]],
+           ranks: list[tuple[int, list[int]] | None]) -> MapArrays:
+    """Copies of ``one``, row k with ``edits[k]`` applied (multiplications first, so every division is exact)
+    and, when ``ranks[k]`` is given, that level's rank row replaced."""
+    k = len(edits)
+    temporal = np.repeat(one.temporal, k, axis=0)
+    spatial = np.repeat(one.spatial, k, axis=0)
+    rank = np.repeat(one.rank, k, axis=0)
+    t_ed = [(row, i, d, mul, div) for row, change in enumerate(edits) for (i, a), d, mul, div in change if a < 0]
+    s_ed = [(row, i, a, d, mul, div) for row, change in enumerate(edits) for (i, a), d, mul, div in change
+            if a >= 0]
+    if t_ed:
+        e = np.array(t_ed, dtype=np.int64)
+        np.multiply.at(temporal, (e[:, 0], e[:, 1], e[:, 2]), e[:, 3])
+        np.floor_divide.at(temporal, (e[:, 0], e[:, 1], e[:, 2]), e[:, 4])
+    if s_ed:
+        e = np.array(s_ed, dtype=np.int64)
+        np.multiply.at(spatial, (e[:, 0], e[:, 1], e[:, 2], e[:, 3]), e[:, 4])
+        np.floor_divide.at(spatial, (e[:, 0], e[:, 1], e[:, 2], e[:, 3]), e[:, 5])
+    changed = [(row, r) for row, r in enumerate(ranks) if r is not None]
+    if changed:
+        rows = [row for row, _ in changed]
+        rank[rows, [r[0] for _, r in changed]] = np.array([r[1] for _, r in changed], dtype=np.int64)
+    return MapArrays(temporal, spatial, rank)
 
 
 def refills(model: BatchModel, one: MapArrays) -> MapArrays:
