@@ -8,7 +8,8 @@ IR ops through :class:`perfcast.workload.graph.Graph`, the builder the catalog
 models use, so a captured op costs exactly what a built one does.
 
 Views (reshape, permute, transpose, slicing...) launch no kernel and emit
-nothing; ops on integer or boolean tensors (position ids, mask bookkeeping)
+nothing; neither does dropout (a capture is an inference forward), whose rate
+and size the op before it keeps in ``meta`` for training; ops on integer or boolean tensors (position ids, mask bookkeeping)
 are skipped too. Non-square convolution inputs are priced as the square image
 of the same area. An op that is none of these is refused (UnsupportedError
 naming it), never guessed.
@@ -48,6 +49,8 @@ ELEMENTWISE = {
     "clone": "copy", "contiguous": "copy", "copy": "copy", "cat": "cat", "concat": "cat", "stack": "cat",
     "hardswish": "silu", "hardsigmoid": "sigmoid", "mish": "silu", "cast": "cast",
 }
+_UNARY_FORMS = {"add": "addu", "sub": "subu", "mul": "mulu", "div": "divu"}
+_DROPOUT = ("dropout", "feature_dropout", "dropout_")
 _ROW_REDUCTIONS = {"mean": "mean", "sum": "sum", "amax": "max", "max": "max", "var": "mean", "std": "mean",
                    "reducemean": "mean", "reducesum": "sum", "reducemax": "max", "norm": "sum", "logsumexp": "sum"}
 
@@ -91,6 +94,13 @@ class Emitter:
         """Add the ops of one call (nothing for views); each op's ``meta`` keeps the module path that issued it
         (``module``), which :func:`perfcast.capture.merge.merge_repeated` reads."""
         start = len(self.graph.ops)
+        p = c.attrs.get("p", 0.0)
+        if c.op.lower() in _DROPOUT and isinstance(p, float) and p > 0 and start and c.outputs:
+            # dropout runs only in training: the op before it keeps its rate and size, and the training
+            # forward (perfcast.capture.training) adds the kernel there
+            last = self.graph.ops[-1]
+            self.graph.ops[-1] = last.with_(meta=(*last.meta, ("dropout_p", p), ("dropout_numel", numel(c.outputs[0]))))
+            return
         self._emit(c)
         module = c.attrs.get("module")
         if module is not None:
@@ -178,6 +188,8 @@ class Emitter:
 
     # -- vector ops ----------------------------------------------------------------------------
     def _elementwise(self, c: Call, op: str) -> None:
+        if op in _UNARY_FORMS and sum(1 for s in c.inputs if s is not None) == 1:
+            op = _UNARY_FORMS[op]  # a tensor and a Python number (x * 0.5): one backward kernel, not two
         out = numel(c.outputs[0])
         full = sum(1 for s in c.inputs if s is not None and numel(s) == out)
         small = sum(numel(s) for s in c.inputs if s is not None and numel(s) != out)

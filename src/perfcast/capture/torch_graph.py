@@ -177,6 +177,8 @@ class _Collector:
                                        tuple(b.shape) if b is not None else None]
                 params = [False, True, True]
                 attrs["weight_id"] = f"param@{id(w)}" if w is not None else None
+            if op == "dropout":
+                attrs["p"] = float(getattr(mod, "p", 0.0))
             if op == "embedding":
                 inputs, params = [tuple(mod.weight.shape), inputs[0]], [True, False]
                 attrs.update(weight_first=True, weight_id=f"param@{id(mod.weight)}")
@@ -223,6 +225,9 @@ class _Collector:
                             else args[4] if len(args) > 4 and name != "scaled_dot_product_attention" else False)
             attrs["causal"] = bool(causal) if isinstance(causal, bool) else False
             inputs = inputs[:3]
+        elif op in ("dropout", "feature_dropout"):
+            p = args[1] if len(args) > 1 else kw.get("p", 0.5)
+            attrs["p"] = float(p) if isinstance(p, (int, float)) else 0.0
         elif op in ("max_pool2d", "avg_pool2d"):
             k = args[1] if len(args) > 1 else kw.get("kernel_size", 2)
             s = args[2] if len(args) > 2 else kw.get("stride", None)

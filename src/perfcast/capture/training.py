@@ -13,6 +13,8 @@ workload becomes such a forward:
   last one the ``head`` part, each run of repeated layers (and each stretch of
   distinct layers between runs, such as ResNet's downsampling blocks) a layer
   part ``layers``, ``layers_1``...;
+- the dropout kernels the model runs in training are added where the capture
+  saw them (an eval-mode capture runs none; it keeps their rate and size);
 - a cross-entropy loss is added over the widest linear layer of the head (the
   LM head of GPT-2, BERT's MLM decoder, a classifier), as the catalog's
   builders add :func:`perfcast.workload.models.common.lm_loss`.
@@ -98,7 +100,7 @@ def training_forward(w: Workload, dtype: DType, *, loss: bool = True) -> Capture
                           "train as a stack; capture a model whose blocks are a ModuleList (torch.export or fx "
                           "keep their module paths)")
     first, last = in_run[0], in_run[-1]
-    labels: list[str] = []
+    labels: list[str] = []  # part of each op (dropout kernels, added below, take their producer's)
     seen: list[str] = []
     layer_runs: list[tuple[str, int]] = []
     prev: str | None = None
@@ -116,18 +118,26 @@ def training_forward(w: Workload, dtype: DType, *, loss: bool = True) -> Capture
             layer_runs.append((key if key != "loose" else module_path(o), o.count if runs[i] else 1))
         n = len(seen) - 1
         labels.append("layers" if n == 0 else f"layers_{n}")
-    ops = [o.with_(name=f"{lbl}.{o.name}") for o, lbl in zip(m.ops, labels, strict=True)]
+    ops: list[Op] = []
+    for o, lbl in zip(m.ops, labels, strict=True):
+        ops.append(o.with_(name=f"{lbl}.{o.name}"))
+        size = o.get("dropout_numel")
+        if isinstance(size, int) and size > 0:  # the dropout after this op runs in training
+            g = Graph(dtype, training=True)
+            drop = g.dropout(f"{lbl}.{o.name}.dropout", size)
+            if drop is not None:
+                ops.append(drop.with_(count=o.count, tp_split=o.tp_split))
     # layers per part: the smallest count among its ops (ops inside a nested run repeat more often)
     per_part: dict[str, int] = {}
-    for o, lbl in zip(ops, labels, strict=True):
+    for o in ops:
+        lbl = o.name.split(".", 1)[0]
         if lbl not in ("embed", "head"):
             per_part[lbl] = min(per_part.get(lbl, o.count), o.count)
     layers = sum(per_part.values())
     has_tokens = any(o.kind is OpKind.EMBEDDING for o in ops)
     tokens_per_sample = m.seq_len if has_tokens else 1
     if loss:
-        head = [o for o, lbl in zip(ops, labels, strict=True) if lbl == "head" and o.kind is OpKind.GEMM
-                and o.op == "linear"]
+        head = [o for o in ops if o.name.startswith("head.") and o.kind is OpKind.GEMM and o.op == "linear"]
         if head:
             logits = max(head, key=lambda o: o.dims[1] * o.dims[3])
             g = Graph(dtype, training=True)
