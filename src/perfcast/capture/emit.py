@@ -9,10 +9,10 @@ models use, so a captured op costs exactly what a built one does.
 
 Views (reshape, permute, transpose, slicing...) launch no kernel and emit
 nothing; neither does dropout (a capture is an inference forward), whose rate
-and size the op before it keeps in ``meta`` for training; ops on integer or boolean tensors (position ids, mask bookkeeping)
-are skipped too. Non-square convolution inputs are priced as the square image
-of the same area. An op that is none of these is refused (UnsupportedError
-naming it), never guessed.
+and size the op before it keeps in ``meta`` for training; ops on integer or
+boolean tensors (position ids, mask bookkeeping) are skipped too. Non-square
+convolution inputs are priced as the square image of the same area. An op that
+is none of these is refused (UnsupportedError naming it), never guessed.
 """
 
 from __future__ import annotations
