@@ -82,29 +82,28 @@ class DecodeSet:
 
     def steps_to_finish(self) -> int:
         """Decode steps until the first member has emitted all its tokens (a large number when empty)."""
-        top = self._top()
-        return top[0] - self.steps if top is not None else 1 << 62
+        return self._first_finish() - self.steps
 
     def pop_finished(self) -> list[Request]:
         """Remove and return the members that have emitted every token, in running order."""
         done: list[Request] = []
-        while True:
-            top = self._top()
-            if top is None or top[0] > self.steps:
-                return done
-            heapq.heappop(self._heap)
-            self.remove(top[2])
-            done.append(top[2])
+        while self._first_finish() <= self.steps:
+            req = heapq.heappop(self._heap)[2]
+            self.remove(req)
+            done.append(req)
+        return done
 
     def _finish_step(self, req: Request) -> int:
         return req.decode_step + req.output_tokens - req.generated
 
-    def _top(self) -> tuple[int, int, Request] | None:
-        """The heap's first live entry (stale ones are dropped on the way)."""
+    def _first_finish(self) -> int:
+        """The step at which the first member finishes (a large number when empty); stale heap entries (members
+        that left, or got ahead by a bump) are dropped on the way."""
         heap = self._heap
         while heap:
             step, seq, req = heap[0]
-            if req.decode_set is self and seq == req.run_seq and step == self._finish_step(req):
-                return heap[0]
+            if req.decode_set is self and seq == req.run_seq and step == (
+                    req.decode_step + req.output_tokens - req.generated):
+                return step
             heapq.heappop(heap)
-        return None
+        return 1 << 62

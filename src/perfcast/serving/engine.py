@@ -358,6 +358,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     kv_max = 0.0
     rr = [0, 0]  # round-robin cursors of the (prefill, decode) pools
     stage_factor = float(pp)  # an iteration passes through every stage
+    decode_steps: dict[int, tuple[float, float, float, float]] = {}  # model.decode_step per batch size
+    prefill_times: dict[tuple[int, float, int, int, int], float] = {}  # model.time_s of prefill-only batches
     block_bytes = kv_per_token * cfg.block_size
 
     def start(e: int, now: float) -> None:
@@ -376,19 +378,21 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         n_decode = batch.num_decode
         if (not batch.prefill and not batch.swapped_blocks and sched.steady_decode and not keep_events
                 and n_decode > 0 and not spec_k):
-            if _fast_forward(e, now, sched, batch):
-                return
+            run_decodes(e, now, sched, batch)
+            return
         q = ctx = 0
         pairs = 0.0
+        logits = n_decode  # every decoding sequence samples, and every prompt that completes
         for req, k in batch.prefill:
             end = req.computed_tokens + k
             q += k
             pairs += causal_pairs(k, end) if k > 1 else end
             ctx += end
+            if end >= req.prefill_target:
+                logits += 1
         dec_ctx = batch.decode_context_tokens
         if audit and n_decode:
             audit_decode(sched, batch)
-        logits = n_decode + sum(1 for r, k in batch.prefill if r.computed_tokens + k >= r.prefill_target)
         if images:
             starting = sum(1 for r, _ in batch.prefill if r.computed_tokens == 0 and r.preemptions == 0)
             dt_vision = model.vision_time_s(starting * images)
@@ -398,7 +402,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             dt = speculate(e, sched) * stage_factor
         else:
             spec_lookahead[e] = []
-            dt = model.time_s(q, pairs, ctx, len(batch.prefill), n_decode, dec_ctx, logits) * stage_factor
+            dt = iteration_s(q, pairs, ctx, len(batch.prefill), n_decode, dec_ctx, logits) * stage_factor
         gpu_s = dt + dt_vision
         dt = gpu_s * iteration_scale + iteration_extra_s
         if batch.swapped_blocks:
@@ -408,7 +412,16 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         occupy(e, batch, now + dt, dt, gpu_s, 1)
 
     def occupy(e: int, batch: Batch, end_s: float, span_s: float, gpu_s: float, k: int) -> None:
-        """Engine ``e`` runs ``batch`` for ``k`` iterations until ``end_s``; account its KV use and GPU time."""
+        """Engine ``e`` runs ``batch`` for ``k`` iterations until ``end_s``; :func:`account` for them."""
+        account(e, span_s, gpu_s, k)
+        busy[e] = True
+        in_flight[e] = batch
+        steps[e] = k
+        heapq.heappush(heap, (end_s, e))
+
+    def account(e: int, span_s: float, gpu_s: float, k: int) -> None:
+        """``k`` iterations of engine ``e`` lasting ``span_s`` seconds (``gpu_s`` of GPU time on their own):
+        count them, and weigh its KV use (as it is now) by their span."""
         nonlocal iterations, kv_time, kv_util_sum, kv_frag_sum, kv_max, gpu_time
         kv = engines[e].kv
         util = kv.utilization_frac
@@ -418,10 +431,6 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         kv_max = max(kv_max, util)
         gpu_time += gpu_s
         iterations += k
-        busy[e] = True
-        in_flight[e] = batch
-        steps[e] = k
-        heapq.heappush(heap, (end_s, e))
 
     def audit_decode(sched: ReplicaScheduler, batch: Batch) -> None:
         """Audit: the batch's decode totals match its rows, and a paged cache holds each row's context (the
@@ -434,46 +443,96 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             for r in rows:
                 assert sched.kv.seq_num_tokens(r.id) == r.prompt_tokens + sched.generated(r), r
 
-    def _fast_forward(e: int, now: float, sched: ReplicaScheduler, batch: Batch) -> bool:
-        """Run the decode-only ``batch`` (its first iteration's KV slots taken) for as many identical iterations
-        as nothing else can happen in: until a member finishes, the next arrival or hand-over, or the KV cache
-        is full. O(1) besides one scalar step per iteration (O(block_size) to count the cache's blocks)."""
-        k = sched.decoding.steps_to_finish()  # the k-th iteration finishes someone
-        if k < 2:
-            return False
-        kv = sched.kv
+    def iteration_s(q: int, pairs: float, ctx: int, n_prefill: int, n_decode: int, dec_ctx: int,
+                    logits: int) -> float:
+        """``model.time_s`` (s, one stage), remembered for prefill-only batches: their shapes repeat (the
+        same prompt lengths), while a batch with decodes rarely meets its cached tokens again."""
+        if n_decode:
+            return model.time_s(q, pairs, ctx, n_prefill, n_decode, dec_ctx, logits)
+        key = (q, pairs, ctx, n_prefill, logits)
+        hit = prefill_times.get(key)
+        if hit is None:
+            if len(prefill_times) > 1 << 16:
+                prefill_times.clear()
+            hit = prefill_times[key] = model.time_s(q, pairs, ctx, n_prefill, 0, 0, logits)
+        return hit
+
+    def run_decodes(e: int, now: float, sched: ReplicaScheduler, batch: Batch) -> None:
+        """Run the decode-only ``batch`` (its first iteration's KV slots taken) as a stretch of identical
+        iterations: until a member finishes, the next arrival or hand-over, or the KV cache is full.
+
+        When nothing could join the batch (no request waiting, swapped out or prefilling, no closed loop and
+        no decode pool fed by hand-overs), a stretch that ends at a member's finish before the next arrival
+        goes on here: the finished members leave at that iteration's end and the others, with their next KV
+        slot, form the next stretch, as scheduling at that boundary would. O(1) per stretch besides one
+        scalar step per iteration (O(block_size) to count the cache's blocks).
+        """
+        dec, kv = sched.decoding, sched.kv
         grows = not sched.reserve_full_length  # a full-length reservation already holds every token
-        if grows:
-            k = 1 + kv.max_group_growth(k - 1)
-            if k < 2:
-                return False
         nxt = min(arrival_l[cursor] if cursor < n and in_system < limit_n else math.inf,
                   transfers[0][0] if transfers else math.inf)
-        b = batch.num_decode
-        fixed, a, m0, m1 = model.decode_step(b)  # one iteration: fixed + ((a ctx)^4 + (m0 + m1 ctx)^4)^(1/4)
+        through = not (limit or disagg or sched.waiting or sched.swapped or sched.prefilling)
+        while True:
+            fin = dec.steps_to_finish()  # the fin-th iteration finishes someone
+            k = 1 + kv.max_group_growth(fin - 1) if grows and fin > 1 else fin
+            j, end, gpu_s = stretch(now, batch.num_decode, batch.decode_context_tokens, k, nxt) if k > 1 else (
+                0, now, 0.0)
+            if j > 1:
+                if grows:
+                    kv.grow_group(j - 1)
+                span = end - now
+            else:  # one iteration, priced like any other
+                if audit:
+                    audit_decode(sched, batch)
+                num = batch.num_decode
+                gpu_s = model.time_s(0, 0.0, 0, 0, num, batch.decode_context_tokens, num) * stage_factor
+                span = gpu_s * iteration_scale + iteration_extra_s
+                end = now + span
+                j = 1
+            if not (through and j == fin and end < nxt and (not grows or kv.decode_fits(len(dec)))):
+                occupy(e, batch, end, span, gpu_s, j)
+                return
+            account(e, span, gpu_s, j)
+            dec.advance(j)
+            for req in dec.pop_finished():
+                done(req, sched, end)
+            if audit:
+                sched.kv.check_invariants()
+            if not dec:
+                busy[e] = False
+                return
+            if grows:
+                kv.grow_group(1)
+            batch.num_decode = len(dec)
+            batch.decode_context_tokens = dec.context_tokens
+            now = end
+
+    def stretch(now: float, num: int, ctx: int, k: int, nxt: float) -> tuple[int, float, float]:
+        """Up to ``k`` decode-only iterations of ``num`` sequences holding ``ctx`` cached tokens, from ``now``
+        (s), stopping after the first that ends at or after ``nxt`` (s): (iterations, end time in s, GPU
+        seconds on their own). Each iteration's time is the closed form of its cached tokens, which grow by
+        ``num`` per iteration."""
+        step = decode_steps.get(num)
+        if step is None:
+            step = decode_steps[num] = model.decode_step(num)
+        fixed, a, m0, m1 = step  # one iteration: fixed + ((a ctx)^4 + (m0 + m1 ctx)^4)^(1/4)
         scale, extra = iteration_scale, iteration_extra_s
         end = now
-        raw_sum = 0.0
-        ctx = batch.decode_context_tokens
+        gpu_s = 0.0
         if ctx < 1:
             ctx = 1
         j = 0
-        while j < k:  # advance iteration by iteration; stop at the boundary after the next arrival
+        while j < k:
             c = a * ctx
             m = m0 + m1 * ctx
             raw = (fixed + (c * c * c * c + m * m * m * m) ** 0.25) * stage_factor
-            raw_sum += raw
+            gpu_s += raw
             end += raw * scale + extra
-            ctx += b
+            ctx += num
             j += 1
             if end >= nxt:
                 break
-        if j < 2:
-            return False
-        if grows:
-            kv.grow_group(j - 1)
-        occupy(e, batch, end, end - now, raw_sum, j)
-        return True
+        return j, end, gpu_s
 
     def advance_decodes(e: int, sched: ReplicaScheduler) -> list[Request]:
         """The decode set emitted the iterations' tokens (and speculative decoding its accepted draft tokens);
@@ -552,6 +611,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             rep = min(pool, key=lambda i: (sum(len(engines[i * pp + v].waiting) for v in range(pp)), i))
         outstanding[rep] += 1
         req.replica = rep
+        if pp == 1:
+            return rep
         return min(range(rep * pp, rep * pp + pp), key=lambda v: (engines[v].num_outstanding, v))
 
     disagg = cfg.num_prefill_replicas

@@ -756,7 +756,10 @@ class CountingBlockManager(_PagedCache):
         n = len(self._group)
         if num_new_tokens <= 0 or not n:
             return
-        taken = self._group_blocks(num_new_tokens)
+        if num_new_tokens == 1:  # one decode step: the members whose last block is full open one
+            taken = self._group_phase[-self._group_clock % self.block_size]
+        else:
+            taken = self._group_blocks(num_new_tokens)
         if taken > self._free:
             raise KVCacheError(f"cannot grow the {n} decoding sequences by {num_new_tokens} tokens: needs {taken} "
                                f"KV blocks, only {self._free} available")

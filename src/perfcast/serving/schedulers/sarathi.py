@@ -28,7 +28,8 @@ class SarathiScheduler(ReplicaScheduler):
 
     def schedule(self) -> Batch | None:
         batch = Batch()
-        self._swap_in(batch)
+        if self.swapped:
+            self._swap_in(batch)
         self._reserve_decode_step(batch)
         budget = self.limits.chunk_size - len(self.decoding)
         for req in self.prefilling:  # prompts in flight, oldest first

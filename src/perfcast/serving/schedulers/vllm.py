@@ -25,7 +25,8 @@ class VLLMScheduler(ReplicaScheduler):
 
     def schedule(self) -> Batch | None:
         batch = Batch()
-        self._swap_in(batch)
+        if self.swapped:
+            self._swap_in(batch)
         if not self.swapped:
             tokens = 0
             while self.waiting and len(self.running) < self.limits.max_num_seqs:
