@@ -5,23 +5,24 @@ Each benchmark is one PyTorch call as eager models make it (``F.linear``,
 ``F.conv2d``, ``F.scaled_dot_product_attention``...), in fp32, under
 ``torch.no_grad``, at shapes that span thin to square products and cache-sized
 to DRAM-sized tensors; linear layers cycle through weight copies larger than the caches, as a model's
-layers do. A call is warmed up, then repeated until it has run for
-a minimum time; its time is the median of the repeats (robust to other
-processes on the machine).
+layers do, and every timed call starts with the cores' private caches flushed, as an op in a model finds them.
+A call is warmed up, then repeated until it has run for
+a minimum time, in three passes over the whole suite; its time is the fastest repeat (other processes only
+add time; see :func:`interleaved_fastest_s`).
 """
 
 from __future__ import annotations
 
 import itertools
-import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from perfcast.calibrate.fit import Measurement, measurement_op
+from perfcast.calibrate.machine import probe_machine
 from perfcast.errors import ConfigError
 
-__all__ = ["clock_for", "import_torch", "median_time_s", "run_microbenchmarks", "suite_of"]
+__all__ = ["clock_for", "fastest_time_s", "import_torch", "interleaved_fastest_s", "run_microbenchmarks", "suite_of"]
 
 # (family, op, dims): dims follow the IR conventions of perfcast.workload.types
 _GEMMS = [(1, 1, 768, 768), (1, 1, 768, 3072), (1, 8, 768, 768), (1, 32, 768, 768), (1, 64, 256, 256),
@@ -42,6 +43,7 @@ _CONVS = [(1, 3, 64, 7, 224, 2, 3, 1), (1, 64, 64, 3, 56, 1, 1, 1), (1, 256, 64,
           (1, 1024, 2048, 1, 14, 2, 0, 1)]
 _ATTENTIONS = [(1, 12, 128, 128, 64), (1, 12, 512, 512, 64), (4, 12, 128, 128, 64), (1, 12, 32, 32, 64),
                (2, 16, 256, 256, 64)]
+_ROUNDS = 3  # passes over the suite (see interleaved_fastest_s)
 _COLD_BYTES = 256 * 2**20  # weights cycled through by the linear benchmarks (beyond any L3)
 _QUICK = {"gemm": [0, 5, 6, 9, 12, 18, 20], "vector": [0, 2, 4, 5, 6, 13, 16, 19, 22, 24],
           "conv": [0, 1, 2, 7], "attention": [0, 1]}
@@ -79,21 +81,62 @@ def clock_for(threads: int) -> Callable[[], float]:
     return time.thread_time if threads == 1 else time.perf_counter
 
 
-def median_time_s(fn: Callable[[], object], *, min_time_s: float = 0.05, min_repeats: int = 3,
-                  max_repeats: int = 50, warmup: int = 2, clock: Callable[[], float] = time.perf_counter) -> float:
-    """Median seconds of ``fn()`` by ``clock`` after ``warmup`` calls, over repeats lasting at least ``min_time_s``."""
+def fastest_time_s(fn: Callable[[], object], *, min_time_s: float = 0.05, min_repeats: int = 3,
+                   max_repeats: int = 50, warmup: int = 2, clock: Callable[[], float] = time.perf_counter,
+                   before: Callable[[], object] | None = None) -> float:
+    """Fewest seconds of one ``fn()`` by ``clock`` after ``warmup`` calls, over repeats lasting ``min_time_s``.
+
+    Other processes only ever add time to a call (they take its core, or make one of its threads wait for
+    the other at a barrier), so the fastest repeat is the estimate of the call on a quiet machine; a median
+    is not, once the machine is busy more than half of the time. ``before`` (untimed) runs before every call.
+    """
+    return min(_repeat(fn, min_time_s=min_time_s, min_repeats=min_repeats, max_repeats=max_repeats,
+                       warmup=warmup, clock=clock, before=before))
+
+
+def _repeat(fn: Callable[[], object], *, min_time_s: float, min_repeats: int, max_repeats: int, warmup: int,
+            clock: Callable[[], float], before: Callable[[], object] | None = None) -> list[float]:
     for _ in range(warmup):
         fn()
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < max_repeats and (len(times) < min_repeats or time.perf_counter() - start < min_time_s):
+        if before is not None:
+            before()
         t0 = clock()
         fn()
         times.append(clock() - t0)
-    return statistics.median(times)
+    return times
 
 
-def _call(torch: Any, family: str, op: str, dims: tuple[int, ...]) -> Callable[[], object]:
+def interleaved_fastest_s(fns: Sequence[Callable[[], object]], *, rounds: int = 3, min_time_s: float = 0.05,
+                          min_repeats: int = 2, max_repeats: int = 50,
+                          clock: Callable[[], float] = time.perf_counter,
+                          before: Callable[[], object] | None = None,
+                          progress: Callable[[int, int], None] | None = None) -> list[float]:
+    """The fastest seconds of each of ``fns``, measured in ``rounds`` passes over all of them.
+
+    Each pass gives every call one warm-up (its operands back in cache after the others ran) and then repeats it
+    for ``min_time_s / rounds`` (at least ``min_repeats`` times); a call's time is its fastest repeat over all
+    passes. Interleaving spreads each call's repeats over the whole run, so a burst of load from other
+    processes slows a few repeats of every call rather than all repeats of one. ``before`` (untimed) runs
+    before every timed call.
+    """
+    if rounds < 1:
+        raise ConfigError(f"rounds must be a positive integer (got {rounds})")
+    best = [float("inf")] * len(fns)
+    for r in range(rounds):
+        for i, fn in enumerate(fns):
+            if progress:
+                progress(r, i)
+            times = _repeat(fn, min_time_s=min_time_s / rounds, min_repeats=min_repeats,
+                            max_repeats=max(min_repeats, max_repeats // rounds), warmup=1, clock=clock,
+                            before=before)
+            best[i] = min(best[i], *times)
+    return best
+
+
+def _call(torch: Any, family: str, op: str, dims: tuple[int, ...], pool: Any) -> Callable[[], object]:
     F = torch.nn.functional
     g = torch.Generator().manual_seed(0)
 
@@ -106,8 +149,10 @@ def _call(torch: Any, family: str, op: str, dims: tuple[int, ...]) -> Callable[[
             x, y = randn(b, m, k), randn(b, k, n)
             return lambda: torch.bmm(x, y)
         # a model's layers each bring their own weights: cycle through copies larger than the caches together
+        # (views into one shared ``pool`` of _COLD_BYTES, so the whole suite holds it once)
         copies = max(1, min(64, _COLD_BYTES // (4 * n * k)))
-        x, ws, bias = randn(m, k), [randn(n, k) for _ in range(copies)], randn(n)
+        x, bias = randn(m, k), randn(n)
+        ws = [pool[i * n * k:(i + 1) * n * k].view(n, k) for i in range(copies)]
         turn = itertools.cycle(ws)
         return lambda: F.linear(x, next(turn), bias)
     if family == "conv":
@@ -148,14 +193,28 @@ def run_microbenchmarks(*, quick: bool = False, threads: int | None = None,
             raise ConfigError(f"--threads must be a positive integer (got {threads})")
         torch.set_num_threads(threads)
     used = int(torch.get_num_threads())
-    out: list[Measurement] = []
-    min_time = 0.02 if quick else 0.08
+    suite = suite_of(quick)
+    # each benchmark gets ~0.1 s (quick: 0.03 s) of repeats in total, spread over three passes over the suite
+    min_time = 0.03 if quick else 0.1
     with torch.no_grad():
-        for family, op, dims in suite_of(quick):
+        pool = torch.empty(_COLD_BYTES // 4).uniform_(-1.0, 1.0, generator=torch.Generator().manual_seed(1))
+        fns = [_call(torch, family, op, dims, pool) for family, op, dims in suite]
+        # in a model every op finds its operands evicted from the cores' private caches (the GEMM before it
+        # streamed megabytes of weights through them): stream a buffer several times their size through
+        # them, untimed, before every timed call, so the benchmarks measure ops in that state too
+        evict = torch.ones(int(max(8 * 2**20, 4 * probe_machine().l2_bytes_total)) // 4)
+
+        def flush() -> None:
+            evict.mul_(1.0)
+
+
+        def report(r: int, i: int) -> None:
             if progress:
-                progress(f"{family} {op} {'x'.join(str(d) for d in dims)}")
-            fn = _call(torch, family, op, dims)
-            t = median_time_s(fn, min_time_s=min_time, min_repeats=3, max_repeats=40 if quick else 200,
-                              clock=clock_for(used))
-            out.append(Measurement(family=family, op=measurement_op(family, op, dims), time_s=t))
-    return out, used
+                family, op, dims = suite[i]
+                progress(f"pass {r + 1}/{_ROUNDS} {family} {op} {'x'.join(str(d) for d in dims)}")
+
+        times = interleaved_fastest_s(fns, rounds=_ROUNDS, min_time_s=min_time, min_repeats=2,
+                                      max_repeats=60 if quick else 300, clock=clock_for(used), before=flush,
+                                      progress=report)
+    return [Measurement(family=family, op=measurement_op(family, op, dims), time_s=t)
+            for (family, op, dims), t in zip(suite, times, strict=True)], used
