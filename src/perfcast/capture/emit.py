@@ -193,8 +193,9 @@ class Emitter:
         out = numel(c.outputs[0])
         full = sum(1 for s in c.inputs if s is not None and numel(s) == out)
         small = sum(numel(s) for s in c.inputs if s is not None and numel(s) != out)
+        weights = sum(numel(s) for i, s in enumerate(c.inputs) if s is not None and c.is_param(i))  # x * norm.weight
         self.graph.pointwise(c.name, op, out, inputs=max(full, 1 if op not in ("cat",) else full),
-                             extra_read_bytes=small * self.graph.esize, rows=None)
+                             extra_read_bytes=small * self.graph.esize, rows=None, params=weights)
 
     def _reduce(self, c: Call, op: str) -> None:
         x = c.inputs[0]

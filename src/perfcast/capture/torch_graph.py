@@ -151,6 +151,8 @@ class _Collector:
             return None
         outs = _metas(node)
         shapes = tuple(s for s in (_shape_of(m) for m in outs) if s is not None)
+        if op in _MAYBE_COPY and node.args and shapes:
+            op = "copy" if _copies(node.args[0], shapes[0]) else "view"
         path = _module_path(node)
         attrs["module"] = path
         name = path if node.op == "call_module" else f"{path}.{node.name}" if path else node.name
@@ -249,6 +251,31 @@ class _Collector:
                 inputs = [self._arg_shape(args[0])[0], self._arg_shape(args[2])[0],
                           self._arg_shape(args[3])[0] if len(args) > 3 else None]
         return op, attrs, inputs, params
+
+
+_MAYBE_COPY = ("reshape", "flatten", "contiguous")  # a view when the strides allow one, else a copy kernel
+
+
+def _copies(arg: Any, out_shape: tuple[int, ...]) -> bool:
+    """Whether reshaping ``arg`` (an fx node) to ``out_shape`` copies: its strides admit no view (a
+    transposed or expanded tensor: GPT-2's merged heads, Llama's repeated K/V heads)."""
+    import torch
+    import torch.fx as fx
+
+    metas = _metas(arg) if isinstance(arg, fx.Node) else []
+    if not metas:
+        return False
+    shape = _shape_of(metas[0])
+    stride = getattr(metas[0], "stride", None)
+    stride = stride() if callable(stride) else stride
+    if shape is None or stride is None:
+        return False
+    try:
+        t = torch.empty_strided(shape, tuple(int(x) for x in stride), device="meta")
+        t.view(out_shape)
+    except (RuntimeError, TypeError, ValueError):
+        return True
+    return False
 
 
 def _is_parameter(gm: Any, target: str) -> bool:

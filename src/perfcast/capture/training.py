@@ -14,7 +14,9 @@ workload becomes such a forward:
   distinct layers between runs, such as ResNet's downsampling blocks) a layer
   part ``layers``, ``layers_1``...;
 - the dropout kernels the model runs in training are added where the capture
-  saw them (an eval-mode capture runs none; it keeps their rate and size);
+  saw them (an eval-mode capture runs none; it keeps their rate and size), and
+  BatchNorm reads its input twice (batch statistics, then normalization), as
+  :mod:`perfcast.workload.models.hf_resnet` prices it in training;
 - a cross-entropy loss is added over the widest linear layer of the head (the
   LM head of GPT-2, BERT's MLM decoder, a classifier), as the catalog's
   builders add :func:`perfcast.workload.models.common.lm_loss`.
@@ -76,6 +78,24 @@ def _run_of(op: Op) -> str | None:
     return None
 
 
+def _is_entry(comp: str) -> bool:
+    """A list entry in a module path: ``7``, or a merged run ``0-11``."""
+    a, dash, b = comp.partition("-")
+    return a.isdigit() and (not dash or b.isdigit())
+
+
+def _layer_key(op: Op, patterns: set[tuple[str, ...]]) -> str | None:
+    """The layer entry ``op`` belongs to (``resnet.encoder.stages.1.layers.0``), for lists matching
+    ``patterns`` (paths with ``*`` for list indices), or None."""
+    comps = module_path(op).split(".")
+    for pat in patterns:
+        n = len(pat)
+        if len(comps) > n and _is_entry(comps[n]) and all(
+                p == c or (p == "*" and _is_entry(c)) for p, c in zip(pat, comps[:n], strict=True)):
+            return ".".join(comps[:n + 1])
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class CapturedTraining:
     """A captured model ready for the training layer: the labelled forward ops of one micro-batch (loss
@@ -99,7 +119,12 @@ def training_forward(w: Workload, dtype: DType, *, loss: bool = True) -> Capture
         raise ConfigError(f"{w.model_id}: no repeated layers found in the captured graph, so it has no layers to "
                           "train as a stack; capture a model whose blocks are a ModuleList (torch.export or fx "
                           "keep their module paths)")
-    first, last = in_run[0], in_run[-1]
+    # layer lists: those holding a merged run, and their siblings in an outer list (ResNet's stages.*.layers,
+    # whose first block differs from the rest; a stage of distinct blocks still holds layers)
+    patterns = {tuple("*" if _is_entry(c) else c for c in r.split(".")[:-1]) for r in runs if r}
+    keys = [_layer_key(o, patterns) for o in m.ops]
+    stack = [i for i, k in enumerate(keys) if k is not None]
+    first, last = stack[0], stack[-1]
     labels: list[str] = []  # part of each op (dropout kernels, added below, take their producer's)
     seen: list[str] = []
     layer_runs: list[tuple[str, int]] = []
@@ -111,15 +136,19 @@ def training_forward(w: Workload, dtype: DType, *, loss: bool = True) -> Capture
         if i > last:
             labels.append("head")
             continue
-        key = runs[i] or "loose"
+        key = keys[i] or prev or ""  # an op of the stack's parent between two layers goes with the one before
         if key != prev:
             seen.append(key)
             prev = key
-            layer_runs.append((key if key != "loose" else module_path(o), o.count if runs[i] else 1))
+            layer_runs.append((key, o.count if runs[i] else 1))
         n = len(seen) - 1
         labels.append("layers" if n == 0 else f"layers_{n}")
     ops: list[Op] = []
     for o, lbl in zip(m.ops, labels, strict=True):
+        if o.op == "batchnorm" and o.get("inputs") == 1:  # batch statistics, then normalize: two reads
+            rows, cols = o.dims
+            meta = tuple((k, 2 if k == "inputs" else v) for k, v in o.meta)
+            o = o.with_(bytes_read=o.bytes_read + rows * cols * o.dtype.bytes, meta=meta)
         ops.append(o.with_(name=f"{lbl}.{o.name}"))
         size = o.get("dropout_numel")
         if isinstance(size, int) and size > 0:  # the dropout after this op runs in training

@@ -152,3 +152,24 @@ def test_captured_gpt2_has_the_catalog_parameters_and_model_flops() -> None:
     assert 0.96 <= cap.step_time_s / ref.step_time_s <= 1.03
     attn = [o for o in w.ops if o.kind is OpKind.ATTENTION]
     assert attn and not attn[0].dims[6]
+
+
+def test_captured_resnet_trains_like_the_catalog_model() -> None:
+    from perfcast.capture import capture_module, training_forward
+    from perfcast.catalog.models import from_hf_config
+    from perfcast.system.plan import ParallelPlan
+    from perfcast.system.training import simulate_training
+
+    conf = tf.ResNetConfig(depths=[2, 3], hidden_sizes=[64, 128], embedding_size=32, layer_type="bottleneck",
+                           num_labels=10)
+    w = capture_module(tf.ResNetForImageClassification(conf), {"pixel_values": torch.randn(8, 3, 64, 64)})
+    ct = training_forward(w, DType.BF16)
+    assert ct.layers == 5 and ct.tokens_per_sample == 1  # every residual block is a layer; a "token" is an image
+    cap = simulate_training(ct.config, "dgx-a100", ParallelPlan(micro_batch=8, seq_len=1), forward=ct.forward)
+    cfg = from_hf_config({**conf.to_dict(), "image_size": 64}, model_id="resnet-small")
+    ref = simulate_training(cfg, "dgx-a100", ParallelPlan(micro_batch=8, seq_len=64))
+    assert cap.tokens_per_step == ref.tokens_per_step == 8
+    assert cap.model_flops_per_token == pytest.approx(ref.model_flops_per_token, rel=1e-9)
+    assert cap.memory.total_bytes == pytest.approx(ref.memory.total_bytes, rel=1e-9)
+    # one GPU: the same kernels as the builder's (training BatchNorm, the classifier's loss); measured 1.000
+    assert cap.step_time_s == pytest.approx(ref.step_time_s, rel=0.01)
