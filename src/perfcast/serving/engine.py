@@ -409,7 +409,19 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             dt += batch.swapped_blocks * block_bytes / _PCIE_BPS
         if keep_events:
             events.append(IterationEvent(e, now, dt, q, n_decode))
-        occupy(e, batch, now + dt, dt, gpu_s, 1)
+        end_s = now + dt
+        if (not n_decode and logits == len(sched.prefilling) and runs_through(sched, end_s)
+                and (sched.reserve_full_length or sched.kv.decode_fits(len(sched.decoding) + logits))):
+            # every prompt in flight completes and the decode batch that follows is known: go on to it
+            account(e, dt, gpu_s, 1)
+            settle(e, batch, end_s, 1)
+            after = sched.decode_batch()
+            if after is None:
+                busy[e] = False
+            else:
+                run_decodes(e, end_s, sched, after)
+            return
+        occupy(e, batch, end_s, dt, gpu_s, 1)
 
     def occupy(e: int, batch: Batch, end_s: float, span_s: float, gpu_s: float, k: int) -> None:
         """Engine ``e`` runs ``batch`` for ``k`` iterations until ``end_s``; :func:`account` for them."""
@@ -469,9 +481,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         """
         dec, kv = sched.decoding, sched.kv
         grows = not sched.reserve_full_length  # a full-length reservation already holds every token
-        nxt = min(arrival_l[cursor] if cursor < n and in_system < limit_n else math.inf,
-                  transfers[0][0] if transfers else math.inf)
-        through = not (limit or disagg or sched.waiting or sched.swapped or sched.prefilling)
+        nxt = next_event_s()
+        through = not sched.prefilling and runs_through(sched, now)
         while True:
             fin = dec.steps_to_finish()  # the fin-th iteration finishes someone
             k = 1 + kv.max_group_growth(fin - 1) if grows and fin > 1 else fin
@@ -493,19 +504,28 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 occupy(e, batch, end, span, gpu_s, j)
                 return
             account(e, span, gpu_s, j)
-            dec.advance(j)
-            for req in dec.pop_finished():
-                done(req, sched, end)
-            if audit:
-                sched.kv.check_invariants()
-            if not dec:
+            settle(e, batch, end, j)
+            after = sched.decode_batch()
+            if after is None:
                 busy[e] = False
                 return
-            if grows:
-                kv.grow_group(1)
-            batch.num_decode = len(dec)
-            batch.decode_context_tokens = dec.context_tokens
+            batch = after
             now = end
+
+    def next_event_s() -> float:
+        """When the next request arrives or reaches a pool (s): the next thing that can change a batch from
+        outside its engine."""
+        return min(arrival_l[cursor] if cursor < n and in_system < limit_n else math.inf,
+                   transfers[0][0] if transfers else math.inf)
+
+    def runs_through(sched: ReplicaScheduler, end: float) -> bool:
+        """Whether the engine may settle its iterations ending at ``end`` (s) and form its next batch ahead of
+        the event loop: only its decode set can be in that batch (no request waiting or swapped out, no
+        closed loop, no hand-overs), the policy repeats it unchanged, and ``end`` comes before the next
+        arrival. (The caller also checks that the decode set's KV slots fit without preempting.)"""
+        if limit or disagg or spec_k or keep_events or sched.waiting or sched.swapped or not sched.steady_decode:
+            return False
+        return end < next_event_s()
 
     def stretch(now: float, num: int, ctx: int, k: int, nxt: float) -> tuple[int, float, float]:
         """Up to ``k`` decode-only iterations of ``num`` sequences holding ``ctx`` cached tokens, from ``now``
@@ -534,11 +554,12 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 break
         return j, end, gpu_s
 
-    def advance_decodes(e: int, sched: ReplicaScheduler) -> list[Request]:
+    def advance_decodes(e: int, k: int) -> list[Request]:
         """The decode set emitted the iterations' tokens (and speculative decoding its accepted draft tokens);
         returns the members that are done, in running order."""
+        sched = engines[e]
         dec = sched.decoding
-        dec.advance(steps[e])  # one token per iteration each
+        dec.advance(k)  # one token per iteration each
         for req, look in spec_lookahead[e]:
             if look:
                 # accepted draft tokens: consecutive successes, each with the acceptance rate
@@ -556,6 +577,12 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         batch = in_flight[e]
         in_flight[e] = None
         assert batch is not None
+        settle(e, batch, now, steps[e])
+
+    def settle(e: int, batch: Batch, now: float, k: int) -> None:
+        """Engine ``e``'s ``batch`` ran ``k`` iterations up to ``now`` (s): its prompts that completed emit their
+        first token and decode, hand over or finish; the decode set emits its tokens and its finished members
+        leave."""
         sched = engines[e]
         if audit:
             sched.kv.check_invariants()
@@ -566,7 +593,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             if not req.in_prefill:  # the prompt is in: it samples its next token
                 req.generated += 1
                 emitted.append(req)
-        finished = advance_decodes(e, sched) if batch.num_decode else []
+        finished = advance_decodes(e, k) if batch.num_decode else []
         for req in emitted:
             if math.isnan(req.first_token_s):
                 req.first_token_s = now

@@ -209,6 +209,14 @@ class ReplicaScheduler:
                 return
         self.kv.append(req.id)
 
+    def decode_batch(self) -> Batch | None:
+        """What :meth:`schedule` forms when nothing waits, is swapped out or is prefilling (and every decoding
+        request's KV slot fits): the decode set with one KV slot each; None when it is empty."""
+        batch = Batch()
+        if not self.reserve_full_length:
+            self._reserve_decode_step(batch)
+        return self._close(batch)
+
     def _close(self, batch: Batch) -> Batch | None:
         """The batch with the decode set in it (every member decodes), or None when there is nothing to run."""
         batch.num_decode = len(self.decoding)
