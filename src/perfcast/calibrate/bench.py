@@ -45,7 +45,10 @@ _ATTENTIONS = [(1, 12, 128, 128, 64), (1, 12, 512, 512, 64), (4, 12, 128, 128, 6
                (2, 16, 256, 256, 64)]
 _ROUNDS = 3  # passes over the suite (see interleaved_fastest_s)
 _COLD_BYTES = 256 * 2**20  # weights cycled through by the linear benchmarks (beyond any L3)
-_QUICK = {"gemm": [0, 5, 6, 9, 12, 18, 20], "vector": [0, 2, 4, 5, 6, 13, 16, 19, 22, 24],
+# a write of fresh memory from the allocator beside the same write in place: their difference is the cost of
+# mapping the pages (64 MiB, above glibc's 32 MiB largest heap-served block, so every call maps anew)
+_ALLOCS = [("fill_", 1, 2**24), ("fill", 1, 2**24)]
+_QUICK = {"alloc": [0, 1], "gemm": [0, 5, 6, 9, 12, 18, 20], "vector": [0, 2, 4, 5, 6, 13, 16, 19, 22, 24],
           "conv": [0, 1, 2, 7], "attention": [0, 1]}
 
 
@@ -65,6 +68,7 @@ def suite_of(quick: bool) -> list[tuple[str, str, tuple[int, ...]]]:
         "vector": [("vector", op, (r, c)) for op, r, c in _VECTORS],
         "conv": [("conv", "conv2d", d) for d in _CONVS],
         "attention": [("attention", "sdpa", d) for d in _ATTENTIONS],
+        "alloc": [("alloc", op, (r, c)) for op, r, c in _ALLOCS],
     }
     if not quick:
         return [x for fam in full.values() for x in fam]
@@ -164,6 +168,11 @@ def _call(torch: Any, family: str, op: str, dims: tuple[int, ...], pool: Any) ->
         qq, kk, vv = randn(b, h, q, d), randn(b, h, kv, d), randn(b, h, kv, d)
         return lambda: F.scaled_dot_product_attention(qq, kk, vv)
     rows, cols = dims
+    if family == "alloc":
+        buf = torch.empty(rows * cols)
+        if op == "fill_":
+            return lambda: buf.fill_(1.0)
+        return lambda: torch.full((rows * cols,), 1.0)
     if op == "maxpool":
         side = int(round(cols**0.5))
         x = randn(1, rows, side, side)

@@ -11,6 +11,8 @@ of :mod:`perfcast.kernel.cpu` (so what is fitted is exactly what predicts):
    form for each (geometric mean), the call overhead from the smallest product;
 4. convolutions (1x1 and larger kernels apart) and fused attention: one efficiency each (1-D search).
 
+Before all of them, the cost of mapping a fresh page comes from a write into a new
+64 MiB tensor minus the same write in place (``alloc`` benchmarks; none: no cost).
 Errors are relative (log ratios), so a 20 us kernel counts as much as a 20 ms one.
 """
 
@@ -27,7 +29,7 @@ from perfcast.catalog.cpu import CpuEfficiency
 from perfcast.catalog.hardware import Hardware
 from perfcast.dtypes import DType
 from perfcast.errors import DataError
-from perfcast.kernel.cpu import cpu_memory_time_s, cpu_op_times, op_class
+from perfcast.kernel.cpu import PAGE_BYTES, cpu_memory_time_s, cpu_op_times, op_class
 from perfcast.workload.types import Op, OpKind
 
 __all__ = ["FAMILIES", "CpuFit", "Measurement", "fit_cpu", "measurement_op"]
@@ -78,6 +80,9 @@ def measurement_op(family: str, op: str, dims: tuple[int, ...], *, dtype: DType 
         b, h, q, kv, d = dims
         return Op(op, "attention", OpKind.ATTENTION, (b, h, h, q, kv, d, 0), dtype, 4.0 * b * h * q * kv * d,
                   b * h * (q + 2 * kv) * d * e, b * h * q * d * e)
+    if family == "alloc":  # a write of rows*cols values, in place (fill_) or into a new tensor (fill)
+        rows, cols = dims
+        return Op(op, op, OpKind.VECTOR, dims, dtype, 0.0, 0.0, rows * cols * e)
     if family == "vector":
         rows, cols = dims
         numel = rows * cols
@@ -110,9 +115,22 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
     if len(stream) < 3:
         raise DataError("calibration needs at least 3 streaming elementwise benchmarks (add, mul, copy)")
 
+    # 0. mapping fresh pages: a write into a new 64 MiB tensor minus the same write in place, per 4 KiB page;
+    #    taken off every benchmark whose output the allocator maps anew, before the rates are fitted
+    allocs = {m.op.op: m for m in measurements if m.family == "alloc"}
+    page_fault = 0.0
+    if "fill" in allocs and "fill_" in allocs:
+        fresh, in_place = allocs["fill"], allocs["fill_"]
+        page_fault = max(fresh.time_s - in_place.time_s, 0.0) / (fresh.op.bytes_written / PAGE_BYTES)
+    fresh_bytes = float(CpuEfficiency.model_fields["fresh_output_bytes"].default)
+
+    def fault_s(op: Op) -> float:
+        fresh_out = not op.op.endswith("_") and op.bytes_written >= fresh_bytes
+        return op.bytes_written / PAGE_BYTES * page_fault if fresh_out else 0.0
+
     # 1. streaming: t = fixed + min(B, c)/bw_cache + max(B - c, 0)/bw_dram, weighted by 1/t
     nbytes = np.array([m.op.bytes for m in stream])
-    t = np.array([m.time_s for m in stream])
+    t = np.array([m.time_s - fault_s(m.op) for m in stream])
     best: tuple[float, float, float, float, float] | None = None
     for cache in _CACHE_GRID:
         a = np.stack([np.ones_like(nbytes), np.minimum(nbytes, cache), np.maximum(nbytes - cache, 0.0)], axis=1)
@@ -133,7 +151,8 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
             threads=threads, gemm_fixed_s=0.0, gemm_m0=0.0, gemm_n0=0.0, gemm_k0=0.0, cache_bandwidth_Bps=bw_cache,
             cache_bytes=cache_bytes, vector_fixed_s=vector_fixed, op_factor={"stream": 1.0}, conv_efficiency=1.0,
             conv_pointwise_efficiency=1.0,
-            conv_fixed_s=0.0, attention_efficiency=1.0, attention_fixed_s=0.0)
+            conv_fixed_s=0.0, attention_efficiency=1.0, attention_fixed_s=0.0, page_fault_s=page_fault,
+            fresh_output_bytes=fresh_bytes)
         base.update(kw)
         return CpuEfficiency(**base)  # type: ignore[arg-type]
 
@@ -150,7 +169,7 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
         if not ms:
             continue
         mem = np.array([m.op.bytes for m in ms])
-        ratio = (np.array([m.time_s for m in ms]) - vector_fixed) / cpu_memory_time_s(mem, base_hw)
+        ratio = (np.array([m.time_s - fault_s(m.op) for m in ms]) - vector_fixed) / cpu_memory_time_s(mem, base_hw)
         factors[cls] = float(max(np.median(ratio), 0.1))
 
     # 3. GEMM: shape constants on a grid, the peak in closed form for each

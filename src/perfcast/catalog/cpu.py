@@ -42,5 +42,11 @@ class CpuEfficiency(BaseModel):
     conv_fixed_s: float = Field(ge=0, description="fixed cost of one convolution call, seconds")
     attention_efficiency: float = Field(gt=0, description="fused attention (SDPA) FLOP rate relative to the GEMM peak")
     attention_fixed_s: float = Field(ge=0, description="fixed cost of one SDPA call, seconds")
+    page_fault_s: float = Field(0.0, ge=0, description="seconds to map one 4 KiB page of fresh memory on its first "
+                                                        "write (the kernel's page fault and zeroing)")
+    fresh_output_bytes: float = Field(32 * 2**20, gt=0,
+                                      description="outputs at least this large are written to freshly mapped "
+                                                  "pages on every call (glibc malloc serves them with mmap and "
+                                                  "unmaps them when freed), bytes")
     fit_error_frac: dict[str, float] = Field(default_factory=dict,
                                              description="median relative error of the fit per benchmark family")

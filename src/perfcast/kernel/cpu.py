@@ -15,7 +15,10 @@ its memory traffic:
   streaming bandwidth times a fitted factor per op class.
 
 Memory time streams ``cache_bytes`` at cache bandwidth and the rest at DRAM
-bandwidth. Every rate is in :class:`perfcast.catalog.cpu.CpuEfficiency`.
+bandwidth. An op whose output is at least ``fresh_output_bytes`` (glibc's largest
+heap-served block, 32 MiB) writes it to freshly mapped pages on every call and pays
+``page_fault_s`` per 4 KiB page on top (in-place ops, named ``..._``, allocate nothing).
+Every rate is in :class:`perfcast.catalog.cpu.CpuEfficiency`.
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ from perfcast.dtypes import DType
 from perfcast.errors import UnsupportedError
 from perfcast.workload.types import Op, OpKind
 
-__all__ = ["OP_CLASSES", "cpu_gemm_time_s", "cpu_memory_time_s", "cpu_op_times", "op_class"]
+__all__ = ["OP_CLASSES", "PAGE_BYTES", "cpu_gemm_time_s", "cpu_memory_time_s", "cpu_op_times", "fresh_pages_time_s",
+           "op_class"]
+
+PAGE_BYTES = 4096.0
 
 _SMOOTH_MAX_P = 4.0
 
@@ -65,6 +71,14 @@ def cpu_memory_time_s(bytes_moved: np.ndarray | float, hw: Hardware) -> np.ndarr
     b = np.asarray(bytes_moved, dtype=float)
     return np.minimum(b, c.cache_bytes) / c.cache_bandwidth_Bps + np.maximum(b - c.cache_bytes, 0.0) / (
         hw.memory_bandwidth_Bps)
+
+
+def fresh_pages_time_s(op: Op, hw: Hardware) -> float:
+    """Seconds ``op`` spends mapping fresh pages for its output (0 below ``fresh_output_bytes`` or in place)."""
+    c = _cpu(hw)
+    if op.op.endswith("_") or op.bytes_written < c.fresh_output_bytes:
+        return 0.0
+    return op.bytes_written / PAGE_BYTES * c.page_fault_s
 
 
 def _smooth_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -125,6 +139,7 @@ def cpu_op_times(ops: Sequence[Op], hw: Hardware) -> tuple[np.ndarray, list[str]
         else:  # host and comm ops take no device time on one CPU
             bounds[i] = "host" if op.kind is OpKind.HOST else "comm"
             continue
+        t += fresh_pages_time_s(op, hw)
         times[i] = t
         if t < 2.0 * max(c.vector_fixed_s, 1e-9):
             bounds[i] = "latency"

@@ -19,7 +19,7 @@ TRUE = CpuEfficiency(threads=4, gemm_fixed_s=20e-6, gemm_m0=16.0, gemm_n0=4.0, g
                      cache_bandwidth_Bps=80e9, cache_bytes=2**21, vector_fixed_s=3e-6,
                      op_factor={"stream": 1.0, "transcendental": 2.5, "reduction": 3.0, "pool": 20.0, "gather": 1.5},
                      conv_efficiency=0.7, conv_pointwise_efficiency=1.0, conv_fixed_s=20e-6,
-                     attention_efficiency=0.6, attention_fixed_s=20e-6)
+                     attention_efficiency=0.6, attention_fixed_s=20e-6, page_fault_s=1.5e-6)
 PEAK = 300e9
 DRAM = 15e9
 
@@ -39,6 +39,7 @@ def test_fit_recovers_the_generating_rates() -> None:
     assert e.op_factor["reduction"] == pytest.approx(3.0, rel=0.15)
     assert e.conv_efficiency == pytest.approx(0.7, rel=0.15)
     assert e.attention_efficiency == pytest.approx(0.6, rel=0.15)
+    assert e.page_fault_s == pytest.approx(1.5e-6, rel=0.01)
     assert max(e.fit_error_frac.values()) < 0.1
     assert e.threads == 4
 
@@ -53,6 +54,22 @@ def test_fitted_hardware_predicts_through_the_kernel_layer() -> None:
     st = predict_step(w, hw)
     assert st.time_s >= w.flops / hw.peak_flops_per_s.fp32  # never faster than the fitted peak
     assert {t.kernel.bound for t in st.ops} >= {"compute"}
+
+
+def test_only_outputs_the_allocator_maps_anew_pay_for_fresh_pages() -> None:
+    from perfcast.dtypes import DType
+    from perfcast.kernel.cpu import fresh_pages_time_s
+    from perfcast.workload.types import Op, OpKind
+
+    hw = build_hardware(INFO, peak_fp32_flops_per_s=PEAK, memory_bandwidth_Bps=DRAM, efficiency=TRUE)
+    big = 64 * 2**20
+
+    def op(name: str, written: float) -> Op:
+        return Op(name, name, OpKind.VECTOR, (1, int(written) // 4), DType.FP32, 0.0, written, written)
+
+    assert fresh_pages_time_s(op("add", big), hw) == pytest.approx(big / 4096 * 1.5e-6)
+    assert fresh_pages_time_s(op("add_", big), hw) == 0.0  # in place: no new tensor
+    assert fresh_pages_time_s(op("add", 16 * 2**20), hw) == 0.0  # below 32 MiB the heap reuses freed blocks
 
 
 def test_missing_family_is_a_data_error() -> None:
