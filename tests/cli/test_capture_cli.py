@@ -143,5 +143,12 @@ def test_capture_merges_layers_and_trains_with_data_parallelism(tmp_path: Path) 
                          (["--lora-rank", "8"], "LoRA")):
         bad = runner.invoke(app, ["train", "--workload", str(out), "-c", "dgx-a100", *args])
         assert bad.exit_code == 2 and bad.stderr.count("\n") == 1 and needle in bad.stderr, bad.stderr
+    piped = runner.invoke(app, ["train", "--workload", str(out), "-c", "dgx-a100", "--pp", "2", "--dp", "2",
+                                "--global-batch", "16", "--json"])
+    assert piped.exit_code == 0, piped.output
+    assert [s["layers"] for s in json.loads(piped.stdout)["stages"]] == [3, 3]
+    flat = runner.invoke(app, ["capture", f"{src}:build", "--no-merge", "--json"])
+    assert flat.exit_code == 0 and json.loads(flat.stdout)["num_ops"] == 1 + 6 * 5 + 1
+    assert json.loads(flat.stdout)["flops"] == data["flops"]
     both = runner.invoke(app, ["train", "-c", "dgx-a100"])
     assert both.exit_code == 2 and "--workload" in both.stderr

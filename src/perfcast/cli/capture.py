@@ -62,6 +62,8 @@ def capture(
                                           help="Input shape, e.g. 1x3x224x224 or input_ids=1x128 (repeatable)."),
     input_dtype: str = typer.Option("float32", "--input-dtype", help="float32 | int64 (random inputs)."),
     method: str = typer.Option("auto", "--method", help="auto | fx | export (torch modules)."),
+    merge: bool = typer.Option(True, "--merge/--no-merge", help="Merge identical consecutive layers into ops "
+                                                                "with count = layers (same FLOPs and kernels)."),
     out: Path = typer.Option(None, "--out", "-o", help="Write the workload JSON here (for predict --workload)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -76,7 +78,7 @@ def capture(
     if target.endswith(".onnx"):
         if positional:
             raise ConfigError("--input-shape for an ONNX file names its input: NAME=1x128")
-        w = capture_onnx(target, input_shapes=named)
+        w = capture_onnx(target, input_shapes=named, merge=merge)
     else:
         factory = load_factory(target)
         try:
@@ -95,7 +97,7 @@ def capture(
             example = _torch_inputs(positional, named, input_dtype)
         if not hasattr(module, "forward"):
             raise ConfigError(f"{target} returned {type(module).__name__}, not a torch.nn.Module")
-        w = capture_module(module, example, method=method, model_id=target.rpartition(":")[2])
+        w = capture_module(module, example, method=method, model_id=target.rpartition(":")[2], merge=merge)
     written = save_workload(w, out, source=target) if out is not None else None
     runs = block_runs(w)
     by_kind: dict[str, float] = {}

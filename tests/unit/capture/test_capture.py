@@ -162,3 +162,26 @@ def test_broken_onnx_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not parse as an ONNX model") as err:
         capture_onnx(bad)
     assert "\n" not in str(err.value)
+
+
+def test_onnx_layers_named_by_module_path_merge(tmp_path: Path) -> None:
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from perfcast.capture import block_runs, capture_onnx
+
+    inits, nodes, x = [], [], "x"
+    for i in range(3):  # torch.onnx names nodes /<module path>/<op>
+        inits.append(numpy_helper.from_array(np.ones((32, 32), dtype=np.float32), f"w{i}"))
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"h{i}"], name=f"/blocks.{i}/fc/MatMul"),
+                  helper.make_node("Relu", [f"h{i}"], [f"r{i}"], name=f"/blocks.{i}/act/Relu")]
+        x = f"r{i}"
+    graph = helper.make_graph(nodes, "stack", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [4, 32])], initializer=inits)
+    path = tmp_path / "stack.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    w = capture_onnx(path)
+    assert [(o.op, o.count) for o in w.ops] == [("linear", 3), ("relu", 3)]
+    assert block_runs(w) == [("blocks.0-2", 3)]
+    assert capture_onnx(path, merge=False).flops == w.flops
