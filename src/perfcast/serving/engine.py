@@ -410,7 +410,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         if keep_events:
             events.append(IterationEvent(e, now, dt, q, n_decode))
         end_s = now + dt
-        if (not n_decode and logits == len(sched.prefilling) and runs_through(sched, end_s)
+        if (not n_decode and logits == len(sched.prefilling) and runs_through(sched, end_s, next_event_s())
                 and (sched.reserve_full_length or sched.kv.decode_fits(len(sched.decoding) + logits))):
             # every prompt in flight completes and the decode batch that follows is known: go on to it
             account(e, dt, gpu_s, 1)
@@ -482,7 +482,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         dec, kv = sched.decoding, sched.kv
         grows = not sched.reserve_full_length  # a full-length reservation already holds every token
         nxt = next_event_s()
-        through = not sched.prefilling and runs_through(sched, now)
+        through = not sched.prefilling and runs_through(sched, now, nxt)
         while True:
             fin = dec.steps_to_finish()  # the fin-th iteration finishes someone
             k = 1 + kv.max_group_growth(fin - 1) if grows and fin > 1 else fin
@@ -518,14 +518,15 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         return min(arrival_l[cursor] if cursor < n and in_system < limit_n else math.inf,
                    transfers[0][0] if transfers else math.inf)
 
-    def runs_through(sched: ReplicaScheduler, end: float) -> bool:
+    def runs_through(sched: ReplicaScheduler, end: float, nxt: float) -> bool:
         """Whether the engine may settle its iterations ending at ``end`` (s) and form its next batch ahead of
         the event loop: only its decode set can be in that batch (no request waiting or swapped out, no
         closed loop, no hand-overs), the policy repeats it unchanged, and ``end`` comes before the next
-        arrival. (The caller also checks that the decode set's KV slots fit without preempting.)"""
+        arrival or hand-over at ``nxt`` (s). (The caller also checks that the decode set's KV slots fit
+        without preempting.)"""
         if limit or disagg or spec_k or keep_events or sched.waiting or sched.swapped or not sched.steady_decode:
             return False
-        return end < next_event_s()
+        return end < nxt
 
     def stretch(now: float, num: int, ctx: int, k: int, nxt: float) -> tuple[int, float, float]:
         """Up to ``k`` decode-only iterations of ``num`` sequences holding ``ctx`` cached tokens, from ``now``
@@ -539,20 +540,18 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         scale, extra = iteration_scale, iteration_extra_s
         end = now
         gpu_s = 0.0
-        if ctx < 1:
-            ctx = 1
-        j = 0
-        while j < k:
-            c = a * ctx
-            m = m0 + m1 * ctx
+        x = float(max(ctx, 1))  # exact: token counts stay far below 2**53
+        grow = float(num)
+        for j in range(1, k + 1):
+            c = a * x
+            m = m0 + m1 * x
             raw = (fixed + (c * c * c * c + m * m * m * m) ** 0.25) * stage_factor
             gpu_s += raw
             end += raw * scale + extra
-            ctx += num
-            j += 1
+            x += grow
             if end >= nxt:
-                break
-        return j, end, gpu_s
+                return j, end, gpu_s
+        return k, end, gpu_s
 
     def advance_decodes(e: int, k: int) -> list[Request]:
         """The decode set emitted the iterations' tokens (and speculative decoding its accepted draft tokens);
