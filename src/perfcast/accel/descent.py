@@ -3,12 +3,14 @@
 1. Draws: ``samples`` random mappings (:func:`~perfcast.accel.mapspace.draw`), half of them with every
    prime factor anywhere, half on spatial splits that fill the PE array (Timeloop's heuristic; spread over
    :func:`~perfcast.accel.mapspace.spatial_fills`); those that fit are counted.
-2. Descent: from the best draw of each of the best few spatial splits, steepest descent over the one-move neighborhood
-   (:func:`~perfcast.accel.mapspace.neighbors`, counted in one batch per step) until no neighbor is better.
-3. Kicks (iterated local search): the best mapping so far takes a few random moves that fit and descends
-   again (half the kicks fill a fanout axis another way instead); it is replaced when that ends
-   lower. The search stops after ``patience`` kicks in a row without
-   improvement (Timeloop's "victory condition") or when the evaluation budget is spent.
+2. Descent: from the best draw of each of the best few spatial splits, steepest descent over the
+   one-move neighborhood (:func:`~perfcast.accel.mapspace.neighbors`, counted in one batch per step) until
+   no neighbor is better.
+3. Kicks (iterated local search): the best mapping so far takes a few random moves that fit (or, half
+   the time, a new fill of one fanout axis), descends first with its spatial factors held (so that the
+   descent does not just undo the kick) and then freely; it is replaced when that ends lower. The search
+   stops after ``patience`` kicks in a row without improvement (Timeloop's "victory condition") or when
+   the evaluation budget is spent.
 
 Everything random comes from one seeded generator, so a seed gives the same mapping every time.
 """
@@ -76,12 +78,17 @@ def _best_row(k1: np.ndarray, k2: np.ndarray) -> int:
     return int(np.lexsort((k2, k1))[0])
 
 
-def _descend(score: _Scorer, start: MapArrays, key: tuple[float, float],
-             budget: int) -> tuple[MapArrays, tuple[float, float]]:
-    """Steepest descent from ``start`` (one row) until no neighbor is better or the budget is spent."""
+def _descend(score: _Scorer, start: MapArrays, key: tuple[float, float], budget: int,
+             keep_spatial: bool = False) -> tuple[MapArrays, tuple[float, float]]:
+    """Steepest descent from ``start`` (one row) until no neighbor is better or the budget is spent (with
+    ``keep_spatial``, over the neighbors with ``start``'s spatial factors only)."""
     cur, cur_key = start, key
     while score.evaluated < budget:
-        nb, k1, k2 = score(neighbors(score.model, cur))
+        nb = neighbors(score.model, cur)
+        if keep_spatial:
+            same = (nb.spatial == cur.spatial).reshape(len(nb), -1).all(axis=1)
+            nb = nb.take(np.nonzero(same)[0])
+        nb, k1, k2 = score(nb)
         if len(nb) == 0:
             break
         j = _best_row(k1, k2)
@@ -165,7 +172,8 @@ def descend_search(model: BatchModel, goal: str, samples: int, seed: int, *, sta
         if len(q1) == 0:
             stale += 1
             continue
-        local, key = _descend(score, kicked, (float(q1[0]), float(q2[0])), budget)
+        local, key = _descend(score, kicked, (float(q1[0]), float(q2[0])), budget, keep_spatial=True)
+        local, key = _descend(score, local, key, budget)
         if better_key(key, best_key):
             best, best_key, stale = local, key, 0
         else:
