@@ -7,7 +7,7 @@ Each benchmark is one PyTorch call as eager models make it (``F.linear``,
 to DRAM-sized tensors; linear layers cycle through weight copies larger than the caches, as a model's
 layers do, and every timed call starts with the cores' private caches flushed, as an op in a model finds them.
 A call is warmed up, then repeated until it has run for
-a minimum time, in three passes over the whole suite; its time is the fastest repeat (other processes only
+a minimum time, in four passes over the whole suite; its time is the fastest repeat (other processes only
 add time; see :func:`interleaved_fastest_s`).
 """
 
@@ -43,7 +43,7 @@ _CONVS = [(1, 3, 64, 7, 224, 2, 3, 1), (1, 64, 64, 3, 56, 1, 1, 1), (1, 256, 64,
           (1, 1024, 2048, 1, 14, 2, 0, 1)]
 _ATTENTIONS = [(1, 12, 128, 128, 64), (1, 12, 512, 512, 64), (4, 12, 128, 128, 64), (1, 12, 32, 32, 64),
                (2, 16, 256, 256, 64)]
-_ROUNDS = 3  # passes over the suite (see interleaved_fastest_s)
+_ROUNDS = 4  # passes over the suite (see interleaved_fastest_s)
 _COLD_BYTES = 256 * 2**20  # weights cycled through by the linear benchmarks (beyond any L3)
 # a write of fresh memory from the allocator beside the same write in place: their difference is the cost of
 # mapping the pages (64 MiB, above glibc's 32 MiB largest heap-served block, so every call maps anew)
@@ -203,8 +203,8 @@ def run_microbenchmarks(*, quick: bool = False, threads: int | None = None,
         torch.set_num_threads(threads)
     used = int(torch.get_num_threads())
     suite = suite_of(quick)
-    # each benchmark gets ~0.1 s (quick: 0.03 s) of repeats in total, spread over three passes over the suite
-    min_time = 0.03 if quick else 0.1
+    # each benchmark gets ~0.25 s (quick: 0.03 s) of repeats in total, spread over the passes over the suite
+    min_time = 0.03 if quick else 0.25
     with torch.no_grad():
         pool = torch.empty(_COLD_BYTES // 4).uniform_(-1.0, 1.0, generator=torch.Generator().manual_seed(1))
         fns = [_call(torch, family, op, dims, pool) for family, op, dims in suite]

@@ -3,8 +3,8 @@
 ``perfcast validate --local`` builds BERT-base, GPT-2 and ResNet-50 from
 transformers configs with random weights (nothing is downloaded), measures
 their inference latency here (eval, ``no_grad``, on the thread count ``local-cpu``
-was calibrated with: three passes over all cases, each with one warm-up forward per case and repeats for a
-third of ``min_time_s``; a case's latency is its fastest forward, the same statistic as the calibration's,
+was calibrated with: four passes over all cases, each with one warm-up forward per case and repeats for a
+quarter of ``min_time_s``; a case's latency is its fastest forward, the same statistic as the calibration's,
 since other processes only ever add time) and predicts the same
 forwards from the catalog models on ``local-cpu``. The CPU model was fitted on
 microbenchmarks only (``perfcast calibrate``); these measurements never feed
@@ -59,7 +59,7 @@ FULL_CASES: tuple[LocalCase, ...] = (
 )
 # the suite's R6 subset: small enough to run in a few seconds
 SUITE_CASES: tuple[LocalCase, ...] = (LocalCase("bert-base", 1, 64), LocalCase("resnet-50", 1))
-ROUNDS = 3  # passes over all cases; a case's latency is its fastest forward over all of them
+ROUNDS = 4  # passes over all cases; a case's latency is its fastest forward over all of them
 
 
 @dataclass(frozen=True, slots=True)
