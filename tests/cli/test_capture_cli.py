@@ -150,5 +150,17 @@ def test_capture_merges_layers_and_trains_with_data_parallelism(tmp_path: Path) 
     flat = runner.invoke(app, ["capture", f"{src}:build", "--no-merge", "--json"])
     assert flat.exit_code == 0 and json.loads(flat.stdout)["num_ops"] == 1 + 6 * 5 + 1
     assert json.loads(flat.stdout)["flops"] == data["flops"]
+    one = runner.invoke(app, ["predict", "--workload", str(out), "-H", "a100", "--mode", "training", "--dtype",
+                              "bf16", "--json"])
+    assert one.exit_code == 0, one.output
+    phases = json.loads(one.stdout)["time_by_phase_s"]
+    assert phases["bwd"] > phases["fwd"] > 0 and phases["opt"] > 0
+    four = runner.invoke(app, ["predict", "--workload", str(out), "-H", "a100", "--mode", "training", "--dtype",
+                               "bf16", "--parallelism", "dp4", "--json"])
+    assert four.exit_code == 0 and json.loads(four.stdout)["comm_s"] > 0
+    assert json.loads(four.stdout)["batch_size"] == 16  # the captured batch on each of 4 GPUs
+    for args, needle in ((["--parallelism", "tp2"], "tensor parallelism"), (["--mode", "decode"], "KV cache")):
+        bad = runner.invoke(app, ["predict", "--workload", str(out), "-H", "a100", *args])
+        assert bad.exit_code == 2 and bad.stderr.count("\n") == 1 and needle in bad.stderr, bad.stderr
     both = runner.invoke(app, ["train", "-c", "dgx-a100"])
     assert both.exit_code == 2 and "--workload" in both.stderr

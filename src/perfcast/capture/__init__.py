@@ -15,8 +15,14 @@ from perfcast.capture.io import load_factory, load_workload, save_workload, work
 from perfcast.capture.merge import block_runs, merge_repeated
 from perfcast.capture.onnx_graph import capture_onnx
 from perfcast.capture.torch_graph import METHODS, capture_module
-from perfcast.capture.training import CapturedTraining, captured_model_config, cast_workload, training_forward
+from perfcast.capture.training import (
+    CapturedTraining,
+    captured_model_config,
+    cast_workload,
+    training_forward,
+    training_workload,
+)
 
 __all__ = ["METHODS", "Call", "CapturedTraining", "Emitter", "block_runs", "capture_module", "capture_onnx",
            "captured_model_config", "cast_workload", "load_factory", "load_workload", "merge_repeated",
-           "save_workload", "training_forward", "workload_from_dict", "workload_to_dict"]
+           "save_workload", "training_forward", "training_workload", "workload_from_dict", "workload_to_dict"]

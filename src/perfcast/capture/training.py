@@ -35,11 +35,12 @@ from perfcast.capture.merge import merge_repeated, module_path
 from perfcast.catalog.models import ModelConfig
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
+from perfcast.workload.backward import backward_ops, optimizer_ops
 from perfcast.workload.graph import Graph
 from perfcast.workload.models.common import lm_loss
-from perfcast.workload.types import Op, OpKind, Phase, Workload
+from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
 
-__all__ = ["CapturedTraining", "captured_model_config", "cast_workload", "training_forward"]
+__all__ = ["CapturedTraining", "captured_model_config", "cast_workload", "training_forward", "training_workload"]
 
 _ID_BYTES = 8  # an int64 token id read by an embedding gather
 
@@ -176,6 +177,18 @@ def training_forward(w: Workload, dtype: DType, *, loss: bool = True) -> Capture
     return CapturedTraining(forward=tuple(o.with_(phase=Phase.FORWARD) for o in ops), config=config,
                             micro_batch=m.batch_size, tokens_per_sample=tokens_per_sample, layers=layers,
                             layer_runs=tuple(layer_runs))
+
+
+def training_workload(w: Workload, dtype: DType, *, optimizer: str = "adam") -> Workload:
+    """One single-GPU training step of the captured ``w`` in ``dtype`` as a workload: the training forward
+    (:func:`training_forward`), the backward derived from it and the optimizer step (``adam``, ``sgd`` or
+    ``none``), as :func:`perfcast.workload.build.build_workload` composes a catalog model's."""
+    if optimizer not in ("adam", "sgd", "none"):
+        raise ConfigError(f"unknown optimizer {optimizer!r}; use one of adam, sgd, none")
+    forward = list(training_forward(w, dtype).forward)
+    ops = forward + backward_ops(forward) + optimizer_ops(forward, optimizer=optimizer)
+    return Workload(model_id=w.model_id, mode=Mode.TRAINING, batch_size=w.batch_size, seq_len=w.seq_len, dtype=dtype,
+                    ops=tuple(ops))
 
 
 def captured_model_config(w: Workload, *, layers: int) -> ModelConfig:

@@ -227,14 +227,8 @@ def predict(
         raise ConfigError("give either --model (a catalog model) or --workload (a captured workload JSON)")
     if workload is not None:
         from perfcast.capture.io import load_workload
-        from perfcast.catalog.hardware import load_hardware
-        from perfcast.compose.energy import with_energy
-        from perfcast.compose.step import predict_step
 
-        if parallelism != "none":
-            raise ConfigError(f"--parallelism {parallelism}: a captured workload predicts on one device (use none)")
-        hw = load_hardware(hardware)
-        st = with_energy(predict_step(load_workload(workload), hw, fused=fused), hw)  # joules, as for catalog models
+        st = _predict_captured(load_workload(workload), hardware, mode_v, dtype, parallelism, optimizer, fused)
     else:
         st = run(StepRequest(model=model, hardware=hardware, mode=mode_v, batch_size=batch_size, seq_len=seq_len,
                              dtype=dtype, fused=fused, parallelism=parallelism, microbatches=microbatches,
@@ -261,6 +255,42 @@ def predict(
     _console().print(step_table(st))
     if explain:
         _console().print(top_ops_table(st))
+
+
+def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str, parallelism: str, optimizer: str,
+                      fused: bool) -> Any:
+    """A captured workload's inference forward, or its training step (``--mode training``: forward, backward
+    and optimizer on one GPU, ``dpN`` adding the gradient all-reduce), in ``--dtype``."""
+    from perfcast.capture.training import cast_workload, training_workload
+    from perfcast.catalog.hardware import load_hardware
+    from perfcast.compose.energy import with_energy
+    from perfcast.compose.parallel import StepOptions, parse_parallelism, predict_data_parallel
+    from perfcast.dtypes import parse_dtype
+    from perfcast.errors import ConfigError
+    from perfcast.kernel.coefficients import load_coefficients
+    from perfcast.workload.types import Mode
+
+    hw = load_hardware(hardware)
+    par = parse_parallelism(parallelism)
+    if mode not in (Mode.INFERENCE, Mode.TRAINING):
+        raise ConfigError(f"--mode {mode.value}: a captured workload predicts inference or training (prefill and "
+                          "decode need a KV cache the captured graph does not have)")
+    if par.kind in ("tp", "pp"):
+        raise ConfigError(f"--parallelism {parallelism}: a captured workload runs on one GPU or data-parallel (dpN); "
+                          "tensor parallelism needs to know which GEMMs to shard, which a captured graph does not say "
+                          "(pipeline parallelism: perfcast train --workload --pp)")
+    if mode is Mode.TRAINING:
+        step_w = training_workload(w, parse_dtype(dtype), optimizer=optimizer)
+    else:
+        step_w = cast_workload(w, parse_dtype(dtype))
+    if par.kind == "dp":  # each GPU runs the captured batch
+        co = load_coefficients()
+        step = predict_data_parallel(lambda _: step_w, step_w.batch_size * par.degree, par.degree, hw, co,
+                                     StepOptions(fused=fused))
+        return with_energy(step, hw, co, gpus=par.degree)
+    from perfcast.compose.step import predict_step
+
+    return with_energy(predict_step(step_w, hw, fused=fused), hw)  # joules, as for catalog models
 
 
 @app.command("predict-batch")
