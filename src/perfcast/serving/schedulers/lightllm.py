@@ -9,8 +9,9 @@ lengths; the simulator knows them, so this is the policy with perfect estimates.
 
 from __future__ import annotations
 
+from perfcast.serving.kv import BlockManager
 from perfcast.serving.request import Request
-from perfcast.serving.schedulers.base import Batch, ReplicaScheduler
+from perfcast.serving.schedulers.base import Batch, ReplicaScheduler, SchedulerLimits
 from perfcast.serving.schedulers.registry import SCHEDULERS
 
 __all__ = ["LightLLMScheduler"]
@@ -22,12 +23,28 @@ class LightLLMScheduler(ReplicaScheduler):
 
     name = "lightllm"
 
+    def __init__(self, kv: BlockManager, limits: SchedulerLimits) -> None:
+        super().__init__(kv, limits)
+        self._projected = 0  # the running requests' projected peak KV blocks, summed
+
     def _peak_blocks(self, req: Request) -> int:
         return self.kv.num_blocks_for(req.prompt_tokens + req.output_tokens)
 
+    def _run(self, req: Request) -> None:
+        super()._run(req)
+        self._projected += self._peak_blocks(req)
+
+    def finish(self, req: Request) -> None:
+        super().finish(req)
+        self._projected -= self._peak_blocks(req)
+
+    def _preempt(self, victim: Request) -> int:
+        self._projected -= self._peak_blocks(victim)
+        return super()._preempt(victim)
+
     def schedule(self) -> Batch | None:
         batch = Batch()
-        projected = sum(self._peak_blocks(r) for r in self.running)
+        projected = self._projected
         tokens = 0
         while self.waiting and len(self.running) < self.limits.max_num_seqs:
             req = self.waiting[0]
