@@ -32,7 +32,7 @@ import numpy as np
 from perfcast.accel.batch import BatchModel, MapArrays
 from perfcast.accel.descent import better_key, descend_search, objective_keys
 from perfcast.accel.evaluate import AccelResult, evaluate_nest
-from perfcast.accel.mapspace import divisors, from_nest_parts, orders_of, spatial_options, to_nest
+from perfcast.accel.mapspace import divisors, from_nest_parts, orders_of, rank_of, spatial_options, to_nest
 from perfcast.accel.nest import nest_to_spec
 from perfcast.accel.problem import Problem
 from perfcast.accel.spec import DIMS, Architecture, MappingSpec
@@ -74,14 +74,6 @@ def _fits(arch: Architecture, problem: Problem, level: int, ext: list[int]) -> b
     if isinstance(lv.capacity_words, dict):
         return all(problem.footprint(t, ext) <= lv.capacity_words[t] for t in lv.tensors)  # type: ignore[index]
     return sum(problem.footprint(t, ext) for t in lv.tensors) <= lv.capacity_words
-
-
-def _full(order: tuple[int, ...]) -> tuple[int, ...]:
-    """An order of some dims completed with the others outermost (they have factor 1 there)."""
-    return tuple(d for d in range(7) if d not in order) + tuple(order)
-
-
-# -- exhaustive ---------------------------------------------------------------------------------------------------
 
 
 def _temporal_options(arch: Architecture, problem: Problem, level: int, base: list[int],
@@ -176,12 +168,19 @@ def _exhaustive(model: BatchModel, goal: Objective, samples: int,
         if progress is not None:
             progress(done, size)
 
+    n = model.num_levels
     for (temporal, axes), orders in zip(factorings, per, strict=True):
-        for combo in itertools.product(*orders):
-            chunk.append(from_nest_parts(model, temporal, [_full(o) for o in combo], axes))
-            done += 1
-            if len(chunk) == 2048:
-                flush()
+        # every combination of the levels' orders, in itertools.product's order, as rank rows
+        base = from_nest_parts(model, temporal, [tuple(range(7))] * n, axes)
+        options = [np.array([rank_of(o) for o in level], dtype=np.int64) for level in orders]
+        picks = [g.ravel() for g in np.meshgrid(*(np.arange(len(o)) for o in options), indexing="ij")]
+        rank = np.stack([options[i][picks[i]] for i in range(n)], axis=1)
+        count = len(rank)
+        chunk.append(MapArrays(np.repeat(base.temporal, count, axis=0), np.repeat(base.spatial, count, axis=0),
+                               rank))
+        done += count
+        if sum(len(c) for c in chunk) >= 4096:
+            flush()
     if chunk:
         flush()
     return best, done

@@ -27,8 +27,8 @@ from perfcast.accel.nest import Nest
 from perfcast.accel.problem import RELEVANT
 from perfcast.accel.spec import TENSORS
 
-__all__ = ["Slot", "divisors", "draw", "from_nest_parts", "neighbors", "orders_of", "primes", "refills", "slots_of",
-           "spatial_fills", "spatial_options", "to_nest"]
+__all__ = ["Slot", "divisors", "draw", "from_nest_parts", "neighbors", "orders_of", "primes", "rank_of", "refills",
+           "slots_of", "spatial_fills", "spatial_options", "to_nest"]
 
 # a slot of a dim: (level, axis index) for a fanout axis, (level, -1) for the level's temporal loops
 Slot = tuple[int, int]
@@ -80,7 +80,7 @@ def orders_of(dims: frozenset[int]) -> tuple[tuple[int, ...], ...]:
     return tuple(seen.values())
 
 
-def _rank_of(order: tuple[int, ...]) -> list[int]:
+def rank_of(order: tuple[int, ...]) -> list[int]:
     """Ranks of a partial order (outermost first) with the other dims outermost (their factors are 1)."""
     full = [d for d in range(7) if d not in order] + list(order)
     rank = [0] * 7
@@ -210,7 +210,7 @@ def neighbors(model: BatchModel, one: MapArrays) -> MapArrays:
             order = sorted((x for x in range(7) if x != d), key=lambda x: rl[i][x])
             for new_order in ([*order, d], [d, *order]):
                 edits.append(move)
-                ranks.append((i, _rank_of(tuple(new_order))))
+                ranks.append((i, rank_of(tuple(new_order))))
     # two dims (or two primes of one dim) trade places between two slots: d1 src -> dst, d2 dst -> src
     by_pair: dict[tuple[Slot, Slot], list[tuple[int, int]]] = {}
     for d, src, dst, p in moves:
@@ -235,7 +235,7 @@ def neighbors(model: BatchModel, one: MapArrays) -> MapArrays:
         for alt in orders_of(live):
             if _signature(alt) != current:
                 edits.append([])
-                ranks.append((i, _rank_of(alt)))
+                ranks.append((i, rank_of(alt)))
     return MapArrays.concat([_apply(one, edits, ranks), refills(model, one)])
 
 
