@@ -7,8 +7,8 @@ of :mod:`perfcast.kernel.cpu` (so what is fitted is exactly what predicts):
    bandwidth, the DRAM bandwidth and the cache size where one gives way to the
    other (a grid over sizes, weighted least squares in relative error);
 2. the other vector classes: their factor over a streaming op (median ratio);
-3. GEMMs: the shape constants ``m0, n0, k0`` on a grid, the peak in closed
-   form for each (geometric mean), the call overhead from the smallest product;
+3. GEMMs: the call overhead and the shape constants ``m0, n0, k0`` on a grid,
+   the peak in closed form for each (geometric mean);
 4. convolutions (1x1 and larger kernels apart) and fused attention: one efficiency each (1-D search).
 
 Before all of them, the cost of mapping a fresh page comes from a write into a new
@@ -172,32 +172,33 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
         ratio = (np.array([m.time_s - fault_s(m.op) for m in ms]) - vector_fixed) / cpu_memory_time_s(mem, base_hw)
         factors[cls] = float(max(np.median(ratio), 0.1))
 
-    # 3. GEMM: shape constants on a grid, the peak in closed form for each
+    # 3. GEMM: the call overhead and the shape constants on a grid, the peak in closed form for each
     g = by["gemm"]
     gt = np.array([m.time_s for m in g])
     dims = np.array([m.op.dims for m in g], dtype=float)
     b, m_, k, n = dims.T
     flops = 2.0 * b * m_ * k * n
-    gemm_fixed = float(0.8 * gt[np.argmin(flops)])
-    gemm_fixed = min(gemm_fixed, float(np.min(gt)) * 0.8)
-    mem_hw = hw_for(eff(gemm_fixed_s=gemm_fixed), peak_guess)
+    mem_hw = hw_for(eff(), peak_guess)
     mem_t = cpu_memory_time_s(b * (m_ * k + k * n + m_ * n) * 4.0, mem_hw)
-    best_g: tuple[float, float, float, float, float] | None = None
-    busy = np.maximum(gt - gemm_fixed, 0.05 * gt)
-    for m0, n0, k0 in itertools.product(_SHAPE_GRID, repeat=3):
-        shape_eff = m_ / (m_ + m0) * n / (n + n0) * k / (k + k0)
-        work = flops / shape_eff
-        use = busy > 2.0 * mem_t  # compute-bound points set the peak
-        if not use.any():
-            use = np.ones_like(busy, dtype=bool)
-        peak = float(np.exp(np.median(np.log(work[use] / busy[use]))))
-        pred = ((work / peak) ** 4 + mem_t**4) ** 0.25 + gemm_fixed
-        e = _log_err(pred, gt)
-        err = float(np.median(e) + 0.25 * np.mean(e))
-        if best_g is None or err < best_g[0]:
-            best_g = (err, m0, n0, k0, peak)
+    # the overhead is searched, not read off the smallest product: that one streams its weights from DRAM
+    fixed_grid = [0.0, *np.geomspace(1e-6, max(0.8 * float(np.min(gt)), 2e-6), 16)]
+    best_g: tuple[float, float, float, float, float, float] | None = None
+    for gemm_fixed in fixed_grid:
+        busy = np.maximum(gt - gemm_fixed, 0.05 * gt)
+        for m0, n0, k0 in itertools.product(_SHAPE_GRID, repeat=3):
+            shape_eff = m_ / (m_ + m0) * n / (n + n0) * k / (k + k0)
+            work = flops / shape_eff
+            use = busy > 2.0 * mem_t  # compute-bound points set the peak
+            if not use.any():
+                use = np.ones_like(busy, dtype=bool)
+            peak = float(np.exp(np.median(np.log(work[use] / busy[use]))))
+            pred = ((work / peak) ** 4 + mem_t**4) ** 0.25 + gemm_fixed
+            e = _log_err(pred, gt)
+            err = float(np.median(e) + 0.25 * np.mean(e))
+            if best_g is None or err < best_g[0]:
+                best_g = (err, m0, n0, k0, peak, float(gemm_fixed))
     assert best_g is not None
-    _, m0, n0, k0, peak = best_g
+    _, m0, n0, k0, peak, gemm_fixed = best_g
     gemm_kw = dict(gemm_fixed_s=gemm_fixed, gemm_m0=m0, gemm_n0=n0, gemm_k0=k0, op_factor=factors)
 
     # 4. convolutions and attention: one efficiency each
