@@ -75,15 +75,18 @@ def accel(
 
 
 def _search(spec: object, problem: object, *, quiet: bool, **options: Any) -> Any:
-    """The mapper's search, with a progress bar on stderr once it has run for a second (not with --json)."""
+    """The mapper's search, with a progress display on stderr once it has run for a second (not with --json):
+    a bar over the pruned space for exhaustive, the mappings counted so far for random (its descent ends when
+    kicks stop finding better mappings, so it has no known total)."""
     import time
 
-    from rich.progress import Progress
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     import perfcast.accel as acc
 
     start = time.perf_counter()
     bar: list[tuple[Progress, Any]] = []
+    known_total = options.get("strategy") == "exhaustive"
 
     def tick(done: int, total: int) -> None:
         if quiet:
@@ -91,11 +94,14 @@ def _search(spec: object, problem: object, *, quiet: bool, **options: Any) -> An
         if not bar:
             if time.perf_counter() - start < 1.0:
                 return
-            prog = Progress(console=_console(stderr=True), transient=True)
+            prog = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                            TextColumn("{task.completed:,} mappings counted"), TimeElapsedColumn(),
+                            console=_console(stderr=True), transient=True)
             prog.start()
-            bar.append((prog, prog.add_task("mapping search (mappings counted, of at most)", total=total)))
+            bar.append((prog, prog.add_task(f"{options.get('strategy')} mapping search",
+                                            total=total if known_total else None)))
         prog, task = bar[0]
-        prog.update(task, completed=done, total=total)
+        prog.update(task, completed=done, total=total if known_total else None)
 
     try:
         return acc.search_mappings(spec, problem, progress=tick, **options)  # type: ignore[arg-type]
