@@ -279,3 +279,15 @@ def test_exhaustive_and_random_agree_on_a_small_space() -> None:
     for objective in ("energy", "delay"):
         found = search_mappings(arch, p, samples=200, objective=objective)
         assert found.objective == objective and found.evaluated > 0
+
+
+def test_search_reports_progress() -> None:
+    """progress(done, total) climbs; exhaustive ends at its whole pruned space, random within its budget."""
+    arch, p = _arch(), Problem("gemm", (1, 1, 12, 1, 8, 6, 1))
+    for strategy in ("exhaustive", "random"):
+        calls: list[tuple[int, int]] = []
+        found = search_mappings(arch, p, strategy=strategy, samples=100_000 if strategy == "exhaustive" else 100,
+                                progress=lambda done, total, calls=calls: calls.append((done, total)))
+        assert calls and all(done <= total for done, total in calls)
+        assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+        assert calls[-1][0] == found.evaluated if strategy == "exhaustive" else calls[-1][0] <= found.evaluated
