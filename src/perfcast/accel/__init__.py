@@ -4,7 +4,9 @@ Three specs (:mod:`~perfcast.accel.spec`): an architecture (storage levels, PE a
 with their source), a problem (a conv or GEMM as a 7-dim loop nest, :mod:`~perfcast.accel.problem`, or a
 catalog layer, :mod:`~perfcast.accel.layers`) and a mapping (per-level tiling, loop order, spatial
 unrolling). :func:`evaluate` checks a mapping and counts it (:mod:`~perfcast.accel.evaluate`);
-:func:`~perfcast.accel.mapper.search_mappings` finds a good one.
+:func:`~perfcast.accel.mapper.search_mappings` finds a good one: it counts candidates in numpy batches
+(:mod:`~perfcast.accel.batch`, the evaluator's rules on arrays) over Timeloop-style mapspace moves
+(:mod:`~perfcast.accel.mapspace`) with random-pruned draws and descent (:mod:`~perfcast.accel.descent`).
 """
 
 from __future__ import annotations
