@@ -26,6 +26,16 @@ iteration) in a scalar loop up to the next arrival and then advances the set
 and its KV group by that many tokens at once. The result equals iterating one
 by one; the work per event is O(1) plus one scalar step per iteration.
 
+Running through: when only the decode set can be in an engine's next batch
+(nothing waiting, swapped out or prefilling, no closed loop, no hand-overs)
+and the iterations in flight end before the next arrival, the engine settles
+them and forms that batch at once instead of going back to the event loop: a
+stretch goes on past a member's finish, and a prefill iteration that completes
+every prompt in flight goes on to the decode stretch after it. Each engine's
+requests, times and counts are those of the event loop; only run-wide sums
+(KV utilization, GPU time) may add their terms in another order across engines.
+At low load an arriving request then costs one engine event, not two or three.
+
 Speculative decoding (a draft model proposing ``k`` tokens, each accepted with
 probability ``a`` until the first rejection, plus the target's own token):
 a decode step costs ``k`` draft decode iterations and one target iteration that
