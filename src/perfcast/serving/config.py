@@ -89,4 +89,6 @@ class ServingConfig(BaseModel):
                                         description="probability the target accepts each proposed token")
     slo_ttft_s: float | None = Field(default=None, gt=0)
     slo_tpot_s: float | None = Field(default=None, gt=0)
+    slo_e2e_s: float | None = Field(default=None, gt=0, description="p99 end-to-end latency bound of a QPS search "
+                                    "(MLPerf GPT-J server); not part of goodput")
     workload: WorkloadConfig = WorkloadConfig()

@@ -84,9 +84,14 @@ class Trace:
 
 
 def load_trace(name_or_path: str | Path) -> Trace:
-    """Load a shipped trace by short name (see ``TRACE_NAMES``) or a user CSV / CSV.gz by path."""
+    """Load a shipped trace by short name (see ``TRACE_NAMES``), an MLPerf preset's synthetic lengths
+    (``mlperf:<benchmark>``, see :mod:`perfcast.serving.mlperf`) or a user CSV / CSV.gz by path."""
     if isinstance(name_or_path, str) and name_or_path in _SHIPPED:
         return _load_shipped(name_or_path)
+    if isinstance(name_or_path, str) and name_or_path.strip().lower().startswith("mlperf:"):
+        from perfcast.serving.mlperf import preset_trace
+
+        return preset_trace(name_or_path)
     path = Path(name_or_path)
     if path.is_file():
         return _read_trace(path, name=_stem(path), source=str(path))
