@@ -30,9 +30,25 @@ each sending its next request when the last one finishes. Besides the output-tok
 throughputs, rows may ask for ``throughput_requests_per_s``, ``ttft_ms`` and
 ``itl_ms`` (means over requests; ITL is the time per output token after the first),
 and ``e2e_latency_ms_{mean,median,p99}``: every metric comes from the same simulation.
+
+A row with a ``workload`` column naming an MLPerf preset (``mlperf:<benchmark>:<scenario>``, see
+:mod:`perfcast.serving.mlperf`) instead of ``input_len``/``output_len`` runs that scenario: the preset's
+request lengths and latency limits, offline as every request at once, server/interactive as the highest
+Poisson load meeting the p99 limits. Its metrics are ``mlperf_<scenario>_tokens_per_s_total``,
+``mlperf_<scenario>_samples_per_s_total``, ``mlperf_<scenario>_ttft_ms_p99`` and
+``mlperf_<scenario>_tpot_ms_p99`` (the other metrics above are read from the same simulation). The system:
+``gpu_id``; ``num_gpus`` GPUs in ``num_gpus / (tp * pp)`` instances (MLPerf systems run one engine per GPU
+group; a row without ``num_gpus`` is one instance), behind a round-robin router; ``tp`` from the row, else
+the smallest power of two whose weights take at most ``MLPERF_WEIGHT_FRAC`` of a GPU's memory (an
+ASSUMPTION); ``pp`` from the row, else 1; precision from the row, else the preset's (FP8, or 16-bit on a
+GPU without FP8 math); the model is the row's ``model_id``/``model``, else the benchmark's. The engine is
+configured as for the rows above (TensorRT-LLM's defaults), with the context limit the preset's longest
+prompt plus its longest output. Rows that name the same system and scenario share one simulation.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -45,14 +61,25 @@ from perfcast.serving.config import ServingConfig, WorkloadConfig
 from perfcast.serving.engine import simulate_serving
 from perfcast.serving.iteration import weight_bytes_per_gpu
 from perfcast.serving.metrics import ServingMetrics
+from perfcast.serving.mlperf import (
+    SCENARIOS,
+    MLPerfResult,
+    apply_mlperf,
+    default_quantization,
+    parse_workload,
+    run_mlperf,
+)
 
-__all__ = ["KV_FREE_MEMORY_FRAC", "MAX_BATCH", "MAX_NUM_TOKENS", "METRICS", "NUM_REQUESTS", "attention_dp_default",
-           "inference_config", "predict_inference_rows", "row_value"]
+__all__ = ["KV_FREE_MEMORY_FRAC", "MAX_BATCH", "MAX_NUM_TOKENS", "METRICS", "MLPERF_METRICS", "MLPERF_WEIGHT_FRAC",
+           "NUM_REQUESTS",
+           "attention_dp_default", "inference_config", "predict_inference_rows", "row_value"]
 
 NUM_REQUESTS = 1000
 MAX_BATCH = 2048
 MAX_NUM_TOKENS = 8192
 KV_FREE_MEMORY_FRAC = 0.9  # TensorRT-LLM's kv_cache_free_gpu_mem_fraction default: of the memory left after the weights
+MLPERF_WEIGHT_FRAC = 0.6  # an MLPerf row without tp: the smallest tp whose weights take at most this share of a GPU
+_PRECISION_QUANT = {"fp16": "none", "bf16": "none", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4"}
 _TOTALS = ("throughput_tokens_per_s", "output_throughput_tokens_per_s_total", "output_tokens_per_s_total")
 # metric -> (ServingMetrics field, distribution statistic or "", scale to the row's unit)
 METRICS: dict[str, tuple[str, str, float]] = {
@@ -64,6 +91,9 @@ METRICS: dict[str, tuple[str, str, float]] = {
     "e2e_latency_ms_median": ("e2e_s", "p50", 1e3),
     "e2e_latency_ms_p99": ("e2e_s", "p99", 1e3),
 }
+# MLPerf rows' metrics, read from perfcast.serving.mlperf.MLPerfResult.as_dict()
+MLPERF_METRICS: tuple[str, ...] = tuple(f"mlperf_{scenario}_{quantity}" for scenario in SCENARIOS for quantity in (
+    "tokens_per_s_total", "samples_per_s_total", "ttft_ms_p99", "tpot_ms_p99"))
 
 
 def _int(row: dict[str, str], key: str) -> int:
@@ -73,16 +103,24 @@ def _int(row: dict[str, str], key: str) -> int:
     return int(float(v))
 
 
-def inference_config(row: dict[str, str], *, num_requests: int = NUM_REQUESTS) -> ServingConfig:
-    """The serving simulation that reproduces one published row (see the module docstring)."""
+def inference_config(row: dict[str, str], *, num_requests: int | None = None) -> ServingConfig:
+    """The serving simulation that reproduces one published row (see the module docstring); for an MLPerf
+    ``workload`` row, the deployment with the preset's requests and latency limits (the server search is
+    :func:`perfcast.serving.mlperf.run_mlperf`'s)."""
     metric = (row.get("metric") or "").strip()
-    if metric not in METRICS:
+    if metric not in METRICS and metric not in MLPERF_METRICS:
         raise ConfigError(f"metric {metric!r} is not one perfcast predicts for serving rows; known: "
-                          f"{', '.join(METRICS)}")
-    precision = (row.get("precision") or "fp16").strip().lower()
-    quant = {"fp16": "none", "bf16": "none", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4"}.get(precision)
+                          f"{', '.join(METRICS)}, mlperf_<scenario>_{{tokens_per_s_total, samples_per_s_total, "
+                          "ttft_ms_p99, tpot_ms_p99}")
+    workload = (row.get("workload") or "").strip()
+    if workload:
+        return _mlperf_config(row, workload, metric, num_requests)
+    if metric.startswith("mlperf_"):
+        raise ConfigError(f"metric {metric} needs a workload column naming mlperf:<benchmark>:<scenario>")
+    num_requests = NUM_REQUESTS if num_requests is None else num_requests
+    quant = _quantization(row)
     if quant is None:
-        raise ConfigError(f"precision {precision!r} has no serving quantization scheme")
+        quant = "none"
     isl, osl = _int(row, "input_len"), _int(row, "output_len")
     concurrency = (row.get("concurrency") or "").strip()
     model = (row.get("model_id") or row.get("model") or "").strip()
@@ -98,6 +136,69 @@ def inference_config(row: dict[str, str], *, num_requests: int = NUM_REQUESTS) -
                                                                      quant, dp),
         workload=WorkloadConfig(num_requests=num_requests, prompt_tokens=isl, output_tokens=osl, qps=None,
                                 concurrency=int(float(concurrency)) if concurrency else None))
+
+
+def _quantization(row: dict[str, str]) -> str | None:
+    """The row's precision as a serving quantization scheme (None when the row gives no precision)."""
+    precision = (row.get("precision") or "").strip().lower()
+    if not precision:
+        return None
+    quant = _PRECISION_QUANT.get(precision)
+    if quant is None:
+        raise ConfigError(f"precision {precision!r} has no serving quantization scheme; known: "
+                          f"{', '.join(_PRECISION_QUANT)}")
+    return quant
+
+
+def _optional_int(row: dict[str, str], key: str) -> int | None:
+    v = (row.get(key) or "").strip()
+    return int(float(v)) if v else None
+
+
+def _mlperf_config(row: dict[str, str], workload: str, metric: str, num_requests: int | None) -> ServingConfig:
+    bench, scenario = parse_workload(workload)
+    if metric.startswith("mlperf_") and not metric.startswith(f"mlperf_{scenario}_"):
+        raise ConfigError(f"metric {metric} does not belong to the row's workload {workload} (its metrics are "
+                          f"mlperf_{scenario}_*)")
+    gpu = (row.get("gpu_id") or "").strip()
+    if not gpu:
+        raise ConfigError("the row gives no gpu_id")
+    model = (row.get("model_id") or row.get("model") or "").strip() or bench.model
+    quant = _quantization(row) or default_quantization(bench, gpu)
+    pp = _optional_int(row, "pp") or 1
+    num_gpus = _optional_int(row, "num_gpus")
+    tp = _optional_int(row, "tp") or _default_tp(model, gpu, num_gpus, pp, quant)
+    if num_gpus is not None and num_gpus % (tp * pp):
+        raise ConfigError(f"num_gpus {num_gpus} is not a multiple of tp x pp = {tp * pp}")
+    replicas = max(1, (num_gpus or tp * pp) // (tp * pp))
+    dp = attention_dp_default(row, model, tp)
+    max_len = bench.input.max_tokens + bench.output.max_tokens
+    cfg = ServingConfig(
+        model=model, hardware=gpu, tensor_parallel_size=tp, pipeline_parallel_size=pp, num_replicas=replicas,
+        expert_parallel_size=tp if dp else 1, attention_data_parallel=dp, scheduler="orca", engine="trtllm",
+        dtype="fp16", quantization=quant,  # type: ignore[arg-type]
+        max_num_seqs=MAX_BATCH * (tp if dp else 1), max_num_batched_tokens=MAX_NUM_TOKENS * (tp if dp else 1),
+        max_model_len=max_len, gpu_memory_utilization=_memory_frac(model, gpu, tp, pp, quant, dp))
+    return apply_mlperf(cfg, f"mlperf:{bench.name}:{scenario}", num_requests=num_requests)
+
+
+def _default_tp(model: str, gpu: str, num_gpus: int | None, pp: int, quant: str) -> int:
+    """The smallest power-of-two tp (up to the row's GPUs per pipeline stage, else 8) whose weights take at most
+    ``MLPERF_WEIGHT_FRAC`` of one GPU's memory; the largest candidate when none does."""
+    limit = max(1, (num_gpus or 8 * pp) // pp)
+    candidates = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= limit and limit % t == 0] or [1]
+    try:
+        memory = float(load_hardware(gpu).memory_bytes)
+    except PerfcastError:
+        return candidates[0]  # the simulation reports the unknown GPU
+    for t in candidates:
+        try:
+            weights = weight_bytes_per_gpu(model, tp=t, dtype=DType.FP16, quantization=quant) / pp
+        except PerfcastError:
+            continue
+        if weights <= MLPERF_WEIGHT_FRAC * memory:
+            return t
+    return candidates[-1]
 
 
 def _memory_frac(model: str, gpu: str, tp: int, pp: int, quant: str, dp: bool) -> float:
@@ -136,17 +237,29 @@ def predict_inference_rows(rows: list[dict[str, str]], serving: ServingCoefficie
     out = np.full(len(rows), np.nan)
     status = ["ok"] * len(rows)
     groups = [r.get("gpu_id", "") for r in rows]
+    mlperf: dict[str, MLPerfResult] = {}  # rows naming one system and scenario share its simulation
     for i, row in enumerate(rows):
         try:
             cfg = inference_config(row)
-            res = simulate_serving(cfg, serving=serving)
+            workload = (row.get("workload") or "").strip()
+            if workload:
+                key = cfg.model_dump_json()
+                if key not in mlperf:
+                    mlperf[key] = run_mlperf(cfg, workload)
+                res = mlperf[key].result
+                figures = mlperf[key].as_dict()
+            else:
+                res = simulate_serving(cfg, serving=serving)
+                figures = {}
         except PerfcastError as exc:
             status[i] = f"unsupported: {exc}"
             continue
         except (KeyError, ValueError) as exc:
             status[i] = f"unsupported: malformed row ({exc})"
             continue
-        out[i] = row_value(row, res.metrics)
+        metric = (row.get("metric") or "").strip()
+        value = figures.get(metric, math.nan) if metric in MLPERF_METRICS else row_value(row, res.metrics)
+        out[i] = math.nan if value is None else value
         if res.metrics.requests_completed < res.metrics.requests_total:
             status[i] = f"ok ({res.metrics.requests_total - res.metrics.requests_completed} requests rejected)"
     return out, status, groups

@@ -353,6 +353,9 @@ TABLE_KINDS: tuple[TableKind, ...] = (
               predict_published_training),
     TableKind("published_inference", frozenset({"metric", "value", "input_len", "output_len"}),
               ("value",), "serving", predict_published_inference),
+    # the same schema naming MLPerf workloads (mlperf:<benchmark>:<scenario>) instead of lengths
+    TableKind("published_inference", frozenset({"metric", "value", "workload"}),
+              ("value",), "serving", predict_published_inference),
     TableKind("published_collectives", frozenset({"collective", "busbw_GBps", "size_bytes"}),
               ("busbw_GBps", "algbw_GBps", "time_us"), "collective", predict_published_collectives),
     TableKind("published_gemm", frozenset({"gpu_id", "dtype", "m", "n", "k", "tflops"}),
