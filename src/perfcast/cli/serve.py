@@ -21,7 +21,8 @@ def _ms(x: float | None) -> str:
 @app.command()
 @handled
 def serve(
-    model: str = typer.Option(..., "--model", "-m", help="Model id, alias, HF repo id or config.json path."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Model id, alias, HF repo id or config.json path "
+                                                                "(with --workload: the benchmark's by default)."),
     hardware: str = typer.Option(..., "--hardware", "-H", help="GPU id or alias."),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs per pipeline stage."),
     pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages."),
@@ -39,7 +40,9 @@ def serve(
     router: str = typer.Option("round_robin", "--router", help="round_robin | least_outstanding | shortest_queue."),
     engine: str = typer.Option("vllm", "--engine", help="CPU-overhead preset: vllm | trtllm."),
     dtype: str = typer.Option("fp16", "--dtype", help="fp16 | bf16."),
-    quantization: str = typer.Option("none", "--quantization", "-q", help="none | w4a16 | w8a16 | w8a8 | fp8 | fp4."),
+    quantization: str | None = typer.Option(None, "--quantization", "-q",
+                                            help="none | w4a16 | w8a16 | w8a8 | fp8 | fp4 (default none; with "
+                                                 "--workload the preset's precision where the GPU has it)."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto | fp16 | bf16 | fp8."),
     max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Sequences per iteration at most."),
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
@@ -58,7 +61,13 @@ def serve(
     num_speculative_tokens: int = typer.Option(0, "--num-speculative-tokens", help="Tokens the draft proposes."),
     spec_acceptance_rate: float = typer.Option(0.7, "--spec-acceptance-rate",
                                                help="Probability each proposed token is accepted."),
-    num_requests: int = typer.Option(200, "--num-requests", "-n", help="Requests to simulate."),
+    num_requests: int | None = typer.Option(None, "--num-requests", "-n",
+                                            help="Requests to simulate (default 200; with --workload the "
+                                                 "preset's count per replica)."),
+    workload: str | None = typer.Option(None, "--workload", help="MLPerf preset mlperf:<benchmark>:<scenario>: "
+                                        "its lengths and p99 limits on the deployment the flags describe; "
+                                        "offline sends every request at once, server/interactive search the "
+                                        "highest Poisson QPS meeting the limits (or run --qps)."),
     qps: float | None = typer.Option(None, "--qps", help="Arrival rate (requests/s); none = all at once."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson | gamma | fixed | trace."),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma arrivals: CV of the gaps."),
@@ -100,8 +109,28 @@ def serve(
 
     refuse_overwrite(trace_out, requests_out, force=force)
     SCHEDULERS.get(scheduler)
+    if workload is not None:
+        from perfcast.serving.mlperf import default_quantization, parse_workload
+
+        bench, scenario = parse_workload(workload)
+        if scenario == "offline" and qps is not None:
+            raise ConfigError("--qps does not apply to an offline workload (every request arrives at once)")
+        given = [flag for flag, v in (("--trace", trace), ("--prompt-tokens", prompt_tokens),
+                                      ("--output-tokens", output_tokens), ("--find-max-qps", find_max_qps or None),
+                                      ("--slo-ttft-p99", slo_ttft), ("--slo-tpot-p99", slo_tpot),
+                                      ("--colocate-model", colocate_model), ("--max-concurrency", max_concurrency))
+                 if v is not None]
+        if given:
+            raise ConfigError(f"--workload sets the request lengths, arrivals and latency limits; drop "
+                              f"{', '.join(given)}")
+        model = model or bench.model
+        quantization = quantization or default_quantization(bench, hardware)
+    elif model is None:
+        raise ConfigError("--model is required (or --workload mlperf:<benchmark>:<scenario>, whose model is the "
+                          "default)")
+    quantization = quantization or "none"
     try:
-        work = WorkloadConfig(num_requests=num_requests, seed=seed, arrival=arrival, qps=qps,  # type: ignore[arg-type]
+        work = WorkloadConfig(num_requests=num_requests or 200, seed=seed, arrival=arrival, qps=qps,  # type: ignore[arg-type]
                               burstiness_cv=burstiness, concurrency=max_concurrency, trace=trace,
                               prompt_tokens=prompt_tokens,
                               output_tokens=output_tokens, shared_prefix_tokens=shared_prefix_tokens,
@@ -128,7 +157,13 @@ def serve(
             "concurrency": "max-concurrency",
             "retrieval_latency_s": "retrieval-latency"}) from None
     search = None
-    if find_max_qps:
+    mlperf = None
+    if workload is not None:
+        from perfcast.serving.mlperf import run_mlperf
+
+        mlperf = run_mlperf(cfg, workload, num_requests=num_requests, qps=qps)
+        cfg = mlperf.result.config
+    elif find_max_qps:
         from perfcast.serving.search import find_max_qps as search_qps
 
         if slo_ttft is None and slo_tpot is None:
@@ -145,6 +180,9 @@ def serve(
         pair = simulate_colocated(cfg, other, mode=colocation, memory_frac=colocate_memory_frac)  # type: ignore[arg-type]
         result = pair.first
         data_extra: dict[str, Any] = pair.as_dict()
+    elif mlperf is not None and trace_out is None:
+        result = mlperf.result
+        data_extra = {}
     else:
         result = simulate_serving(cfg, keep_events=trace_out is not None)
         data_extra = {}
@@ -162,6 +200,11 @@ def serve(
     if search is not None:
         data["max_qps"] = search.max_qps
         data["qps_evaluated"] = search.evaluated
+    if mlperf is not None:
+        data.update({k if k.startswith("mlperf_") else f"mlperf_{k}": v for k, v in mlperf.as_dict().items()})
+        if mlperf.qps_evaluated:
+            data["max_qps"] = mlperf.qps
+            data["qps_evaluated"] = list(mlperf.qps_evaluated)
     if as_json:
         emit_json(data)
         return
@@ -175,6 +218,8 @@ def _print(d: dict[str, Any], trace_out: Path | None, requests_out: Path | None)
                   show_header=False)
     head.add_column("quantity", no_wrap=True)
     head.add_column("value")
+    if "mlperf_workload" in d:
+        _print_mlperf(d)
     if "max_qps" in d:
         head.add_row("max QPS meeting the SLO", f"{d['max_qps']:.3g} ({len(d['qps_evaluated'])} loads simulated)")
     head.add_row("requests completed", f"{d['requests_completed']} of {d['requests_total']}"
@@ -201,3 +246,22 @@ def _print(d: dict[str, Any], trace_out: Path | None, requests_out: Path | None)
     for p, what in ((trace_out, "timeline"), (requests_out, "per-request CSV")):
         if p is not None:
             con.print(f"{what} written to {p}")
+
+
+def _print_mlperf(d: dict[str, Any]) -> None:
+    s, lim = d["mlperf_scenario"], d["mlperf_limits"]
+    t = _table(title=f"{d['mlperf_workload']} ({d['mlperf_dataset']})", show_header=False)
+    t.add_column("quantity", no_wrap=True)
+    t.add_column("value")
+    t.add_row("tokens/s (output, total)", f"{d[f'mlperf_{s}_tokens_per_s_total']:,.0f}")
+    t.add_row("samples/s (total)", f"{d[f'mlperf_{s}_samples_per_s_total']:,.3g}")
+    for key, label in (("ttft", "TTFT p99"), ("tpot", "TPOT p99")):
+        value, bound = d[f"mlperf_{s}_{key}_ms_p99"], lim[f"{key}_p99_s"]
+        t.add_row(label, ("-" if value is None else f"{value:,.1f} ms")
+                  + ("" if bound is None else f" (limit {bound * 1e3:,.0f} ms)"))
+    if lim["e2e_p99_s"] is not None:
+        t.add_row("E2E p99", f"{_ms(d['e2e_s']['p99'])} (limit {lim['e2e_p99_s'] * 1e3:,.0f} ms)")
+    if d["mlperf_qps_requests_per_s"] is not None:
+        t.add_row("load", f"{d['mlperf_qps_requests_per_s']:.3g} requests/s (Poisson)")
+    t.add_row("limits met", "yes" if d["mlperf_limits_met"] else "no")
+    _console().print(t)
