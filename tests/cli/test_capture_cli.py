@@ -139,7 +139,10 @@ def test_capture_merges_layers_and_trains_with_data_parallelism(tmp_path: Path) 
     assert step["num_gpus"] == 4 and step["plan"]["micro_batch"] == 4 and step["plan"]["seq_len"] == 32
     assert step["step_time_s"] > 0 and step["comm_total_s"]["dp_comm_s"] > 0
     assert step["memory_breakdown_bytes"]["activations_bytes"] > 0
-    for args, needle in ((["--tp", "2"], "data parallelism"), (["--micro-batch", "8"], "captured with batch 4"),
+    sharded = runner.invoke(app, ["train", "--workload", str(out), "-c", "dgx-a100", "--tp", "2", "--json"])
+    assert sharded.exit_code == 0, sharded.output  # up/down: a Megatron column/row pair
+    assert json.loads(sharded.stdout)["comm_total_s"]["tp_comm_s"] > 0
+    for args, needle in ((["--cp", "2"], "context and expert"), (["--micro-batch", "8"], "captured with batch 4"),
                          (["--lora-rank", "8"], "LoRA")):
         bad = runner.invoke(app, ["train", "--workload", str(out), "-c", "dgx-a100", *args])
         assert bad.exit_code == 2 and bad.stderr.count("\n") == 1 and needle in bad.stderr, bad.stderr

@@ -9,10 +9,11 @@ workload becomes such a forward:
 
 - repeated layers are merged (:func:`perfcast.capture.merge.merge_repeated`);
 - ops are retyped to the training precision (:func:`cast_workload`);
-- ops before the first repeated layer are the ``embed`` part, ops after the
-  last one the ``head`` part, each run of repeated layers (and each stretch of
-  distinct layers between runs, such as ResNet's downsampling blocks) a layer
-  part ``layers``, ``layers_1``...;
+- ops before the first layer of a list holding repeated layers are the
+  ``embed`` part, ops after the last one the ``head`` part, each run of
+  repeated layers (and each distinct layer, such as ResNet's first block of a
+  stage) a layer part ``layers``, ``layers_1``...; a model without repeated
+  layers is one layer;
 - the dropout kernels the model runs in training are added where the capture
   saw them (an eval-mode capture runs none; it keeps their rate and size), and
   BatchNorm reads its input twice (batch statistics, then normalization), as
@@ -40,7 +41,8 @@ from perfcast.workload.graph import Graph
 from perfcast.workload.models.common import lm_loss
 from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
 
-__all__ = ["CapturedTraining", "captured_model_config", "cast_workload", "training_forward", "training_workload"]
+__all__ = ["CapturedTraining", "captured_model_config", "cast_workload", "megatron_splits", "training_forward",
+           "training_workload"]
 
 _ID_BYTES = 8  # an int64 token id read by an embedding gather
 
@@ -101,7 +103,8 @@ def _layer_key(op: Op, patterns: set[tuple[str, ...]]) -> str | None:
 class CapturedTraining:
     """A captured model ready for the training layer: the labelled forward ops of one micro-batch (loss
     included), the model described for the plan checks, and tokens per sample (1 for a model without
-    token ids)."""
+    token ids). ``tp_error`` says why tensor parallelism cannot shard it (None: :func:`megatron_splits`
+    found the column/row pairs of every layer)."""
 
     forward: tuple[Op, ...]
     config: ModelConfig
@@ -109,22 +112,21 @@ class CapturedTraining:
     tokens_per_sample: int
     layers: int
     layer_runs: tuple[tuple[str, int], ...]
+    tp_error: str | None = None
 
 
 def training_forward(w: Workload, dtype: DType, *, loss: bool = True) -> CapturedTraining:
     """The forward ops of one micro-batch of the captured ``w`` trained in ``dtype`` (see the module doc)."""
     m = cast_workload(merge_repeated(w), dtype)
     runs = [_run_of(o) for o in m.ops]
-    in_run = [i for i, r in enumerate(runs) if r is not None]
-    if not in_run:
-        raise ConfigError(f"{w.model_id}: no repeated layers found in the captured graph, so it has no layers to "
-                          "train as a stack; capture a model whose blocks are a ModuleList (torch.export or fx "
-                          "keep their module paths)")
     # layer lists: those holding a merged run, and their siblings in an outer list (ResNet's stages.*.layers,
     # whose first block differs from the rest; a stage of distinct blocks still holds layers)
     patterns = {tuple("*" if _is_entry(c) else c for c in r.split(".")[:-1]) for r in runs if r}
     keys = [_layer_key(o, patterns) for o in m.ops]
     stack = [i for i, k in enumerate(keys) if k is not None]
+    if not stack:  # no repeated layers: the whole model is one layer (pipeline stages need more)
+        keys = [w.model_id] * len(m.ops)
+        stack = [0, len(m.ops) - 1]
     first, last = stack[0], stack[-1]
     labels: list[str] = []  # part of each op (dropout kernels, added below, take their producer's)
     seen: list[str] = []
@@ -174,9 +176,74 @@ def training_forward(w: Workload, dtype: DType, *, loss: bool = True) -> Capture
             lm_loss(g, logits.dims[1], logits.dims[3])
             ops += g.ops
     config = captured_model_config(m, layers=layers)
+    ops, tp_error = megatron_splits(ops, config.hidden_size)
     return CapturedTraining(forward=tuple(o.with_(phase=Phase.FORWARD) for o in ops), config=config,
                             micro_batch=m.batch_size, tokens_per_sample=tokens_per_sample, layers=layers,
-                            layer_runs=tuple(layer_runs))
+                            layer_runs=tuple(layer_runs), tp_error=tp_error)
+
+
+def megatron_splits(ops: list[Op], hidden: int) -> tuple[list[Op], str | None]:
+    """``ops`` with Megatron tensor-parallel splits inferred, and None; or ``ops`` unchanged and why not.
+
+    In each layer, a linear layer reading the residual width ``hidden`` opens a column-parallel group (the
+    q/k/v or up/gate projections: more linear layers reading it before attention join it); the group's
+    attention shards by heads and its elementwise ops by columns; a linear layer writing ``hidden`` after
+    the group's attention, or reading a width other than ``hidden``, closes it as row-parallel (its
+    all-reduce follows). Anything else in a layer (a convolution, an unpaired projection, a linear layer
+    neither rule places) leaves the model unsharded. Outside the layers everything is replicated except
+    the largest embedding table and an LM head as wide as it (vocabulary-parallel, with its loss).
+    """
+    out = list(ops)
+    tables = [o for o in ops if o.kind is OpKind.EMBEDDING]
+    vocab = max((o.dims[2] for o in tables), default=0)
+    head_linears = [i for i, o in enumerate(ops) if o.name.startswith("head.") and o.kind is OpKind.GEMM
+                    and o.op == "linear"]
+    lm_head = max(head_linears, key=lambda i: ops[i].dims[3], default=None)
+    vocab_head = lm_head is not None and ops[lm_head].dims[3] == vocab and vocab > 0
+    inside = attn_seen = False
+    pairs = 0
+    part = ""
+    for i, o in enumerate(ops):
+        label = o.name.split(".", 1)[0]
+        if label in ("embed", "head", "loss"):
+            if inside:
+                return list(ops), f"{part}: a column-parallel projection without a row-parallel one closing it"
+            split = "none"
+            if o.kind is OpKind.EMBEDDING and o.dims[2] == vocab:
+                split = "vocab"
+            elif vocab_head and (i == lm_head or label == "loss"):
+                split = "vocab" if i == lm_head else "column"
+            out[i] = o.with_(tp_split=split)
+            continue
+        if label != part:
+            if inside:
+                return list(ops), f"{part}: a column-parallel projection without a row-parallel one closing it"
+            part = label
+        if o.kind is OpKind.GEMM and o.op == "linear":
+            _, _, k, n = o.dims
+            if inside and n == hidden and (k != hidden or attn_seen):
+                split, inside = "row", False
+                pairs += 1
+            elif k == hidden and not (inside and attn_seen):
+                split, attn_seen = "column", attn_seen if inside else False
+                inside = True
+            else:
+                return list(ops), (f"cannot tell whether {o.name} (in {k}, out {n}) is column- or row-parallel "
+                                   f"with a residual width of {hidden}")
+        elif o.kind is OpKind.ATTENTION or (o.kind is OpKind.GEMM and o.op == "bmm"):
+            if not inside:
+                return list(ops), f"{o.name}: attention outside a column/row-parallel pair"
+            split, attn_seen = "heads", True
+        elif o.kind is OpKind.VECTOR:
+            split = "column" if inside else "none"
+        else:
+            return list(ops), f"{o.name}: {o.kind.value} ops have no Megatron tensor-parallel split"
+        out[i] = o.with_(tp_split=split)
+    if inside:
+        return list(ops), f"{part}: a column-parallel projection without a row-parallel one closing it"
+    if pairs == 0:
+        return list(ops), "no column/row-parallel linear pairs in the layers"
+    return out, None
 
 
 def training_workload(w: Workload, dtype: DType, *, optimizer: str = "adam") -> Workload:
@@ -194,7 +261,7 @@ def training_workload(w: Workload, dtype: DType, *, optimizer: str = "adam") -> 
 def captured_model_config(w: Workload, *, layers: int) -> ModelConfig:
     """The captured model in the catalog's terms: ``layers`` layers, the token-embedding width as the hidden
     size (a model without one: the input width of its last linear layer), heads from its first attention
-    kernel (1 head of the hidden width when attention is written with matmuls), no position limit."""
+    kernel (without one, as many one-wide heads as the hidden width), no position limit."""
     embeds = [o for o in w.ops if o.kind is OpKind.EMBEDDING]
     linears = [o for o in w.ops if o.kind is OpKind.GEMM and o.op == "linear"]
     attn = next((o for o in w.ops if o.kind is OpKind.ATTENTION), None)
@@ -204,7 +271,8 @@ def captured_model_config(w: Workload, *, layers: int) -> ModelConfig:
     else:
         hidden = linears[-1].dims[2] if linears else 1
         vocab = linears[-1].dims[3] if linears else 1
-    heads, kv_heads, head_dim = (attn.dims[1], attn.dims[2], attn.dims[5]) if attn else (1, 1, hidden)
+    # without attention, tensor parallelism splits the hidden width: "heads" of one column each
+    heads, kv_heads, head_dim = (attn.dims[1], attn.dims[2], attn.dims[5]) if attn else (hidden, hidden, 1)
     inter = max((o.dims[3] for o in linears), default=hidden)
     causal = bool(attn.dims[6]) if attn else False
     return ModelConfig(id=w.model_id, model_type="captured", kind="decoder" if causal else "encoder",

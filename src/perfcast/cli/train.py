@@ -26,8 +26,9 @@ def _time(x: float) -> str:
 def train(
     model: str = typer.Option(None, "--model", "-m", help="Model id, alias, HF repo id or config.json path."),
     workload: Path = typer.Option(None, "--workload", "-w", help="A captured workload JSON (`perfcast capture`) "
-                                                                 "instead of --model: data parallelism (dp, zero, "
-                                                                 "recompute, pp over its repeated layers)."),
+                                                                 "instead of --model: dp, zero, recompute, pp over "
+                                                                 "its repeated layers, tp when its layers have "
+                                                                 "Megatron column/row pairs."),
     cluster: str = typer.Option(..., "--cluster", "-c", help="Cluster id or cluster YAML path."),
     nodes: int | None = typer.Option(None, "--nodes", help="Nodes (default: what tp*pp*dp*cp needs)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
@@ -80,9 +81,12 @@ def train(
         from perfcast.dtypes import DType
 
         w = load_workload(workload)
-        _check_captured_plan(w, micro_batch, seq_len, tp=tp, cp=cp, ep=ep, lora_rank=lora_rank, sp=sp)
+        _check_captured_plan(w, micro_batch, seq_len, cp=cp, ep=ep, lora_rank=lora_rank)
         base = {"fp32": DType.FP32, "fp16": DType.FP16}.get(precision, DType.BF16)  # fp8: BF16 + FP8 GEMMs
         captured = training_forward(w, base)
+        if tp > 1 and captured.tp_error:
+            raise ConfigError(f"--tp {tp}: tensor parallelism cannot shard this captured graph: "
+                              f"{captured.tp_error}; use --tp 1 (data/pipeline parallelism)")
         micro_batch, seq_len = captured.micro_batch, captured.tokens_per_sample
     micro_batch = 1 if micro_batch is None else micro_batch
     seq_len = 2048 if seq_len is None else seq_len
@@ -137,18 +141,16 @@ def train(
         raise typer.Exit(2)
 
 
-def _check_captured_plan(w: Any, micro_batch: int | None, seq_len: int | None, *, tp: int, cp: int, ep: int,
-                         lora_rank: int, sp: bool) -> None:
+def _check_captured_plan(w: Any, micro_batch: int | None, seq_len: int | None, *, cp: int, ep: int,
+                         lora_rank: int) -> None:
     """One-line errors for what a captured graph cannot train with."""
     from perfcast.errors import ConfigError
 
-    for flag, value in (("--tp", tp), ("--cp", cp), ("--ep", ep)):
+    for flag, value in (("--cp", cp), ("--ep", ep)):
         if value != 1:
-            raise ConfigError(f"{flag} {value}: a captured workload trains with data parallelism (--dp, --zero, "
-                              "--recompute) and --pp only; tensor, context and expert parallelism need to know "
-                              "which GEMMs, heads and experts to shard, which a captured graph does not say")
-    if sp:
-        raise ConfigError("--sp: sequence parallelism needs tensor parallelism, which a captured workload lacks")
+            raise ConfigError(f"{flag} {value}: a captured workload trains with data, pipeline and tensor "
+                              "parallelism (--dp, --zero, --pp, --tp); context and expert parallelism need to know "
+                              "which attention and which experts to split, which a captured graph does not say")
     if lora_rank:
         raise ConfigError("--lora-rank: LoRA targets named projections (q, k, v, o), which a captured graph does "
                           "not name; use full training")

@@ -154,6 +154,31 @@ def test_captured_gpt2_has_the_catalog_parameters_and_model_flops() -> None:
     assert attn and not attn[0].dims[6]
 
 
+def test_tensor_parallelism_finds_the_megatron_pairs() -> None:
+    from perfcast.capture import capture_module, training_forward
+    from perfcast.catalog.models import from_hf_config
+    from perfcast.system.plan import ParallelPlan
+    from perfcast.system.training import simulate_training
+
+    model, inputs = _gpt2(4)
+    ct = training_forward(capture_module(model, inputs), DType.BF16)
+    assert ct.tp_error is None
+    splits = [(o.name.rsplit(".", 2)[-2], o.tp_split) for o in ct.forward if o.op == "linear" and o.count == 4]
+    assert splits == [("c_attn", "column"), ("c_proj", "row"), ("c_fc", "column"), ("c_proj", "row")]
+    cfg = from_hf_config(model.config.to_dict(), model_id="gpt2-small")
+    for tp, sp in ((2, False), (4, True)):
+        plan = ParallelPlan(micro_batch=2, seq_len=64, tp=tp, sp=sp, fused_kernels=False)
+        cap = simulate_training(ct.config, "dgx-a100", plan, forward=ct.forward)
+        ref = simulate_training(cfg, "dgx-a100", plan)
+        # the same all-reduces (after each row-parallel GEMM, the vocabulary-parallel embedding) and shards
+        assert cap.comm_total_s["tp_comm_s"] == pytest.approx(ref.comm_total_s["tp_comm_s"], rel=1e-9)
+        assert cap.memory.weights_bytes == pytest.approx(ref.memory.weights_bytes, rel=1e-9)
+        assert 0.96 <= cap.step_time_s / ref.step_time_s <= 1.03  # measured 0.98-0.99
+    conf = tf.ResNetConfig(depths=[2, 2], hidden_sizes=[32, 64], embedding_size=16, num_labels=10)
+    rn = capture_module(tf.ResNetForImageClassification(conf), {"pixel_values": torch.randn(1, 3, 32, 32)})
+    assert "conv" in (training_forward(rn, DType.BF16).tp_error or "")
+
+
 def test_captured_resnet_trains_like_the_catalog_model() -> None:
     from perfcast.capture import capture_module, training_forward
     from perfcast.catalog.models import from_hf_config
