@@ -130,7 +130,8 @@ def serve(
                           "default)")
     quantization = quantization or "none"
     try:
-        work = WorkloadConfig(num_requests=200 if num_requests is None else num_requests, seed=seed, arrival=arrival, qps=qps,  # type: ignore[arg-type]
+        work = WorkloadConfig(num_requests=200 if num_requests is None else num_requests, seed=seed,
+                              arrival=arrival, qps=qps,  # type: ignore[arg-type]
                               burstiness_cv=burstiness, concurrency=max_concurrency, trace=trace,
                               prompt_tokens=prompt_tokens,
                               output_tokens=output_tokens, shared_prefix_tokens=shared_prefix_tokens,
