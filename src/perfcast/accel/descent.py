@@ -118,9 +118,8 @@ def _kick(score: _Scorer, m: MapArrays, rng: np.random.Generator, moves: int) ->
 
 def descend_search(model: BatchModel, goal: str, samples: int, seed: int, *, starts: int = 4,
                    patience: int = 6, kick_moves: int = 3, budget_per_sample: int = 60,
-                   seeds: MapArrays | None = None,
                    progress: Callable[[int, int], None] | None = None) -> DescentResult | None:
-    """The search of the module docstring; ``seeds`` (e.g. mappings from dataflow templates) join the draws.
+    """The search of the module docstring.
     At most ``budget_per_sample * samples`` mappings are counted; ``progress(counted, that most)`` is
     called after each descent. None when no mapping fits."""
     rng = np.random.default_rng(seed)
@@ -136,8 +135,6 @@ def descend_search(model: BatchModel, goal: str, samples: int, seed: int, *, sta
     per_fill = -(-(samples - uniform) // len(fills))
     for fill in fills:
         pool.append(score(draw(model, rng, per_fill, fill)))
-    if seeds is not None and len(seeds):
-        pool.append(score(seeds))
     m = MapArrays.concat([p[0] for p in pool])
     k1 = np.concatenate([p[1] for p in pool])
     k2 = np.concatenate([p[2] for p in pool])
