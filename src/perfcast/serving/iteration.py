@@ -162,7 +162,7 @@ class IterationModel:
         self.heads = cfg.num_heads // (1 if self.attention_dp else self.tp)
         self.kv_heads = max(1, cfg.num_kv_heads // (1 if self.attention_dp else self.tp))
         self.head_dim = cfg.head_dim
-        self.v_head_dim = int(getattr(cfg, "v_head_dim", None) or cfg.head_dim)
+        self.v_head_dim = int(cfg.mla.v_head_dim if cfg.mla is not None else cfg.head_dim)
         self.layers_per_stage = -(-layers // self.pp)  # uneven stages: the fullest one paces the pipeline
         self._vision: dict[int, float] = {}
         self._tables()
@@ -258,8 +258,15 @@ class IterationModel:
         self._cpu_per_seq = eng.per_sequence_overhead_s
         # each GPU caches its KV heads; past tp = num_kv_heads every GPU holds (a replica of) one head
         # attention DP: each GPU caches whole tokens of its own sequences (tp GPUs hold tp times as many)
-        self.kv_bytes_per_token = (2.0 * cfg_kv_dim(self.cfg) * self.kv.bytes * self.cfg.num_layers
-                                   / (self.tp if self.attention_dp else min(self.tp, max(1, self.cfg.num_kv_heads))))
+        # MLA (DeepSeek-V2/V3): one latent of kv_lora_rank + rope elements per token and layer, shared by
+        # every head, so each tensor-parallel GPU holds all of it (engines run attention DP to split it)
+        mla = self.cfg.mla
+        if mla is not None:
+            self.kv_bytes_per_token = ((mla.kv_lora_rank + mla.qk_rope_head_dim) * self.kv.bytes * self.cfg.num_layers
+                                       / (self.tp if self.attention_dp else 1))
+        else:
+            split = self.tp if self.attention_dp else min(self.tp, max(1, self.cfg.num_kv_heads))
+            self.kv_bytes_per_token = 2.0 * cfg_kv_dim(self.cfg) * self.kv.bytes * self.cfg.num_layers / split
         # attention per layer in scalars (the event loop's hot path): the kernel layer's rates and the
         # FLOPs / bytes per query-key pair, cached token and sequence (FlashAttention / paged decode)
         self._att = attention_rates(self.hw, self.dtype, self.co)
@@ -270,6 +277,18 @@ class IterationModel:
         self._kv_bytes_per_ctx = kvh * (d + vd) * kve  # K and V of one cached token, read once
         self._dec_q_bytes = h * d * e  # decode: one query row ...
         self._dec_o_bytes = h * vd * e  # ... and one output row per sequence
+        self._dec_flop_per_pair = self._flop_per_pair
+        self._dec_kv_bytes_per_ctx = self._kv_bytes_per_ctx
+        if mla is not None:
+            # prefill expands the latent per head (its kv_b_proj is a linear op); K/V of a cached context
+            # token are read as the latent. Decode absorbs the up-projections: every head attends over the
+            # latent (QK over kv_lora_rank + rope, PV over kv_lora_rank), read once for all the heads.
+            lat = mla.kv_lora_rank + mla.qk_rope_head_dim
+            self._kv_bytes_per_ctx = lat * kve
+            self._dec_flop_per_pair = 2.0 * h * (lat + mla.kv_lora_rank)
+            self._dec_kv_bytes_per_ctx = lat * kve
+            self._dec_q_bytes = h * lat * e
+            self._dec_o_bytes = h * mla.kv_lora_rank * e
         self._linear_l = self._linear.tolist()
         self._comm_l = self._comm.tolist()
         self._head_l = self._head.tolist()
@@ -303,12 +322,18 @@ class IterationModel:
     def time_s(self, num_prefill_tokens: int, prefill_pairs: float, prefill_context_tokens: int,
                num_prefill_seqs: int, num_decode: int, decode_context_tokens: int, num_logits: int) -> float:
         """:meth:`breakdown`'s total from running sums (what the simulator keeps per batch)."""
-        return self._parts(num_prefill_tokens + num_decode, num_prefill_tokens, prefill_pairs,
-                           prefill_context_tokens, num_prefill_seqs, num_decode, decode_context_tokens,
-                           num_logits).time_s
+        linear, att_p, att_d, head, comm, cpu = self._values(
+            num_prefill_tokens + num_decode, num_prefill_tokens, prefill_pairs, prefill_context_tokens,
+            num_prefill_seqs, num_decode, decode_context_tokens, num_logits)
+        return linear + att_p + att_d + head + comm + cpu  # IterationBreakdown.time_s's order: bit-identical
 
     def _parts(self, tokens: int, q: int, pairs: float, kv_read: int, n_prefill: int, n_decode: int,
                decode_kv: int, logits: int) -> IterationBreakdown:
+        return IterationBreakdown(*self._values(tokens, q, pairs, kv_read, n_prefill, n_decode, decode_kv, logits))
+
+    def _values(self, tokens: int, q: int, pairs: float, kv_read: int, n_prefill: int, n_decode: int,
+                decode_kv: int, logits: int) -> tuple[float, float, float, float, float, float]:
+        """The six parts of :class:`IterationBreakdown`, in its field order, as plain floats (the hot path)."""
         linear = self._lookup(self._linear_l, tokens)
         comm = self._lookup(self._comm_l, tokens)
         dp = self.dp
@@ -331,11 +356,11 @@ class IterationModel:
                                self._q_bytes_per_token * q + self._kv_bytes_per_ctx * kv_read, n_prefill) * layers
         if n_decode:
             ctx = max(1, decode_kv)
-            att_d = att.time_s(self._flop_per_pair * ctx,
-                               self._dec_q_bytes + self._kv_bytes_per_ctx * ctx + self._dec_o_bytes * n_decode,
+            att_d = att.time_s(self._dec_flop_per_pair * ctx,
+                               self._dec_q_bytes + self._dec_kv_bytes_per_ctx * ctx + self._dec_o_bytes * n_decode,
                                n_decode) * layers
         cpu = self._cpu_fixed + self._cpu_per_seq * (n_prefill + n_decode) if tokens else 0.0
-        return IterationBreakdown(linear, att_p, att_d, head, comm, cpu)
+        return linear, att_p, att_d, head, comm, cpu
 
     def decode_step(self, num_decode: int) -> tuple[float, float, float, float]:
         """A decode-only iteration of ``num_decode`` sequences as ``(fixed_s, a, b, c)``: its seconds with
@@ -348,9 +373,9 @@ class IterationModel:
         share = r / n if n else 1.0  # ... and its share of the cached tokens
         fixed = (lookup(self._linear_l, n) + lookup(self._comm_l, n) + lookup(self._head_l, r)
                  + self._cpu_fixed + self._cpu_per_seq * r + (att.fixed_s + att.per_sequence_s * r) * layers)
-        return (fixed, self._flop_per_pair * att.s_per_flop * layers * share,
+        return (fixed, self._dec_flop_per_pair * att.s_per_flop * layers * share,
                 (self._dec_q_bytes + self._dec_o_bytes * r) * att.s_per_byte * layers,
-                self._kv_bytes_per_ctx * att.s_per_byte * layers * share)
+                self._dec_kv_bytes_per_ctx * att.s_per_byte * layers * share)
 
     def decode_times(self, num_decode: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         """Seconds of consecutive decode-only iterations of the same ``num_decode`` sequences whose cached
