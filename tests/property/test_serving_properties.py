@@ -1,8 +1,8 @@
 """Property tests of the serving simulator over random deployments and loads (hypothesis).
 
-Invariants: every request completes or is reported with its reason; a completed request emitted exactly
-the tokens it asked for; KV blocks in use never exceed the cache (audited after every iteration); the
-same seed gives bit-identical output.
+Invariants (one beam and beam search): every request completes or is reported with its reason; a completed
+request emitted exactly the tokens it asked for; KV blocks in use never exceed the cache (audited after every
+iteration); the same seed gives bit-identical output.
 """
 
 from __future__ import annotations
@@ -80,3 +80,20 @@ def test_same_seed_same_output(c: dict, w: dict) -> None:
     assert np.array_equal(a.first_token_s, b.first_token_s, equal_nan=True)
     assert np.array_equal(a.finish_s, b.finish_s, equal_nan=True)
     assert a.status == b.status and a.preemptions == b.preemptions
+
+
+@settings(max_examples=_DEEP or 20, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=not _DEEP, database=None)
+@given(CONFIGS, LOADS, st.sampled_from([2, 3, 4]))
+def test_beam_search_conserves_requests_and_tokens_and_kv_stays_within_capacity(c: dict, w: dict,
+                                                                                beams: int) -> None:
+    # beams are not modelled with prefix caching or speculation (a one-line error); max_num_seqs counts beams
+    c = c | {"enable_prefix_caching": False, "num_speculative_tokens": 0,
+             "max_num_seqs": max(c["max_num_seqs"], beams)}
+    res = _run(c, w | {"num_beams": beams}, audit=True)  # audit: KV blocks in use, decode rows and their context
+    assume(res is not None)
+    assert res is not None
+    done = np.array([s == "completed" for s in res.status])
+    assert all(s == "completed" or (s.startswith("rejected: ") and len(s) > len("rejected: ")) for s in res.status)
+    np.testing.assert_array_equal(res.generated_tokens[done], res.output_tokens[done])
+    assert res.kv_utilization_max_frac <= 1.0

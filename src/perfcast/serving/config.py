@@ -42,6 +42,9 @@ class WorkloadConfig(BaseModel):
     retrieval_latency_cv: float = Field(default=0.0, ge=0, description="coefficient of variation of that time "
                                                                        "(lognormal)")
     retrieved_tokens: int = Field(default=0, ge=0, description="RAG: tokens of retrieved context added to the prompt")
+    num_beams: int = Field(default=1, ge=1, description="beam search: beams per request (TensorRT-LLM's "
+                           "beam_width); each decodes as a sequence of its own over the shared prompt, and the "
+                           "request returns one sequence of output_tokens")
 
 
 class ServingConfig(BaseModel):

@@ -6,8 +6,9 @@ request's accepted draft tokens on top). Instead of walking the batch to bump ea
 member that joined at step ``s`` with ``g`` tokens has ``g + steps - s`` now. A stretch of ``k`` identical
 iterations is then one addition; what the engine needs about the batch comes from running totals:
 
-- ``len(decode_set)``: the batch's decoding sequences;
-- :attr:`DecodeSet.context_tokens`: the tokens they hold (prompt plus generated), summed;
+- ``len(decode_set)``: the batch's decoding sequences (rows: a beam-search request with ``b`` beams is ``b``
+  sequences, each reading the shared prompt and its own generated tokens);
+- :attr:`DecodeSet.context_tokens`: the tokens they hold (prompt plus generated, per row), summed;
 - :meth:`DecodeSet.steps_to_finish`: iterations until the first member emits its last token (a heap of the
   step at which each member finishes, ties in running order);
 - :meth:`DecodeSet.pop_finished`: the members that are done, in running order, with ``generated`` written back.
@@ -32,8 +33,8 @@ class DecodeSet:
 
     def __init__(self) -> None:
         self.steps = 0  # decode steps taken since the set began (each gave every member one token)
-        self._count = 0
-        self._base_context = 0  # sum over members of prompt + generated - decode_step (tokens at step 0)
+        self._count = 0  # rows: the members' beams, summed
+        self._base_context = 0  # sum over rows of prompt + generated - decode_step (tokens at step 0)
         self._heap: list[tuple[int, int, Request]] = []  # (step it finishes at, run_seq, request); stale entries
         # (members that left or moved) are skipped when they reach the top
 
@@ -45,8 +46,8 @@ class DecodeSet:
 
     @property
     def context_tokens(self) -> int:
-        """Tokens the members hold in total (prompt plus generated each): the cached tokens their next decode
-        iteration reads."""
+        """Tokens the rows hold in total (prompt plus generated each, every beam counting the shared prompt):
+        the cached tokens their next decode iteration reads."""
         return self._base_context + self._count * self.steps
 
     def generated(self, req: Request) -> int:
@@ -57,8 +58,9 @@ class DecodeSet:
         """``req`` starts decoding (it is in the running list, its prompt is in, and tokens remain)."""
         req.decode_set = self
         req.decode_step = self.steps
-        self._count += 1
-        self._base_context += req.prompt_tokens + req.generated - self.steps
+        b = req.num_beams
+        self._count += b
+        self._base_context += (req.prompt_tokens + req.generated - self.steps) * b
         heapq.heappush(self._heap, (self._finish_step(req), req.run_seq, req))
 
     def remove(self, req: Request) -> None:
@@ -66,18 +68,19 @@ class DecodeSet:
         req.generated += self.steps - req.decode_step
         req.decode_step = self.steps
         req.decode_set = None
-        self._count -= 1
-        self._base_context -= req.prompt_tokens + req.generated - self.steps
+        b = req.num_beams
+        self._count -= b
+        self._base_context -= (req.prompt_tokens + req.generated - self.steps) * b
 
     def advance(self, steps: int) -> None:
-        """Every member emitted ``steps`` more tokens."""
+        """Every member emitted ``steps`` more tokens (each of its beams grew by as many)."""
         self.steps += steps
 
     def bump(self, req: Request, tokens: int) -> None:
         """Member ``req`` emitted ``tokens`` more than the others (accepted draft tokens)."""
         if tokens:
             req.generated += tokens
-            self._base_context += tokens
+            self._base_context += tokens * req.num_beams
             heapq.heappush(self._heap, (self._finish_step(req), req.run_seq, req))
 
     def steps_to_finish(self) -> int:

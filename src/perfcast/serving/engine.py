@@ -48,6 +48,15 @@ token is out) its KV cache is sent to a decode replica over the given link
 (each tensor-parallel rank sends its shard: per-GPU KV bytes / bandwidth plus a
 latency) and it decodes there.
 
+Beam search (``num_beams`` = ``b`` > 1, as TensorRT-LLM's beam_width): a request prefills its prompt once
+(one sequence, sampling once), then decodes ``b`` rows per iteration: ``b`` query tokens in the linear
+layers and the LM head, ``b`` sequences in decode attention, each reading the shared prompt and its own
+generated tokens. The decode set and the KV group count rows, so a stretch's batch size and cached tokens
+carry the beam weight (no per-iteration loop over beams). Its KV cache holds the prompt's full blocks once
+and every beam's tail (see :mod:`perfcast.serving.kv`); ``max_num_seqs`` counts beams. It finishes after
+its output tokens, which count once (the returned sequence). Not modelled with prefix caching or
+speculative decoding (a one-line error).
+
 Multimodal prompts: each image adds the vision tower's image tokens to the prompt
 and its encoder time to the iteration that starts the request's prefill.
 Retrieval (RAG): a request reaches the engine after its retrieval stage (a
@@ -130,9 +139,11 @@ class ServingResult:
 
     @property
     def max_concurrent_sequences(self) -> int:
-        """Sequences of the workload's mean length (prompt + output tokens) whose KV cache fits in one engine's
-        blocks at once (the KV-capacity bound on the batch, before ``max_num_seqs``)."""
-        mean_len = float(np.mean(self.prompt_tokens + self.output_tokens)) if self.prompt_tokens.size else 0.0
+        """Requests of the workload's mean length (prompt + output tokens, each beam holding its own output
+        under beam search) whose KV cache fits in one engine's blocks at once (the KV-capacity bound on the
+        batch, before ``max_num_seqs``)."""
+        beams = self.config.workload.num_beams  # beam search: every beam holds its own output tokens
+        mean_len = float(np.mean(self.prompt_tokens + beams * self.output_tokens)) if self.prompt_tokens.size else 0.0
         return int(self.kv_blocks_per_engine * self.config.block_size // mean_len) if mean_len > 0 else 0
 
     @property
@@ -393,6 +404,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         q = ctx = 0
         pairs = 0.0
         logits = n_decode  # every decoding sequence samples, and every prompt that completes
+        rows = 0  # sequences the completing prompts decode next (their beams)
         for req, k in batch.prefill:
             end = req.computed_tokens + k
             q += k
@@ -400,6 +412,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             ctx += end
             if end >= req.prefill_target:
                 logits += 1
+                rows += req.num_beams
         dec_ctx = batch.decode_context_tokens
         if audit and n_decode:
             audit_decode(sched, batch)
@@ -421,7 +434,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             events.append(IterationEvent(e, now, dt, q, n_decode))
         end_s = now + dt
         if (not n_decode and logits == len(sched.prefilling) and runs_through(sched, end_s, next_event_s())
-                and (sched.reserve_full_length or sched.kv.decode_fits(len(sched.decoding) + logits))):
+                and (sched.reserve_full_length or sched.kv.decode_fits(len(sched.decoding) + rows))):
             # every prompt in flight completes and the decode batch that follows is known: go on to it
             account(e, dt, gpu_s, 1)
             settle(e, batch, end_s, 1)
@@ -458,8 +471,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         """Audit: the batch's decode totals match its rows, and a paged cache holds each row's context (the
         prompt and every token generated, this iteration's slot included)."""
         rows = sched.decode_rows()
-        assert len(rows) == batch.num_decode, (len(rows), batch.num_decode)
-        total = sum(r.prompt_tokens + sched.generated(r) for r in rows)
+        assert sum(r.num_beams for r in rows) == batch.num_decode, (len(rows), batch.num_decode)
+        total = sum((r.prompt_tokens + sched.generated(r)) * r.num_beams for r in rows)
         assert total == batch.decode_context_tokens, (total, batch.decode_context_tokens)
         if not sched.reserve_full_length:
             for r in rows:
@@ -663,7 +676,13 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     handed: dict[int, Request] = {}
     kv_gpu_bytes_per_token = model.kv_bytes_per_token / pp
 
+    beams = w.num_beams
+    if beams > 1 and cfg.enable_prefix_caching:
+        raise ConfigError(f"beam search ({beams} beams) is not modelled with --enable-prefix-caching; drop one")
     spec_k = cfg.num_speculative_tokens if cfg.speculative_model else 0
+    if beams > 1 and spec_k:
+        raise ConfigError(f"beam search ({beams} beams) does not combine with speculative decoding (engines "
+                          "refuse it too); drop --speculative-model or use 1 beam")
     if cfg.num_speculative_tokens and not cfg.speculative_model:
         raise ConfigError("--num-speculative-tokens needs --speculative-model (the draft model)")
     draft = None
@@ -738,7 +757,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         i = cursor
         cursor += 1
         in_system += 1
-        req = Request(i, now, prompt_l[i], output_l[i])
+        req = Request(i, now, prompt_l[i], output_l[i], beams)
         if prefix_ids is not None:
             req.prefix_hashes = prefix_block_hashes(int(prefix_ids[i]), w.shared_prefix_tokens, int(prompt[i]),
                                                     cfg.block_size, i)

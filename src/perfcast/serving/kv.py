@@ -66,6 +66,17 @@ The decode group
     members: it keeps each member's tokens relative to a group clock and counts members by their
     position within a block, since a member takes a new block exactly when its last one is full.
 
+Beam search (``CountingBlockManager`` only)
+    A request decoding ``b`` beams is one sequence id holding ``b`` beams of ``num_tokens`` tokens each
+    (prompt plus that beam's generated tokens): the prompt's full blocks are shared, and every beam owns
+    the rest, ``b * ceil(num_tokens / block_size) - (b - 1) * (prompt_tokens // block_size)`` blocks in all.
+    vLLM's beams share the prompt's partial last block until each beam's first write copies it
+    (copy-on-write); here every beam holds its copy from admission on (counted simply: at most ``b - 1``
+    blocks early, during the prompt's own iterations). With ``b = 1`` this is ``ceil(num_tokens / block_size)``.
+    Growing the request by a token grows every beam, so it takes ``b`` blocks whenever its last one is full,
+    and the decode group counts rows (beams), not sequences. The manager that names blocks (prefix caching)
+    does not model beams.
+
 Sequence ids are the caller's ints. Every call costs O(blocks touched) with plain ints, lists and dicts;
 ``check_invariants`` is the O(total blocks) audit the tests use.
 """
@@ -125,9 +136,18 @@ class _PagedCache:
         """ceil(num_tokens / block_size)."""
         return -(-num_tokens // self.block_size)
 
-    def can_ever_allocate(self, num_tokens: int) -> bool:
-        """Whether a prompt of ``num_tokens`` fits under the watermark on an empty cache (else it never will)."""
-        return self.num_blocks - self.num_blocks_for(num_tokens) >= self.watermark_blocks
+    def beam_blocks_for(self, num_tokens: int, beams: int = 1, prompt_tokens: int = 0) -> int:
+        """Blocks of a request of ``beams`` beams holding ``num_tokens`` tokens each, whose first
+        ``prompt_tokens`` are the shared prompt (its full blocks held once; see the module docstring)."""
+        blocks = -(-num_tokens // self.block_size)
+        if beams == 1:
+            return blocks
+        return blocks * beams - (beams - 1) * (prompt_tokens // self.block_size)
+
+    def can_ever_allocate(self, num_tokens: int, beams: int = 1, prompt_tokens: int = 0) -> bool:
+        """Whether a prompt of ``num_tokens`` (``beams`` beams over ``prompt_tokens`` shared tokens) fits under
+        the watermark on an empty cache (else it never will)."""
+        return self.num_blocks - self.beam_blocks_for(num_tokens, beams, prompt_tokens) >= self.watermark_blocks
 
     @property
     def num_available_blocks(self) -> int:  # pragma: no cover - each manager counts its own
@@ -143,7 +163,8 @@ class _PagedCache:
         return self.append_need(seq_id, num_new_tokens) <= self.num_available_blocks
 
     def decode_fits(self, num_seqs: int) -> bool:
-        """Whether ``num_seqs`` sequences can each take one more token even if each needs a new block."""
+        """Whether ``num_seqs`` sequences (beams count one each) can each take one more token even if each
+        needs a new block."""
         return num_seqs <= self.num_available_blocks
 
 
@@ -240,24 +261,28 @@ class BlockManager(_PagedCache):
         return not self._get(seq_id).on_gpu
 
     # -- admission ---------------------------------------------------------------------------------------------
-    def can_allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> bool:
-        """Whether admitting a prompt of ``num_tokens`` leaves at least ``watermark_blocks`` available.
+    def can_allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None,
+                     beams: int = 1, prompt_tokens: int = 0) -> bool:
+        """Whether admitting a prompt of ``num_tokens`` leaves at least ``watermark_blocks`` available
+        (one beam only: ``beams`` > 1 raises ``KVCacheError``).
 
         Prefix-cache hits on blocks used by live sequences cost nothing; hits on cached (refcount-0) blocks
         cost one available block each, like a fresh block.
         """
-        self._check_new(seq_id, num_tokens, prefix_hashes)
+        self._check_new(seq_id, num_tokens, prefix_hashes, beams)
         num_hit_blocks, num_evictable_hits = self._lookup(num_tokens, prefix_hashes)
         num_required = self.num_blocks_for(num_tokens) - num_hit_blocks + num_evictable_hits
         return self.num_available_blocks - num_required >= self.watermark_blocks
 
-    def allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> int:
-        """Reserve blocks for a prompt of ``num_tokens``; return the prompt tokens served from the prefix cache.
+    def allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None,
+                 beams: int = 1, prompt_tokens: int = 0) -> int:
+        """Reserve blocks for a prompt of ``num_tokens``; return the prompt tokens served from the prefix cache
+        (one beam only, as :meth:`can_allocate`).
 
         The hit is a whole number of blocks and at most ``num_tokens - 1``. Does not apply the watermark
         (call ``can_allocate`` first); raises ``KVCacheError`` when the blocks do not exist.
         """
-        self._check_new(seq_id, num_tokens, prefix_hashes)
+        self._check_new(seq_id, num_tokens, prefix_hashes, beams)
         num_hit_blocks, num_evictable_hits = self._lookup(num_tokens, prefix_hashes)
         num_total = self.num_blocks_for(num_tokens)
         num_required = num_total - num_hit_blocks + num_evictable_hits
@@ -520,7 +545,10 @@ class BlockManager(_PagedCache):
             raise KVCacheError(f"sequence {seq_id} is not swapped out")
         return seq
 
-    def _check_new(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None) -> None:
+    def _check_new(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None, beams: int = 1) -> None:
+        if beams != 1:
+            raise KVCacheError(f"sequence {seq_id}: {beams} beams; the block manager that names blocks (prefix "
+                               "caching) holds one beam per sequence")
         if seq_id in self._seqs:
             raise KVCacheError(f"sequence id {seq_id} already holds KV blocks; free it before allocating again")
         if num_tokens < 1:
@@ -613,13 +641,16 @@ class CountingBlockManager(_PagedCache):
                  num_cpu_blocks: int = 0) -> None:
         super().__init__(num_blocks, block_size, watermark_frac, num_cpu_blocks)
         self._free = num_blocks
-        self._seqs: dict[int, list[int]] = {}  # seq id -> [tokens, blocks, 1 on GPU / 0 swapped out]
+        # seq id -> [tokens (per beam), blocks, 1 on GPU / 0 swapped out, beams, shared blocks held once less
+        # than beams times: (beams - 1) * full prompt blocks]; blocks = beams * ceil(tokens / bs) - shared
+        self._seqs: dict[int, list[int]] = {}
         self._num_unfilled_slots = 0
         self._num_cpu_used = 0
         # the decode group grows lazily: a member's entry in _seqs is brought up to date when it is read
         self._group: dict[int, int] = {}  # member id -> its tokens minus the group clock
         self._group_clock = 0  # tokens every member has grown by since the group began
-        self._group_phase = [0] * block_size  # members by (tokens - clock) mod block_size
+        self._group_phase = [0] * block_size  # member rows (beams) by (tokens - clock) mod block_size
+        self._group_rows = 0  # the members' beams, summed
 
     # -- introspection (as BlockManager) ------------------------------------------------------------------------
     @property
@@ -674,7 +705,7 @@ class CountingBlockManager(_PagedCache):
         if base is not None:  # a decode-group member: its tokens are the group clock past its base
             t = base + self._group_clock
             seq[0] = t
-            seq[1] = -(-t // self.block_size)
+            seq[1] = -(-t // self.block_size) * seq[3] - seq[4]
         if on_gpu is True and not seq[2]:
             raise KVCacheError(f"sequence {seq_id} is swapped out; swap it in first")
         if on_gpu is False and seq[2]:
@@ -694,32 +725,38 @@ class CountingBlockManager(_PagedCache):
         return not self._seq(seq_id)[2]
 
     # -- admission and growth -----------------------------------------------------------------------------------
-    def can_allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> bool:
-        """Whether admitting ``num_tokens`` leaves at least ``watermark_blocks`` free (hashes are ignored)."""
+    def can_allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None,
+                     beams: int = 1, prompt_tokens: int = 0) -> bool:
+        """Whether admitting ``num_tokens`` (per beam, of ``beams`` beams sharing ``prompt_tokens``) leaves at
+        least ``watermark_blocks`` free (hashes are ignored)."""
         if seq_id in self._seqs:
             raise KVCacheError(f"sequence {seq_id} is already in the KV cache")
-        return self._free - self.num_blocks_for(num_tokens) >= self.watermark_blocks
+        return self._free - self.beam_blocks_for(num_tokens, beams, prompt_tokens) >= self.watermark_blocks
 
-    def allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> int:
-        """Reserve blocks for a prompt of ``num_tokens``; returns 0 (no prefix cache)."""
+    def allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None,
+                 beams: int = 1, prompt_tokens: int = 0) -> int:
+        """Reserve blocks for a prompt of ``num_tokens`` (per beam: ``beams`` beams share the full blocks of the
+        first ``prompt_tokens``); returns 0 (no prefix cache)."""
         if seq_id in self._seqs:
             raise KVCacheError(f"sequence {seq_id} is already in the KV cache")
-        if num_tokens < 1:
-            raise KVCacheError(f"num_tokens={num_tokens} for sequence {seq_id} must be >= 1")
-        blocks = self.num_blocks_for(num_tokens)
+        if num_tokens < 1 or beams < 1 or prompt_tokens > num_tokens:
+            raise KVCacheError(f"num_tokens={num_tokens} for sequence {seq_id} must be >= 1 and >= prompt_tokens "
+                               f"{prompt_tokens}, beams={beams} >= 1")
+        shared = (beams - 1) * (prompt_tokens // self.block_size) if beams > 1 else 0
+        blocks = -(-num_tokens // self.block_size) * beams - shared
         if blocks > self._free:
             raise KVCacheError(f"cannot allocate {blocks} KV blocks for sequence {seq_id} ({num_tokens} tokens): "
                                f"only {self._free} of {self.num_blocks} available")
         self._free -= blocks
-        self._seqs[seq_id] = [num_tokens, blocks, 1]
-        self._num_unfilled_slots += blocks * self.block_size - num_tokens
+        self._seqs[seq_id] = [num_tokens, blocks, 1, beams, shared]
+        self._num_unfilled_slots += blocks * self.block_size - (num_tokens * beams - shared * self.block_size)
         self.prefix_query_tokens += num_tokens
         return 0
 
     def append_need(self, seq_id: int, num_new_tokens: int) -> int:
         """New blocks ``seq_id`` takes to grow by ``num_new_tokens`` (0 when its last block has room)."""
-        t, b, _ = self._seq(seq_id, on_gpu=True)
-        return max(0, -(-(t + num_new_tokens) // self.block_size) - b)
+        t, b, _, beams, shared = self._seq(seq_id, on_gpu=True)
+        return max(0, -(-(t + num_new_tokens) // self.block_size) * beams - shared - b)
 
     def append(self, seq_id: int, num_new_tokens: int = 1) -> None:
         """Grow ``seq_id`` by ``num_new_tokens``."""
@@ -727,16 +764,17 @@ class CountingBlockManager(_PagedCache):
         if num_new_tokens < 0:
             raise KVCacheError(f"num_new_tokens={num_new_tokens} for sequence {seq_id} must be >= 0")
         total = seq[0] + num_new_tokens
-        need = -(-total // self.block_size) - seq[1]
+        beams = seq[3]
+        need = -(-total // self.block_size) * beams - seq[4] - seq[1]
         if need > 0:
             if need > self._free:
                 raise KVCacheError(f"cannot append {num_new_tokens} tokens to sequence {seq_id}: needs {need} more "
                                    f"KV blocks, only {self._free} available")
             self._free -= need
             seq[1] += need
-            self._num_unfilled_slots += need * self.block_size - num_new_tokens
+            self._num_unfilled_slots += need * self.block_size - num_new_tokens * beams
         else:
-            self._num_unfilled_slots -= num_new_tokens
+            self._num_unfilled_slots -= num_new_tokens * beams
         seq[0] = total
         if seq_id in self._group:  # a member grown on its own moves ahead of the group by as many tokens
             self._leave_group(seq_id)
@@ -753,7 +791,7 @@ class CountingBlockManager(_PagedCache):
     def grow_group(self, num_new_tokens: int) -> None:
         """``append(seq, num_new_tokens)`` for every sequence of the decode group, in O(block_size): the members'
         own entries catch up when read (check :meth:`max_group_growth` first)."""
-        n = len(self._group)
+        n = self._group_rows
         if num_new_tokens <= 0 or not n:
             return
         if num_new_tokens == 1:  # one decode step: the members whose last block is full open one
@@ -770,8 +808,8 @@ class CountingBlockManager(_PagedCache):
     def max_group_growth(self, limit: int) -> int:
         """The most tokens ``j <= limit`` every sequence of the decode group can grow by at once, in O(block_size):
         each full cycle of ``block_size`` tokens takes one block per member, the last partial cycle is counted
-        step by step."""
-        n = len(self._group)
+        step by step. A member of ``b`` beams counts ``b`` rows."""
+        n = self._group_rows
         if not n:
             return max(0, limit)
         if limit <= 0:
@@ -798,7 +836,7 @@ class CountingBlockManager(_PagedCache):
         finds its last block full, once per ``block_size`` steps at a step set by its phase."""
         bs = self.block_size
         cycles, rest = divmod(steps, bs)
-        taken = cycles * len(self._group)
+        taken = cycles * self._group_rows
         clock = self._group_clock
         phase = self._group_phase
         for j in range(rest):
@@ -808,22 +846,26 @@ class CountingBlockManager(_PagedCache):
     def _join_group(self, seq_id: int, tokens: int) -> None:
         base = tokens - self._group_clock
         self._group[seq_id] = base
-        self._group_phase[base % self.block_size] += 1
+        beams = self._seqs[seq_id][3]
+        self._group_phase[base % self.block_size] += beams
+        self._group_rows += beams
 
     def _leave_group(self, seq_id: int) -> None:
         """Drop a member (its entry is up to date: every caller read it through ``_seq`` first)."""
         base = self._group.pop(seq_id, None)
         if base is not None:
-            self._group_phase[base % self.block_size] -= 1
+            beams = self._seqs[seq_id][3]
+            self._group_phase[base % self.block_size] -= beams
+            self._group_rows -= beams
 
     # -- release and swapping -----------------------------------------------------------------------------------
     def free(self, seq_id: int) -> None:
         """Release ``seq_id`` (on GPU or swapped out)."""
-        t, b, on_gpu = self._seq(seq_id)
+        t, b, on_gpu, beams, shared = self._seq(seq_id)
         self._leave_group(seq_id)
         if on_gpu:
             self._free += b
-            self._num_unfilled_slots -= b * self.block_size - t
+            self._num_unfilled_slots -= b * self.block_size - (t * beams - shared * self.block_size)
         else:
             self._num_cpu_used -= b
         del self._seqs[seq_id]
@@ -835,13 +877,13 @@ class CountingBlockManager(_PagedCache):
     def swap_out(self, seq_id: int) -> int:
         """Move ``seq_id``'s blocks to CPU swap space; returns the blocks moved."""
         seq = self._seq(seq_id, on_gpu=True)
-        t, b, _ = seq
+        t, b, _, beams, shared = seq
         if b > self.num_cpu_blocks - self._num_cpu_used:
             raise KVCacheError(f"cannot swap out sequence {seq_id}: needs {b} CPU blocks, "
                                f"only {self.num_cpu_blocks - self._num_cpu_used} of {self.num_cpu_blocks} free")
         self._leave_group(seq_id)
         self._free += b
-        self._num_unfilled_slots -= b * self.block_size - t
+        self._num_unfilled_slots -= b * self.block_size - (t * beams - shared * self.block_size)
         self._num_cpu_used += b
         seq[2] = 0
         return b
@@ -853,12 +895,12 @@ class CountingBlockManager(_PagedCache):
     def swap_in(self, seq_id: int) -> int:
         """Bring ``seq_id`` back to GPU blocks; returns the blocks moved."""
         seq = self._seq(seq_id, on_gpu=False)
-        t, b, _ = seq
+        t, b, _, beams, shared = seq
         if b > self._free:
             raise KVCacheError(f"cannot swap in sequence {seq_id}: needs {b} KV blocks, only {self._free} available")
         self._free -= b
         self._num_cpu_used -= b
-        self._num_unfilled_slots += b * self.block_size - t
+        self._num_unfilled_slots += b * self.block_size - (t * beams - shared * self.block_size)
         seq[2] = 1
         return b
 
@@ -867,7 +909,8 @@ class CountingBlockManager(_PagedCache):
         for sid in self._group:
             if not self._seq(sid)[2]:
                 raise AssertionError(f"decode-group member {sid} is swapped out")
-        if sum(self._group_phase) != len(self._group):
+        if sum(self._group_phase) != self._group_rows or self._group_rows != sum(
+                self._seqs[sid][3] for sid in self._group):
             raise AssertionError("decode-group phase counts disagree with its members")
         gpu = [s for s in self._seqs.values() if s[2]]
         cpu = [s for s in self._seqs.values() if not s[2]]
@@ -875,9 +918,10 @@ class CountingBlockManager(_PagedCache):
             raise AssertionError("used + free blocks != num_blocks")
         if sum(s[1] for s in cpu) != self._num_cpu_used or self._num_cpu_used > self.num_cpu_blocks:
             raise AssertionError("CPU block count wrong or over capacity")
-        if any(s[1] != self.num_blocks_for(s[0]) for s in self._seqs.values()):
+        if any(s[1] != self.beam_blocks_for(s[0], s[3], 0) - s[4] for s in self._seqs.values()):
             raise AssertionError("a sequence's blocks do not cover its tokens exactly")
-        if self._num_unfilled_slots != sum(s[1] * self.block_size - s[0] for s in gpu):
+        if self._num_unfilled_slots != sum(s[1] * self.block_size - (s[0] * s[3] - s[4] * self.block_size)
+                                           for s in gpu):
             raise AssertionError("unfilled slot count wrong")
 
 

@@ -19,14 +19,18 @@ class Request:
     :class:`~perfcast.serving.decoding.DecodeSet`, ``generated`` is its count when it joined
     (at the set's step ``decode_step``) and ``DecodeSet.generated`` gives the current one;
     ``run_seq`` orders the requests of one running list (admission order, swap-ins last).
+    ``num_beams`` (beam search) is the rows it decodes per iteration: each beam is a sequence over the
+    shared prompt, and ``generated`` counts output steps (the returned sequence's tokens), not rows.
     """
 
     __slots__ = ("arrival_s", "computed_tokens", "decode_set", "decode_step", "finish_s", "first_token_s",
-                 "generated", "id", "output_tokens", "preemptions", "prefill_target", "prefix_hashes",
+                 "generated", "id", "num_beams", "output_tokens", "preemptions", "prefill_target", "prefix_hashes",
                  "prefix_hit_tokens", "prompt_tokens", "replica", "run_seq", "scheduled_s", "swapped")
 
-    def __init__(self, rid: int, arrival_s: float, prompt_tokens: int, output_tokens: int) -> None:
+    def __init__(self, rid: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
+                 num_beams: int = 1) -> None:
         self.id = rid
+        self.num_beams = num_beams
         self.arrival_s = arrival_s
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens

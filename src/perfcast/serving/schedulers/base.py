@@ -13,6 +13,12 @@ Each call to :meth:`ReplicaScheduler.schedule` forms the next iteration's
 finished prompts and requests back through :meth:`ReplicaScheduler.prefilled`
 and :meth:`ReplicaScheduler.finish`. Policies differ only in which requests
 they admit and how they fill the token budget.
+
+Beam search: a request of ``b`` beams is ``b`` sequences of the decode batch (rows) and of ``max_num_seqs``
+(``running_rows``), as engines count them, and holds its KV as the block manager describes (prompt once,
+``b`` copies of the generated tokens). A recompute preemption prefills its prompt and generated tokens
+again as one sequence (the beams' own tails are not priced a second time), while its KV comes back as
+``b`` beams.
 """
 
 from __future__ import annotations
@@ -76,6 +82,7 @@ class ReplicaScheduler:
         self.prefilling: list[Request] = []  # running requests whose prompt is in flight, in running order
         self.decoding = DecodeSet()  # running requests that decode
         self.swapped: deque[Request] = deque()
+        self.running_rows = 0  # sequences of the running requests (their beams, summed)
         self._run_seq = 0
         self.preemptions = 0
         self.rejected: list[tuple[Request, str]] = []
@@ -87,7 +94,9 @@ class ReplicaScheduler:
         if req.prompt_tokens + req.output_tokens > self.limits.max_model_len:
             self.rejected.append((req, f"prompt + output tokens ({req.prompt_tokens} + {req.output_tokens}) exceed "
                                        f"max_model_len {self.limits.max_model_len}"))
-        elif not self.kv.can_ever_allocate(need):
+        elif req.num_beams > self.limits.max_num_seqs:
+            self.rejected.append((req, f"its {req.num_beams} beams exceed max_num_seqs {self.limits.max_num_seqs}"))
+        elif not self.kv.can_ever_allocate(need, req.num_beams, req.prompt_tokens):
             self.rejected.append((req, f"its {need} tokens need more KV blocks than the replica has "
                                        f"({self.kv.num_blocks} blocks of {self.kv.block_size})"))
         elif not self._prefill_fits_budget(req):
@@ -102,6 +111,7 @@ class ReplicaScheduler:
     def finish(self, req: Request) -> None:
         """A request emitted its last token (or its prompt went to a decode pool): release its KV blocks."""
         self.running.remove(req)
+        self.running_rows -= req.num_beams
         if req.decode_set is self.decoding:
             self.decoding.remove(req)
         self.kv.free(req.id)
@@ -132,11 +142,16 @@ class ReplicaScheduler:
     def _kv_tokens(self, req: Request) -> int:
         return req.prefill_target + (req.output_tokens - req.generated if self.reserve_full_length else 0)
 
+    def _has_seat(self, req: Request) -> bool:
+        """Whether ``req``'s sequences (its beams) fit under ``max_num_seqs`` with the running ones."""
+        return self.running_rows + req.num_beams <= self.limits.max_num_seqs
+
     def _can_admit(self, req: Request) -> bool:
-        return self.kv.can_allocate(req.id, self._kv_tokens(req), req.prefix_hashes)
+        return self.kv.can_allocate(req.id, self._kv_tokens(req), req.prefix_hashes, req.num_beams,
+                                    req.prompt_tokens)
 
     def _admit(self, req: Request) -> None:
-        hit = self.kv.allocate(req.id, self._kv_tokens(req), req.prefix_hashes)
+        hit = self.kv.allocate(req.id, self._kv_tokens(req), req.prefix_hashes, req.num_beams, req.prompt_tokens)
         if req.computed_tokens == 0:
             hit = min(hit, req.prefill_target - 1)
             req.computed_tokens = hit
@@ -146,6 +161,7 @@ class ReplicaScheduler:
     def _run(self, req: Request) -> None:
         """``req`` joins the end of the running list, and the prompts in flight or the decode set."""
         self.running.append(req)
+        self.running_rows += req.num_beams
         req.run_seq = self._run_seq
         self._run_seq += 1
         if req.computed_tokens < req.prefill_target:
@@ -161,6 +177,7 @@ class ReplicaScheduler:
     def _preempt(self, victim: Request) -> int:
         """Preempt ``victim`` (swap to CPU when asked and possible, else recompute); returns blocks swapped."""
         self.running.remove(victim)
+        self.running_rows -= victim.num_beams
         if victim.decode_set is self.decoding:
             self.decoding.remove(victim)
         else:
@@ -177,7 +194,7 @@ class ReplicaScheduler:
         victim.prefill_target = victim.prompt_tokens + victim.generated
         victim.computed_tokens = 0
         need = self._kv_tokens(victim)
-        if self.kv.can_ever_allocate(need):
+        if self.kv.can_ever_allocate(need, victim.num_beams, victim.prompt_tokens):
             self.waiting.appendleft(victim)
         else:  # its context outgrew the whole cache: it could never be admitted again
             self.rejected.append((victim, f"after {victim.preemptions} preemption(s) its {need} tokens need more "
@@ -186,8 +203,8 @@ class ReplicaScheduler:
         return 0
 
     def _reserve_decode_step(self, batch: Batch) -> None:
-        """One KV slot per decoding request for the coming iteration, preempting the newest running requests
-        when the cache is full (vLLM's rule)."""
+        """One KV slot per decoding sequence (each beam) for the coming iteration, preempting the newest running
+        requests when the cache is full (vLLM's rule)."""
         dec = self.decoding
         if not dec:
             return
@@ -224,7 +241,7 @@ class ReplicaScheduler:
         return batch if batch else None
 
     def _swap_in(self, batch: Batch) -> None:
-        while self.swapped and len(self.running) < self.limits.max_num_seqs:
+        while self.swapped and self._has_seat(self.swapped[0]):
             req = self.swapped[0]
             if not self.kv.can_swap_in(req.id):
                 break

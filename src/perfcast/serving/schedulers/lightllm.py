@@ -28,7 +28,7 @@ class LightLLMScheduler(ReplicaScheduler):
         self._projected = 0  # the running requests' projected peak KV blocks, summed
 
     def _peak_blocks(self, req: Request) -> int:
-        return self.kv.num_blocks_for(req.prompt_tokens + req.output_tokens)
+        return self.kv.beam_blocks_for(req.prompt_tokens + req.output_tokens, req.num_beams, req.prompt_tokens)
 
     def _run(self, req: Request) -> None:
         super()._run(req)
@@ -46,7 +46,7 @@ class LightLLMScheduler(ReplicaScheduler):
         batch = Batch()
         projected = self._projected
         tokens = 0
-        while self.waiting and len(self.running) < self.limits.max_num_seqs:
+        while self.waiting and self._has_seat(self.waiting[0]):
             req = self.waiting[0]
             n = req.remaining_prefill
             peak = self._peak_blocks(req)

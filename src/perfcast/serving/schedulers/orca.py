@@ -30,14 +30,14 @@ class OrcaScheduler(ReplicaScheduler):
     def schedule(self) -> Batch | None:
         batch = Batch()
         budget = self.limits.max_num_batched_tokens
-        tokens = len(self.decoding)  # every decoding request runs one token
+        tokens = len(self.decoding)  # every decoding sequence (beam) runs one token
         for req in self.prefilling:
             if tokens >= budget:
                 break
             n = min(req.remaining_prefill, budget - tokens)
             batch.prefill.append((req, n))
             tokens += n
-        while self.waiting and len(self.running) < self.limits.max_num_seqs and tokens < budget:
+        while self.waiting and self._has_seat(self.waiting[0]) and tokens < budget:
             req = self.waiting[0]
             if not self._can_admit(req):
                 break
@@ -46,7 +46,7 @@ class OrcaScheduler(ReplicaScheduler):
             n = min(req.remaining_prefill, budget - tokens)
             if n:
                 batch.prefill.append((req, n))
-            else:  # its KV arrived from a prefill pool: it joined the decode set
-                n = 1
+            else:  # its KV arrived from a prefill pool: it joined the decode set (one token per beam)
+                n = req.num_beams
             tokens += n
         return self._close(batch)

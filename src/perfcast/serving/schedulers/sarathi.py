@@ -38,7 +38,7 @@ class SarathiScheduler(ReplicaScheduler):
             n = min(budget, req.prefill_target - req.computed_tokens)
             batch.prefill.append((req, n))
             budget -= n
-        while budget > 0 and self.waiting and not self.swapped and len(self.running) < self.limits.max_num_seqs:
+        while budget > 0 and self.waiting and not self.swapped and self._has_seat(self.waiting[0]):
             req = self.waiting[0]
             if not self._can_admit(req):
                 break
@@ -49,6 +49,6 @@ class SarathiScheduler(ReplicaScheduler):
                 batch.prefill.append((req, n))
             else:  # its KV arrived from a prefill pool: it decodes in this iteration
                 self._reserve_slot(batch, req)
-                n = 1
+                n = req.num_beams
             budget -= n
         return self._close(batch)

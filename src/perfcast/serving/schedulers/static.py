@@ -35,11 +35,12 @@ class StaticScheduler(ReplicaScheduler):
     def finish(self, req: Request) -> None:
         """A finished request keeps its slot until the whole batch is done."""
         self._finished += 1
-        self._padded_context += req.prompt_tokens + req.generated
+        self._padded_context += (req.prompt_tokens + req.generated) * req.num_beams
         if self._finished == len(self.running):
             for r in self.running:
                 self.kv.free(r.id)
             self.running.clear()
+            self.running_rows = 0
             self._finished = self._padded_context = 0
 
     def decode_rows(self) -> list[Request]:
@@ -49,7 +50,7 @@ class StaticScheduler(ReplicaScheduler):
     def schedule(self) -> Batch | None:
         batch = Batch()
         if not self.running:
-            while self.waiting and len(self.running) < self.limits.max_num_seqs:
+            while self.waiting and self._has_seat(self.waiting[0]):
                 req = self.waiting[0]
                 if not self._can_admit(req):
                     break
@@ -59,6 +60,6 @@ class StaticScheduler(ReplicaScheduler):
             return batch if batch else None
         if self.prefilling:  # pragma: no cover - prefills run in the first iteration
             batch.prefill = [(r, r.remaining_prefill) for r in self.prefilling]
-        batch.num_decode = len(self.running)  # padded: finished members still occupy their rows
+        batch.num_decode = self.running_rows  # padded: finished members still occupy their rows (each beam)
         batch.decode_context_tokens = self.decoding.context_tokens + self._padded_context
         return batch

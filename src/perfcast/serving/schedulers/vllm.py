@@ -29,7 +29,7 @@ class VLLMScheduler(ReplicaScheduler):
             self._swap_in(batch)
         if not self.swapped:
             tokens = 0
-            while self.waiting and len(self.running) < self.limits.max_num_seqs:
+            while self.waiting and self._has_seat(self.waiting[0]):
                 req = self.waiting[0]
                 n = req.remaining_prefill
                 if tokens + n > self.limits.max_num_batched_tokens or not self._can_admit(req):
