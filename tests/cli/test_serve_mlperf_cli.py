@@ -21,6 +21,16 @@ def test_offline_workload_json_names_the_scenario_figures() -> None:
     assert data["requests_completed"] == 120 and data["mlperf_limits_met"] is True
 
 
+def test_gptj_decodes_four_beams_unless_a_beam_width_is_given() -> None:
+    base = ["serve", "--workload", "mlperf:gptj:offline", "--hardware", "h100-sxm-80gb", "--num-requests", "200",
+            "--json"]
+    beams, greedy = parse_json(invoke(base)), parse_json(invoke([*base, "--beam-width", "1"]))
+    assert beams["mlperf_num_beams"] == 4 and greedy["mlperf_num_beams"] == 1
+    assert beams["requests_completed"] == greedy["requests_completed"] == 200
+    # four rows per request decode: fewer output tokens per second from the same GPU
+    assert beams["mlperf_offline_tokens_per_s_total"] < 0.8 * greedy["mlperf_offline_tokens_per_s_total"]
+
+
 def test_server_workload_reports_the_highest_load_meeting_the_limits() -> None:
     data = parse_json(invoke(["serve", "--workload", "mlperf:llama3.1-8b:interactive", "--hardware", "h100",
                               "--scheduler", "orca", "--max-num-seqs", "512", "--num-requests", "400", "--json"]))

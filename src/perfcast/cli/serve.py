@@ -84,6 +84,8 @@ def serve(
     retrieval_latency: float = typer.Option(0.0, "--retrieval-latency", help="RAG: mean retrieval time (s)."),
     retrieval_latency_cv: float = typer.Option(0.0, "--retrieval-latency-cv", help="RAG: CV of that time."),
     retrieved_tokens: int = typer.Option(0, "--retrieved-tokens", help="RAG: retrieved tokens added per prompt."),
+    beam_width: int | None = typer.Option(None, "--beam-width", help="Beam search: beams per request (default 1; "
+                                          "with --workload the preset's, 4 for gptj)."),
     seed: int = typer.Option(42, "--seed", help="Random seed."),
     slo_ttft: float | None = typer.Option(None, "--slo-ttft-p99", help="TTFT SLO (s): goodput, and the p99 "
                                                                         "bound of --find-max-qps."),
@@ -137,7 +139,8 @@ def serve(
                               output_tokens=output_tokens, shared_prefix_tokens=shared_prefix_tokens,
                               num_prefixes=num_prefixes, images_per_request=images_per_request,
                               retrieval_latency_s=retrieval_latency, retrieval_latency_cv=retrieval_latency_cv,
-                              retrieved_tokens=retrieved_tokens)
+                              retrieved_tokens=retrieved_tokens,
+                              **({} if beam_width is None else {"num_beams": beam_width}))
         fields: dict[str, Any] = dict(
             model=model, hardware=hardware, tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size, num_replicas=num_replicas, cluster=cluster,
@@ -155,7 +158,7 @@ def serve(
     except ValidationError as exc:
         raise flag_error(exc, default="config", skip=("workload",), renames={
             "burstiness_cv": "burstiness", "kv_transfer_bandwidth_Bps": "kv-transfer-bandwidth",
-            "concurrency": "max-concurrency",
+            "concurrency": "max-concurrency", "num_beams": "beam-width",
             "retrieval_latency_s": "retrieval-latency"}) from None
     search = None
     mlperf = None

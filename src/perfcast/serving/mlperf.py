@@ -122,6 +122,8 @@ class MLPerfBenchmark(_Frozen):
     precision_basis: str = ""
     input: LengthDistribution
     output: LengthDistribution
+    num_beams: int = Field(default=1, ge=1, description="beams each sample decodes (beam search; 1 = greedy)")
+    num_beams_basis: str = ""
     scenarios: dict[str, ScenarioLimits]
     note: str = ""
 
@@ -232,7 +234,8 @@ def mlperf_workload(name: str, *, num_requests: int | None = None, seed: int = 4
     bench, scenario = parse_workload(name)
     assert scenario is not None
     n = num_requests if num_requests is not None else _presets().requests_per_instance[scenario] * max(1, instances)
-    work = WorkloadConfig(num_requests=n, seed=seed, arrival="poisson", qps=None, trace=f"{PREFIX}:{bench.name}")
+    work = WorkloadConfig(num_requests=n, seed=seed, arrival="poisson", qps=None, trace=f"{PREFIX}:{bench.name}",
+                          num_beams=bench.num_beams)
     return MLPerfWorkload(f"{PREFIX}:{bench.name}:{scenario}", bench, scenario, bench.scenarios[scenario], work)
 
 
@@ -247,11 +250,15 @@ def default_quantization(benchmark: MLPerfBenchmark, hardware: str) -> str:
 
 def apply_mlperf(cfg: ServingConfig, name: str, *, num_requests: int | None = None) -> ServingConfig:
     """``cfg``'s deployment under the preset's requests and latency limits (its SLO fields set from the
-    scenario; ``max_model_len`` defaults to the longest prompt plus the longest output)."""
+    scenario; ``max_model_len`` defaults to the longest prompt plus the longest output). The preset's beams
+    apply unless ``cfg.workload`` sets ``num_beams`` itself."""
     w = mlperf_workload(name, num_requests=num_requests, seed=cfg.workload.seed, instances=cfg.num_replicas)
     bench = w.benchmark
+    work = w.workload
+    if "num_beams" in cfg.workload.model_fields_set:
+        work = work.model_copy(update={"num_beams": cfg.workload.num_beams})
     return cfg.model_copy(update={
-        "workload": w.workload, "slo_ttft_s": w.limits.ttft_p99_s, "slo_tpot_s": w.limits.tpot_p99_s,
+        "workload": work, "slo_ttft_s": w.limits.ttft_p99_s, "slo_tpot_s": w.limits.tpot_p99_s,
         "slo_e2e_s": w.limits.e2e_p99_s,
         "max_model_len": cfg.max_model_len or bench.input.max_tokens + bench.output.max_tokens})
 
@@ -322,6 +329,7 @@ class MLPerfResult:
             "num_requests": m.requests_total,
             "prompt_tokens_mean": float(np.mean(res.prompt_tokens)) if res.prompt_tokens.size else None,
             "output_tokens_mean": float(np.mean(res.output_tokens)) if res.output_tokens.size else None,
+            "num_beams": res.config.workload.num_beams,
         }
 
 
