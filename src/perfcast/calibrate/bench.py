@@ -40,16 +40,21 @@ _VECTORS = [("add", 1, 2**10), ("add", 1, 2**14), ("add", 1, 2**17), ("add", 1, 
 _CONVS = [(1, 3, 64, 7, 224, 2, 3, 1), (1, 64, 64, 3, 56, 1, 1, 1), (1, 256, 64, 1, 56, 1, 0, 1),
           (1, 64, 256, 1, 56, 1, 0, 1), (1, 128, 128, 3, 28, 1, 1, 1), (1, 512, 128, 1, 28, 1, 0, 1),
           (1, 256, 256, 3, 14, 1, 1, 1), (1, 512, 512, 3, 7, 1, 1, 1), (2, 128, 128, 3, 56, 2, 1, 1),
-          (1, 1024, 2048, 1, 14, 2, 0, 1)]
-_ATTENTIONS = [(1, 12, 128, 128, 64), (1, 12, 512, 512, 64), (4, 12, 128, 128, 64), (1, 12, 32, 32, 64),
-               (2, 16, 256, 256, 64)]
+          (1, 1024, 2048, 1, 14, 2, 0, 1), (1, 256, 1024, 1, 14, 1, 0, 1), (1, 1024, 256, 1, 14, 1, 0, 1),
+          (1, 512, 2048, 1, 7, 1, 0, 1), (1, 128, 512, 1, 28, 1, 0, 1), (4, 256, 256, 3, 14, 1, 1, 1),
+          (4, 64, 256, 1, 56, 1, 0, 1)]
+# (batch, heads, queries, keys, head_dim, causal); causal calls pass the mask as a boolean tensor, as
+# transformers' SDPA attention does (the kernel then computes the masked-out pairs too)
+_ATTENTIONS = [(1, 12, 128, 128, 64, 0), (1, 12, 512, 512, 64, 0), (4, 12, 128, 128, 64, 0),
+               (1, 12, 32, 32, 64, 0), (2, 16, 256, 256, 64, 0), (1, 12, 64, 64, 64, 1), (1, 12, 256, 256, 64, 1),
+               (1, 12, 512, 512, 64, 1)]
 _ROUNDS = 4  # passes over the suite (see interleaved_fastest_s)
 _COLD_BYTES = 256 * 2**20  # weights cycled through by the linear benchmarks (beyond any L3)
 # a write of fresh memory from the allocator beside the same write in place: their difference is the cost of
 # mapping the pages (64 MiB, above glibc's 32 MiB largest heap-served block, so every call maps anew)
 _ALLOCS = [("fill_", 1, 2**24), ("fill", 1, 2**24)]
 _QUICK = {"alloc": [0, 1], "gemm": [0, 5, 6, 9, 12, 18, 20], "vector": [0, 2, 4, 5, 6, 13, 16, 19, 22, 24],
-          "conv": [0, 1, 2, 7], "attention": [0, 1]}
+          "conv": [0, 1, 2, 7], "attention": [0, 1, 6]}
 
 
 def import_torch() -> Any:
@@ -164,8 +169,11 @@ def _call(torch: Any, family: str, op: str, dims: tuple[int, ...], pool: Any) ->
         x, w = randn(batch, cin, side, side), randn(cout, cin // groups, kern, kern)
         return lambda: F.conv2d(x, w, None, stride, pad, 1, groups)
     if family == "attention":
-        b, h, q, kv, d = dims
+        b, h, q, kv, d, causal = dims
         qq, kk, vv = randn(b, h, q, d), randn(b, h, kv, d), randn(b, h, kv, d)
+        if causal:  # query i (the last q of kv positions) sees keys up to kv - q + i
+            mask = torch.ones(q, kv, dtype=torch.bool).tril(kv - q).view(1, 1, q, kv)
+            return lambda: F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask)
         return lambda: F.scaled_dot_product_attention(qq, kk, vv)
     rows, cols = dims
     if family == "alloc":

@@ -9,7 +9,8 @@ of :mod:`perfcast.kernel.cpu` (so what is fitted is exactly what predicts):
 2. the other vector classes: their factor over a streaming op (median ratio);
 3. GEMMs: the call overhead and the shape constants ``m0, n0, k0`` on a grid,
    the peak in closed form for each (geometric mean);
-4. convolutions (1x1 and larger kernels apart) and fused attention: one efficiency each (1-D search).
+4. convolutions (1x1 and larger kernels apart) and fused attention: one efficiency each (1-D search);
+   then causal attention (mask passed as a tensor): its factor over the causal pairs' FLOPs.
 
 Before all of them, the cost of mapping a fresh page comes from a write into a new
 64 MiB tensor minus the same write in place (``alloc`` benchmarks; none: no cost).
@@ -30,6 +31,7 @@ from perfcast.catalog.hardware import Hardware
 from perfcast.dtypes import DType
 from perfcast.errors import DataError
 from perfcast.kernel.cpu import PAGE_BYTES, cpu_memory_time_s, cpu_op_times, op_class
+from perfcast.workload.graph import causal_pairs
 from perfcast.workload.types import Op, OpKind
 
 __all__ = ["FAMILIES", "CpuFit", "Measurement", "fit_cpu", "measurement_op"]
@@ -38,6 +40,7 @@ FAMILIES = ("gemm", "vector", "conv", "attention")
 _SHAPE_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
 _CACHE_GRID = tuple(float(2**p) for p in range(18, 30))  # 256 KiB .. 512 MiB
 _EFF_GRID = tuple(np.exp(np.linspace(np.log(0.02), np.log(4.0), 200)))
+_CAUSAL_GRID = tuple(np.exp(np.linspace(np.log(0.5), np.log(4.0), 120)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +80,9 @@ def measurement_op(family: str, op: str, dims: tuple[int, ...], *, dtype: DType 
         return Op(op, "conv2d", OpKind.CONV, dims, dtype, 2.0 * batch * out * out * w,
                   (batch * cin * hw_in * hw_in + w) * e, batch * cout * out * out * e)
     if family == "attention":
-        b, h, q, kv, d = dims
-        return Op(op, "attention", OpKind.ATTENTION, (b, h, h, q, kv, d, 0), dtype, 4.0 * b * h * q * kv * d,
+        b, h, q, kv, d, causal = dims
+        pairs = causal_pairs(q, kv) if causal else float(q * kv)  # as the workload builders count them
+        return Op(op, "attention", OpKind.ATTENTION, (b, h, h, q, kv, d, causal), dtype, 4.0 * b * h * pairs * d,
                   b * h * (q + 2 * kv) * d * e, b * h * q * d * e)
     if family == "alloc":  # a write of rows*cols values, in place (fill_) or into a new tensor (fill)
         rows, cols = dims
@@ -202,12 +206,13 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
     gemm_kw = dict(gemm_fixed_s=gemm_fixed, gemm_m0=m0, gemm_n0=n0, gemm_k0=k0, op_factor=factors)
 
     # 4. convolutions and attention: one efficiency each
-    def one_d(family: str, key: str, fixed_key: str, keep: Callable[[Op], bool] = lambda op: True) -> float:
+    def one_d(family: str, key: str, fixed_key: str, keep: Callable[[Op], bool] = lambda op: True,
+              grid: Sequence[float] = _EFF_GRID, **known: float) -> float:
         ms = [x for x in by[family] if keep(x.op)] or by[family]
         meas = np.array([x.time_s for x in ms])
         best_e, best_err = 1.0, np.inf
-        for value in _EFF_GRID:
-            hw = hw_for(eff(**gemm_kw, **{key: float(value), fixed_key: gemm_fixed}), peak)
+        for value in grid:
+            hw = hw_for(eff(**gemm_kw, **known, **{key: float(value), fixed_key: gemm_fixed}), peak)
             e = _log_err(_predict(ms, hw), meas)
             err = float(np.median(e) + 0.25 * np.mean(e))
             if err < best_err:
@@ -216,10 +221,13 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
 
     conv_eff = one_d("conv", "conv_efficiency", "conv_fixed_s", lambda op: op.dims[3] > 1)
     pointwise_eff = one_d("conv", "conv_pointwise_efficiency", "conv_fixed_s", lambda op: op.dims[3] == 1)
-    attn_eff = one_d("attention", "attention_efficiency", "attention_fixed_s")
+    attn_eff = one_d("attention", "attention_efficiency", "attention_fixed_s", lambda op: not op.dims[-1])
+    causal = [x for x in by["attention"] if x.op.dims[-1]]
+    causal_factor = one_d("attention", "attention_causal_factor", "attention_fixed_s", lambda op: bool(op.dims[-1]),
+                          grid=_CAUSAL_GRID, attention_efficiency=attn_eff) if causal else 1.0
     final = eff(**gemm_kw, conv_efficiency=conv_eff, conv_pointwise_efficiency=pointwise_eff,
                 conv_fixed_s=gemm_fixed, attention_efficiency=attn_eff,
-                attention_fixed_s=gemm_fixed)
+                attention_fixed_s=gemm_fixed, attention_causal_factor=causal_factor)
     hw = hw_for(final, peak)
     errors = {}
     for family, ms in by.items():

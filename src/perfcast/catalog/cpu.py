@@ -42,6 +42,11 @@ class CpuEfficiency(BaseModel):
     conv_fixed_s: float = Field(ge=0, description="fixed cost of one convolution call, seconds")
     attention_efficiency: float = Field(gt=0, description="fused attention (SDPA) FLOP rate relative to the GEMM peak")
     attention_fixed_s: float = Field(ge=0, description="fixed cost of one SDPA call, seconds")
+    attention_causal_factor: float = Field(1.0, gt=0,
+                                           description="time of a causal SDPA call relative to the FLOPs of its "
+                                                       "causal (query, key) pairs at attention_efficiency: about 2 "
+                                                       "when the causal mask is passed as a tensor (as transformers "
+                                                       "does), so the kernel computes every pair")
     page_fault_s: float = Field(0.0, ge=0, description="seconds to map one 4 KiB page of fresh memory on its first "
                                                         "write (the kernel's page fault and zeroing)")
     fresh_output_bytes: float = Field(32 * 2**20, gt=0,

@@ -10,7 +10,9 @@ its memory traffic:
 - Convolution: the implicit GEMM (``m = batch*out_hw**2``, ``k = in_ch/groups*kernel**2``,
   ``n = out_ch/groups``) divided by a fitted convolution efficiency (oneDNN), one for 1x1
   convolutions (a plain GEMM) and one for larger kernels.
-- Fused attention (SDPA): its FLOPs at a fitted fraction of the GEMM peak.
+- Fused attention (SDPA): its FLOPs at a fitted fraction of the GEMM peak; a causal call
+  takes ``attention_causal_factor`` times what its causal pairs' FLOPs price (measured with the
+  mask passed as a tensor, as transformers passes it: the kernel then computes every pair).
 - Vector ops (elementwise, reductions, pooling, gathers): their bytes at the
   streaming bandwidth times a fitted factor per op class.
 
@@ -130,6 +132,8 @@ def cpu_op_times(ops: Sequence[Op], hw: Hardware) -> tuple[np.ndarray, list[str]
             compute = op.flops / hw.peak(op.dtype)
         elif op.kind is OpKind.ATTENTION:
             compute = op.flops / (hw.peak(op.dtype) * c.attention_efficiency)
+            if op.dims[-1]:  # causal: op.flops counts the causal pairs; a masked kernel computes them all
+                compute *= c.attention_causal_factor
             t = float(_smooth_max(np.asarray(compute), np.asarray(mem))) + c.attention_fixed_s
         elif op.kind in (OpKind.VECTOR, OpKind.POOL, OpKind.EMBEDDING):
             factor = c.op_factor.get(op_class(op.op, op.kind), c.op_factor.get("stream", 1.0))

@@ -19,7 +19,8 @@ TRUE = CpuEfficiency(threads=4, gemm_fixed_s=20e-6, gemm_m0=16.0, gemm_n0=4.0, g
                      cache_bandwidth_Bps=80e9, cache_bytes=2**21, vector_fixed_s=3e-6,
                      op_factor={"stream": 1.0, "transcendental": 2.5, "reduction": 3.0, "pool": 20.0, "gather": 1.5},
                      conv_efficiency=0.7, conv_pointwise_efficiency=1.0, conv_fixed_s=20e-6,
-                     attention_efficiency=0.6, attention_fixed_s=20e-6, page_fault_s=1.5e-6)
+                     attention_efficiency=0.6, attention_fixed_s=20e-6, page_fault_s=1.5e-6,
+                     attention_causal_factor=1.9)
 PEAK = 300e9
 DRAM = 15e9
 
@@ -40,6 +41,7 @@ def test_fit_recovers_the_generating_rates() -> None:
     assert e.conv_efficiency == pytest.approx(0.7, rel=0.15)
     assert e.attention_efficiency == pytest.approx(0.6, rel=0.15)
     assert e.page_fault_s == pytest.approx(1.5e-6, rel=0.01)
+    assert e.attention_causal_factor == pytest.approx(1.9, rel=0.05)
     assert max(e.fit_error_frac.values()) < 0.1
     assert e.threads == 4
 
