@@ -13,7 +13,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ServingConfig", "WorkloadConfig"]
+__all__ = ["PRECISION_QUANTIZATION", "ServingConfig", "WorkloadConfig"]
+
+# a benchmark's precision label (as tables and MLPerf write it) -> ServingConfig.quantization
+PRECISION_QUANTIZATION: dict[str, str] = {"fp16": "none", "bf16": "none", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4"}
 
 
 class WorkloadConfig(BaseModel):

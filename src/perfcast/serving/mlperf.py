@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from perfcast.catalog.hardware import load_hardware
 from perfcast.errors import CatalogError, ConfigError
-from perfcast.serving.config import ServingConfig, WorkloadConfig
+from perfcast.serving.config import PRECISION_QUANTIZATION, ServingConfig, WorkloadConfig
 from perfcast.serving.engine import ServingResult, simulate_serving
 from perfcast.serving.search import find_max_qps
 from perfcast.serving.traces import Trace
@@ -242,7 +242,7 @@ def mlperf_workload(name: str, *, num_requests: int | None = None, seed: int = 4
 def default_quantization(benchmark: MLPerfBenchmark, hardware: str) -> str:
     """The serving quantization of the preset's default precision on ``hardware`` (``none`` where the GPU has
     no FP8/FP4 math: an FP8 default falls back to 16-bit weights there)."""
-    quant = {"fp16": "none", "bf16": "none", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4"}[benchmark.precision]
+    quant = PRECISION_QUANTIZATION[benchmark.precision]
     if quant != "none" and quant not in load_hardware(hardware).supported_dtypes():
         return "none"
     return quant

@@ -57,7 +57,7 @@ from perfcast.catalog.models import load_model
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.serving.coefficients import ServingCoefficients
-from perfcast.serving.config import ServingConfig, WorkloadConfig
+from perfcast.serving.config import PRECISION_QUANTIZATION, ServingConfig, WorkloadConfig
 from perfcast.serving.engine import simulate_serving
 from perfcast.serving.iteration import weight_bytes_per_gpu
 from perfcast.serving.metrics import ServingMetrics
@@ -79,7 +79,6 @@ MAX_BATCH = 2048
 MAX_NUM_TOKENS = 8192
 KV_FREE_MEMORY_FRAC = 0.9  # TensorRT-LLM's kv_cache_free_gpu_mem_fraction default: of the memory left after the weights
 MLPERF_WEIGHT_FRAC = 0.6  # an MLPerf row without tp: the smallest tp whose weights take at most this share of a GPU
-_PRECISION_QUANT = {"fp16": "none", "bf16": "none", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4"}
 _TOTALS = ("throughput_tokens_per_s", "output_throughput_tokens_per_s_total", "output_tokens_per_s_total")
 # metric -> (ServingMetrics field, distribution statistic or "", scale to the row's unit)
 METRICS: dict[str, tuple[str, str, float]] = {
@@ -143,10 +142,10 @@ def _quantization(row: dict[str, str]) -> str | None:
     precision = (row.get("precision") or "").strip().lower()
     if not precision:
         return None
-    quant = _PRECISION_QUANT.get(precision)
+    quant = PRECISION_QUANTIZATION.get(precision)
     if quant is None:
         raise ConfigError(f"precision {precision!r} has no serving quantization scheme; known: "
-                          f"{', '.join(_PRECISION_QUANT)}")
+                          f"{', '.join(PRECISION_QUANTIZATION)}")
     return quant
 
 
