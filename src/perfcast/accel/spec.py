@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -230,17 +230,18 @@ def load_arch(name_or_path: str | Path) -> Architecture:
 
 def load_mapping(path: str | Path) -> MappingSpec:
     """A mapping YAML file; raises ConfigError naming the file and the key."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"mapping file {p} does not exist")
-    spec: MappingSpec = load_model_file(p, MappingSpec, what="mapping", error=ConfigError)
+    spec: MappingSpec = _load_spec_file(path, MappingSpec, "mapping")
     return spec
 
 
 def load_problem_file(path: str | Path) -> ProblemSpec:
     """A problem YAML file; raises ConfigError naming the file and the key."""
+    spec: ProblemSpec = _load_spec_file(path, ProblemSpec, "problem")
+    return spec
+
+
+def _load_spec_file(path: str | Path, model: type[BaseModel], what: str) -> Any:
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"problem file {p} does not exist")
-    spec: ProblemSpec = load_model_file(p, ProblemSpec, what="problem", error=ConfigError)
-    return spec
+        raise ConfigError(f"{what} file {p} does not exist")
+    return load_model_file(p, model, what=what, error=ConfigError)
