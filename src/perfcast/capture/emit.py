@@ -239,18 +239,17 @@ class Emitter:
         self.graph.embedding(c.name, numel(ids), w[-1], w[0])
 
     def _max_pool2d(self, c: Call) -> None:
-        x = c.inputs[0]
-        assert x is not None
-        k, s, p = (_iattr(c, a, d) for a, d in (("kernel", 2), ("stride", 0), ("padding", 0)))
-        side = x[2] if x[2] == x[3] else int(round(math.sqrt(x[2] * x[3])))
-        self.graph.pool(c.name, "maxpool", x[0], x[1], side, k, s or k, padding=p)
+        self._pool2d(c, "maxpool")
 
     def _avg_pool2d(self, c: Call) -> None:
+        self._pool2d(c, "avgpool")
+
+    def _pool2d(self, c: Call, kind: str) -> None:
         x = c.inputs[0]
         assert x is not None
         k, s, p = (_iattr(c, a, d) for a, d in (("kernel", 2), ("stride", 0), ("padding", 0)))
         side = x[2] if x[2] == x[3] else int(round(math.sqrt(x[2] * x[3])))
-        self.graph.pool(c.name, "avgpool", x[0], x[1], side, k, s or k, padding=p)
+        self.graph.pool(c.name, kind, x[0], x[1], side, k, s or k, padding=p)
 
     def _adaptive_avg_pool2d(self, c: Call) -> None:
         x = c.inputs[0]
