@@ -48,6 +48,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class _ScenarioHead(_Strict):
+    """What every scenario file starts with: its id (as scenarios.md names it) and a title."""
+
+    id: str
+    title: str
+
+
 # -- model_latency ---------------------------------------------------------------------------------------------
 
 
@@ -62,11 +69,9 @@ class LatencyRun(_Strict):
     parallelism: str = "none"
 
 
-class LatencyScenario(_Strict):
+class LatencyScenario(_ScenarioHead):
     """A scenario: an id, what it asks, and the runs that answer it."""
 
-    id: str
-    title: str
     kind: Literal["model_latency"]
     groundtruth: str | None = Field(default=None, description="table (relative to shared/groundtruth) to compare with")
     dtype: str = "fp32"
@@ -105,11 +110,9 @@ class TableRows(_Strict):
     framework_contains: str = Field(min_length=1, description="keep rows whose framework column contains this")
 
 
-class TrainingScenario(_Strict):
+class TrainingScenario(_ScenarioHead):
     """Training steps, each named explicitly or taken from the rows of a published table."""
 
-    id: str
-    title: str
     kind: Literal["training"]
     groundtruth: str | None = Field(default=None, description="table (relative to shared/groundtruth) of table_rows")
     table_rows: TableRows | None = None
@@ -148,11 +151,9 @@ class ReferenceRatios(_Strict):
     source: str = Field(min_length=1)
 
 
-class CollectiveScenario(_Strict):
+class CollectiveScenario(_ScenarioHead):
     """Collective times, beside the measured NCCL tables where they have the same run."""
 
-    id: str
-    title: str
     kind: Literal["collective"]
     groundtruth: list[str] = Field(default_factory=list,
                                    description="VIDUR network tables (relative to shared/groundtruth)")
@@ -213,11 +214,9 @@ class ExpectedOrder(_Strict):
     source: str = Field(min_length=1)
 
 
-class ServingScenario(_Strict):
+class ServingScenario(_ScenarioHead):
     """Serving simulations, each a deployment under a load, with orderings a reference reports."""
 
-    id: str
-    title: str
     kind: Literal["serving"]
     expected: list[ExpectedOrder] = Field(default_factory=list)
     runs: list[ServingRun] = Field(min_length=1)
@@ -248,11 +247,9 @@ class RLHFRun(_Strict):
     config: RLHFConfig
 
 
-class RLHFScenario(_Strict):
+class RLHFScenario(_ScenarioHead):
     """PPO iterations, each the four RLHF models on one cluster."""
 
-    id: str
-    title: str
     kind: Literal["rlhf"]
     notes: list[str] = Field(default_factory=list, description="assumptions shown with the results")
     runs: list[RLHFRun] = Field(min_length=1)
@@ -275,11 +272,9 @@ class DiffusionRun(_Strict):
     dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
 
 
-class DiffusionScenario(_Strict):
+class DiffusionScenario(_ScenarioHead):
     """Seconds per image of latent-diffusion runs."""
 
-    id: str
-    title: str
     kind: Literal["diffusion"]
     notes: list[str] = Field(default_factory=list, description="assumptions shown with the results")
     runs: list[DiffusionRun] = Field(min_length=1)
@@ -288,11 +283,9 @@ class DiffusionScenario(_Strict):
 # -- published tables ------------------------------------------------------------------------------------------
 
 
-class ServingTableScenario(_Strict):
+class ServingTableScenario(_ScenarioHead):
     """Rows of a published serving-throughput table (TensorRT-LLM style), each simulated beside its value."""
 
-    id: str
-    title: str
     kind: Literal["serving_table"]
     groundtruth: str = Field(default="published/inference.csv",
                              description="table (relative to shared/groundtruth)")
@@ -302,11 +295,9 @@ class ServingTableScenario(_Strict):
     max_rows: int | None = Field(default=None, gt=0, description="predict at most this many rows (table order)")
 
 
-class OperatorTableScenario(_Strict):
+class OperatorTableScenario(_ScenarioHead):
     """VIDUR's per-operator GPU times (``vidur/compute/<gpu>/<model>/mlp.csv``) beside perfcast's, per op and GPU."""
 
-    id: str
-    title: str
     kind: Literal["operator_table"]
     groundtruth: str = Field(default="vidur/compute", description="folder (relative to shared/groundtruth)")
     gpus: list[str] = Field(min_length=1, description="GPU folders of the table (a100, a40, h100 ...)")
@@ -317,12 +308,10 @@ class OperatorTableScenario(_Strict):
 # -- search ----------------------------------------------------------------------------------------------------
 
 
-class SearchScenario(_Strict):
+class SearchScenario(_ScenarioHead):
     """A design-space search of training plans (:mod:`perfcast.sweep`): the best plans, re-ranked exactly, beside
     the published plan of the same run when ``sweep/published.yaml`` has one."""
 
-    id: str
-    title: str
     kind: Literal["search"]
     space: SearchSpace
     objective: Literal["tflops", "step-time", "cost"] = "tflops"
@@ -356,11 +345,9 @@ class AccelReference(_Strict):
     source: str = Field(min_length=1)
 
 
-class AccelScenario(_Strict):
+class AccelScenario(_ScenarioHead):
     """Layers mapped onto spatial accelerators, beside a reference tool's figures."""
 
-    id: str
-    title: str
     kind: Literal["accel"]
     notes: list[str] = Field(default_factory=list, description="assumptions shown with the results")
     reference: AccelReference | None = None
@@ -375,11 +362,9 @@ class LocalCpuCase(_Strict):
     seq_len: int = Field(default=0, ge=0, description="tokens per sequence (0 for image models)")
 
 
-class LocalCpuScenario(_Strict):
+class LocalCpuScenario(_ScenarioHead):
     """Models measured here with PyTorch beside their prediction on ``local-cpu`` (after ``perfcast calibrate``)."""
 
-    id: str
-    title: str
     kind: Literal["local_cpu"]
     notes: list[str] = Field(default_factory=list, description="assumptions shown with the results")
     cases: list[LocalCpuCase] = Field(min_length=1)
