@@ -27,6 +27,18 @@ of the ranks' batches, spread evenly: attention, the LM head and the per-sequenc
 CPU work are priced for the busiest rank (``ceil(n / tp)`` of ``n`` sequences), the
 experts for every token. The KV cache of the union is ``tp`` times one GPU's.
 
+TensorRT-LLM (``engine="trtllm"``) with an FP8 KV cache on a GPU with FP8 tensor cores
+runs prefill attention as FP8 context FMHA: Q, K and V in FP8 and both attention
+GEMMs on the FP8 tensor cores (TensorRT-LLM's ``use_fp8_context_fmha``, which its
+documentation describes for FP8 checkpoints with an FP8 KV cache on Ada and Hopper;
+the PyTorch backend and Blackwell's FMHA kernels do the same with an FP8 KV cache).
+This is recalled from TensorRT-LLM's documentation and sources, not re-checked
+against a stored copy. ASSUMPTION: the FP8 kernel reaches the same fraction of the
+FP8 peak as the 16-bit kernel of the 16-bit peak (its FLOPs are priced at the
+16-bit : FP8 peak ratio); the output stays 16-bit. Decode attention already reads
+the FP8 cache at one byte per element and is bandwidth-bound, so it is unchanged.
+Other engines (vLLM) keep 16-bit prefill attention.
+
 The token-parallel part, the LM head and the all-reduces are priced once by the
 kernel and collective layers on a grid of sizes and interpolated into dense
 tables, so an iteration costs a table lookup plus one attention evaluation:
@@ -279,6 +291,11 @@ class IterationModel:
         self._dec_o_bytes = h * vd * e  # ... and one output row per sequence
         self._dec_flop_per_pair = self._flop_per_pair
         self._dec_kv_bytes_per_ctx = self._kv_bytes_per_ctx
+        if mla is None and self.fp8_context_attention:
+            # FP8 context FMHA (module docstring): QK^T and PV on the FP8 tensor cores, Q read in FP8. The
+            # attention rates are the 16-bit kernel's, so its FLOPs count at the 16-bit : FP8 peak ratio
+            self._flop_per_pair *= self.hw.peak(self.dtype) / self.hw.peak(DType.FP8)
+            self._q_bytes_per_token = h * d * kve + h * vd * e
         if mla is not None:
             # prefill expands the latent per head (its kv_b_proj is a linear op); K/V of a cached context
             # token are read as the latent. Decode absorbs the up-projections: every head attends over the
@@ -292,6 +309,13 @@ class IterationModel:
         self._linear_l = self._linear.tolist()
         self._comm_l = self._comm.tolist()
         self._head_l = self._head.tolist()
+
+    @property
+    def fp8_context_attention(self) -> bool:
+        """Whether prefill attention runs TensorRT-LLM's FP8 context FMHA (module docstring): the ``trtllm``
+        engine, an FP8 KV cache and FP8 tensor cores on the GPU."""
+        return (self.engine == "trtllm" and self.kv is DType.FP8 and self.dtype.bytes == 2
+                and bool(self.hw.peak_flops_per_s.fp8))
 
     def _weight_bytes(self) -> float:
         return weight_bytes_per_gpu(self.cfg, tp=self.tp, dtype=self.dtype, quantization=self.quantization,
