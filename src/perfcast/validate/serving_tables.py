@@ -23,7 +23,10 @@ instance's total output tokens per second. Each row is reproduced as:
   TensorRT-engine (v0.11) rows (Mixtral) keep tensor-parallel experts;
 - precision: ``fp16`` rows run FP16 weights and KV cache, ``fp8`` rows FP8 GEMMs
   and an FP8 KV cache, ``fp4`` rows NVFP4 GEMMs and an FP8 KV cache (as the
-  TensorRT-LLM quantized checkpoints are built).
+  TensorRT-LLM quantized checkpoints are built); with the FP8 cache, prefill
+  attention runs as TensorRT-LLM's FP8 context FMHA on GPUs with FP8 tensor cores
+  (recalled engine behaviour, stated with its assumption in
+  :mod:`perfcast.serving.iteration`).
 
 A row that gives a ``concurrency`` is a closed-loop benchmark: that many clients,
 each sending its next request when the last one finishes. Besides the output-token
