@@ -50,6 +50,11 @@ class DecodeSet:
         the cached tokens their next decode iteration reads."""
         return self._base_context + self._count * self.steps
 
+    def totals(self) -> tuple[int, int]:
+        """``(len(self), self.context_tokens)`` in one call (what each decode batch reads)."""
+        count = self._count
+        return count, self._base_context + count * self.steps
+
     def generated(self, req: Request) -> int:
         """Output tokens ``req`` (a member) has emitted."""
         return req.generated + self.steps - req.decode_step
@@ -89,6 +94,9 @@ class DecodeSet:
 
     def pop_finished(self) -> list[Request]:
         """Remove and return the members that have emitted every token, in running order."""
+        heap = self._heap
+        if not heap or heap[0][0] > self.steps:  # every entry, stale or not, finishes later: none is done
+            return []
         done: list[Request] = []
         while self._first_finish() <= self.steps:
             req = heapq.heappop(self._heap)[2]

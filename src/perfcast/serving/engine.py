@@ -458,10 +458,9 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         """``k`` iterations of engine ``e`` lasting ``span_s`` seconds (``gpu_s`` of GPU time on their own):
         count them, and weigh its KV use (as it is now) by their span."""
         nonlocal iterations, kv_time, kv_util_sum, kv_frag_sum, kv_max, gpu_time
-        kv = engines[e].kv
-        util = kv.utilization_frac
+        util, frag = engines[e].kv.fill_fracs()
         kv_util_sum += util * span_s
-        kv_frag_sum += kv.fragmentation_frac * span_s
+        kv_frag_sum += frag * span_s
         kv_time += span_s
         kv_max = max(kv_max, util)
         gpu_time += gpu_s
@@ -528,11 +527,9 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 return
             account(e, span, gpu_s, j)
             settle(e, batch, end, j)
-            after = sched.decode_batch()
-            if after is None:
+            if not sched.continue_decoding(batch):  # the checks above: every next KV slot fits
                 busy[e] = False
                 return
-            batch = after
             now = end
 
     def next_event_s() -> float:
@@ -579,9 +576,11 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     def advance_decodes(e: int, k: int) -> list[Request]:
         """The decode set emitted the iterations' tokens (and speculative decoding its accepted draft tokens);
         returns the members that are done, in running order."""
-        sched = engines[e]
-        dec = sched.decoding
+        dec = engines[e].decoding
         dec.advance(k)  # one token per iteration each
+        if not spec_k:
+            return dec.pop_finished()
+        sched = engines[e]
         for req, look in spec_lookahead[e]:
             if look:
                 # accepted draft tokens: consecutive successes, each with the acceptance rate
@@ -609,6 +608,11 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         if audit:
             sched.kv.check_invariants()
             assert sched.kv.num_used_blocks <= sched.kv.num_blocks
+        if not batch.prefill:  # a decode-only batch (the common case): its finished members leave
+            if batch.num_decode:
+                for req in advance_decodes(e, k):
+                    done(req, sched, now)
+            return
         emitted: list[Request] = []
         for req, chunk in batch.prefill:
             req.computed_tokens += chunk

@@ -234,11 +234,19 @@ class ReplicaScheduler:
             self._reserve_decode_step(batch)
         return self._close(batch)
 
+    def continue_decoding(self, batch: Batch) -> bool:
+        """:meth:`decode_batch` in place, for an engine that knows every decoding request's next KV slot fits
+        (it checked ``kv.decode_fits``) and that nothing else could join: the decode-only ``batch`` becomes
+        the next iteration's; False when the decode set is empty."""
+        if not self.reserve_full_length:
+            self.kv.grow_group(1)  # the fast path of _reserve_decode_step
+        batch.num_decode, batch.decode_context_tokens = self.decoding.totals()
+        return batch.num_decode > 0
+
     def _close(self, batch: Batch) -> Batch | None:
         """The batch with the decode set in it (every member decodes), or None when there is nothing to run."""
-        batch.num_decode = len(self.decoding)
-        batch.decode_context_tokens = self.decoding.context_tokens
-        return batch if batch else None
+        batch.num_decode, batch.decode_context_tokens = self.decoding.totals()
+        return batch if batch.num_decode or batch.prefill else None
 
     def _swap_in(self, batch: Batch) -> None:
         while self.swapped and self._has_seat(self.swapped[0]):
