@@ -162,10 +162,6 @@ class _PagedCache:
         """Whether ``seq_id`` can grow by ``num_new_tokens`` (no watermark; cached prefix blocks may be evicted)."""
         return self.append_need(seq_id, num_new_tokens) <= self.num_available_blocks
 
-    def fill_fracs(self) -> tuple[float, float]:
-        """``(utilization_frac, fragmentation_frac)`` in one call (the engine weighs both every iteration)."""
-        return self.utilization_frac, self.fragmentation_frac
-
     def decode_fits(self, num_seqs: int) -> bool:
         """Whether ``num_seqs`` sequences (beams count one each) can each take one more token even if each
         needs a new block."""
@@ -242,6 +238,10 @@ class BlockManager(_PagedCache):
         if self._num_used == 0:
             return 0.0
         return self._num_unfilled_slots / (self._num_used * self.block_size)
+
+    def fill_fracs(self) -> tuple[float, float]:
+        """``(utilization_frac, fragmentation_frac)`` in one call (the engine weighs both every iteration)."""
+        return self.utilization_frac, self.fragmentation_frac
 
     @property
     def num_seqs(self) -> int:
