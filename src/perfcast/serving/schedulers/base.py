@@ -206,9 +206,10 @@ class ReplicaScheduler:
         """One KV slot per decoding sequence (each beam) for the coming iteration, preempting the newest running
         requests when the cache is full (vLLM's rule)."""
         dec = self.decoding
-        if not dec:
+        rows = len(dec)
+        if not rows:
             return
-        if self.kv.decode_fits(len(dec)):  # the common case: even a new block each fits, O(1)
+        if self.kv.decode_fits(rows):  # the common case: even a new block each fits, O(1)
             self.kv.grow_group(1)
             return
         # the cache is (nearly) full: slot by slot in running order, preempting from the end
