@@ -9,7 +9,14 @@ busy engine, so the loop's work per event is O(log replicas) plus the batch it
 forms. A replica with ``pipeline_parallel_size`` stages runs that many virtual
 engines (as vLLM does): each has its own scheduler and share of the KV cache,
 and an iteration's latency is every stage's time, while the stages overlap
-across the virtual engines.
+across the virtual engines. The stages are shared, each working through the
+virtual engines' micro-batches in turn, so a micro-batch cannot leave the last
+stage before the micro-batches ahead of it have: an iteration that starts at
+``now`` with one stage's time ``t`` ends at ``max(now + pp * t, end + t)``, where
+``end`` is the latest end of the other virtual engines' iterations in flight (a
+prefill holds back the decode micro-batches behind it). On such a replica, decode
+stretches end at the next event of any engine, so every iteration in flight is
+the one that spans the present.
 
 The decoding requests of each engine form a
 :class:`~perfcast.serving.decoding.DecodeSet`: every one of them decodes in every
@@ -379,6 +386,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     kv_max = 0.0
     rr = [0, 0]  # round-robin cursors of the (prefill, decode) pools
     stage_factor = float(pp)  # an iteration passes through every stage
+    end_at = [0.0] * len(engines)  # when each engine's iteration in flight leaves the last stage (s; pp > 1)
     decode_steps: dict[int, tuple[float, float, float, float]] = {}  # model.decode_step per batch size
     prefill_times: dict[tuple[int, float, int, int, int], float] = {}  # model.time_s of prefill-only batches
     block_bytes = kv_per_token * cfg.block_size
@@ -428,12 +436,14 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             dt = iteration_s(q, pairs, ctx, len(batch.prefill), n_decode, dec_ctx, logits) * stage_factor
         gpu_s = dt + dt_vision
         dt = gpu_s * iteration_scale + iteration_extra_s
+        if pp > 1:  # it leaves the last stage after the micro-batches ahead of it, and its own last stage
+            dt = max(dt, ahead_end_s(e) + gpu_s / stage_factor - now)
         if batch.swapped_blocks:
             dt += batch.swapped_blocks * block_bytes / _PCIE_BPS
         if keep_events:
             events.append(IterationEvent(e, now, dt, q, n_decode))
         end_s = now + dt
-        if (not n_decode and logits == len(sched.prefilling) and runs_through(sched, end_s, next_event_s())
+        if (not n_decode and logits == len(sched.prefilling) and runs_through(sched, end_s, horizon_s())
                 and (sched.reserve_full_length or sched.kv.decode_fits(len(sched.decoding) + rows))):
             # every prompt in flight completes and the decode batch that follows is known: go on to it
             account(e, dt, gpu_s, 1)
@@ -452,6 +462,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         busy[e] = True
         in_flight[e] = batch
         steps[e] = k
+        end_at[e] = end_s
         heapq.heappush(heap, (end_s, e))
 
     def account(e: int, span_s: float, gpu_s: float, k: int) -> None:
@@ -503,12 +514,15 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         """
         dec, kv = sched.decoding, sched.kv
         grows = not sched.reserve_full_length  # a full-length reservation already holds every token
-        nxt = next_event_s()
+        nxt = horizon_s()
+        # pipeline stages: the first iteration leaves the last stage after the micro-batches ahead of it (the
+        # others in flight, which no event changes before nxt); -inf without stages
+        ahead = ahead_end_s(e) if pp > 1 else -math.inf
         through = not sched.prefilling and runs_through(sched, now, nxt)
         while True:
             fin = dec.steps_to_finish()  # the fin-th iteration finishes someone
             k = 1 + kv.max_group_growth(fin - 1) if grows and fin > 1 else fin
-            j, end, gpu_s = stretch(now, batch.num_decode, batch.decode_context_tokens, k, nxt) if k > 1 else (
+            j, end, gpu_s = stretch(now, batch.num_decode, batch.decode_context_tokens, k, nxt, ahead) if k > 1 else (
                 0, now, 0.0)
             if j > 1:
                 if grows:
@@ -521,7 +535,11 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 gpu_s = model.time_s(0, 0.0, 0, 0, num, batch.decode_context_tokens, num) * stage_factor
                 span = gpu_s * iteration_scale + iteration_extra_s
                 end = now + span
+                if end < ahead + gpu_s / stage_factor:
+                    end = ahead + gpu_s / stage_factor
+                    span = end - now
                 j = 1
+            ahead = -math.inf  # the iterations that follow are the next micro-batch behind them
             if not (through and j == fin and end < nxt and (not grows or kv.decode_fits(len(dec)))):
                 occupy(e, batch, end, span, gpu_s, j)
                 return
@@ -531,6 +549,20 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                 busy[e] = False
                 return
             now = end
+
+    def ahead_end_s(e: int) -> float:
+        """When the last of the other virtual engines' iterations in flight on ``e``'s replica leaves the last
+        pipeline stage (s; -inf when none is in flight)."""
+        first = e - e % pp
+        return max([end_at[u] for u in range(first, first + pp) if u != e and busy[u]], default=-math.inf)
+
+    def horizon_s() -> float:
+        """:func:`next_event_s`, and with pipeline stages also the next end of any engine's iterations (s), where
+        the micro-batches ahead of an engine's next iteration change."""
+        nxt = next_event_s()
+        if pp > 1 and heap and heap[0][0] < nxt:
+            return heap[0][0]
+        return nxt
 
     def next_event_s() -> float:
         """When the next request arrives or reaches a pool (s): the next thing that can change a batch from
@@ -548,11 +580,12 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             return False
         return end < nxt
 
-    def stretch(now: float, num: int, ctx: int, k: int, nxt: float) -> tuple[int, float, float]:
+    def stretch(now: float, num: int, ctx: int, k: int, nxt: float, ahead: float) -> tuple[int, float, float]:
         """Up to ``k`` decode-only iterations of ``num`` sequences holding ``ctx`` cached tokens, from ``now``
         (s), stopping after the first that ends at or after ``nxt`` (s): (iterations, end time in s, GPU
         seconds on their own). Each iteration's time is the closed form of its cached tokens, which grow by
-        ``num`` per iteration."""
+        ``num`` per iteration; the first one leaves the last pipeline stage no sooner than one stage after
+        ``ahead`` (s), when the micro-batches ahead of it have."""
         step = decode_steps.get(num)
         if step is None:
             step = decode_steps[num] = model.decode_step(num)
@@ -568,6 +601,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
             raw = (fixed + (c * c * c * c + m * m * m * m) ** 0.25) * stage_factor
             gpu_s += raw
             end += raw * scale + extra
+            if j == 1 and end < ahead + raw / stage_factor:
+                end = ahead + raw / stage_factor
             x += grow
             if end >= nxt:
                 return j, end, gpu_s

@@ -128,6 +128,25 @@ def test_pipeline_stages_run_as_virtual_engines() -> None:
     assert res.weight_bytes_per_gpu < simulate_serving(_cfg("vllm", n=5)).weight_bytes_per_gpu
 
 
+def test_a_decode_micro_batch_leaves_the_pipeline_after_the_prefill_ahead_of_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # two requests at once on two virtual engines: a short prompt that then decodes, and a long prompt whose
+    # prefill is in the shared stages while the first one's decodes start
+    trace = tmp_path / "two.csv"
+    trace.write_text("prompt_tokens,output_tokens\n16,200\n3000,4\n")
+    res = simulate_serving(_cfg("vllm", n=2, qps=None, trace=str(trace), pipeline_parallel_size=2), keep_events=True)
+    _assert_conserved(res)
+    prefill = next(ev for ev in res.events if ev.prefill_tokens == 3000)
+    prefill_end = prefill.start_s + prefill.duration_s
+    decodes = [ev for ev in res.events if ev.engine != prefill.engine and ev.decode_seqs and not ev.prefill_tokens]
+    behind = [ev for ev in decodes if prefill.start_s <= ev.start_s < prefill_end]
+    after = [ev.duration_s for ev in decodes if ev.start_s >= prefill_end + 0.1]
+    assert behind and after
+    # through the shared stages it waits for the prefill: it ends a stage after it, not at its own pace
+    for ev in behind:
+        assert ev.start_s + ev.duration_s >= prefill_end + 0.4 * min(after)
+    assert max(ev.duration_s for ev in behind) > 5 * max(after)
+
+
 def test_timeline_has_a_slice_per_iteration() -> None:
     res = simulate_serving(_cfg("sarathi", n=20), keep_events=True)
     tr = serving_trace(res)
