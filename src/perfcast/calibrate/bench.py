@@ -7,25 +7,19 @@ Each benchmark is one PyTorch call as eager models make it (``F.linear``,
 to DRAM-sized tensors; linear layers cycle through weight copies larger than the caches, as a model's
 layers do, and every timed call starts with the cores' private caches flushed, as an op in a model finds them.
 A call is warmed up, then repeated until it has run for
-a minimum time, in four passes over the whole suite; its time is the median of all its repeats.
+a minimum time, in four passes over the whole suite; its time is the fastest repeat (other processes only
+add time; see :func:`interleaved_fastest_s`).
 
-Why the median and not the fastest repeat: a model's forward runs hundreds of calls back to back, and on a
-machine shared with other work (a VM's vCPUs, another process) each of them meets the machine's typical
-interference: with several threads, a wait at a barrier for a thread that was descheduled or slowed. Even
-the fastest forward is then near the sum of its calls' typical times, not of each call's luckiest repeat,
-which is what the fastest repeat of a short call is. Measured on this project's 2-vCPU VM (seven
-calibrations, each followed by ``validate --local``, both statistics fitted on the same repeats): the
-fastest repeat left the median prediction 13% too fast at 2 threads (five runs) and 9% at 1 thread (two);
-the median repeat, 2% and 4% too slow, and a mean absolute error of 11.6% against 14.9% at 2 threads (9.2%
-against 9.3% at 1 thread). The machine's own speed drifts too (a 1024^3 GEMM there ran at 65-110 GFLOP/s
-from one second to the next), so a single run's error varies by several points either way. The models'
-own latency (``validate --local``) stays their fastest forward: one forward already sums hundreds of calls.
+Why not the median: on this project's shared 2-vCPU VM the machine's speed moves in phases of seconds (a
+1024^3 GEMM ran at 65-110 GFLOP/s from one second to the next), longer than a model's forward, so the
+fastest forward ``validate --local`` measures ran in a fast phase, as each call's fastest repeat did. A
+median over the ~30 s of calibration is the typical phase instead: tried (Nov 2026), it left predictions
+10-35% too slow in three of four fresh-process runs at 2 threads (MAPE 11.2-31.2%).
 """
 
 from __future__ import annotations
 
 import itertools
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,8 +28,7 @@ from perfcast.calibrate.fit import Measurement, measurement_op
 from perfcast.calibrate.machine import probe_machine
 from perfcast.errors import ConfigError
 
-__all__ = ["clock_for", "fastest_time_s", "import_torch", "interleaved_fastest_s", "interleaved_repeats_s",
-           "run_microbenchmarks", "suite_of"]
+__all__ = ["clock_for", "fastest_time_s", "import_torch", "interleaved_fastest_s", "run_microbenchmarks", "suite_of"]
 
 # (family, op, dims): dims follow the IR conventions of perfcast.workload.types
 _GEMMS = [(1, 1, 768, 768), (1, 1, 768, 3072), (1, 8, 768, 768), (1, 32, 768, 768), (1, 64, 256, 256),
@@ -131,40 +124,31 @@ def _repeat(fn: Callable[[], object], *, min_time_s: float, min_repeats: int, ma
     return times
 
 
-def interleaved_repeats_s(fns: Sequence[Callable[[], object]], *, rounds: int = 3, min_time_s: float = 0.05,
-                          min_repeats: int = 2, max_repeats: int = 50,
-                          clock: Callable[[], float] = time.perf_counter,
-                          before: Callable[[], object] | None = None,
-                          progress: Callable[[int, int], None] | None = None) -> list[list[float]]:
-    """Every timed repeat (s) of each of ``fns``, measured in ``rounds`` passes over all of them.
-
-    Each pass gives every call one warm-up (its operands back in cache after the others ran) and then repeats it
-    for ``min_time_s / rounds`` (at least ``min_repeats`` times). Interleaving spreads each call's repeats over
-    the whole run, so a burst of load from other processes slows a few repeats of every call rather than all
-    repeats of one. ``before`` (untimed) runs before every timed call.
-    """
-    if rounds < 1:
-        raise ConfigError(f"rounds must be a positive integer (got {rounds})")
-    times: list[list[float]] = [[] for _ in fns]
-    for r in range(rounds):
-        for i, fn in enumerate(fns):
-            if progress:
-                progress(r, i)
-            times[i] += _repeat(fn, min_time_s=min_time_s / rounds, min_repeats=min_repeats,
-                                max_repeats=max(min_repeats, max_repeats // rounds), warmup=1, clock=clock,
-                                before=before)
-    return times
-
-
 def interleaved_fastest_s(fns: Sequence[Callable[[], object]], *, rounds: int = 3, min_time_s: float = 0.05,
                           min_repeats: int = 2, max_repeats: int = 50,
                           clock: Callable[[], float] = time.perf_counter,
                           before: Callable[[], object] | None = None,
                           progress: Callable[[int, int], None] | None = None) -> list[float]:
-    """The fastest repeat (s) of each of ``fns`` over :func:`interleaved_repeats_s`' passes."""
-    return [min(t) for t in interleaved_repeats_s(fns, rounds=rounds, min_time_s=min_time_s, min_repeats=min_repeats,
-                                                  max_repeats=max_repeats, clock=clock, before=before,
-                                                  progress=progress)]
+    """The fastest seconds of each of ``fns``, measured in ``rounds`` passes over all of them.
+
+    Each pass gives every call one warm-up (its operands back in cache after the others ran) and then repeats it
+    for ``min_time_s / rounds`` (at least ``min_repeats`` times); a call's time is its fastest repeat over all
+    passes. Interleaving spreads each call's repeats over the whole run, so a burst of load from other
+    processes slows a few repeats of every call rather than all repeats of one. ``before`` (untimed) runs
+    before every timed call.
+    """
+    if rounds < 1:
+        raise ConfigError(f"rounds must be a positive integer (got {rounds})")
+    best = [float("inf")] * len(fns)
+    for r in range(rounds):
+        for i, fn in enumerate(fns):
+            if progress:
+                progress(r, i)
+            times = _repeat(fn, min_time_s=min_time_s / rounds, min_repeats=min_repeats,
+                            max_repeats=max(min_repeats, max_repeats // rounds), warmup=1, clock=clock,
+                            before=before)
+            best[i] = min(best[i], *times)
+    return best
 
 
 def _call(torch: Any, family: str, op: str, dims: tuple[int, ...], pool: Any) -> Callable[[], object]:
@@ -252,9 +236,8 @@ def run_microbenchmarks(*, quick: bool = False, threads: int | None = None,
                 family, op, dims = suite[i]
                 progress(f"pass {r + 1}/{_ROUNDS} {family} {op} {'x'.join(str(d) for d in dims)}")
 
-        repeats = interleaved_repeats_s(fns, rounds=_ROUNDS, min_time_s=min_time, min_repeats=2,
-                                        max_repeats=60 if quick else 300, clock=clock_for(used), before=flush,
-                                        progress=report)
-    # the median of each call's repeats over all passes (the module docstring says why not the fastest)
-    return [Measurement(family=family, op=measurement_op(family, op, dims), time_s=statistics.median(t))
-            for (family, op, dims), t in zip(suite, repeats, strict=True)], used
+        times = interleaved_fastest_s(fns, rounds=_ROUNDS, min_time_s=min_time, min_repeats=2,
+                                      max_repeats=60 if quick else 300, clock=clock_for(used), before=flush,
+                                      progress=report)
+    return [Measurement(family=family, op=measurement_op(family, op, dims), time_s=t)
+            for (family, op, dims), t in zip(suite, times, strict=True)], used

@@ -35,7 +35,7 @@ def calibrate_to(path: Path, *, quick: bool = False, threads: int | None = None,
     families = ", ".join(f"{f} {sum(1 for m in measurements if m.family == f)}" for f in
                          ("gemm", "vector", "conv", "attention"))
     source = (f"perfcast calibrate{' --quick' if quick else ''} on this machine, {when}: {len(measurements)} "
-              f"PyTorch {torch.__version__} microbenchmarks in fp32 ({families}), median of repeats over 4 "
+              f"PyTorch {torch.__version__} microbenchmarks in fp32 ({families}), fastest of repeats in 4 "
               f"interleaved passes, private caches flushed before each, {used} threads",)
     notes = (f"peak_flops_per_s.fp32 and the bandwidths are fitted achieved rates, not datasheet peaks; "
              f"tdp_W is an estimate (a server core's share of package TDP), not measured. CPU: {info.name}.")

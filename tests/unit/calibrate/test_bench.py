@@ -1,11 +1,10 @@
-"""The measuring statistics: every repeat of interleaved passes (calibration takes their median), the fastest
-repeat, untimed set-up (a fake clock, no timing)."""
+"""The measuring statistic: fastest repeat, interleaved passes, untimed set-up (a fake clock, no timing)."""
 
 from __future__ import annotations
 
 import pytest
 
-from perfcast.calibrate.bench import fastest_time_s, interleaved_fastest_s, interleaved_repeats_s
+from perfcast.calibrate.bench import fastest_time_s, interleaved_fastest_s
 from perfcast.errors import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -50,15 +49,6 @@ def test_passes_interleave_calls_and_set_up_runs_untimed_before_each_timed_call(
     assert best == pytest.approx([0.3, 0.4])
     assert clock.log == ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3
     assert len(flushes) == 8  # one per timed call, none for warm-ups
-
-
-def test_every_timed_repeat_of_every_pass_is_kept_in_order() -> None:
-    clock = FakeClock()
-    a = clock.call("a", [9.0, 0.7, 0.6, 9.0, 0.3, 0.8])  # (warm-up, two repeats) per pass
-    b = clock.call("b", [9.0, 0.4, 0.5, 9.0, 0.9, 0.9])
-    repeats = interleaved_repeats_s([a, b], rounds=2, min_time_s=0.0, min_repeats=2, max_repeats=4, clock=clock)
-    assert repeats[0] == pytest.approx([0.7, 0.6, 0.3, 0.8])
-    assert repeats[1] == pytest.approx([0.4, 0.5, 0.9, 0.9])
 
 
 def test_rounds_must_be_positive() -> None:
