@@ -32,7 +32,7 @@ __all__ = ["clock_for", "fastest_time_s", "import_torch", "interleaved_fastest_s
 
 # (family, op, dims): dims follow the IR conventions of perfcast.workload.types
 _GEMMS = [(1, 1, 768, 768), (1, 1, 768, 3072), (1, 8, 768, 768), (1, 32, 768, 768), (1, 64, 256, 256),
-          (1, 128, 768, 768), (1, 128, 768, 3072), (1, 128, 3072, 768), (1, 256, 1024, 1024), (1, 512, 768, 768),
+          (1, 64, 768, 768), (1, 64, 768, 3072), (1, 64, 3072, 768), (1, 128, 768, 768), (1, 128, 768, 3072), (1, 128, 3072, 768), (1, 256, 1024, 1024), (1, 512, 768, 768),
           (1, 512, 768, 3072), (1, 512, 3072, 768), (1, 1024, 1024, 1024), (1, 2048, 512, 2048),
           (1, 128, 768, 50257 // 8), (1, 49, 512, 2048), (1, 3136, 64, 256), (1, 4, 2048, 1000),
           (12, 128, 64, 128), (12, 128, 128, 64), (12, 512, 64, 512), (12, 512, 512, 64), (48, 64, 64, 64)]
@@ -59,7 +59,7 @@ _COLD_BYTES = 256 * 2**20  # weights cycled through by the linear benchmarks (be
 # a write of fresh memory from the allocator beside the same write in place: their difference is the cost of
 # mapping the pages (64 MiB, above glibc's 32 MiB largest heap-served block, so every call maps anew)
 _ALLOCS = [("fill_", 1, 2**24), ("fill", 1, 2**24)]
-_QUICK = {"alloc": [0, 1], "gemm": [0, 5, 6, 9, 12, 18, 20], "vector": [0, 2, 4, 5, 6, 13, 16, 19, 22, 24],
+_QUICK = {"alloc": [0, 1], "gemm": [0, 8, 9, 12, 15, 21, 23], "vector": [0, 2, 4, 5, 6, 13, 16, 19, 22, 24],
           "conv": [0, 1, 2, 7], "attention": [0, 1, 6]}
 
 
