@@ -100,19 +100,29 @@ def bench_training(runs: int, quiet: bool) -> list[dict[str, Any]]:
 def bench_serving(num_requests: int, quiet: bool) -> dict[str, Any]:
     """One serving simulation at a steady load (Llama-2-7B on one A100, vLLM, Poisson 4 QPS, Splitwise
     conversation lengths): wall time, simulated requests per second, and the time scaled to 1M requests.
-    ``cpu_s`` (this process's CPU seconds) is steadier than the wall time on a shared machine."""
+    ``cpu_s`` (this process's CPU seconds) is steadier than the wall time on a shared machine.
+
+    The one-time set-up (tabulating the deployment's iteration model, reading the trace) is timed apart, by a
+    100-request run first, as ``setup_s``: the 1M figure is that once plus the measured per-request time a
+    million times, not the set-up scaled with the requests."""
     from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
 
-    cfg = ServingConfig(model="llama-2-7b", hardware="a100-sxm-80gb", scheduler="vllm",
-                        workload=WorkloadConfig(num_requests=num_requests, qps=4.0, trace="splitwise_conv", seed=1))
+    def config(n: int) -> ServingConfig:
+        return ServingConfig(model="llama-2-7b", hardware="a100-sxm-80gb", scheduler="vllm",
+                             workload=WorkloadConfig(num_requests=n, qps=4.0, trace="splitwise_conv", seed=1))
+
+    t0 = time.perf_counter()
+    simulate_serving(config(100))
+    setup = time.perf_counter() - t0
     t0, c0 = time.perf_counter(), time.process_time()
-    res = simulate_serving(cfg)
+    res = simulate_serving(config(num_requests))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     per_s = num_requests / wall
-    out = {"num_requests": num_requests, "wall_s": wall, "cpu_s": cpu, "requests_per_s": per_s,
-           "iterations": res.iterations, "scaled_1m_s": 1e6 / per_s, "meets_target": 1e6 / per_s <= TARGET_SERVE_1M_S}
-    log(f"  {num_requests} requests in {wall:.1f} s, {cpu:.1f} s CPU ({per_s:,.0f} requests/s; 1M would take "
-        f"{out['scaled_1m_s']:.0f} s)", quiet)
+    scaled = setup + 1e6 / per_s
+    out = {"num_requests": num_requests, "setup_s": setup, "wall_s": wall, "cpu_s": cpu, "requests_per_s": per_s,
+           "iterations": res.iterations, "scaled_1m_s": scaled, "meets_target": scaled <= TARGET_SERVE_1M_S}
+    log(f"  set-up {setup:.2f} s; {num_requests} requests in {wall:.2f} s, {cpu:.2f} s CPU ({per_s:,.0f} requests/s; "
+        f"1M would take {scaled:.0f} s)", quiet)
     return out
 
 
@@ -374,8 +384,8 @@ def print_report(r: dict[str, Any]) -> None:
     p("")
     sv = r["serve"]
     p(f"serving simulation (target: 1M requests <= {r['targets']['serve_1m_s']:g} s)")
-    p(f"  {sv['num_requests']} requests in {sv['wall_s']:.1f} s ({sv['requests_per_s']:,.0f}/s); 1M scaled "
-      f"{sv['scaled_1m_s']:.0f} s  {_ok(sv['meets_target'])}")
+    p(f"  set-up {sv['setup_s']:.2f} s, then {sv['num_requests']} requests in {sv['wall_s']:.2f} s "
+      f"({sv['requests_per_s']:,.0f}/s); 1M scaled {sv['scaled_1m_s']:.0f} s  {_ok(sv['meets_target'])}")
     p("")
     if r.get("search"):
         sr = r["search"]
