@@ -48,7 +48,7 @@ class DecodeSet:
     def context_tokens(self) -> int:
         """Tokens the rows hold in total (prompt plus generated each, every beam counting the shared prompt):
         the cached tokens their next decode iteration reads."""
-        return self._base_context + self._count * self.steps
+        return self.totals()[1]
 
     def totals(self) -> tuple[int, int]:
         """``(len(self), self.context_tokens)`` in one call (what each decode batch reads)."""

@@ -685,16 +685,15 @@ class CountingBlockManager(_PagedCache):
     @property
     def utilization_frac(self) -> float:
         """Used GPU blocks / num_blocks."""
-        return (self.num_blocks - self._free) / self.num_blocks
+        return self.fill_fracs()[0]
 
     @property
     def fragmentation_frac(self) -> float:
         """Allocated but unfilled token slots / allocated slots (0 when nothing is used)."""
-        used = self.num_blocks - self._free
-        return self._num_unfilled_slots / (used * self.block_size) if used else 0.0
+        return self.fill_fracs()[1]
 
     def fill_fracs(self) -> tuple[float, float]:
-        """``(utilization_frac, fragmentation_frac)`` in one call, computed as the two properties do."""
+        """``(utilization_frac, fragmentation_frac)`` in one call (the engine weighs both every iteration)."""
         used = self.num_blocks - self._free
         return used / self.num_blocks, self._num_unfilled_slots / (used * self.block_size) if used else 0.0
 
@@ -740,10 +739,7 @@ class CountingBlockManager(_PagedCache):
         least ``watermark_blocks`` free (hashes are ignored)."""
         if seq_id in self._seqs:
             raise KVCacheError(f"sequence {seq_id} is already in the KV cache")
-        blocks = -(-num_tokens // self.block_size)  # beam_blocks_for, inline (once per admission)
-        if beams > 1:
-            blocks = blocks * beams - (beams - 1) * (prompt_tokens // self.block_size)
-        return self._free - blocks >= self.watermark_blocks
+        return self._free - self.beam_blocks_for(num_tokens, beams, prompt_tokens) >= self.watermark_blocks
 
     def allocate(self, seq_id: int, num_tokens: int, prefix_hashes: Sequence[int] | None = None,
                  beams: int = 1, prompt_tokens: int = 0) -> int:
@@ -796,14 +792,8 @@ class CountingBlockManager(_PagedCache):
     def add_to_group(self, seq_id: int) -> None:
         """``seq_id`` (on the GPU) joins the decode group: the sequences :meth:`grow_group` grows together. It
         leaves when it is freed or swapped out."""
-        if seq_id in self._group:
-            return
-        seq = self._seqs.get(seq_id)  # not a member: its entry is up to date (what _seq checks, inline)
-        if seq is None:
-            raise KVCacheError(f"unknown sequence id {seq_id} in the KV cache")
-        if not seq[2]:
-            raise KVCacheError(f"sequence {seq_id} is swapped out; swap it in first")
-        self._join_group(seq_id, seq[0])
+        if seq_id not in self._group:
+            self._join_group(seq_id, self._seq(seq_id, on_gpu=True)[0])
 
     def grow_group(self, num_new_tokens: int) -> None:
         """``append(seq, num_new_tokens)`` for every sequence of the decode group, in O(block_size): the members'
@@ -878,18 +868,8 @@ class CountingBlockManager(_PagedCache):
     # -- release and swapping -----------------------------------------------------------------------------------
     def free(self, seq_id: int) -> None:
         """Release ``seq_id`` (on GPU or swapped out)."""
-        seq = self._seqs.get(seq_id)
-        if seq is None:
-            raise KVCacheError(f"unknown sequence id {seq_id} in the KV cache")
-        base = self._group.pop(seq_id, None)
-        if base is not None:  # a member: bring its entry up to date (as _seq does) and leave the group
-            beams = seq[3]
-            t = base + self._group_clock
-            seq[0] = t
-            seq[1] = -(-t // self.block_size) * beams - seq[4]
-            self._group_phase[base % self.block_size] -= beams
-            self._group_rows -= beams
-        t, b, on_gpu, beams, shared = seq
+        t, b, on_gpu, beams, shared = self._seq(seq_id)
+        self._leave_group(seq_id)
         if on_gpu:
             self._free += b
             self._num_unfilled_slots -= b * self.block_size - (t * beams - shared * self.block_size)
