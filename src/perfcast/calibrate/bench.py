@@ -6,20 +6,24 @@ Each benchmark is one PyTorch call as eager models make it (``F.linear``,
 ``torch.no_grad``, at shapes that span thin to square products and cache-sized
 to DRAM-sized tensors; linear layers cycle through weight copies larger than the caches, as a model's
 layers do, and every timed call starts with the cores' private caches flushed, as an op in a model finds them.
-A call is warmed up, then repeated until it has run for
-a minimum time, in four passes over the whole suite; its time is the fastest repeat (other processes only
-add time; see :func:`interleaved_fastest_s`).
+A call is warmed up, then repeated for about 60 ms in each of four passes over the whole suite; its time
+is the mean of its repeats in its fastest pass (see :func:`interleaved_fastest_s`).
 
-Why not the median: on this project's shared 2-vCPU VM the machine's speed moves in phases of seconds (a
-1024^3 GEMM ran at 65-110 GFLOP/s from one second to the next), longer than a model's forward, so the
-fastest forward ``validate --local`` measures ran in a fast phase, as each call's fastest repeat did. A
-median over the ~30 s of calibration is the typical phase instead: tried (Nov 2026), it left predictions
-10-35% too slow in three of four fresh-process runs at 2 threads (MAPE 11.2-31.2%).
+Why this statistic: on this project's shared 2-vCPU VM the machine's speed moves in phases of seconds (a
+1024^3 GEMM ran at 65-110 GFLOP/s from one second to the next) and, within a phase, from call to call
+(150-220 GFLOP/s within one second at 2 threads). A model's forward lasts 0.1-1 s, so its time is a mean
+over many calls within whatever phase it ran in, and ``validate --local``'s fastest forward is such a mean in
+a fast phase. The fastest single repeat of a short call is not: it is the call that dodged every slow moment,
+which left predictions 13-19% too fast in three runs where calibration and forwards shared one process
+(Nov 2026). The mean over a ~60 ms pass in the fastest pass is the same statistic as the forward's, and
+brought those runs to 7-14%. The median over all repeats (every phase) was tried too: predictions 10-35% too
+slow in three of four fresh-process runs.
 """
 
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -129,14 +133,16 @@ def interleaved_fastest_s(fns: Sequence[Callable[[], object]], *, rounds: int = 
                           min_repeats: int = 2, max_repeats: int = 50,
                           clock: Callable[[], float] = time.perf_counter,
                           before: Callable[[], object] | None = None,
-                          progress: Callable[[int, int], None] | None = None) -> list[float]:
-    """The fastest seconds of each of ``fns``, measured in ``rounds`` passes over all of them.
+                          progress: Callable[[int, int], None] | None = None,
+                          per_pass: Callable[[list[float]], float] = min) -> list[float]:
+    """Seconds of each of ``fns`` in its fastest pass, measured in ``rounds`` passes over all of them.
 
     Each pass gives every call one warm-up (its operands back in cache after the others ran) and then repeats it
-    for ``min_time_s / rounds`` (at least ``min_repeats`` times); a call's time is its fastest repeat over all
-    passes. Interleaving spreads each call's repeats over the whole run, so a burst of load from other
-    processes slows a few repeats of every call rather than all repeats of one. ``before`` (untimed) runs
-    before every timed call.
+    for ``min_time_s / rounds`` (at least ``min_repeats`` times); ``per_pass`` reduces one pass's repeats to
+    one figure (``min``: the fastest repeat; ``statistics.fmean``: the pass's mean call) and a call's time is
+    the smallest such figure over all passes. Interleaving spreads each call's repeats over the whole run, so
+    a burst of load from other processes slows a few passes of every call rather than all passes of one.
+    ``before`` (untimed) runs before every timed call.
     """
     if rounds < 1:
         raise ConfigError(f"rounds must be a positive integer (got {rounds})")
@@ -148,7 +154,7 @@ def interleaved_fastest_s(fns: Sequence[Callable[[], object]], *, rounds: int = 
             times = _repeat(fn, min_time_s=min_time_s / rounds, min_repeats=min_repeats,
                             max_repeats=max(min_repeats, max_repeats // rounds), warmup=1, clock=clock,
                             before=before)
-            best[i] = min(best[i], *times)
+            best[i] = min(best[i], per_pass(times))
     return best
 
 
@@ -239,6 +245,6 @@ def run_microbenchmarks(*, quick: bool = False, threads: int | None = None,
 
         times = interleaved_fastest_s(fns, rounds=_ROUNDS, min_time_s=min_time, min_repeats=2,
                                       max_repeats=60 if quick else 300, clock=clock_for(used), before=flush,
-                                      progress=report)
+                                      progress=report, per_pass=statistics.fmean)
     return [Measurement(family=family, op=measurement_op(family, op, dims), time_s=t)
             for (family, op, dims), t in zip(suite, times, strict=True)], used

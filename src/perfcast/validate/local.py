@@ -4,8 +4,8 @@
 transformers configs with random weights (nothing is downloaded), measures
 their inference latency here (eval, ``no_grad``, on the thread count ``local-cpu``
 was calibrated with: four passes over all cases, each with one warm-up forward per case and repeats for a
-quarter of ``min_time_s``; a case's latency is its fastest forward, the same statistic as the calibration's,
-since other processes only ever add time) and predicts the same
+quarter of ``min_time_s``; a case's latency is its fastest forward: a mean over its ops in the machine's fastest
+phase, as the calibration's figure for each benchmark is the mean call of its fastest pass) and predicts the same
 forwards from the catalog models on ``local-cpu``. The CPU model was fitted on
 microbenchmarks only (``perfcast calibrate``); these measurements never feed
 back into it.

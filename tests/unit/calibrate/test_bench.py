@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from perfcast.calibrate.bench import fastest_time_s, interleaved_fastest_s
@@ -54,3 +56,13 @@ def test_passes_interleave_calls_and_set_up_runs_untimed_before_each_timed_call(
 def test_rounds_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="rounds"):
         interleaved_fastest_s([lambda: None], rounds=0)
+
+
+def test_per_pass_mean_takes_the_fastest_pass_not_the_fastest_call() -> None:
+    clock = FakeClock()
+    # pass 1: repeats 0.2 and 1.0 (mean 0.6); pass 2: 0.5 and 0.5 (mean 0.5). The fastest call is 0.2, but
+    # the fastest pass on average is the second one
+    a = clock.call("a", [9.0, 0.2, 1.0, 9.0, 0.5, 0.5])
+    best = interleaved_fastest_s([a], rounds=2, min_time_s=0.0, min_repeats=2, max_repeats=4, clock=clock,
+                                 per_pass=statistics.fmean)
+    assert best == pytest.approx([0.5])
