@@ -41,6 +41,10 @@ _GEMMS = [(1, 1, 768, 768), (1, 1, 768, 3072), (1, 8, 768, 768), (1, 32, 768, 76
           (1, 512, 768, 3072), (1, 512, 3072, 768), (1, 1024, 1024, 1024), (1, 2048, 512, 2048),
           (1, 128, 768, 50257 // 8), (1, 49, 512, 2048), (1, 3136, 64, 256), (1, 4, 2048, 1000),
           (12, 128, 64, 128), (12, 128, 128, 64), (12, 512, 64, 512), (12, 512, 512, 64), (48, 64, 64, 64)]
+# products whose weight is stored (in, out), as GPT-2's Conv1D calls addmm(bias, x, W): BLAS runs them at
+# another speed than nn.Linear's (out, in) weight (dims as _GEMMS)
+_GEMMS_IN_OUT = [(1, 64, 768, 768), (1, 64, 768, 3072), (1, 64, 3072, 768), (1, 128, 768, 2304),
+                 (1, 256, 1024, 1024), (1, 512, 768, 3072), (1, 512, 3072, 768)]
 _VECTORS = [("add", 1, 2**10), ("add", 1, 2**14), ("add", 1, 2**17), ("add", 1, 2**19), ("add", 1, 2**21),
             ("add", 1, 2**23), ("add", 1, 2**24), ("copy", 1, 2**16), ("copy", 1, 2**20), ("copy", 1, 2**23),
             ("mul", 1, 2**18), ("relu", 1, 2**20), ("gelu", 1, 2**16), ("gelu", 1, 2**20), ("gelu", 1, 2**22),
@@ -64,7 +68,8 @@ _COLD_BYTES = 256 * 2**20  # weights cycled through by the linear benchmarks (be
 # a write of fresh memory from the allocator beside the same write in place: their difference is the cost of
 # mapping the pages (64 MiB, above glibc's 32 MiB largest heap-served block, so every call maps anew)
 _ALLOCS = [("fill_", 1, 2**24), ("fill", 1, 2**24)]
-_QUICK = {"alloc": [0, 1], "gemm": [0, 8, 9, 12, 15, 21, 23], "vector": [0, 2, 4, 5, 6, 13, 16, 19, 22, 24],
+_QUICK = {"alloc": [0, 1], "gemm": [0, 8, 9, 12, 15, 21, 23, len(_GEMMS) + 1, len(_GEMMS) + 5],
+          "vector": [0, 2, 4, 5, 6, 13, 16, 19, 22, 24],
           "conv": [0, 1, 2, 7], "attention": [0, 1, 6]}
 
 
@@ -80,7 +85,8 @@ def import_torch() -> Any:
 def suite_of(quick: bool) -> list[tuple[str, str, tuple[int, ...]]]:
     """The benchmarks to run: (family, op, dims); ``quick`` keeps a few of each family."""
     full: dict[str, list[tuple[str, str, tuple[int, ...]]]] = {
-        "gemm": [("gemm", "bmm" if d[0] > 1 else "linear", d) for d in _GEMMS],
+        "gemm": [("gemm", "bmm" if d[0] > 1 else "linear", tuple(d)) for d in _GEMMS]
+        + [("gemm", "linear_in_out", tuple(d)) for d in _GEMMS_IN_OUT],
         "vector": [("vector", op, (r, c)) for op, r, c in _VECTORS],
         "conv": [("conv", "conv2d", d) for d in _CONVS],
         "attention": [("attention", "sdpa", d) for d in _ATTENTIONS],
@@ -174,6 +180,9 @@ def _call(torch: Any, family: str, op: str, dims: tuple[int, ...], pool: Any) ->
         # (views into one shared ``pool`` of _COLD_BYTES, so the whole suite holds it once)
         copies = max(1, min(64, _COLD_BYTES // (4 * n * k)))
         x, bias = randn(m, k), randn(n)
+        if op == "linear_in_out":
+            stored = itertools.cycle([pool[i * n * k:(i + 1) * n * k].view(k, n) for i in range(copies)])
+            return lambda: torch.addmm(bias, x, next(stored))
         ws = [pool[i * n * k:(i + 1) * n * k].view(n, k) for i in range(copies)]
         turn = itertools.cycle(ws)
         return lambda: F.linear(x, next(turn), bias)

@@ -9,8 +9,10 @@ of :mod:`perfcast.kernel.cpu` (so what is fitted is exactly what predicts):
 2. the other vector classes: their factor over a streaming op (median ratio);
 3. GEMMs: the call overhead and the shape constants ``m0, n0, k0`` on a grid,
    the peak in closed form for each (geometric mean);
-4. convolutions (1x1 and larger kernels apart) and fused attention: one efficiency each (1-D search);
-   then causal attention (mask passed as a tensor): its factor over the causal pairs' FLOPs.
+4. products with weights stored (in, out): their time factor over nn.Linear's layout (1-D search);
+   convolutions: their own shape constants on a grid, then one efficiency for 1x1 and one for larger
+   kernels (1-D search); fused attention: one efficiency; then causal attention (mask passed as a
+   tensor): its factor over the causal pairs' FLOPs.
 
 Before all of them, the cost of mapping a fresh page comes from a write into a new
 64 MiB tensor minus the same write in place (``alloc`` benchmarks; none: no cost).
@@ -45,7 +47,8 @@ _CAUSAL_GRID = tuple(np.exp(np.linspace(np.log(0.5), np.log(4.0), 120)))
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """One microbenchmark: an op of the workload IR and its measured seconds per call (median of repeats)."""
+    """One microbenchmark: an op of the workload IR and its measured seconds per call (see
+    :mod:`perfcast.calibrate.bench` for the statistic)."""
 
     family: str
     op: Op
@@ -72,6 +75,9 @@ def measurement_op(family: str, op: str, dims: tuple[int, ...], *, dtype: DType 
     e = dtype.bytes
     if family == "gemm":
         b, m, k, n = dims
+        if op == "linear_in_out":  # a linear whose weight is stored (in, out)
+            return Op(op, "linear", OpKind.GEMM, dims, dtype, 2.0 * b * m * k * n, b * (m * k + k * n) * e,
+                      b * m * n * e, meta=(("weight_layout", "in_out"),))
         return Op(op, op, OpKind.GEMM, dims, dtype, 2.0 * b * m * k * n, b * (m * k + k * n) * e, b * m * n * e)
     if family == "conv":
         batch, cin, cout, kern, hw_in, stride, pad, groups = dims
@@ -107,6 +113,41 @@ def _log_err(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
 def _predict(ms: Sequence[Measurement], hw: Hardware) -> np.ndarray:
     times, _ = cpu_op_times([m.op for m in ms], hw)
     return times
+
+
+def _conv_shape(convs: Sequence[Measurement], fixed_s: float, hw: Hardware) -> tuple[float, float, float]:
+    """The shape constants ``(m0, n0, k0)`` of the convolutions' implicit GEMMs, on a grid.
+
+    For each candidate, each kind (1x1 and larger kernels) gets the efficiency that centres its compute-bound
+    benchmarks (the median log ratio); the candidate with the smallest relative error wins. The efficiencies
+    themselves are then refined by the caller with the full formula.
+    """
+    dims = np.array([x.op.dims for x in convs], dtype=float)
+    batch, cin, cout, kern, side, stride, pad, groups = dims.T
+    out = np.floor((side + 2 * pad - kern) / stride) + 1
+    m_, k, n = batch * out * out, cin / groups * kern * kern, cout / groups
+    flops = 2.0 * groups * m_ * k * n
+    meas = np.array([x.time_s for x in convs])
+    busy = np.maximum(meas - fixed_s, 0.05 * meas)
+    mem = cpu_memory_time_s(groups * (m_ * k + k * n + m_ * n) * 4.0, hw)
+    kinds = [kern > 1, kern == 1]
+    best: tuple[float, tuple[float, float, float]] | None = None
+    for m0, n0, k0 in itertools.product(_SHAPE_GRID, repeat=3):
+        work = flops / (m_ / (m_ + m0) * n / (n + n0) * k / (k + k0) * hw.peak(DType.FP32))
+        pred = np.empty_like(meas)
+        for sel in kinds:
+            if not sel.any():
+                continue
+            use = sel & (busy > 2.0 * mem)
+            use = use if use.any() else sel
+            e = float(np.exp(np.median(np.log(work[use] / busy[use]))))
+            pred[sel] = ((work[sel] / e) ** 4 + mem[sel] ** 4) ** 0.25 + fixed_s
+        err_v = _log_err(pred, meas)
+        err = float(np.median(err_v) + 0.25 * np.mean(err_v))
+        if best is None or err < best[0]:
+            best = (err, (m0, n0, k0))
+    assert best is not None
+    return best[1]
 
 
 def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int) -> CpuFit:
@@ -177,7 +218,8 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
         factors[cls] = float(max(np.median(ratio), 0.1))
 
     # 3. GEMM: the call overhead and the shape constants on a grid, the peak in closed form for each
-    g = by["gemm"]
+    #    (nn.Linear's (out, in) weights and bmm; weights stored (in, out) get their factor in step 4)
+    g = [x for x in by["gemm"] if x.op.get("weight_layout") != "in_out"] or by["gemm"]
     gt = np.array([m.time_s for m in g])
     dims = np.array([m.op.dims for m in g], dtype=float)
     b, m_, k, n = dims.T
@@ -207,25 +249,33 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
 
     # 4. convolutions and attention: one efficiency each
     def one_d(family: str, key: str, fixed_key: str, keep: Callable[[Op], bool] = lambda op: True,
-              grid: Sequence[float] = _EFF_GRID, **known: float) -> float:
+              grid: Sequence[float] = _EFF_GRID, **known: object) -> float:
         ms = [x for x in by[family] if keep(x.op)] or by[family]
         meas = np.array([x.time_s for x in ms])
         best_e, best_err = 1.0, np.inf
         for value in grid:
-            hw = hw_for(eff(**gemm_kw, **known, **{key: float(value), fixed_key: gemm_fixed}), peak)
+            hw = hw_for(eff(**{**gemm_kw, **known, key: float(value), fixed_key: gemm_fixed}), peak)
             e = _log_err(_predict(ms, hw), meas)
             err = float(np.median(e) + 0.25 * np.mean(e))
             if err < best_err:
                 best_e, best_err = float(value), err
         return best_e
 
-    conv_eff = one_d("conv", "conv_efficiency", "conv_fixed_s", lambda op: op.dims[3] > 1)
-    pointwise_eff = one_d("conv", "conv_pointwise_efficiency", "conv_fixed_s", lambda op: op.dims[3] == 1)
+    in_out = [x for x in by["gemm"] if x.op.get("weight_layout") == "in_out"]
+    in_out_factor = one_d("gemm", "gemm_in_out_factor", "gemm_fixed_s",
+                          lambda op: op.get("weight_layout") == "in_out", grid=_CAUSAL_GRID) if in_out else 1.0
+    gemm_kw["gemm_in_out_factor"] = in_out_factor
+    conv_m0, conv_n0, conv_k0 = _conv_shape(by["conv"], gemm_fixed, hw_for(eff(), peak))
+    conv_kw = dict(conv_m0=conv_m0, conv_n0=conv_n0, conv_k0=conv_k0)
+    conv_eff = one_d("conv", "conv_efficiency", "conv_fixed_s", lambda op: op.dims[3] > 1,
+                     conv_m0=conv_m0, conv_n0=conv_n0, conv_k0=conv_k0)
+    pointwise_eff = one_d("conv", "conv_pointwise_efficiency", "conv_fixed_s", lambda op: op.dims[3] == 1,
+                          conv_m0=conv_m0, conv_n0=conv_n0, conv_k0=conv_k0)
     attn_eff = one_d("attention", "attention_efficiency", "attention_fixed_s", lambda op: not op.dims[-1])
     causal = [x for x in by["attention"] if x.op.dims[-1]]
     causal_factor = one_d("attention", "attention_causal_factor", "attention_fixed_s", lambda op: bool(op.dims[-1]),
                           grid=_CAUSAL_GRID, attention_efficiency=attn_eff) if causal else 1.0
-    final = eff(**gemm_kw, conv_efficiency=conv_eff, conv_pointwise_efficiency=pointwise_eff,
+    final = eff(**gemm_kw, **conv_kw, conv_efficiency=conv_eff, conv_pointwise_efficiency=pointwise_eff,
                 conv_fixed_s=gemm_fixed, attention_efficiency=attn_eff,
                 attention_fixed_s=gemm_fixed, attention_causal_factor=causal_factor)
     hw = hw_for(final, peak)

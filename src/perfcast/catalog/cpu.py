@@ -40,6 +40,17 @@ class CpuEfficiency(BaseModel):
     conv_efficiency: float = Field(gt=0, description="convolution speed relative to the GEMM of its implicit GEMM")
     conv_pointwise_efficiency: float = Field(gt=0, description="the same for 1x1 convolutions (a plain GEMM)")
     conv_fixed_s: float = Field(ge=0, description="fixed cost of one convolution call, seconds")
+    conv_m0: float | None = Field(None, ge=0, description="rows of the implicit GEMM (batch x output pixels) at "
+                                                          "which convolution efficiency halves (oneDNN's direct "
+                                                          "kernels block differently from the BLAS GEMM; None: "
+                                                          "gemm_m0)")
+    conv_n0: float | None = Field(None, ge=0, description="output channels at which it halves (None: gemm_n0)")
+    conv_k0: float | None = Field(None, ge=0, description="input channels x kernel area at which it halves "
+                                                          "(None: gemm_k0)")
+    gemm_in_out_factor: float = Field(1.0, gt=0,
+                                      description="time of a product whose weight is stored (in, out), as GPT-2's "
+                                                  "Conv1D calls addmm(x, W), relative to nn.Linear's (out, in) "
+                                                  "weight at the same shape")
     attention_efficiency: float = Field(gt=0, description="fused attention (SDPA) FLOP rate relative to the GEMM peak")
     attention_fixed_s: float = Field(ge=0, description="fixed cost of one SDPA call, seconds")
     attention_causal_factor: float = Field(1.0, gt=0,

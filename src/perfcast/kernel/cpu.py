@@ -6,10 +6,12 @@ its memory traffic:
 
 - GEMM (linear, bmm): ``flops / (peak * eff)`` with a shape efficiency
   ``m/(m+m0) * n/(n+n0) * k/(k+k0)`` (thin products keep fewer vector lanes busy
-  and reuse less of what they load), blended with the memory time.
+  and reuse less of what they load), blended with the memory time. A weight stored
+  ``(in, out)`` (GPT-2's Conv1D: ``addmm(x, W)``) takes ``gemm_in_out_factor`` times
+  the compute of nn.Linear's ``(out, in)`` weight.
 - Convolution: the implicit GEMM (``m = batch*out_hw**2``, ``k = in_ch/groups*kernel**2``,
   ``n = out_ch/groups``) divided by a fitted convolution efficiency (oneDNN), one for 1x1
-  convolutions (a plain GEMM) and one for larger kernels.
+  convolutions (a plain GEMM) and one for larger kernels, with shape constants of their own.
 - Fused attention (SDPA): its FLOPs at a fitted fraction of the GEMM peak; a causal call
   takes ``attention_causal_factor`` times what its causal pairs' FLOPs price (measured with the
   mask passed as a tensor, as transformers passes it: the kernel then computes every pair).
@@ -35,8 +37,8 @@ from perfcast.dtypes import DType
 from perfcast.errors import UnsupportedError
 from perfcast.workload.types import Op, OpKind
 
-__all__ = ["OP_CLASSES", "PAGE_BYTES", "cpu_gemm_time_s", "cpu_memory_time_s", "cpu_op_times", "fresh_pages_time_s",
-           "op_class"]
+__all__ = ["OP_CLASSES", "PAGE_BYTES", "conv_shape", "cpu_gemm_time_s", "cpu_memory_time_s", "cpu_op_times",
+           "fresh_pages_time_s", "op_class"]
 
 PAGE_BYTES = 4096.0
 
@@ -48,12 +50,19 @@ _TRANSCENDENTAL = frozenset({"gelu", "tanh", "exp", "sigmoid", "silu", "erf", "g
 _REDUCTION = frozenset({"softmax", "layernorm", "rmsnorm", "mean", "sum", "max", "cross_entropy", "batchnorm"})
 
 
-def op_class(op: str, kind: OpKind = OpKind.VECTOR) -> str:
-    """The class of a memory-bound op whose factor prices it (see :data:`OP_CLASSES`)."""
+def op_class(op: str, kind: OpKind = OpKind.VECTOR, *, inputs: int | None = None) -> str:
+    """The class of a memory-bound op whose factor prices it (see :data:`OP_CLASSES`).
+
+    ``inputs`` is how many times the op reads its input (the IR's ``inputs`` meta): a batchnorm that reads it
+    once runs in inference, a per-channel scale and shift with the running statistics, which streams like an
+    elementwise op; reading it twice (batch statistics, then normalize) makes it a reduction.
+    """
     if kind is OpKind.POOL:
         return "pool"
     if kind is OpKind.EMBEDDING:
         return "gather"
+    if op == "batchnorm" and inputs == 1:
+        return "stream"
     if op in _TRANSCENDENTAL:
         return "transcendental"
     if op in _REDUCTION:
@@ -91,20 +100,29 @@ def _smooth_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def cpu_gemm_time_s(b: np.ndarray | float, m: np.ndarray | float, k: np.ndarray | float, n: np.ndarray | float,
                     hw: Hardware, dtype: DType,
                     *, efficiency: float = 1.0, fixed_s: float | None = None,
-                    cold_bytes: np.ndarray | float = 0.0) -> np.ndarray:
+                    cold_bytes: np.ndarray | float = 0.0,
+                    shape: tuple[float, float, float] | None = None) -> np.ndarray:
     """Seconds of ``b`` products ``(m x k) @ (k x n)`` in ``dtype`` (arrays broadcast together).
 
     ``cold_bytes`` of the operands (a model's weights, when all of them together outgrow the cache) come
     from DRAM whatever the product's own size: they were evicted since the last forward pass touched them.
+    ``shape`` replaces the GEMM's ``(m0, n0, k0)`` (convolutions have their own).
     """
     c = _cpu(hw)
     bb, mm, kk, nn = (np.asarray(v, dtype=float) for v in (b, m, k, n))
-    eff = mm / (mm + c.gemm_m0) * nn / (nn + c.gemm_n0) * kk / (kk + c.gemm_k0) * efficiency
+    m0, n0, k0 = shape or (c.gemm_m0, c.gemm_n0, c.gemm_k0)
+    eff = mm / (mm + m0) * nn / (nn + n0) * kk / (kk + k0) * efficiency
     compute = 2.0 * bb * mm * kk * nn / (hw.peak(dtype) * eff)
     cold = np.asarray(cold_bytes, dtype=float)
     memory = (cpu_memory_time_s(np.maximum(bb * (mm * kk + kk * nn + mm * nn) * dtype.bytes - cold, 0.0), hw)
               + cold / hw.memory_bandwidth_Bps)
     return np.asarray(_smooth_max(compute, memory) + (c.gemm_fixed_s if fixed_s is None else fixed_s))
+
+
+def conv_shape(c: CpuEfficiency) -> tuple[float, float, float]:
+    """A convolution's ``(m0, n0, k0)``: its own where fitted, else the GEMM's."""
+    return (c.gemm_m0 if c.conv_m0 is None else c.conv_m0, c.gemm_n0 if c.conv_n0 is None else c.conv_n0,
+            c.gemm_k0 if c.conv_k0 is None else c.conv_k0)
 
 
 def cpu_op_times(ops: Sequence[Op], hw: Hardware) -> tuple[np.ndarray, list[str]]:
@@ -120,7 +138,9 @@ def cpu_op_times(ops: Sequence[Op], hw: Hardware) -> tuple[np.ndarray, list[str]
         mem = float(cpu_memory_time_s(op.bytes, hw))
         if op.kind is OpKind.GEMM:
             bb, m, k, nn = op.dims
-            t = float(cpu_gemm_time_s(bb, m, k, nn, hw, op.dtype, cold_bytes=op.weight_bytes if cold else 0.0))
+            layout = 1.0 / c.gemm_in_out_factor if op.get("weight_layout") == "in_out" else 1.0
+            t = float(cpu_gemm_time_s(bb, m, k, nn, hw, op.dtype, efficiency=layout,
+                                      cold_bytes=op.weight_bytes if cold else 0.0))
             compute = 2.0 * bb * m * k * nn / hw.peak(op.dtype)
         elif op.kind is OpKind.CONV:
             batch, cin, cout, kern, hw_in, stride, pad, groups = op.dims
@@ -128,7 +148,7 @@ def cpu_op_times(ops: Sequence[Op], hw: Hardware) -> tuple[np.ndarray, list[str]
             ce = c.conv_pointwise_efficiency if kern == 1 else c.conv_efficiency
             t = float(cpu_gemm_time_s(groups, batch * out * out, cin / groups * kern * kern, cout / groups, hw,
                                       op.dtype, efficiency=ce, fixed_s=c.conv_fixed_s,
-                                      cold_bytes=op.weight_bytes if cold else 0.0))
+                                      cold_bytes=op.weight_bytes if cold else 0.0, shape=conv_shape(c)))
             compute = op.flops / hw.peak(op.dtype)
         elif op.kind is OpKind.ATTENTION:
             compute = op.flops / (hw.peak(op.dtype) * c.attention_efficiency)
@@ -136,7 +156,8 @@ def cpu_op_times(ops: Sequence[Op], hw: Hardware) -> tuple[np.ndarray, list[str]
                 compute *= c.attention_causal_factor
             t = float(_smooth_max(np.asarray(compute), np.asarray(mem))) + c.attention_fixed_s
         elif op.kind in (OpKind.VECTOR, OpKind.POOL, OpKind.EMBEDDING):
-            factor = c.op_factor.get(op_class(op.op, op.kind), c.op_factor.get("stream", 1.0))
+            cls = op_class(op.op, op.kind, inputs=op.get("inputs"))  # type: ignore[arg-type]
+            factor = c.op_factor.get(cls, c.op_factor.get("stream", 1.0))
             t = c.vector_fixed_s + mem * factor
             compute = 0.0
             mem = mem * factor

@@ -137,12 +137,16 @@ class Graph:
     # -- matrix ops --------------------------------------------------------------
     def linear(self, name: str, tokens: int, in_features: int, out_features: int, *, bias: bool = True,
                tp_split: str = "column", frozen: bool = False, weight_dtype: DType | None = None,
-               tied: bool = False) -> Op:
+               tied: bool = False, weight_layout: str = "out_in") -> Op:
         """``y = x @ W^T (+ b)`` for ``tokens`` rows: a GEMM ``(1, tokens, in, out)``.
 
         ``tied``: ``W`` is another op's parameter (an LM head tied to the token embedding); its
         gradient is still computed, but only the bias counts as this op's parameters.
+        ``weight_layout``: ``out_in`` (``nn.Linear``) or ``in_out`` (GPT-2's ``Conv1D``, ``addmm(x, W)``), which
+        a CPU BLAS runs at a different speed.
         """
+        if weight_layout not in ("out_in", "in_out"):
+            raise ValueError(f"weight_layout must be out_in or in_out, not {weight_layout!r}")
         e = self.esize
         we = (weight_dtype or self.dtype).bytes
         weight = in_features * out_features * we + (out_features * e if bias else 0)
@@ -154,7 +158,7 @@ class Graph:
             written=tokens * out_features * e,
             weight_bytes=weight, tp_split=tp_split, params=0 if frozen else params,
             meta=(("bias", bias), ("frozen", frozen), ("weight_dtype", (weight_dtype or self.dtype).value),
-                  ("tied", tied)),
+                  ("tied", tied), ("weight_layout", weight_layout)),
         )
 
     def bmm(self, name: str, batch: int, m: int, k: int, n: int, *, tp_split: str = "heads") -> Op:

@@ -20,7 +20,8 @@ TRUE = CpuEfficiency(threads=4, gemm_fixed_s=20e-6, gemm_m0=16.0, gemm_n0=4.0, g
                      op_factor={"stream": 1.0, "transcendental": 2.5, "reduction": 3.0, "pool": 20.0, "gather": 1.5},
                      conv_efficiency=0.7, conv_pointwise_efficiency=1.0, conv_fixed_s=20e-6,
                      attention_efficiency=0.6, attention_fixed_s=20e-6, page_fault_s=1.5e-6,
-                     attention_causal_factor=1.9)
+                     attention_causal_factor=1.9, conv_m0=64.0, conv_n0=32.0, conv_k0=8.0,
+                     gemm_in_out_factor=1.3)
 PEAK = 300e9
 DRAM = 15e9
 
@@ -42,6 +43,8 @@ def test_fit_recovers_the_generating_rates() -> None:
     assert e.attention_efficiency == pytest.approx(0.6, rel=0.15)
     assert e.page_fault_s == pytest.approx(1.5e-6, rel=0.01)
     assert e.attention_causal_factor == pytest.approx(1.9, rel=0.05)
+    assert e.gemm_in_out_factor == pytest.approx(1.3, rel=0.05)
+    assert (e.conv_m0, e.conv_n0, e.conv_k0) == (64.0, 32.0, 8.0)
     assert max(e.fit_error_frac.values()) < 0.1
     assert e.threads == 4
 
@@ -78,3 +81,28 @@ def test_missing_family_is_a_data_error() -> None:
     ms = [m for m in _synthetic() if m.family != "conv"]
     with pytest.raises(DataError, match="conv"):
         fit_cpu(ms, INFO, threads=4)
+
+
+def test_inference_batchnorm_streams_and_training_batchnorm_reduces() -> None:
+    from perfcast.kernel.cpu import op_class
+
+    assert op_class("batchnorm", inputs=1) == "stream"  # eval: scale and shift with the running statistics
+    assert op_class("batchnorm", inputs=2) == "reduction"  # training: batch statistics first
+    assert op_class("layernorm", inputs=1) == "reduction"
+
+
+def test_gpt2_conv1d_weights_take_the_in_out_factor_on_a_cpu() -> None:
+    from perfcast.compose.step import predict_step
+    from perfcast.workload.build import WorkloadSpec, build_workload
+    from perfcast.workload.types import Mode, OpKind
+
+    w = build_workload("gpt2", WorkloadSpec(Mode.INFERENCE, 1, 64, attention="sdpa"))
+    layouts = {o.name.split(".")[-1]: o.get("weight_layout") for o in w.ops if o.kind is OpKind.GEMM}
+    assert layouts["c_fc"] == "in_out" and layouts["lm_head"] == "out_in"
+    slow = TRUE.model_copy(update={"gemm_in_out_factor": 2.0})
+    times = [predict_step(w, build_hardware(INFO, peak_fp32_flops_per_s=PEAK, memory_bandwidth_Bps=DRAM,
+                                            efficiency=e), keep_ops=True) for e in (TRUE, slow)]
+    fc = [[t for t in st.ops if t.op.name.endswith("c_fc")][0].kernel.time_s for st in times]
+    head = [[t for t in st.ops if t.op.name.endswith("lm_head")][0].kernel.time_s for st in times]
+    assert fc[1] > 1.3 * fc[0]  # compute-bound at 64 rows: most of the factor shows
+    assert head[1] == head[0]  # nn.Linear's layout is untouched

@@ -1,7 +1,8 @@
 """GPT-2 (``GPT2LMHeadModel``) as eager PyTorch runs it: transformers 4.38, eager attention.
 
 Every kernel the forward pass launches, in order (see transformers
-``models/gpt2/modeling_gpt2.py``): Conv1D layers are ``addmm``; ``_attn``
+``models/gpt2/modeling_gpt2.py``): Conv1D layers are ``addmm`` with the weight
+stored ``(in, out)``; ``_attn``
 multiplies permuted views with ``torch.matmul``, which copies q, k and v to
 contiguous buffers first; the scale, causal mask and softmax are separate
 kernels over the ``(batch, heads, seq, seq)`` scores. Used for GPT-2, the GPT-3
@@ -32,17 +33,17 @@ def build_gpt2(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention: s
     with g.scope("h", count=cfg.num_layers):
         with g.scope("attn", group="attention"):
             g.norm("ln_1", "layernorm", t, h)
-            g.linear("c_attn", t, h, 3 * nh * hd, tp_split="column")
+            g.linear("c_attn", t, h, 3 * nh * hd, tp_split="column", weight_layout="in_out")
             with g.split("heads"):
                 _eager_or_fused_attention(g, batch, seq, nh, hd, attention=attention, mask="where")
-            g.linear("c_proj", t, nh * hd, h, tp_split="row")
+            g.linear("c_proj", t, nh * hd, h, tp_split="row", weight_layout="in_out")
             dropout_residual(g, "residual", th)
         with g.scope("mlp", group="mlp"):
             g.norm("ln_2", "layernorm", t, h)
-            g.linear("c_fc", t, h, ff, tp_split="column")
+            g.linear("c_fc", t, h, ff, tp_split="column", weight_layout="in_out")
             with g.split("column"):
                 activation(g, "act", cfg.activation, t * ff)
-            g.linear("c_proj", t, ff, h, tp_split="row")
+            g.linear("c_proj", t, ff, h, tp_split="row", weight_layout="in_out")
             dropout_residual(g, "residual", th)
     with g.scope("head", group="lm_head"):
         g.norm("ln_f", "layernorm", t, h)
