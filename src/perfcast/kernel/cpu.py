@@ -38,7 +38,7 @@ from perfcast.errors import UnsupportedError
 from perfcast.workload.types import Op, OpKind
 
 __all__ = ["OP_CLASSES", "PAGE_BYTES", "conv_shape", "cpu_gemm_time_s", "cpu_memory_time_s", "cpu_op_times",
-           "fresh_pages_time_s", "op_class"]
+           "fresh_pages_time_s", "op_class", "smooth_max"]
 
 PAGE_BYTES = 4096.0
 
@@ -92,7 +92,8 @@ def fresh_pages_time_s(op: Op, hw: Hardware) -> float:
     return op.bytes_written / PAGE_BYTES * c.page_fault_s
 
 
-def _smooth_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def smooth_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How an op's compute and memory times combine: a smooth maximum (p-norm, ``p = 4``)."""
     p = _SMOOTH_MAX_P
     return np.asarray((a**p + b**p) ** (1.0 / p))
 
@@ -116,7 +117,7 @@ def cpu_gemm_time_s(b: np.ndarray | float, m: np.ndarray | float, k: np.ndarray 
     cold = np.asarray(cold_bytes, dtype=float)
     memory = (cpu_memory_time_s(np.maximum(bb * (mm * kk + kk * nn + mm * nn) * dtype.bytes - cold, 0.0), hw)
               + cold / hw.memory_bandwidth_Bps)
-    return np.asarray(_smooth_max(compute, memory) + (c.gemm_fixed_s if fixed_s is None else fixed_s))
+    return np.asarray(smooth_max(compute, memory) + (c.gemm_fixed_s if fixed_s is None else fixed_s))
 
 
 def conv_shape(c: CpuEfficiency) -> tuple[float, float, float]:
@@ -154,7 +155,7 @@ def cpu_op_times(ops: Sequence[Op], hw: Hardware) -> tuple[np.ndarray, list[str]
             compute = op.flops / (hw.peak(op.dtype) * c.attention_efficiency)
             if op.dims[-1]:  # causal: op.flops counts the causal pairs; a masked kernel computes them all
                 compute *= c.attention_causal_factor
-            t = float(_smooth_max(np.asarray(compute), np.asarray(mem))) + c.attention_fixed_s
+            t = float(smooth_max(np.asarray(compute), np.asarray(mem))) + c.attention_fixed_s
         elif op.kind in (OpKind.VECTOR, OpKind.POOL, OpKind.EMBEDDING):
             cls = op_class(op.op, op.kind, inputs=op.get("inputs"))  # type: ignore[arg-type]
             factor = c.op_factor.get(cls, c.op_factor.get("stream", 1.0))
