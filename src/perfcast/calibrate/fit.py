@@ -42,6 +42,7 @@ FAMILIES = ("gemm", "vector", "conv", "attention")
 _SHAPE_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
 _CACHE_GRID = tuple(float(2**p) for p in range(18, 30))  # 256 KiB .. 512 MiB
 _EFF_GRID = tuple(np.exp(np.linspace(np.log(0.02), np.log(4.0), 200)))
+_MIN_CONVS_FOR_SHAPE = 10
 _CAUSAL_GRID = tuple(np.exp(np.linspace(np.log(0.5), np.log(4.0), 120)))
 
 
@@ -267,7 +268,11 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
     in_out_factor = one_d("gemm", "gemm_in_out_factor", "gemm_fixed_s",
                           lambda op: op.get("weight_layout") == "in_out", grid=_CAUSAL_GRID) if in_out else 1.0
     gemm_kw["gemm_in_out_factor"] = in_out_factor
-    conv_m0, conv_n0, conv_k0 = _conv_shape(by["conv"], gemm_fixed, hw_for(eff(), peak))
+    # three shape constants and two efficiencies need at least twice as many convolutions (calibrate --quick
+    # times four): with fewer, convolutions keep the GEMM's constants
+    shape = _conv_shape(by["conv"], gemm_fixed, hw_for(eff(), peak)) if len(by["conv"]) >= _MIN_CONVS_FOR_SHAPE \
+        else (None, None, None)
+    conv_m0, conv_n0, conv_k0 = shape
     conv_kw = dict(conv_m0=conv_m0, conv_n0=conv_n0, conv_k0=conv_k0)
     conv_eff = one_d("conv", "conv_efficiency", "conv_fixed_s", lambda op: op.dims[3] > 1,
                      conv_m0=conv_m0, conv_n0=conv_n0, conv_k0=conv_k0)

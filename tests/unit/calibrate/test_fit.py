@@ -106,3 +106,12 @@ def test_gpt2_conv1d_weights_take_the_in_out_factor_on_a_cpu() -> None:
     head = [[t for t in st.ops if t.op.name.endswith("lm_head")][0].kernel.time_s for st in times]
     assert fc[1] > 1.3 * fc[0]  # compute-bound at 64 rows: most of the factor shows
     assert head[1] == head[0]  # nn.Linear's layout is untouched
+
+
+def test_a_quick_calibration_keeps_the_gemm_shape_constants_for_convolutions() -> None:
+    hw = build_hardware(INFO, peak_fp32_flops_per_s=PEAK, memory_bandwidth_Bps=DRAM, efficiency=TRUE)
+    ops = [(fam, measurement_op(fam, op, dims)) for fam, op, dims in suite_of(quick=True)]
+    times, _ = cpu_op_times([o for _, o in ops], hw)
+    e = fit_cpu([Measurement(f, o, float(t)) for (f, o), t in zip(ops, times, strict=True)], INFO, threads=4).efficiency
+    assert sum(f == "conv" for f, _ in ops) < 10  # too few convolutions for three constants and two efficiencies
+    assert (e.conv_m0, e.conv_n0, e.conv_k0) == (None, None, None)
