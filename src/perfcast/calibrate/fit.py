@@ -42,8 +42,8 @@ FAMILIES = ("gemm", "vector", "conv", "attention")
 _SHAPE_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
 _CACHE_GRID = tuple(float(2**p) for p in range(18, 30))  # 256 KiB .. 512 MiB
 _EFF_GRID = tuple(np.exp(np.linspace(np.log(0.02), np.log(4.0), 200)))
-_MIN_CONVS_FOR_SHAPE = 10
 _CAUSAL_GRID = tuple(np.exp(np.linspace(np.log(0.5), np.log(4.0), 120)))
+_MIN_CONVS_FOR_SHAPE = 10  # convolution benchmarks needed to fit their own shape constants
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,39 +117,48 @@ def _predict(ms: Sequence[Measurement], hw: Hardware) -> np.ndarray:
     return times
 
 
-def _conv_shape(convs: Sequence[Measurement], fixed_s: float, hw: Hardware) -> tuple[float, float, float]:
-    """The shape constants ``(m0, n0, k0)`` of the convolutions' implicit GEMMs, on a grid.
+def _best_shape(flops: np.ndarray, m: np.ndarray, k: np.ndarray, n: np.ndarray, busy: np.ndarray,
+                mem: np.ndarray, fixed_s: float, meas: np.ndarray,
+                groups: Sequence[np.ndarray]) -> tuple[float, tuple[float, float, float], list[float]]:
+    """The shape constants ``(m0, n0, k0)`` on a grid for products of ``m x k x n`` (arrays, one per benchmark).
 
-    For each candidate, each kind (1x1 and larger kernels) gets the efficiency that centres its compute-bound
-    benchmarks (the median log ratio); the candidate with the smallest relative error wins. The efficiencies
-    themselves are then refined by the caller with the full formula.
+    For each candidate, each group of benchmarks (boolean masks) gets the compute rate (FLOP/s at full shape
+    efficiency) that centres its compute-bound points (``busy`` seconds above twice ``mem``; the whole group
+    when none is), and the candidate whose ``smooth_max(work / rate, mem) + fixed_s`` is closest to ``meas``
+    (relative error) wins. Returns that error, the constants and each group's rate.
+    """
+    best: tuple[float, tuple[float, float, float], list[float]] | None = None
+    for m0, n0, k0 in itertools.product(_SHAPE_GRID, repeat=3):
+        work = flops / (m / (m + m0) * n / (n + n0) * k / (k + k0))
+        pred = np.empty_like(meas)
+        rates = []
+        for sel in groups:
+            use = sel & (busy > 2.0 * mem)
+            use = use if use.any() else sel
+            rate = float(np.exp(np.median(np.log(work[use] / busy[use]))))
+            pred[sel] = smooth_max(work[sel] / rate, mem[sel]) + fixed_s
+            rates.append(rate)
+        e = _log_err(pred, meas)
+        err = float(np.median(e) + 0.25 * np.mean(e))
+        if best is None or err < best[0]:
+            best = (err, (m0, n0, k0), rates)
+    assert best is not None
+    return best
+
+
+def _conv_shape(convs: Sequence[Measurement], fixed_s: float, hw: Hardware) -> tuple[float, float, float]:
+    """The shape constants ``(m0, n0, k0)`` of the convolutions' implicit GEMMs (:func:`_best_shape`, 1x1 and
+    larger kernels each with a rate of their own; the caller then fits their efficiencies with the full formula).
     """
     dims = np.array([x.op.dims for x in convs], dtype=float)
     batch, cin, cout, kern, side, stride, pad, groups = dims.T
     out = np.floor((side + 2 * pad - kern) / stride) + 1
     m_, k, n = batch * out * out, cin / groups * kern * kern, cout / groups
-    flops = 2.0 * groups * m_ * k * n
     meas = np.array([x.time_s for x in convs])
-    busy = np.maximum(meas - fixed_s, 0.05 * meas)
     mem = cpu_memory_time_s(groups * (m_ * k + k * n + m_ * n) * 4.0, hw)
-    kinds = [kern > 1, kern == 1]
-    best: tuple[float, tuple[float, float, float]] | None = None
-    for m0, n0, k0 in itertools.product(_SHAPE_GRID, repeat=3):
-        work = flops / (m_ / (m_ + m0) * n / (n + n0) * k / (k + k0) * hw.peak(DType.FP32))
-        pred = np.empty_like(meas)
-        for sel in kinds:
-            if not sel.any():
-                continue
-            use = sel & (busy > 2.0 * mem)
-            use = use if use.any() else sel
-            e = float(np.exp(np.median(np.log(work[use] / busy[use]))))
-            pred[sel] = smooth_max(work[sel] / e, mem[sel]) + fixed_s
-        err_v = _log_err(pred, meas)
-        err = float(np.median(err_v) + 0.25 * np.mean(err_v))
-        if best is None or err < best[0]:
-            best = (err, (m0, n0, k0))
-    assert best is not None
-    return best[1]
+    kinds = [sel for sel in (kern > 1, kern == 1) if sel.any()]
+    return _best_shape(2.0 * groups * m_ * k * n, m_, k, n, np.maximum(meas - fixed_s, 0.05 * meas), mem, fixed_s,
+                       meas, kinds)[1]
 
 
 def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int) -> CpuFit:
@@ -232,20 +241,12 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
     # the overhead is searched, not read off the smallest product: that one streams its weights from DRAM
     fixed_grid = [0.0, *np.geomspace(1e-6, max(0.8 * float(np.min(gt)), 2e-6), 16)]
     best_g: tuple[float, float, float, float, float, float] | None = None
+    everything = [np.ones(len(g), dtype=bool)]
     for gemm_fixed in fixed_grid:
         busy = np.maximum(gt - gemm_fixed, 0.05 * gt)
-        for m0, n0, k0 in itertools.product(_SHAPE_GRID, repeat=3):
-            shape_eff = m_ / (m_ + m0) * n / (n + n0) * k / (k + k0)
-            work = flops / shape_eff
-            use = busy > 2.0 * mem_t  # compute-bound points set the peak
-            if not use.any():
-                use = np.ones_like(busy, dtype=bool)
-            peak = float(np.exp(np.median(np.log(work[use] / busy[use]))))
-            pred = smooth_max(work / peak, mem_t) + gemm_fixed
-            e = _log_err(pred, gt)
-            err = float(np.median(e) + 0.25 * np.mean(e))
-            if best_g is None or err < best_g[0]:
-                best_g = (err, m0, n0, k0, peak, float(gemm_fixed))
+        err, (m0, n0, k0), (peak,) = _best_shape(flops, m_, k, n, busy, mem_t, gemm_fixed, gt, everything)
+        if best_g is None or err < best_g[0]:
+            best_g = (err, m0, n0, k0, peak, float(gemm_fixed))
     assert best_g is not None
     _, m0, n0, k0, peak, gemm_fixed = best_g
     gemm_kw = dict(gemm_fixed_s=gemm_fixed, gemm_m0=m0, gemm_n0=n0, gemm_k0=k0, op_factor=factors)
