@@ -32,7 +32,14 @@ from perfcast.catalog.cpu import CpuEfficiency
 from perfcast.catalog.hardware import Hardware
 from perfcast.dtypes import DType
 from perfcast.errors import DataError
-from perfcast.kernel.cpu import PAGE_BYTES, cpu_memory_time_s, cpu_op_times, op_class, smooth_max
+from perfcast.kernel.cpu import (
+    PAGE_BYTES,
+    cpu_gemm_memory_time_s,
+    cpu_memory_time_s,
+    cpu_op_times,
+    op_class,
+    smooth_max,
+)
 from perfcast.workload.graph import causal_pairs
 from perfcast.workload.types import Op, OpKind
 
@@ -237,7 +244,7 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
     flops = 2.0 * b * m_ * k * n
     mem_hw = hw_for(eff(), peak_guess)
     cold = np.array([x.op.weight_bytes for x in g])  # cycled weights stream from DRAM, as in a model
-    mem_t = cpu_memory_time_s(np.maximum(b * (m_ * k + k * n + m_ * n) * 4.0 - cold, 0.0), mem_hw) + cold / bw_dram
+    mem_t = cpu_gemm_memory_time_s(b, m_, k, n, mem_hw, DType.FP32, cold_bytes=cold)
     # the overhead is searched, not read off the smallest product: that one streams its weights from DRAM
     fixed_grid = [0.0, *np.geomspace(1e-6, max(0.8 * float(np.min(gt)), 2e-6), 16)]
     best_g: tuple[float, float, float, float, float, float] | None = None

@@ -37,7 +37,7 @@ from perfcast.dtypes import DType
 from perfcast.errors import UnsupportedError
 from perfcast.workload.types import Op, OpKind
 
-__all__ = ["OP_CLASSES", "PAGE_BYTES", "conv_shape", "cpu_gemm_time_s", "cpu_memory_time_s", "cpu_op_times",
+__all__ = ["OP_CLASSES", "PAGE_BYTES", "conv_shape", "cpu_gemm_memory_time_s", "cpu_gemm_time_s", "cpu_memory_time_s", "cpu_op_times",
            "fresh_pages_time_s", "op_class", "smooth_max"]
 
 PAGE_BYTES = 4096.0
@@ -114,10 +114,19 @@ def cpu_gemm_time_s(b: np.ndarray | float, m: np.ndarray | float, k: np.ndarray 
     m0, n0, k0 = shape or (c.gemm_m0, c.gemm_n0, c.gemm_k0)
     eff = mm / (mm + m0) * nn / (nn + n0) * kk / (kk + k0) * efficiency
     compute = 2.0 * bb * mm * kk * nn / (hw.peak(dtype) * eff)
-    cold = np.asarray(cold_bytes, dtype=float)
-    memory = (cpu_memory_time_s(np.maximum(bb * (mm * kk + kk * nn + mm * nn) * dtype.bytes - cold, 0.0), hw)
-              + cold / hw.memory_bandwidth_Bps)
+    memory = cpu_gemm_memory_time_s(bb, mm, kk, nn, hw, dtype, cold_bytes=cold_bytes)
     return np.asarray(smooth_max(compute, memory) + (c.gemm_fixed_s if fixed_s is None else fixed_s))
+
+
+def cpu_gemm_memory_time_s(b: np.ndarray | float, m: np.ndarray | float, k: np.ndarray | float,
+                           n: np.ndarray | float, hw: Hardware, dtype: DType,
+                           *, cold_bytes: np.ndarray | float = 0.0) -> np.ndarray:
+    """Seconds to move the operands of ``b`` products ``(m x k) @ (k x n)``: ``cold_bytes`` of them from DRAM,
+    the rest as :func:`cpu_memory_time_s` streams them."""
+    bb, mm, kk, nn = (np.asarray(v, dtype=float) for v in (b, m, k, n))
+    cold = np.asarray(cold_bytes, dtype=float)
+    moved = bb * (mm * kk + kk * nn + mm * nn) * dtype.bytes
+    return cpu_memory_time_s(np.maximum(moved - cold, 0.0), hw) + cold / hw.memory_bandwidth_Bps
 
 
 def conv_shape(c: CpuEfficiency) -> tuple[float, float, float]:
