@@ -37,8 +37,8 @@ from perfcast.dtypes import DType
 from perfcast.errors import UnsupportedError
 from perfcast.workload.types import Op, OpKind
 
-__all__ = ["OP_CLASSES", "PAGE_BYTES", "conv_shape", "cpu_gemm_memory_time_s", "cpu_gemm_time_s", "cpu_memory_time_s", "cpu_op_times",
-           "fresh_pages_time_s", "op_class", "smooth_max"]
+__all__ = ["OP_CLASSES", "PAGE_BYTES", "conv_shape", "cpu_gemm_memory_time_s", "cpu_gemm_time_s", "cpu_memory_time_s",
+           "cpu_op_times", "fresh_pages_time_s", "op_class", "smooth_max"]
 
 PAGE_BYTES = 4096.0
 
