@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -40,6 +41,12 @@ needs_groundtruth = pytest.mark.skipif(
 )
 
 
+# names the ground truth uses for architectures perfcast does not model yet, with what they are (issue 16)
+NOT_MODELLED = {"Nemotron_3_Nano": "hybrid Mamba-Transformer MoE (nemotron_h)"}
+# Megatron-Bridge appends the routing mode to a MoE model's name: "Qwen3_30B_a3B (tokendrop)"
+ROUTING_QUALIFIER = re.compile(r"\s*\((dropless|tokendrop)\)$")
+
+
 def _csv_rows(path: Path) -> list[dict[str, str]]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8", newline="") as fh:
@@ -55,7 +62,8 @@ def _groundtruth_names() -> list[str]:
         path = GROUNDTRUTH / "published" / table
         if path.exists():
             for row in _csv_rows(path):
-                names.update(v for v in (row.get("model_id", ""), row.get("model", "")) if v.strip())
+                names.update(ROUTING_QUALIFIER.sub("", v) for v in (row.get("model_id", ""), row.get("model", ""))
+                             if v.strip())
     compute = GROUNDTRUTH / "vidur" / "compute"
     if compute.is_dir():
         names.update(d.name for d in compute.glob("*/*") if d.is_dir())
@@ -136,6 +144,10 @@ def test_unknown_name_lists_the_nearest() -> None:
 @needs_groundtruth
 @pytest.mark.parametrize("name", _groundtruth_names())
 def test_every_groundtruth_model_name_resolves(name: str) -> None:
+    if name in NOT_MODELLED:
+        with pytest.raises(UnknownNameError, match=name):
+            load_model(name)
+        return
     cfg = load_model(name)
     assert cfg.num_layers > 0
 

@@ -7,7 +7,9 @@ plan the source did not publish are left out (see
 :mod:`perfcast.validate.training_tables`), and so are rows whose FP8 recipe
 perfcast does not model (torchao's row-wise scaling, which ran slower than BF16
 in torchtitan's December 2024 table): fitting the per-tensor FP8 efficiency on
-them would bias it. ``perfcast validate`` still predicts and reports them.
+them would bias it. Rows of a source whose conventions perfcast does not read
+yet are left out of the fit as well (:func:`fit_deferred`). ``perfcast
+validate`` still predicts and reports every one of them.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from perfcast.system.training import TrainingResult, simulate_training
 from perfcast.validate.optimize import fit_least_squares
 from perfcast.validate.training_tables import cluster_for_gpu, counts_recompute, model_for_row, plan_for_row
 
-__all__ = ["TrainingCase", "fit_training", "fp8_recipe_unmodeled", "logo_training", "training_cases"]
+__all__ = ["TrainingCase", "fit_deferred", "fit_training", "fp8_recipe_unmodeled", "logo_training", "training_cases"]
 
 # the quantity a row is judged on, in order of preference: tokens/s carries no FLOP-counting convention
 _TARGETS = ("tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "hfu", "mfu")
@@ -43,6 +45,18 @@ _X0 = (0.9, 2e-6, 0.9, 0.2, 1.0)
 def fp8_recipe_unmodeled(row: dict[str, str]) -> bool:
     """Whether the row trains FP8 with a scaling recipe perfcast does not model (row-wise scales)."""
     return "rowwise" in (row.get("note") or "").replace("-", "").lower()
+
+
+def fit_deferred(row: dict[str, str]) -> bool:
+    """Whether the row comes from a source the training model does not read yet, so it is not fitted on.
+
+    Megatron-Bridge's performance summary (NeMo containers 25.09-26.08) names its
+    own conventions: expert parallelism, ``DDP`` vs ``FSDP N`` (Megatron-FSDP),
+    ``fp8-cs`` current scaling, token-drop vs dropless routing. Until the row
+    reader and the MoE training model take them (issue 17), fitting on these rows
+    would pull the dense coefficients towards what is not modelled.
+    """
+    return "Megatron-Bridge" in (row.get("framework") or "")
 
 
 @dataclass(frozen=True)
@@ -72,7 +86,7 @@ def training_cases(path: Path) -> list[TrainingCase]:
     cases = []
     for i, row in enumerate(rows):
         target = next((t for t in _TARGETS if (row.get(t) or "").strip()), None)
-        if target is None or fp8_recipe_unmodeled(row):
+        if target is None or fp8_recipe_unmodeled(row) or fit_deferred(row):
             continue
         try:
             measured = float(row[target])
