@@ -287,6 +287,9 @@ class ModelConfig(_Frozen):
     resnet: ResNetConfig | None = None
     unet: UNetConfig | None = None
     vae: VAEDecoderConfig | None = None
+    torch_dtype: Literal["fp32", "fp16", "bf16"] | None = Field(
+        default=None, description="the checkpoint's dtype (HF torch_dtype / dtype); None when the config names none"
+    )
     hf_config: dict[str, Any] = Field(default_factory=dict, repr=False)
 
     @model_validator(mode="after")

@@ -807,8 +807,29 @@ def _check_layer_counts(raw: Raw) -> None:
                 raise ValueError(f"{key}={value} is not a layer count perfcast models (at most {_MAX_LAYERS})")
 
 
+_TORCH_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+
+
+def _torch_dtype(raw: Raw) -> str | None:
+    """The checkpoint's dtype: ``torch_dtype`` (transformers 4) or ``dtype`` (5), top level or the text config's."""
+    for cfg in (raw, raw.get("text_config")):
+        if not isinstance(cfg, dict):
+            continue
+        for key in ("torch_dtype", "dtype"):
+            value = cfg.get(key)
+            if isinstance(value, str) and value.strip():
+                name = value.strip().lower().removeprefix("torch.")
+                if name not in _TORCH_DTYPES:
+                    raise ValueError(f"{key}={value!r} is not a dtype perfcast models "
+                                     f"(known: {', '.join(sorted(_TORCH_DTYPES))})")
+                return _TORCH_DTYPES[name]
+    return None
+
+
 def normalize_hf(raw: dict[str, Any]) -> dict[str, Any]:
     """Map a HF config onto ModelConfig field names (raises KeyError/TypeError/ValueError/ArithmeticError)."""
     _check_layer_counts(raw)
     family = _FAMILIES.get(str(raw.get("model_type", "")), _common)
-    return family(raw)
+    out = family(raw)
+    out["torch_dtype"] = _torch_dtype(raw)
+    return out

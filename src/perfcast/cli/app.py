@@ -19,8 +19,13 @@ import typer
 
 from perfcast.errors import PerfcastError
 
-__all__ = ["app", "clusters_app", "emit_json", "flag_error", "handled", "hardware_app", "main", "models_app",
-           "refuse_overwrite"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_DOES_NOT_FIT", "app", "clusters_app", "does_not_fit", "emit_json", "flag_error",
+           "handled", "hardware_app", "main", "models_app", "refuse_overwrite"]
+
+# exit codes: 0 = an answer; 1 = it ran and the answer is "no" (does not fit, limits missed, a scenario failed);
+# 2 = bad input (one `error:` line). Every command follows them; the README states them.
+EXIT_DOES_NOT_FIT = 1
+EXIT_BAD_INPUT = 2
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -89,6 +94,15 @@ def refuse_overwrite(*paths: Path | None, force: bool) -> None:
             raise ConfigError(f"{path} exists; pass --force to overwrite it")
 
 
+def does_not_fit(message: str) -> None:
+    """End a command whose answer is "does not fit": one ``does not fit:`` line on stderr, exit code 1.
+
+    The result (with its breakdown) has been printed already, as a table or as the ``--json`` object.
+    """
+    sys.stderr.write(f"does not fit: {message}\n")
+    raise typer.Exit(EXIT_DOES_NOT_FIT)
+
+
 def flag_error(exc: Any, *, default: str, renames: dict[str, str] | None = None,
                skip: tuple[str, ...] = ()) -> PerfcastError:
     """A pydantic ValidationError from options turned into one line naming the flag (``--seq-len: ...``).
@@ -117,7 +131,7 @@ def handled(fn: F) -> F:
             sys.stderr.write(f"error: {exc}\n")
             if exc.hint:
                 sys.stderr.write(f"hint: {exc.hint}\n")
-            raise typer.Exit(2) from None
+            raise typer.Exit(EXIT_BAD_INPUT) from None
 
     return wrapper  # type: ignore[return-value]
 
