@@ -23,15 +23,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from perfcast.catalog.diffusion import UNetConfig, VAEDecoderConfig
 from perfcast.catalog.paths import catalog_dirs, normalize_name
-from perfcast.errors import CatalogError, ConfigError, UnknownNameError
+from perfcast.catalog.quantization import QuantizationConfig
+from perfcast.errors import CatalogError, ConfigError, UnknownNameError, UnsupportedError
 from perfcast.yamlio import safe_load
 
 __all__ = [
     "MLAConfig",
     "MoEConfig",
     "ModelConfig",
+    "QuantizationConfig",
     "ResNetConfig",
     "VisionConfig",
+    "check_context",
     "from_hf_config",
     "list_models",
     "load_model",
@@ -227,7 +230,12 @@ class ModelConfig(_Frozen):
         gt=0, description="MLP width of one branch (elements): gated MLPs have gate and up of this width"
     )
     vocab_size: int = Field(gt=0, description="rows of the token-embedding table (tokens)")
-    max_positions: int = Field(gt=0, description="longest sequence the model supports (tokens); 2**20 if unbounded")
+    max_positions: int = Field(
+        gt=0,
+        description="the hard context limit (tokens) for every position scheme: the learned table's rows, a rotary "
+        "model's max_position_embeddings extended by its rope_scaling, ALiBi's max_seq_len; 2**20 (perfcast's own "
+        "bound) for relative-position models with no limit in their config (T5/Switch); see check_context",
+    )
     norm: Literal["layernorm", "rmsnorm", "batchnorm", "groupnorm"] = "layernorm"
     activation: str = Field(default="gelu", description="MLP activation, HF spelling (gelu_new, silu, relu, relu2)")
     gated_mlp: bool = Field(default=False, description="GLU MLP: act(gate(x)) * up(x), then down")
@@ -290,6 +298,9 @@ class ModelConfig(_Frozen):
     torch_dtype: Literal["fp32", "fp16", "bf16"] | None = Field(
         default=None, description="the checkpoint's dtype (HF torch_dtype / dtype); None when the config names none"
     )
+    quantization: QuantizationConfig | None = Field(
+        default=None, description="how the checkpoint stores its quantized weights (HF quantization_config); None "
+        "for an unquantized checkpoint")
     hf_config: dict[str, Any] = Field(default_factory=dict, repr=False)
 
     @model_validator(mode="after")
@@ -355,6 +366,29 @@ class ModelConfig(_Frozen):
         return count_params(self).active
 
 
+def check_context(cfg: ModelConfig, tokens: int, *, what: str = "sequence length") -> None:
+    """Raise ConfigError when ``tokens`` exceed the model's context, ``cfg.max_positions``.
+
+    One limit for every position scheme: a learned table ends at its last row, a
+    rotary model at ``max_position_embeddings`` (or the longer context its
+    ``rope_scaling`` was trained for; :func:`perfcast.catalog.normalize.normalize_hf`
+    derives it), ALiBi models at their configured ``max_seq_len``. Relative-position
+    models with no limit in their config (T5 / Switch) are bounded only by
+    perfcast's own 2**20 tokens. CNNs and diffusion models have no token context
+    (their ``seq_len`` is the image side) and are not checked.
+    """
+    if cfg.kind in ("cnn", "diffusion") or tokens <= cfg.max_positions:
+        return
+    limit = cfg.max_positions
+    if cfg.position == "relative":
+        where = f"the {limit} tokens perfcast models for {cfg.id} (relative positions, no limit in its config)"
+    elif cfg.position == "learned":
+        where = f"the {limit} learned positions of {cfg.id}"
+    else:
+        where = f"the {limit}-token context of {cfg.id}"
+    raise ConfigError(f"{what} {tokens} exceeds {where}; use a {what} in 1..{limit}")
+
+
 _MAX_SIZE = 2**31  # widths, vocabularies, positions: far beyond any real model; FLOP counts stay finite floats
 
 
@@ -375,6 +409,8 @@ def from_hf_config(raw: dict[str, Any], *, model_id: str, meta: dict[str, Any] |
     meta = meta or {}
     try:
         fields = normalize_hf(raw)
+    except UnsupportedError as exc:  # an architecture or format perfcast does not model: its own message
+        raise UnsupportedError(f"{model_id}: {exc.message}", hint=exc.hint) from None
     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:  # ArithmeticError: 0 heads, Infinity
         raise CatalogError(f"{model_id}: cannot read the config ({exc.__class__.__name__}: {exc})") from None
     _check_sizes(fields, model_id)

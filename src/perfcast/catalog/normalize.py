@@ -3,8 +3,22 @@
 HF families spell the same quantity differently (``n_embd``/``hidden_size``/
 ``d_model``); this module maps each family's spelling and defaults (the
 defaults of the ``transformers`` config class when a key is absent) onto one
-vocabulary. One function per family keeps each mapping readable; unknown
-``model_type`` values fall back to the common spellings.
+vocabulary. One function per family keeps each mapping readable.
+
+Nothing is guessed: a ``model_type`` with no function here (``gemma2``,
+``kimi_k2``, ``mamba2``, ``t5``, a missing one) is refused with the supported
+list rather than priced as some other decoder; a multimodal config whose vision
+tower is not a modelled one is refused naming the tower; a config of a supported
+family that carries keys of another architecture (experts in a ``llama``
+config, latent attention, a vision tower, cross-attention, Mamba layers...) is
+refused naming the key rather than silently dropped. A ``quantization_config``
+is read by :mod:`perfcast.catalog.quantization` (honoured or refused).
+
+Context limit (``max_positions``): the position table's rows for learned
+positions; for rotary models ``max_position_embeddings`` extended by
+``rope_scaling`` (:func:`_context_limit`); ALiBi models their configured length;
+relative-position models (T5/Switch) have no limit in their config and get
+perfcast's own bound of 2**20 tokens.
 
 Remote-code families (``qwen``, ``internlm``, ``internlm2``, ``deepseek_v3``
 before transformers shipped it) follow the ``configuration_*.py`` published
@@ -20,8 +34,10 @@ from collections.abc import Callable
 from typing import Any
 
 from perfcast.catalog.diffusion import normalize_unet, normalize_vae
+from perfcast.catalog.quantization import parse_quantization_config
+from perfcast.errors import UnsupportedError
 
-__all__ = ["normalize_hf"]
+__all__ = ["normalize_hf", "supported_model_types"]
 
 _UNBOUNDED_POSITIONS = 1 << 20  # relative / no position limit
 
@@ -214,6 +230,9 @@ def _opt(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _bert(raw: dict[str, Any]) -> dict[str, Any]:
     raw = _with_defaults(raw, "bert")
+    kind = raw.get("position_embedding_type") or "absolute"
+    if kind != "absolute":  # relative_key(_query) adds distance embeddings and score terms perfcast does not price
+        raise UnsupportedError(f"bert with position_embedding_type={kind!r} is not supported; supported: absolute")
     out = _common(raw)
     out.update(
         kind="encoder",
@@ -433,6 +452,7 @@ def _llama4(raw: Raw) -> Raw:
         },
     )
     if isinstance(top.get("vision_config"), dict):
+        _check_vision(top["vision_config"], "llama4", "llama4_vision_model")
         vis = _with_defaults(top["vision_config"], "llama4_vision_model")
         ratio = float(vis["pixel_shuffle_ratio"])
         patches = (int(vis["image_size"]) // int(vis["patch_size"])) ** 2
@@ -606,6 +626,10 @@ def _falcon(raw: Raw) -> Raw:
 def _mpt(raw: Raw) -> Raw:
     """MPT (HF MptConfig / llm-foundry): no biases anywhere with no_bias, ALiBi or learned positions."""
     raw = _with_defaults(raw, "mpt")
+    ffn = (raw.get("ffn_config") or {}).get("ffn_type") or "mptmlp"
+    if ffn not in ("mptmlp", "te_ln_mlp"):  # mptglu is gated, mb_moe / mb_dmoe are MegaBlocks experts
+        raise UnsupportedError(f"mpt with ffn_config.ffn_type={ffn!r} is not supported; supported: mptmlp, te_ln_mlp "
+                               "(a plain 2-layer MLP)")
     attn = {"alibi": True, "attn_type": "multihead_attention", **(raw.get("attn_config") or {})}
     d_model, heads = int(raw["d_model"]), int(raw["n_heads"])
     if attn["attn_type"] == "multiquery_attention":
@@ -681,6 +705,7 @@ def _llava(raw: Raw) -> Raw:
         text["vocab_size"] = raw["vocab_size"]
     out = normalize_hf(text)
     vis_raw = dict(raw.get("vision_config") or {})
+    _check_vision(vis_raw, "llava", "clip_vision_model")
     vis = _with_defaults(vis_raw, "clip_vision_model")
     patches = (int(vis["image_size"]) // int(vis["patch_size"])) ** 2
     full = raw["vision_feature_select_strategy"] == "full"  # "default" drops the CLS token
@@ -826,10 +851,178 @@ def _torch_dtype(raw: Raw) -> str | None:
     return None
 
 
+# vision towers perfcast models, and the multimodal family each belongs to
+_VISION_TOWERS = {"clip_vision_model": "llava", "llama4_vision_model": "llama4"}
+_SUPPORTED_TOWERS = ", ".join(f"{tower} ({family})" for tower, family in _VISION_TOWERS.items())
+# multimodal model_types whose config may carry no vision_config key of its own
+_MULTIMODAL_TYPES = frozenset({
+    "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "mllama", "paligemma", "idefics", "idefics2",
+    "idefics3", "llava_next", "llava_next_video", "llava_onevision", "mistral3", "pixtral", "internvl",
+    "chameleon", "blip-2", "instructblip", "kosmos-2", "phi3_v", "phi4_multimodal", "smolvlm", "aya_vision",
+    "glm4v", "gemma3", "gemma3n", "janus", "emu3", "florence2", "molmo", "minicpmv", "deepseek_vl_v2",
+})
+
+
+def _check_vision(vision: Raw, family: str, tower: str) -> None:
+    """Refuse a vision_config that is not the ViT ``family`` is modelled with (a SigLIP tower in a LLaVA...)."""
+    kind = vision.get("model_type", tower)
+    if kind != tower:
+        raise UnsupportedError(f"{family} with a {kind} vision tower is not supported; supported: "
+                               f"{_SUPPORTED_TOWERS}")
+
+
+# keys that mean an architecture feature, by feature: a family that does not model the feature refuses them
+_FOREIGN_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "moe": ("mixture-of-experts layers", ("num_local_experts", "num_experts", "n_routed_experts",
+                                          "moe_intermediate_size", "num_experts_per_tok", "n_shared_experts",
+                                          "shared_expert_intermediate_size", "decoder_sparse_step",
+                                          "moe_layer_freq")),
+    "mla": ("multi-head latent attention", ("kv_lora_rank", "q_lora_rank")),
+    "vision": ("a vision tower", ("vision_config",)),
+    "cross": ("cross-attention to an encoder", ("add_cross_attention", "is_encoder_decoder",
+                                                "cross_attention_hidden_size")),
+    "parallel": ("a parallel attention + MLP block", ("parallel_attn", "use_parallel_residual")),
+    "alibi": ("ALiBi positions", ("alibi",)),
+    "ssm": ("state-space (Mamba) layers", ("ssm_state_size", "mamba_d_state", "ssm_cfg",
+                                          "hybrid_override_pattern")),
+}
+# the features each family models (every other family refuses their keys)
+_FEATURES: dict[str, frozenset[str]] = {
+    "switch_transformers": frozenset({"moe", "cross"}),
+    "mixtral": frozenset({"moe"}),
+    "qwen3_moe": frozenset({"moe"}),
+    "llama4": frozenset({"moe", "vision"}),
+    "llama4_text": frozenset({"moe"}),
+    "deepseek_v3": frozenset({"moe", "mla"}),
+    "gpt_oss": frozenset({"moe"}),
+    "gpt_neox": frozenset({"parallel"}),
+    "falcon": frozenset({"parallel", "alibi"}),
+    "llava": frozenset({"vision"}),
+}
+# families that read per-layer attention types (``layer_types``); the others have every layer alike
+_READS_LAYER_TYPES = frozenset({"qwen2", "qwen3", "qwen3_moe", "gpt_oss", "llama4", "llama4_text"})
+
+
+def _check_foreign_keys(raw: Raw, family: str) -> None:
+    """Refuse keys of an architecture feature ``family`` does not model (they would be dropped silently)."""
+    reads = _FEATURES.get(family, frozenset())
+    for feature, (what, keys) in _FOREIGN_KEYS.items():
+        if feature in reads:
+            continue
+        for key in keys:
+            value = raw.get(key)
+            if value:
+                have = sorted(f for f, feats in _FEATURES.items() if feature in feats)
+                also = f" (families with {what}: {', '.join(have)})" if have else ""
+                raise UnsupportedError(f"a {family} config with {key}={_short(value)} has {what}, which perfcast's "
+                                       f"{family} does not model; refused rather than dropped{also}")
+    types = raw.get("layer_types")
+    if family not in _READS_LAYER_TYPES and isinstance(types, list) and any(t != "full_attention" for t in types):
+        other = sorted({str(t) for t in types} - {"full_attention"})
+        raise UnsupportedError(f"a {family} config with layer_types {other} has per-layer attention types, which "
+                               f"perfcast's {family} does not model (every layer full attention); families with "
+                               f"them: {', '.join(sorted(_READS_LAYER_TYPES))}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "su", "llama3")
+
+
+def _rope_scaling(raw: Raw) -> Raw | None:
+    """A config's RoPE scaling (``rope_scaling``, or transformers 5's ``rope_parameters``), None if unscaled."""
+    for key in ("rope_scaling", "rope_parameters"):
+        value = raw.get(key)
+        if isinstance(value, dict) and (value.get("rope_type") or value.get("type") or "default") != "default":
+            return value
+    return None
+
+
+def _context_limit(raw: Raw, positions: int) -> int:
+    """A rotary model's context limit: ``positions`` (its ``max_position_embeddings``) extended by ``rope_scaling``.
+
+    - ``linear`` / ``dynamic`` / ``yarn``: ``factor x original_max_position_embeddings`` (the original being
+      ``max_position_embeddings`` when the scaling does not name one, as transformers reads dynamic and YaRN
+      scaling), or ``max_position_embeddings`` when that is larger (vLLM's derived max_model_len);
+    - ``llama3`` / ``longrope``: their configs state the extended window in ``max_position_embeddings``
+      (Llama 3.1/3.2: 131072, Phi-3 longrope: 131072) and their ``factor`` shapes the frequencies rather than
+      multiplying a length (Llama-3.2-1B's factor 32 x 8192 would claim 262144 tokens), so that is the limit,
+      as vLLM takes it.
+    An unknown scaling type is refused.
+    """
+    scaling = _rope_scaling(raw)
+    if scaling is None:
+        return positions
+    kind = str(scaling.get("rope_type") or scaling.get("type"))
+    if kind not in _ROPE_TYPES:
+        raise UnsupportedError(f"rope_scaling type {kind!r} is not supported; supported: "
+                               f"{', '.join(t for t in _ROPE_TYPES if t != 'su')}")
+    if kind in ("llama3", "longrope", "su"):
+        return positions
+    factor = float(scaling.get("factor", 1.0))
+    if not 1.0 <= factor < 2.0**20:
+        raise ValueError(f"rope_scaling factor {factor} is not a scaling factor (1 or more)")
+    original = scaling.get("original_max_position_embeddings") or positions
+    return max(positions, int(factor * int(original)))
+
+
+# diffusers configs name their class instead of a model_type (the catalog copies add the model_type)
+_DIFFUSERS_CLASSES = {"UNet2DConditionModel": "unet_2d_condition", "AutoencoderKL": "autoencoder_kl"}
+
+
+def supported_model_types() -> list[str]:
+    """The ``model_type`` values perfcast models, sorted."""
+    return sorted(_FAMILIES)
+
+
+def _family_of(raw: Raw) -> str:
+    """The config's family (its model_type), or UnsupportedError naming what perfcast models instead."""
+    model_type = raw.get("model_type")
+    if model_type is None and raw.get("_class_name") in _DIFFUSERS_CLASSES:
+        model_type = _DIFFUSERS_CLASSES[raw["_class_name"]]
+    supported = ", ".join(supported_model_types())
+    if model_type is None or model_type == "":
+        raise UnsupportedError(f"the config has no model_type, so its architecture is unknown; supported: "
+                               f"{supported}")
+    if not isinstance(model_type, str):
+        raise UnsupportedError(f"model_type {model_type!r} is not a name; supported: {supported}")
+    if model_type not in _FAMILIES:
+        if model_type in _MULTIMODAL_TYPES or isinstance(raw.get("vision_config"), dict):
+            raise UnsupportedError(f"{model_type}'s vision tower is not supported; supported: {_SUPPORTED_TOWERS}")
+        raise UnsupportedError(f"model_type {model_type!r} is not modelled by perfcast (refused rather than "
+                               f"priced as another architecture); supported: {supported}")
+    return model_type
+
+
 def normalize_hf(raw: dict[str, Any]) -> dict[str, Any]:
-    """Map a HF config onto ModelConfig field names (raises KeyError/TypeError/ValueError/ArithmeticError)."""
+    """Map a HF config onto ModelConfig field names.
+
+    Raises UnsupportedError for an architecture, feature or quantization perfcast does not model, and
+    KeyError/TypeError/ValueError/ArithmeticError for a malformed config.
+    """
     _check_layer_counts(raw)
-    family = _FAMILIES.get(str(raw.get("model_type", "")), _common)
-    out = family(raw)
+    family = _family_of(raw)
+    _check_foreign_keys(raw, family)
+    text = raw.get("text_config")
+    if family in ("llama4",) and isinstance(text, dict):
+        _check_foreign_keys(text, "llama4_text")
+    out = _FAMILIES[family](raw)
+    if out.get("position") == "rotary" and family != "llava":  # llava's text model was scaled by its own family
+        out["max_positions"] = _context_limit(text if family == "llama4" and isinstance(text, dict) else raw,
+                                              out["max_positions"])
     out["torch_dtype"] = _torch_dtype(raw)
+    out["quantization"] = parse_quantization_config(raw)
+    if out["quantization"] is not None and out["quantization"]["method"] == "mxfp4":
+        _check_mxfp4_experts(out)
     return out
+
+
+def _check_mxfp4_experts(out: Raw) -> None:
+    """MXFP4 is modelled on MoE experts only: every MLP of the model must be routed experts (gpt-oss)."""
+    moe = out.get("moe")
+    if not moe or moe.get("first_dense_layers") or moe.get("num_shared_experts") or moe.get("layer_step", 1) != 1:
+        raise UnsupportedError("quantization_config mxfp4 on a model whose MLPs are not all routed experts is not "
+                               "supported; perfcast models MXFP4 on the MoE experts of an all-MoE model (gpt-oss)")
