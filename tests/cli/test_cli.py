@@ -158,7 +158,7 @@ def test_unknown_hardware_names_closest_ids() -> None:
 @pytest.mark.parametrize(("args", "fragment"), [
     (["-b", "0"], "batch size must be a positive integer"),
     (["-b", str(10**400)], "beyond what perfcast models"),
-    (["-s", "4096"], "exceeds the 1024 positions of gpt2"),
+    (["-s", "4096"], "exceeds the 1024 learned positions of gpt2"),
     (["--mode", "serve"], "unknown mode 'serve'"),
     (["--dtype", "fp13"], "unknown dtype"),
     (["--dtype", "("], "unknown dtype"),

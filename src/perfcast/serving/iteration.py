@@ -181,7 +181,10 @@ class IterationModel:
 
     # -- tables -------------------------------------------------------------------------------
     def _build(self, tokens: int) -> list[Op]:
-        spec = WorkloadSpec(Mode.PREFILL, 1, tokens, dtype=self.dtype, style="engine", attention="flash")
+        # T tokens of many sequences priced as one sequence's token-parallel work: requests are checked
+        # against the context by the engine, not here
+        spec = WorkloadSpec(Mode.PREFILL, 1, tokens, dtype=self.dtype, style="engine", attention="flash",
+                            check_context=False)
         return quantize_weights(_group_experts(list(build_workload(self.cfg, spec).ops)), self.quantization)
 
     def _ops(self, tokens: int) -> list[Op]:

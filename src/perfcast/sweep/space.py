@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcast.catalog.models import ModelConfig
+from perfcast.catalog.models import ModelConfig, check_context
 from perfcast.system.cluster import Cluster
 from perfcast.system.plan import ParallelPlan, divisors
 
@@ -200,9 +200,8 @@ def _masks(g: dict[str, np.ndarray], space: SearchSpace, cfg: ModelConfig, clust
     m = gb // unit
     bad_batch = (gb % unit != 0) | ((vp > 1) & (m % pp != 0)) | (dp == 0)
     seq = space.seq_len
+    check_context(cfg, seq)  # one sequence length for the whole space: beyond the context it is bad input
     bad_seq = (cp > 1) & (seq % (2 * cp) != 0)
-    if cfg.position == "learned" and seq > cfg.max_positions:
-        bad_seq = np.ones_like(bad_seq)
     if cfg.moe is None:
         bad_ep = ep > 1
     else:

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcast.catalog.models import ModelConfig
+from perfcast.catalog.models import ModelConfig, check_context
 from perfcast.errors import ConfigError
 from perfcast.system.cluster import Cluster
 from perfcast.workload.sharding import check_tp
@@ -147,9 +147,7 @@ def check_plan(plan: ParallelPlan, cfg: ModelConfig, cluster: Cluster, *, num_gp
                           f"(got {plan.seq_len})")
     if plan.cp > 1 and plan.cp_kind == "ulysses" and cfg.num_heads % (plan.cp * plan.tp):
         raise ConfigError(f"Ulysses cp={plan.cp} with tp={plan.tp} must divide the {cfg.num_heads} attention heads")
-    if plan.seq_len > cfg.max_positions and cfg.position == "learned":
-        raise ConfigError(f"sequence length {plan.seq_len} exceeds the {cfg.max_positions} learned positions of "
-                          f"{cfg.id}; use a sequence length in 1..{cfg.max_positions}")
+    check_context(cfg, plan.seq_len)
     if plan.sp and plan.tp == 1:
         raise ConfigError("sequence parallelism shards along the TP group: it needs tp > 1")
     if plan.qlora and plan.lora_rank == 0:

@@ -21,8 +21,16 @@ framework runs by default, and said here:
 - torch.compile rows launch compiled kernels; torchtitan's model code is plain
   PyTorch, so its eager rows run one kernel per norm/RoPE/SwiGLU operation
   (Megatron, NeMo and llm-foundry use fused kernels);
-- llm-foundry sets an MPT's ``max_seq_len`` (its learned position table) to
-  the run's sequence length, so long-sequence MPT rows use that table size;
+- context: a published run longer than its Hugging Face config's context ran
+  with an extended one, and the run proves it. llm-foundry sets an MPT's
+  ``max_seq_len`` (its learned position table, or ALiBi's length) to the run's
+  sequence length, so long-sequence MPT rows use that table size; rotary
+  models trained past their ``max_position_embeddings`` (NeMo's long-sequence
+  Llama-2-7B rows up to 1M tokens with context parallelism, torchtitan's
+  Llama-3.1 rows at 262144) ran with a RoPE base or scaling extended for it, so
+  their context is the run's sequence length. Nothing else about the model
+  changes (a rotary model has no position table); a learned table outside
+  llm-foundry is never resized;
 - pipeline stages may be uneven when the layers do not divide by ``pp``
   (torchtitan's Llama-3.1-405B, 126 layers over 8 stages).
 
@@ -131,9 +139,13 @@ def _model_name(row: dict[str, str]) -> str:
 
 
 def model_for_row(row: dict[str, str], seq_len: int) -> ModelConfig:
-    """The row's model; llm-foundry sizes an MPT's learned position table to the run's sequence length."""
+    """The row's model, its context extended to a longer run (module docstring): llm-foundry sizes an MPT's
+    position table (learned or ALiBi) to the run's sequence length; a rotary model's run proves its context."""
     cfg = load_model(_model_name(row))
-    if cfg.position == "learned" and seq_len > cfg.max_positions and "llm-foundry" in row.get("framework", ""):
+    if seq_len <= cfg.max_positions:
+        return cfg
+    foundry = "llm-foundry" in row.get("framework", "")
+    if cfg.position == "rotary" or (foundry and cfg.position in ("learned", "alibi")):
         cfg = cfg.model_copy(update={"max_positions": seq_len})
     return cfg
 

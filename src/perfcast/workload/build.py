@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfcast.catalog.models import ModelConfig, load_model
+from perfcast.catalog.models import ModelConfig, check_context, load_model
 from perfcast.dtypes import DType, parse_dtype
 from perfcast.errors import ConfigError, UnsupportedError
 from perfcast.workload.backward import backward_ops, optimizer_ops
@@ -38,6 +38,11 @@ class WorkloadSpec:
     serving/training kernels); ``attention`` is ``eager`` (explicit scores) or
     ``sdpa``/``flash`` (one fused kernel). Defaults: ``hf``+``eager`` for
     inference/training, ``engine``+``flash`` for prefill/decode.
+
+    ``check_context`` refuses a ``seq_len`` beyond the model's context
+    (:func:`~perfcast.catalog.models.check_context`); serving's iteration tables turn
+    it off, as they price a batch of tokens from many sequences as one sequence's
+    token-parallel work and check each request's length themselves.
     """
 
     mode: Mode
@@ -49,6 +54,7 @@ class WorkloadSpec:
     optimizer: str = "adam"
     loss: bool = True
     accumulate_grads: bool = False
+    check_context: bool = True
 
     @property
     def resolved_style(self) -> str:
@@ -72,13 +78,8 @@ def _check(cfg: ModelConfig, spec: WorkloadSpec) -> None:
         raise ConfigError(f"batch size {spec.batch_size} is beyond what perfcast models (at most {_MAX_BATCH})")
     if spec.seq_len < 1:
         raise ConfigError(f"sequence length must be a positive integer (got {spec.seq_len})")
-    # learned position tables end at max_positions; rotary/ALiBi models run longer sequences
-    # (long-context training and RoPE scaling), so only learned positions are a hard limit
-    if spec.seq_len > cfg.max_positions and cfg.position == "learned":
-        raise ConfigError(
-            f"sequence length {spec.seq_len} exceeds the {cfg.max_positions} positions of {cfg.id}; "
-            f"use a sequence length in 1..{cfg.max_positions}"
-        )
+    if spec.check_context:
+        check_context(cfg, spec.seq_len)
     if spec.resolved_style not in _STYLES:
         raise ConfigError(f"unknown style {spec.resolved_style!r}; use one of {', '.join(_STYLES)}")
     if spec.resolved_attention not in _ATTENTION:

@@ -107,7 +107,7 @@ def test_divisors() -> None:
     (ParallelPlan(tp=4, pp=2), 1),
     (ParallelPlan(tp=2, pp=2, dp=2, sp=True, micro_batch=2, global_batch=64), 1),
     (ParallelPlan(tp=8, pp=4, vp=2, dp=2, global_batch=64), 8),
-    (ParallelPlan(cp=2, dp=4, seq_len=8192), 1),
+    (ParallelPlan(cp=2, dp=4, seq_len=4096), 1),
     (ParallelPlan(dp=8, lora_rank=16, qlora=True), 1),
 ])
 def test_valid_llama_plans_pass(llama: ModelConfig, dgx: Cluster, plan: ParallelPlan, nodes: int) -> None:
@@ -242,8 +242,17 @@ def test_learned_positions_bound_the_sequence(gpt2: ModelConfig, dgx: Cluster) -
     assert check_plan(ParallelPlan(dp=8, seq_len=1024), gpt2, dgx) is None
 
 
-def test_rotary_positions_may_exceed_max_positions(llama: ModelConfig, dgx: Cluster) -> None:
-    assert check_plan(ParallelPlan(dp=8, seq_len=4 * llama.max_positions), llama, dgx) is None
+def test_rotary_positions_bound_the_sequence_too(llama: ModelConfig, dgx: Cluster) -> None:
+    msg = _error(ParallelPlan(dp=8, seq_len=100_000), llama, dgx)
+    assert "sequence length 100000 exceeds the 4096-token context of llama-2-7b" in msg
+    assert "use a sequence length in 1..4096" in msg
+
+
+def test_rope_scaling_extends_the_context(dgx: Cluster) -> None:
+    # Llama-3.1-8B: llama3 RoPE scaling, max_position_embeddings 131072
+    long = load_model("llama-3.1-8b")
+    assert check_plan(ParallelPlan(dp=8, seq_len=131072), long, dgx) is None
+    assert "131072" in _error(ParallelPlan(dp=8, seq_len=131073), long, dgx)
 
 
 # --- bugs -----------------------------------------------------------------------------------------------------

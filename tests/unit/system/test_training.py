@@ -113,9 +113,10 @@ def test_t4_2_lora_fits_where_full_fine_tuning_does_not() -> None:
 
 @pytest.mark.parametrize("kind", ["ring", "ulysses"])
 def test_t4_3_context_parallel_splits_the_sequence(kind: str) -> None:
+    # Llama-3.1-8B: Llama-3-8B's shapes with its context extended to 131072 (Llama-3-8B has 8192 positions)
     kw = dict(seq_len=32768, micro_batch=1, global_batch=1, recompute="full")
-    tp = _run("llama-3-8b", "dgx-h100", tp=8, sp=True, **kw)
-    cp = _run("llama-3-8b", "dgx-h100", cp=8, cp_kind=kind, **kw)
+    tp = _run("llama-3.1-8b", "dgx-h100", tp=8, sp=True, **kw)
+    cp = _run("llama-3.1-8b", "dgx-h100", cp=8, cp_kind=kind, **kw)
     assert cp.model_flops_per_token == pytest.approx(tp.model_flops_per_token, rel=1e-6)
     assert cp.comm_total_s["cp_comm_s"] > 0
     assert 0.3 < cp.step_time_s / tp.step_time_s < 3.0
@@ -124,8 +125,8 @@ def test_t4_3_context_parallel_splits_the_sequence(kind: str) -> None:
 def test_ring_and_ulysses_context_parallelism_differ() -> None:
     # ring attention hides its K/V passes behind attention; Ulysses' all-to-alls are exposed
     kw = dict(cp=8, seq_len=32768, micro_batch=1, global_batch=1)
-    ring = _run("llama-3-8b", "dgx-h100", cp_kind="ring", **kw)
-    ulysses = _run("llama-3-8b", "dgx-h100", cp_kind="ulysses", **kw)
+    ring = _run("llama-3.1-8b", "dgx-h100", cp_kind="ring", **kw)
+    ulysses = _run("llama-3.1-8b", "dgx-h100", cp_kind="ulysses", **kw)
     assert ring.breakdown_s["cp_comm_s"] < ulysses.breakdown_s["cp_comm_s"]
     assert ring.comm_total_s["cp_comm_s"] != ulysses.comm_total_s["cp_comm_s"]
 

@@ -196,7 +196,7 @@ def test_absurd_batch_is_refused_before_the_flop_arithmetic_overflows() -> None:
 
 
 def test_sequence_beyond_max_positions_names_the_limit() -> None:
-    message = r"1025 exceeds the 1024 positions of gpt2; use a sequence length in 1\.\.1024"
+    message = r"1025 exceeds the 1024 learned positions of gpt2; use a sequence length in 1\.\.1024"
     with pytest.raises(ConfigError, match=message):
         build_workload("gpt2", WorkloadSpec(Mode.INFERENCE, 1, 1025))
 

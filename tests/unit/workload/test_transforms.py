@@ -197,10 +197,12 @@ def _attention_flops(ops: list[Op]) -> float:
     return sum(o.flops * o.count for o in ops if o.kind is OpKind.ATTENTION)
 
 
-@pytest.mark.parametrize(("seq", "cp"), [(512, 2), (1024, 4), (2048, 8), (4096, 2), (8192, 4)])
-def test_context_shards_add_up_to_the_unsharded_causal_attention(seq: int, cp: int) -> None:
-    whole = _attention_flops(_forward("llama-2-7b", 1, seq))
-    local = shard_context(_forward("llama-2-7b", 1, seq // cp), cp)
+@pytest.mark.parametrize(("model", "seq", "cp"), [("llama-2-7b", 512, 2), ("llama-2-7b", 1024, 4),
+                                                  ("llama-2-7b", 2048, 8), ("llama-2-7b", 4096, 2),
+                                                  ("llama-3.1-8b", 8192, 4)])
+def test_context_shards_add_up_to_the_unsharded_causal_attention(model: str, seq: int, cp: int) -> None:
+    whole = _attention_flops(_forward(model, 1, seq))
+    local = shard_context(_forward(model, 1, seq // cp), cp)
     assert _attention_flops(local) * cp == pytest.approx(whole, rel=0.01)
 
 
