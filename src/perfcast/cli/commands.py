@@ -208,6 +208,9 @@ def predict(
     optimizer: str = typer.Option("adam", "--optimizer", help="Training optimizer step: adam | sgd | none."),
     attention: str | None = typer.Option(None, "--attention", help="eager | sdpa | flash (default by style)."),
     style: str | None = typer.Option(None, "--style", help="hf (eager PyTorch) | engine (fused serving kernels)."),
+    quantization: str = typer.Option("auto", "--quantization", "-q",
+                                     help="Inference modes: auto (the checkpoint's own) | none | w4a16 | w8a16 | "
+                                          "w8a8 | fp8 | fp4 | mxfp4. Training runs in --dtype."),
     explain: bool = typer.Option(False, "--explain", help="Show the top ops, their bound and share."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -228,15 +231,18 @@ def predict(
     if workload is not None:
         from perfcast.capture.io import load_workload
 
+        if quantization != "auto":
+            raise ConfigError("--quantization applies to catalog models (--model); a captured workload runs in --dtype")
         st = _predict_captured(load_workload(workload), hardware, mode_v, dtype, parallelism, optimizer, fused)
     else:
         st = run(StepRequest(model=model, hardware=hardware, mode=mode_v, batch_size=batch_size, seq_len=seq_len,
                              dtype=dtype, fused=fused, parallelism=parallelism, microbatches=microbatches,
-                             optimizer=optimizer, attention=attention, style=style))
+                             optimizer=optimizer, attention=attention, style=style, quantization=quantization))
     if as_json:
         data: dict[str, Any] = {
             "model": st.model_id, "hardware": st.hardware_id, "mode": st.mode, "batch_size": st.batch_size,
-            "seq_len": st.seq_len, "dtype": st.dtype, "fused": st.fused, "parallelism": st.parallelism,
+            "seq_len": st.seq_len, "dtype": st.dtype, "quantization": st.quantization, "fused": st.fused,
+            "parallelism": st.parallelism,
             "step_time_s": st.time_s, "step_time_low_s": st.low_s, "step_time_high_s": st.high_s,
             "device_busy_s": st.device_busy_s, "host_s": st.host_s, "comm_s": st.comm_s,
             "flops": st.flops, "achieved_flops_per_s": st.achieved_flops_per_s, "num_kernels": st.num_kernels,

@@ -40,9 +40,10 @@ def serve(
     router: str = typer.Option("round_robin", "--router", help="round_robin | least_outstanding | shortest_queue."),
     engine: str = typer.Option("vllm", "--engine", help="CPU-overhead preset: vllm | trtllm."),
     dtype: str = typer.Option("fp16", "--dtype", help="fp16 | bf16."),
-    quantization: str | None = typer.Option(None, "--quantization", "-q",
-                                            help="none | w4a16 | w8a16 | w8a8 | fp8 | fp4 (default none; with "
-                                                 "--workload the preset's precision where the GPU has it)."),
+    quantization: str = typer.Option("auto", "--quantization", "-q",
+                                     help="auto | none | w4a16 | w8a16 | w8a8 | fp8 | fp4 | mxfp4: the checkpoint's "
+                                          "own (auto; with --workload the preset's precision where the GPU has "
+                                          "it), a checkpoint quantized that way, or none for a 16-bit copy."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto | fp16 | bf16 | fp8."),
     max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Sequences per iteration at most."),
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
@@ -126,11 +127,11 @@ def serve(
             raise ConfigError(f"--workload sets the request lengths, arrivals and latency limits; drop "
                               f"{', '.join(given)}")
         model = model or bench.model
-        quantization = quantization or default_quantization(bench, hardware)
+        if quantization == "auto":
+            quantization = default_quantization(bench, hardware)
     elif model is None:
         raise ConfigError("--model is required (or --workload mlperf:<benchmark>:<scenario>, whose model is the "
                           "default)")
-    quantization = quantization or "none"
     try:
         work = WorkloadConfig(num_requests=200 if num_requests is None else num_requests, seed=seed,
                               arrival=arrival, qps=qps,  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ from perfcast.compose.types import StepTime
 from perfcast.dtypes import DType, parse_dtype
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.workload.build import WorkloadSpec, build_workload
+from perfcast.workload.quantization import resolve_quantization
 from perfcast.workload.types import Mode, Workload
 
 __all__ = ["StepRequest", "predict"]
@@ -31,7 +32,9 @@ class StepRequest:
     ``mode`` is inference (one forward pass), training (forward + backward +
     optimizer unless ``optimizer='none'``), prefill or decode. ``parallelism`` is
     ``none``, ``dpN``, ``tpN`` or ``ppN`` (GPUs of one node). ``allocator='cold'``
-    models runs that empty the CUDA cache between steps.
+    models runs that empty the CUDA cache between steps. ``quantization`` (inference
+    modes; :mod:`perfcast.workload.quantization`) defaults to the checkpoint's own,
+    run as ``hardware`` runs it; training runs in ``dtype``.
     """
 
     model: str | ModelConfig
@@ -49,6 +52,7 @@ class StepRequest:
     loss: bool = True
     accumulate_grads: bool = False
     framework: str | None = None
+    quantization: str = "auto"
 
 
 def predict(req: StepRequest, coeffs: Coefficients | None = None,
@@ -60,10 +64,12 @@ def predict(req: StepRequest, coeffs: Coefficients | None = None,
     par = parse_parallelism(req.parallelism)
     mode = Mode(req.mode)
     dtype = parse_dtype(req.dtype)
+    quant = resolve_quantization(cfg, req.quantization, hw)
 
     def build(batch: int) -> Workload:
         spec = WorkloadSpec(mode, batch, req.seq_len, dtype=dtype, style=req.style, attention=req.attention,
-                            optimizer=req.optimizer, loss=req.loss, accumulate_grads=req.accumulate_grads)
+                            optimizer=req.optimizer, loss=req.loss, accumulate_grads=req.accumulate_grads,
+                            quantization=quant)
         return build_workload(cfg, spec)
 
     opts = StepOptions(fused=req.fused, framework=req.framework, compose=compose)

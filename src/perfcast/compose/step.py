@@ -139,5 +139,5 @@ def predict_step(workload: Workload, hardware: Hardware | str, *, fused: bool = 
         num_kernels=sum(o.count for o in ops if o.kind is not OpKind.HOST), flops=workload.flops,
         bytes=sum(o.bytes * o.count for o in ops), by_phase_s={str(k): v for k, v in by_phase.items()},
         by_group_s=by_group,
-        ops=tuple(times) if keep_ops else (),
+        ops=tuple(times) if keep_ops else (), quantization=workload.quantization,
     )

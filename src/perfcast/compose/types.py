@@ -60,6 +60,7 @@ class StepTime:
     energy_J: float = 0.0
     avg_power_W: float = 0.0
     energy_by_group_J: dict[str, float] = field(default_factory=dict)
+    quantization: str = "none"  # the weights' quantization, in words (Workload.quantization)
 
     @property
     def achieved_flops_per_s(self) -> float:

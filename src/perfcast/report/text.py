@@ -25,6 +25,8 @@ def step_table(st: StepTime) -> Table:
     t.add_column("quantity")
     t.add_column("value", justify="right")
     t.add_row("step time", f"{format_time(st.time_s)}  (interval {format_time(st.low_s)} .. {format_time(st.high_s)})")
+    if st.quantization != "none":
+        t.add_row("weights", st.quantization)
     for phase, v in st.by_phase_s.items():
         t.add_row(f"  device time, {phase}", format_time(v))
     if st.comm_s:

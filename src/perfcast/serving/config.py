@@ -71,7 +71,10 @@ class ServingConfig(BaseModel):
     router: Literal["round_robin", "least_outstanding", "shortest_queue"] = "round_robin"
     engine: str = Field(default="vllm", description="CPU-overhead preset of the engine (vllm | trtllm)")
     dtype: Literal["bf16", "fp16"] = "fp16"
-    quantization: Literal["none", "w4a16", "w8a16", "w8a8", "fp8", "fp4"] = "none"
+    quantization: Literal["auto", "none", "w4a16", "w8a16", "w8a8", "fp8", "fp4", "mxfp4"] = Field(
+        default="auto", description="weights as the checkpoint stores them (auto: its quantization_config, none "
+        "for an unquantized one), or a checkpoint quantized that way (none = a 16-bit copy); see "
+        "perfcast.workload.quantization for how each scheme runs on the GPU")
     kv_cache_dtype: Literal["auto", "fp16", "bf16", "fp8"] = "auto"
     max_num_seqs: int = Field(default=256, ge=1)
     max_num_batched_tokens: int | None = Field(default=None, ge=1,

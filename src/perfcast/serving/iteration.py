@@ -66,8 +66,9 @@ from perfcast.system.collectives import collective_times
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.graph import Graph, causal_pairs
 from perfcast.workload.models.vision import build_vision_encoder
+from perfcast.workload.quantization import QUANTIZATION_CHOICES, Quantization, resolve_quantization
 from perfcast.workload.sharding import check_tp, shard_tp
-from perfcast.workload.transforms import QUANTIZATION_SCHEMES, quantize_weights
+from perfcast.workload.transforms import quantize_weights
 from perfcast.workload.types import Mode, Op, OpKind
 
 __all__ = ["IterationBreakdown", "IterationModel", "PrefillChunk", "weight_bytes_per_gpu"]
@@ -119,8 +120,12 @@ def _grid(top: int) -> np.ndarray:
 class IterationModel:
     """Iteration time of one replica (``tp`` GPUs of ``hardware``, ``pp`` pipeline stages).
 
-    ``quantization`` is a :data:`~perfcast.workload.transforms.QUANTIZATION_SCHEMES` name;
-    ``kv_dtype`` the KV-cache format (default: the activation dtype). ``max_tokens`` bounds the
+    ``quantization`` is ``auto`` (the checkpoint's own, from its ``quantization_config``) or a
+    :data:`~perfcast.workload.quantization.QUANTIZATION_SCHEMES` name (a checkpoint quantized that way),
+    run as the GPU runs it (:mod:`perfcast.workload.quantization`: FP8 weights on a GPU without FP8 math
+    run weight-only); ``quant`` is the resolved value. ``kv_dtype`` is the KV-cache format (default: FP8
+    when ``fp8`` or ``fp4`` is asked for explicitly, as TensorRT-LLM's FP8 and FP4 checkpoints ship an FP8
+    cache; else the activation dtype, ``auto`` included, as vLLM's ``kv_cache_dtype=auto``). ``max_tokens`` bounds the
     tokens one iteration may schedule (the dense tables cover it; larger batches interpolate).
     ``ep`` (expert-parallel GPUs, dividing ``tp``) and ``attention_dp`` (attention data-parallel over
     the ``tp`` GPUs) apply to mixture-of-experts models (module docstring).
@@ -131,7 +136,7 @@ class IterationModel:
     tp: int = 1
     pp: int = 1
     dtype: DType = DType.BF16
-    quantization: str = "none"
+    quantization: str = "auto"
     kv_dtype: DType | None = None
     max_tokens: int = 16384
     max_seqs: int = 1024
@@ -152,9 +157,10 @@ class IterationModel:
         self.sc = self.serving or load_serving_coefficients()
         if self.engine not in self.sc.engines:
             raise ConfigError(f"unknown engine {self.engine!r}; use one of {', '.join(sorted(self.sc.engines))}")
-        if self.quantization not in QUANTIZATION_SCHEMES:
+        if self.quantization not in QUANTIZATION_CHOICES:
             raise ConfigError(f"unknown quantization {self.quantization!r}; use one of "
-                              f"{', '.join(QUANTIZATION_SCHEMES)}")
+                              f"{', '.join(QUANTIZATION_CHOICES)}")
+        self.quant: Quantization = resolve_quantization(self.cfg, self.quantization, self.hw)
         check_tp(self.cfg, self.tp)
         if self.ep < 1 or self.tp % self.ep:
             raise ConfigError(f"expert parallelism {self.ep} must divide the tensor-parallel size {self.tp}")
@@ -184,8 +190,8 @@ class IterationModel:
         # T tokens of many sequences priced as one sequence's token-parallel work: requests are checked
         # against the context by the engine, not here
         spec = WorkloadSpec(Mode.PREFILL, 1, tokens, dtype=self.dtype, style="engine", attention="flash",
-                            check_context=False)
-        return quantize_weights(_group_experts(list(build_workload(self.cfg, spec).ops)), self.quantization)
+                            quantization="none", check_context=False)
+        return quantize_weights(_group_experts(list(build_workload(self.cfg, spec).ops)), self.quant)
 
     def _ops(self, tokens: int) -> list[Op]:
         """One GPU's ops for an iteration of ``tokens`` tokens (the union of the ranks' under attention DP)."""
@@ -321,8 +327,13 @@ class IterationModel:
                 and bool(self.hw.peak_flops_per_s.fp8))
 
     def _weight_bytes(self) -> float:
-        return weight_bytes_per_gpu(self.cfg, tp=self.tp, dtype=self.dtype, quantization=self.quantization,
+        return weight_bytes_per_gpu(self.cfg, tp=self.tp, dtype=self.dtype, quantization=self.quant,
                                     attention_dp=self.attention_dp)
+
+    @property
+    def quantization_label(self) -> str:
+        """The weights' quantization and how this GPU runs it, in words (for reports)."""
+        return self.quant.label
 
     # -- queries ------------------------------------------------------------------------------
     @staticmethod
@@ -444,21 +455,39 @@ class IterationModel:
 
 
 def weight_bytes_per_gpu(model: ModelConfig | str, *, tp: int = 1, dtype: DType = DType.BF16,
-                         quantization: str = "none", attention_dp: bool = False) -> float:
+                         quantization: str | Quantization = "auto", attention_dp: bool = False) -> float:
     """Bytes of weights on one GPU of a ``tp``-way replica, every pipeline stage together (divide by ``pp``
     for one stage): every expert, quantized block weights, 16-bit embeddings and head. Under attention data
-    parallelism only the routed experts are split over the GPUs; everything else is on each of them."""
+    parallelism only the routed experts are split over the GPUs; everything else is on each of them.
+
+    ``quantization`` is ``auto`` (the checkpoint's own format: its group or block sizes), a scheme name (its
+    generic format) or a resolved :class:`~perfcast.workload.quantization.Quantization`. MXFP4 quantizes
+    only the routed experts' weights (their biases and every other layer stay in ``dtype``).
+    """
     cfg = load_model(model)
+    q = resolve_quantization(cfg, quantization)
     count = count_params(cfg)
     head = 0 if cfg.tie_word_embeddings else count.embedding  # an untied LM head is as large as the token table
     block = count.total - count.embedding - head
-    qbytes = {"none": dtype.bytes, "w4a16": 0.5 + 2.0 / 128, "w8a16": 1.0, "w8a8": 1.0, "fp8": 1.0,
-              "fp4": 0.5 + 1.0 / 16}
-    per_param = qbytes[quantization]
-    if not attention_dp:
-        return (block * per_param + (count.embedding + head) * dtype.bytes) / tp
+    outer = (count.embedding + head) * dtype.bytes
+    if q.checkpoint is not None:
+        per_param = q.checkpoint.bytes_per_weight(cfg.hidden_size)  # groups run along the input (hidden) axis
+    else:
+        qbytes = {"none": dtype.bytes, "w4a16": 0.5 + 2.0 / 128, "w8a16": 1.0 + 2.0 / 128, "w8a8": 1.0, "fp8": 1.0,
+                  "fp4": 0.5 + 1.0 / 16, "mxfp4": 0.5 + 1.0 / 32}
+        per_param = qbytes[q.scheme]
     routed = _routed_expert_params(cfg)
-    return routed * per_param / tp + (block - routed) * per_param + (count.embedding + head) * dtype.bytes
+    if q.scheme == "mxfp4":  # the experts' weight matrices only
+        weights = _routed_expert_params(cfg, biases=False)
+        routed_bytes = weights * per_param + (routed - weights) * dtype.bytes
+        rest = (block - routed) * dtype.bytes
+    else:
+        routed_bytes, rest = routed * per_param, (block - routed) * per_param
+    if not attention_dp:
+        if q.scheme == "mxfp4":
+            return (routed_bytes + rest + outer) / tp
+        return (block * per_param + outer) / tp
+    return routed_bytes / tp + rest + outer
 
 
 def _is_routed_expert(op: Op) -> bool:
@@ -485,14 +514,15 @@ def _expert_share(op: Op, ep: int) -> Op:
                     weight_bytes=op.weight_bytes * f)
 
 
-def _routed_expert_params(cfg: ModelConfig) -> float:
-    """Parameters of every routed expert of every MoE layer (0 for a dense model)."""
+def _routed_expert_params(cfg: ModelConfig, *, biases: bool = True) -> float:
+    """Parameters of every routed expert of every MoE layer (0 for a dense model); ``biases=False``: their
+    weight matrices only."""
     moe = cfg.moe
     if moe is None:
         return 0.0
     width = moe.expert_intermediate_size
     per = cfg.hidden_size * width * (3 if moe.gated else 2) + ((width * (2 if moe.gated else 1) + cfg.hidden_size)
-                                                               if moe.expert_bias else 0)
+                                                               if moe.expert_bias and biases else 0)
     return float(per * moe.num_experts * sum(moe.is_moe_layer(i) for i in range(cfg.num_layers)))
 
 

@@ -17,6 +17,8 @@ from perfcast.workload.models.hf_opt import build_opt
 from perfcast.workload.models.hf_resnet import build_resnet
 from perfcast.workload.models.hf_switch import build_switch
 from perfcast.workload.models.unet import build_diffusion
+from perfcast.workload.quantization import Quantization, resolve_quantization
+from perfcast.workload.transforms import quantize_weights
 from perfcast.workload.types import Mode, Phase, Workload
 
 __all__ = ["WorkloadSpec", "build_workload"]
@@ -39,6 +41,12 @@ class WorkloadSpec:
     ``sdpa``/``flash`` (one fused kernel). Defaults: ``hf``+``eager`` for
     inference/training, ``engine``+``flash`` for prefill/decode.
 
+    ``quantization`` applies to the inference modes (inference, prefill, decode):
+    ``auto`` (default) is the checkpoint's own (its ``quantization_config``; none for
+    an unquantized checkpoint), or a scheme name or a resolved
+    :class:`~perfcast.workload.quantization.Quantization` (which knows whether the GPU
+    has FP8 math; a name alone assumes it does). A training step ignores it and runs
+    in ``dtype``, the training precision (the workload's ``quantization`` label says so).
     ``check_context`` refuses a ``seq_len`` beyond the model's context
     (:func:`~perfcast.catalog.models.check_context`); serving's iteration tables turn
     it off, as they price a batch of tokens from many sequences as one sequence's
@@ -54,6 +62,7 @@ class WorkloadSpec:
     optimizer: str = "adam"
     loss: bool = True
     accumulate_grads: bool = False
+    quantization: str | Quantization = "auto"
     check_context: bool = True
 
     @property
@@ -146,6 +155,14 @@ def _build(cfg: ModelConfig, spec: WorkloadSpec) -> Workload:
         build_decoder(g, cfg, shape, style=style, attention=attention,
                       kv_cache=spec.mode in (Mode.PREFILL, Mode.DECODE))
     forward = list(g.ops)
+    if training:
+        label = "none"
+        if cfg.quantization is not None:  # a quantized checkpoint trains in the training precision
+            label = f"none (training runs in {spec.dtype.value}, not the checkpoint's {cfg.quantization.label})"
+    else:
+        quant = resolve_quantization(cfg, spec.quantization)
+        forward = quantize_weights(forward, quant)
+        label = quant.label
     ops = list(forward)
     if training:
         if spec.loss:
@@ -157,7 +174,7 @@ def _build(cfg: ModelConfig, spec: WorkloadSpec) -> Workload:
         ops += optimizer_ops(forward, optimizer=spec.optimizer)
     return Workload(
         model_id=cfg.id, mode=spec.mode, batch_size=b, seq_len=s, dtype=spec.dtype, ops=tuple(ops),
-        kv_len=s if spec.mode is Mode.DECODE else 0,
+        kv_len=s if spec.mode is Mode.DECODE else 0, quantization=label,
     )
 
 

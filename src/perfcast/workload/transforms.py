@@ -15,9 +15,11 @@ gradient and an adapter gains one without any special case downstream.
   of every sequence; attention still covers the whole causal sequence (ring
   attention passes K/V blocks around, Ulysses regroups heads), so each GPU
   does ``1/cp`` of the attention work against ``seq`` keys.
-- :func:`quantize_weights`: serving-time quantization of the transformer blocks'
-  linear layers: weight-only (W4A16, W8A16: narrower weights streamed into a
-  16-bit GEMM), W8A8 (INT8 GEMMs on per-token quantized activations) or FP8.
+- :func:`quantize_weights`: inference-time quantization of the transformer blocks'
+  linear layers: weight-only (W4A16, W8A16, MXFP4 experts, FP8 on GPUs without
+  FP8 math: narrower weights streamed into a 16-bit GEMM), W8A8 (INT8 GEMMs on
+  per-token quantized activations), FP8 or FP4 (:mod:`perfcast.workload.quantization`
+  says which scheme a run uses).
 - :func:`route_experts`: expert parallelism and routing skew for MoE layers: a
   GPU runs its ``E/ep`` local experts over the tokens all ``ep`` ranks route to
   them; the busiest expert (which paces the layer) gets ``1 + skew`` times the
@@ -30,6 +32,7 @@ from dataclasses import replace
 
 from perfcast.dtypes import DType
 from perfcast.workload.graph import causal_pairs
+from perfcast.workload.quantization import QUANTIZATION_SCHEMES, Quantization
 from perfcast.workload.types import Op, OpKind
 
 __all__ = ["QUANTIZATION_SCHEMES", "apply_lora", "lora_target_names", "quantize_weights", "route_experts",
@@ -75,40 +78,81 @@ def to_fp8(ops: list[Op] | tuple[Op, ...]) -> list[Op]:
     return out
 
 
-QUANTIZATION_SCHEMES = ("none", "w4a16", "w8a16", "w8a8", "fp8", "fp4")
-_WEIGHT_ONLY = {"w4a16": DType.INT4, "w8a16": DType.INT8}
-_GROUP_SIZE = 128  # weight-only schemes keep one 16-bit scale per 128 weights (GPTQ/AWQ group size)
+_WEIGHT_DTYPES = {"w4a16": DType.INT4, "w8a16": DType.INT8, "mxfp4": DType.FP4, "fp8": DType.FP8}
+_GROUP_SIZE = 128  # generic weight-only schemes keep one 16-bit scale per 128 weights (GPTQ/AWQ group size)
+_MX_BYTES = 0.5 + 1.0 / 32  # MXFP4: 4-bit values + one 8-bit (E8M0) scale per 32
+# generic storage bytes per weight of the weight-only schemes (a checkpoint's own format may differ)
+_GENERIC_WEIGHT_BYTES = {"w4a16": 0.5 + 2.0 / _GROUP_SIZE, "w8a16": 1.0 + 2.0 / _GROUP_SIZE, "mxfp4": _MX_BYTES,
+                         "fp8": 1.0}
 
 
-def quantize_weights(ops: list[Op] | tuple[Op, ...], scheme: str) -> list[Op]:
-    """The blocks' linear layers under a serving quantization ``scheme`` (see QUANTIZATION_SCHEMES).
-
-    Weight-only schemes keep 16-bit activations and GEMM math and stream ``int4``/``int8``
-    weights plus one 16-bit scale per group of 128; ``w8a8`` runs INT8 GEMMs after a per-token
-    quantization kernel on each input; ``fp8`` runs FP8 GEMMs the same way; ``fp4`` (NVFP4) runs
-    FP4 GEMMs on 4-bit weights and activations with one 8-bit scale per 16 elements. Embeddings, the LM
-    head, attention and MoE routers keep the activation dtype.
-    """
-    if scheme == "none":
-        return list(ops)
+def _generic(scheme: str) -> Quantization:
     if scheme not in QUANTIZATION_SCHEMES:
         raise ValueError(f"unknown quantization {scheme!r}; use one of {', '.join(QUANTIZATION_SCHEMES)}")
-    if scheme == "fp8":
-        return to_fp8(ops)
+    return Quantization(scheme=scheme, weight_only=scheme in ("w4a16", "w8a16", "mxfp4"))
+
+
+def _quantized(op: Op, q: Quantization) -> bool:
+    """Whether ``op`` is a linear layer the scheme quantizes: the blocks' (MXFP4: the MoE experts') but routers."""
+    if not (op.kind is OpKind.GEMM and op.op == "linear" and _in_blocks(op) and ".router." not in op.name):
+        return False
+    return ".experts." in op.name if q.scheme == "mxfp4" else True
+
+
+def _stored_weight_bytes(op: Op, q: Quantization, per_weight: float) -> float:
+    """Bytes of ``op``'s stored weights at ``per_weight`` bytes per element (its bias stays in 16 bits)."""
+    g, _, k, n = op.dims
+    bias = max(0.0, op.weight_bytes - g * k * n * op.dtype.bytes)
+    return g * k * n * per_weight + bias
+
+
+def quantize_weights(ops: list[Op] | tuple[Op, ...], scheme: str | Quantization) -> list[Op]:
+    """The blocks' linear layers under a quantization ``scheme`` (a QUANTIZATION_SCHEMES name, or a resolved
+    :class:`~perfcast.workload.quantization.Quantization` carrying a checkpoint's own format).
+
+    Weight-only runs (``w4a16``, ``w8a16``, ``mxfp4`` on the MoE experts, ``fp8`` on a GPU without FP8
+    math) keep 16-bit activations and GEMM math and stream the narrower weights with their scales;
+    ``w8a8`` runs INT8 GEMMs after a per-token quantization kernel on each input; ``fp8`` runs FP8
+    GEMMs the same way; ``fp4`` (NVFP4) runs FP4 GEMMs on 4-bit weights and activations with one 8-bit
+    scale per 16 elements. Embeddings, the LM head, attention and MoE routers keep the activation dtype
+    (and MXFP4 leaves every layer but the experts in it). ``weight_bytes`` of a quantized op is its stored
+    weights: data, scales and zero points (the checkpoint's group or block size when it has one).
+    """
+    q = scheme if isinstance(scheme, Quantization) else _generic(scheme)
+    if q.scheme == "none":
+        return list(ops)
+    ckpt = q.checkpoint
+    if q.scheme == "fp8" and not q.weight_only:
+        cast = to_fp8(ops)
+        if ckpt is None or ckpt.weight_block_size is None:
+            return cast
+        # block-scaled FP8 (DeepSeek-V3): one fp32 scale per block adds to the stored weights
+        fixed: list[Op] = []
+        for op in cast:
+            if op.kind is OpKind.GEMM and op.dtype is DType.FP8 and op.weight_bytes:
+                weight = op.dims[0] * op.dims[2] * op.dims[3] * ckpt.bytes_per_weight(op.dims[2])
+                op = op.with_(bytes_read=op.bytes_read - op.weight_bytes + weight, weight_bytes=weight)
+            fixed.append(op)
+        return fixed
     out: list[Op] = []
     for op in ops:
-        if not (op.kind is OpKind.GEMM and op.op == "linear" and _in_blocks(op) and ".router." not in op.name):
+        if not _quantized(op, q):
             out.append(op)
             continue
         _, m, k, n = op.dims
         e = op.dtype.bytes
-        if scheme in _WEIGHT_ONLY:
-            w = _WEIGHT_ONLY[scheme]
-            weight = k * n * (w.bytes + 2.0 / _GROUP_SIZE)
+        if q.weight_only:
+            w = _WEIGHT_DTYPES[q.scheme]
+            per = ckpt.bytes_per_weight(k) if ckpt is not None else _GENERIC_WEIGHT_BYTES[q.scheme]
+            if ckpt is None and q.scheme in ("w4a16", "w8a16"):
+                weight = op.dims[0] * k * n * per  # generic integer schemes count bias-free weights (every expert
+                # of a grouped GEMM: dims[0])
+            else:
+                weight = _stored_weight_bytes(op, q, per)
             meta = tuple((key, w.value if key == "weight_dtype" else v) for key, v in op.meta)
             out.append(op.with_(bytes_read=op.bytes_read - op.weight_bytes + weight, weight_bytes=weight, meta=meta))
             continue
-        low = DType.FP4 if scheme == "fp4" else DType.INT8
+        low = DType.FP4 if q.scheme == "fp4" else DType.INT8
         per = low.bytes + (1.0 / 16 if low is DType.FP4 else 0.0)  # NVFP4: an 8-bit scale per 16 values
         act = m * k  # quantize the input per token (per block for fp4), then a low-precision GEMM
         out.append(Op(name=f"{op.name}.quantize_{low.value}", op="cast", kind=OpKind.VECTOR, dims=(1, act),

@@ -130,6 +130,7 @@ class Workload:
     ops: tuple[Op, ...]
     kv_len: int = 0
     tp: int = 1
+    quantization: str = "none"  # the weight quantization the ops carry, in words (workload.quantization)
 
     @property
     def flops(self) -> float:
