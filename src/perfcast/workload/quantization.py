@@ -112,7 +112,8 @@ def resolve_quantization(cfg: ModelConfig, requested: str | Quantization = "auto
     if scheme == "fp8" and hw is not None and not _has_fp8_math(hw):
         weight_only = True
         note = (f"{note}; " if note else "") + (f"weight-only w8a16 on {hw.id}, which has no FP8 math: FP8 weights "
-                                                "dequantized into 16-bit GEMMs")
+                                                "dequantized into GEMMs in the activation dtype")
     elif scheme == "mxfp4":
-        note = (f"{note}; " if note else "") + "weight-only: expert weights dequantized into 16-bit GEMMs"
+        note = (f"{note}; " if note else "") + ("weight-only: expert weights dequantized into GEMMs in the "
+                                                "activation dtype")
     return Quantization(scheme=scheme, weight_only=weight_only, checkpoint=checkpoint, note=note)
