@@ -176,9 +176,9 @@ def _print(result: Any, trace: Path | None) -> None:
     head.add_row("step time", f"{_time(result.step_time_s)}  ({_time(result.low_s)} - {_time(result.high_s)})")
     head.add_row("tokens/s per GPU", f"{result.tokens_per_s_per_gpu:,.0f}")
     head.add_row("model TFLOP/s per GPU", f"{result.tflops_per_gpu:.1f}")
+    formula = "litgpt's LoRA FLOP count: frozen weights 2x" if p.lora_rank else "Megatron-LM's FLOP formula"
     head.add_row("MFU / HFU", f"{100 * result.mfu:.1f}% / {100 * result.hfu:.1f}% of "
-                 f"{result.peak_flops_per_s / 1e12:.0f} TFLOP/s "
-                 f"({'fp8' if p.precision == 'fp8' else 'bf16'} dense peak; Megatron-LM's FLOP formula)")
+                 f"{result.peak_flops_per_s / 1e12:.0f} TFLOP/s ({p.precision} dense peak; {formula})")
     head.add_row("micro-batches per step", f"{result.microbatches} (pipeline bubble {100 * result.bubble_frac:.1f}%)")
     if result.energy_per_gpu_J > 0:
         head.add_row("energy (prior model)", f"{result.energy_per_step_J / 1e3:,.3g} kJ per step, "

@@ -14,6 +14,9 @@ Autograd's kernels follow from each forward op (PyTorch ``derivatives.yaml``):
   saved tensors and the gradient and write the input gradient (norms also
   reduce their parameter gradients).
 - ``embedding``: a zero-filled table gradient plus an index-add of the token rows.
+- ``dequantize`` (QLoRA's 4-bit base weight): no gradient, but the input gradient of
+  the frozen GEMM needs the weight again; bitsandbytes' ``MatMul4Bit`` keeps only the
+  packed weight and dequantizes it once more in the backward (one kernel of the forward's size).
 
 Every parameter tensor ends with an ``AccumulateGrad`` kernel when gradients
 accumulate into ``.grad`` (micro-batching, or NeuSight's runs without
@@ -115,6 +118,9 @@ def _backward_of(op: Op) -> list[Op]:
                      op.bytes_read)]
     if op.kind is not OpKind.VECTOR or op.op in _NO_GRAD:
         return []
+    if op.op == "dequantize":
+        return [_bwd(op, "redequant", "dequantize", OpKind.VECTOR, op.dims, op.flops, op.bytes_read,
+                     op.bytes_written, meta=op.meta)]
     rows, cols = op.dims
     numel = rows * cols
     if op.op in ("softmax", "layernorm", "rmsnorm"):

@@ -111,6 +111,38 @@ def test_t4_2_lora_fits_where_full_fine_tuning_does_not() -> None:
     assert lora.step_time_s < full.step_time_s
 
 
+def test_lora_counts_the_flops_it_executes_so_its_mfu_is_not_inflated() -> None:
+    kw = dict(seq_len=2048, micro_batch=4, global_batch=16)
+    full = _run("llama-2-7b", "dgx-a100", **kw)
+    lora = _run("llama-2-7b", "dgx-a100", lora_rank=16, **kw)
+    # litgpt's convention: frozen matmuls 2x their forward FLOPs, attention 3x. Forward per token: 2 x 6.48e9
+    # frozen linear weights (blocks + head) plus the non-causal attention 2 x 2 x s x h x L
+    linear, attention = 2 * (32 * 202_375_168 + 4096 * 32000), 4 * 2048 * 4096 * 32
+    assert full.model_flops_per_token == pytest.approx(3 * (linear + attention), rel=1e-9)
+    adapters = 2 * 32 * 16 * (4096 * 3 + 12288 + 4096 + 4096)  # A and B of q, k, v, o
+    assert lora.model_flops_per_token == pytest.approx(2 * linear + 3 * attention + 3 * adapters, rel=1e-9)
+    assert "litgpt" in lora.as_dict()["flops_convention"] and "Megatron" in full.as_dict()["flops_convention"]
+    # no weight-gradient GEMMs for the frozen base: the step is about 2/3 of full fine-tuning's matmul work,
+    # so MFU stays near full training's instead of the 80 % the Megatron count gave
+    assert lora.mfu < 0.7 and lora.mfu == pytest.approx(full.mfu, rel=0.15)
+    full_recompute = _run("llama-2-7b", "dgx-a100", lora_rank=16, recompute="full", **kw)
+    assert full_recompute.hardware_flops_per_token == pytest.approx(
+        lora.model_flops_per_token + linear + attention + adapters, rel=1e-9)
+
+
+def test_qlora_holds_less_memory_than_lora_and_pays_for_dequantization() -> None:
+    kw = dict(seq_len=2048, micro_batch=4, global_batch=16, lora_rank=16)
+    lora = _run("llama-2-7b", "dgx-a100", **kw)
+    qlora = _run("llama-2-7b", "dgx-a100", qlora=True, **kw)
+    assert qlora.memory.total_bytes < lora.memory.total_bytes
+    assert qlora.memory.activations_bytes == pytest.approx(lora.memory.activations_bytes, rel=1e-9)
+    assert qlora.step_time_s > lora.step_time_s
+    # LoRA keeps only A's narrow output beside what full fine-tuning keeps
+    full = _run("llama-2-7b", "dgx-a100", seq_len=2048, micro_batch=4, global_batch=16)
+    assert lora.memory.activations_bytes - full.memory.activations_bytes == pytest.approx(
+        32 * 4 * (4 * 2048) * 16 * 2, rel=1e-9)
+
+
 @pytest.mark.parametrize("kind", ["ring", "ulysses"])
 def test_t4_3_context_parallel_splits_the_sequence(kind: str) -> None:
     kw = dict(seq_len=32768, micro_batch=1, global_batch=1, recompute="full")
