@@ -1,5 +1,5 @@
-"""CLI: ``perfcast train``: one JSON object with units in its keys, a Perfetto trace, and bad plans as one
-``error:`` line with exit code 2."""
+"""CLI: ``perfcast train``: one JSON object with units in its keys, a Perfetto trace, bad plans as one
+``error:`` line with exit code 2, and a plan that does not fit as a verdict with exit code 1."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import invoke, user_error, with_flags
+from cli_helpers import does_not_fit, invoke, user_error, with_flags
 
 pytestmark = pytest.mark.cli
 
@@ -37,27 +37,53 @@ def test_train_text_names_the_convention() -> None:
 
 def test_train_writes_a_perfetto_trace_and_never_overwrites(tmp_path: Path) -> None:
     out = tmp_path / "step.json"
-    res = invoke([*SMALL, "--pp", "2", "--dp", "2", "--trace", str(out), "--json"])
+    res = invoke([*SMALL, "--pp", "2", "--dp", "2", "--trace-out", str(out), "--json"])
     assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout)["trace_path"] == str(out)
     events = json.loads(out.read_text())["traceEvents"]
     complete = [e for e in events if e.get("ph") == "X"]
     assert complete and all(e["dur"] >= 0 for e in complete)
     assert {e["pid"] for e in complete} >= {0, 1}  # one process lane per pipeline stage
     before = out.read_text()
-    line = user_error(invoke([*SMALL, "--trace", str(out)]))
+    line = user_error(invoke([*SMALL, "--trace-out", str(out)]))
     assert "--force" in line and out.read_text() == before
-    assert invoke([*SMALL, "--trace", str(out), "--force", "--json"]).exit_code == 0
+    assert invoke([*SMALL, "--trace-out", str(out), "--force", "--json"]).exit_code == 0
+
+
+def test_train_keeps_the_readmes_trace_spelling_as_a_hidden_alias(tmp_path: Path) -> None:
+    out = tmp_path / "step.json"
+    assert invoke([*SMALL, "--trace", str(out), "--json"]).exit_code == 0 and out.is_file()
+    help_text = invoke(["train", "--help"]).stdout
+    assert "--trace-out" in help_text and "--trace " not in help_text
+    line = user_error(invoke([*SMALL, "--trace", str(out), "--trace-out", str(tmp_path / "b.json"), "--force"]))
+    assert "--trace-out" in line
 
 
 def test_train_out_of_memory_is_a_verdict_with_the_breakdown() -> None:
     res = invoke(["train", "--model", "llama-2-70b", "--cluster", "dgx-a100", "--nodes", "1",
                               "--dp", "8", "--json"])
-    assert res.exit_code == 2
+    assert "out of memory" in does_not_fit(res)
     data = json.loads(res.stdout)
-    assert data["fits_in_memory"] is False and data["memory_per_gpu_bytes"] > data["memory_capacity_bytes"]
+    assert data["fits_in_memory"] is False and data["fits"] is False and data["verdict"] == "out_of_memory"
+    assert data["memory_per_gpu_bytes"] > data["memory_capacity_bytes"] and data["step_time_s"] > 0
     assert data["memory_per_gpu_bytes"] == sum(v for k, v in data["memory_breakdown_bytes"].items()
                                                if k not in ("total_bytes", "capacity_bytes"))
-    assert "out of memory" in user_error(res)
+    text = invoke(["train", "--model", "llama-2-70b", "--cluster", "dgx-a100", "--nodes", "1", "--dp", "8"])
+    assert "out of memory" in does_not_fit(text)
+    assert "OUT OF MEMORY" in text.stdout and "memory per GPU" in text.stdout
+
+
+def test_train_fitting_plan_says_so() -> None:
+    data = json.loads(invoke([*SMALL, "--json"]).stdout)
+    assert data["fits"] is True and data["verdict"] == "fits"
+
+
+def test_train_lora_reports_mfu_on_the_flops_it_executes() -> None:
+    res = invoke(["train", "-m", "llama-2-7b", "-c", "dgx-a100", "--tp", "1", "--dp", "1", "--lora-rank", "16",
+                  "--seq-len", "2048", "--micro-batch", "4", "--global-batch", "16", "--json"])
+    data = json.loads(res.stdout)
+    assert res.exit_code == 0 and data["fits"] is True
+    assert data["mfu"] < 0.7 and "litgpt" in data["flops_convention"]
 
 
 @pytest.mark.parametrize(("args", "fragment"), [

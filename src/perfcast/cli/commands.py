@@ -204,6 +204,7 @@ def predict(
     dtype: str = typer.Option("fp32", "--dtype", help="fp32 | tf32 | fp16 | bf16 | fp8 ..."),
     fused: bool = typer.Option(False, "--fused", help="Compiler fusion (torch.compile)."),
     parallelism: str = typer.Option("none", "--parallelism", help="none | dpN | tpN | ppN (GPUs of one node)."),
+    tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel degree (--tp N is --parallelism tpN)."),
     microbatches: int | None = typer.Option(None, "--microbatches", help="Pipeline micro-batches (ppN)."),
     optimizer: str = typer.Option("adam", "--optimizer", help="Training optimizer step: adam | sgd | none."),
     attention: str | None = typer.Option(None, "--attention", help="eager | sdpa | flash (default by style)."),
@@ -225,6 +226,7 @@ def predict(
         raise ConfigError(f"unknown mode {mode!r}; use one of {', '.join(m.value for m in Mode)}") from None
     if (model is None) == (workload is None):
         raise ConfigError("give either --model (a catalog model) or --workload (a captured workload JSON)")
+    parallelism = _with_tp(parallelism, tp)
     if workload is not None:
         from perfcast.capture.io import load_workload
 
@@ -255,6 +257,23 @@ def predict(
     _console().print(step_table(st))
     if explain:
         _console().print(top_ops_table(st))
+
+
+def _with_tp(parallelism: str, tp: int | None) -> str:
+    """``--parallelism`` after ``--tp N`` (tensor parallelism is asked with --tp in every command)."""
+    from perfcast.compose.parallel import parse_parallelism
+    from perfcast.errors import ConfigError
+
+    if tp is None:
+        return parallelism
+    if tp < 1:
+        raise ConfigError(f"--tp {tp}: the tensor-parallel degree is a positive integer (1 = one GPU)")
+    asked = parse_parallelism(parallelism)
+    wanted = "none" if tp == 1 else f"tp{tp}"
+    if asked.kind != "none" and str(asked) != wanted:
+        raise ConfigError(f"--tp {tp} and --parallelism {parallelism} ask for different layouts; give one of them "
+                          f"(--tp {tp} is --parallelism {wanted})")
+    return wanted
 
 
 def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str, parallelism: str, optimizer: str,

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, _table, app, emit_json, flag_error, handled, refuse_overwrite
+from perfcast.cli.app import _console, _table, app, does_not_fit, emit_json, flag_error, handled, refuse_overwrite
 
 __all__ = ["train"]
 
@@ -59,8 +58,11 @@ def train(
     fused_kernels: bool = typer.Option(True, "--fused-kernels/--plain-pytorch",
                                        help="Eager runs use fused norm/RoPE/activation kernels (Megatron, TE) or "
                                             "plain PyTorch ops, one kernel each (torchtitan, HF)."),
-    trace: Path | None = typer.Option(None, "--trace", help="Write a Chrome trace JSON of the step (Perfetto)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing --trace file."),
+    trace_out: Path | None = typer.Option(None, "--trace-out", help="Write a Chrome trace JSON of the step "
+                                                                    "(Perfetto)."),
+    trace_alias: Path | None = typer.Option(None, "--trace", hidden=True,
+                                            help="Old spelling of --trace-out (the README's published example)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --trace-out file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict one training step: time, tokens/s and TFLOP/s per GPU, MFU/HFU, where time and memory go."""
@@ -71,6 +73,9 @@ def train(
     from perfcast.system.plan import ParallelPlan
     from perfcast.system.training import simulate_training
 
+    if trace_out is not None and trace_alias is not None:
+        raise ConfigError("--trace is the old spelling of --trace-out; give one of them")
+    trace = trace_out if trace_out is not None else trace_alias
     refuse_overwrite(trace, force=force)
     if (model is None) == (workload is None):
         raise ConfigError("give either --model (a catalog model) or --workload (a captured workload JSON)")
@@ -124,21 +129,17 @@ def train(
         from perfcast.system.trace import write_trace
 
         write_trace(result, trace)
-    oom = None if result.fits else (
-        f"out of memory: the plan needs {_gib(result.memory.total_bytes)} per GPU and {result.gpu_id} has "
-        f"{_gib(result.memory.capacity_bytes)}; shard more (zero, tp, pp), recompute, or shrink the micro-batch")
     if as_json:
         data: dict[str, Any] = result.as_dict()
         if trace is not None:
             data["trace_path"] = str(trace)
-        if oom:
-            data["error"] = oom
         emit_json(data)
     else:
         _print(result, trace)
-    if oom:
-        sys.stderr.write(f"error: {oom}\n")
-        raise typer.Exit(2)
+    if not result.fits:
+        does_not_fit(f"out of memory: the plan needs {_gib(result.memory.total_bytes)} per GPU and {result.gpu_id} "
+                     f"has {_gib(result.memory.capacity_bytes)}; shard more (zero, tp, pp), recompute, or shrink the "
+                     "micro-batch")
 
 
 def _check_captured_plan(w: Any, micro_batch: int | None, seq_len: int | None, *, cp: int, ep: int,
@@ -173,6 +174,9 @@ def _print(result: Any, trace: Path | None) -> None:
     head.add_row("plan", f"tp {p.tp}, pp {p.pp}" + (f" (vp {p.vp})" if p.vp > 1 else "") +
                  f", dp {p.dp}, cp {p.cp}, ep {p.ep}; zero {p.zero}, recompute {p.recompute}, {p.precision}; "
                  f"micro-batch {p.micro_batch}, global batch {p.effective_global_batch}, seq {p.seq_len}")
+    head.add_row("verdict", "fits in memory" if result.fits else
+                 f"OUT OF MEMORY: needs {_gib(result.memory.total_bytes)} per GPU of "
+                 f"{_gib(result.memory.capacity_bytes)}; the times below are for a plan that does not fit")
     head.add_row("step time", f"{_time(result.step_time_s)}  ({_time(result.low_s)} - {_time(result.high_s)})")
     head.add_row("tokens/s per GPU", f"{result.tokens_per_s_per_gpu:,.0f}")
     head.add_row("model TFLOP/s per GPU", f"{result.tflops_per_gpu:.1f}")

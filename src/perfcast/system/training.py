@@ -164,7 +164,7 @@ class TrainingResult:
             "memory_per_gpu_bytes": self.memory.total_bytes,
             "memory_capacity_bytes": self.memory.capacity_bytes,
             "memory_breakdown_bytes": self.memory.as_dict(),
-            "fits_in_memory": self.fits,
+            "fits_in_memory": self.fits, "fits": self.fits, "verdict": "fits" if self.fits else "out_of_memory",
             "stages": [{"fwd_s": f, "bwd_s": b, "layers": n}
                        for f, b, n in zip(self.stage_fwd_s, self.stage_bwd_s, self.stage_layers, strict=True)],
             "energy_per_step_J": self.energy_per_step_J, "energy_per_gpu_per_step_J": self.energy_per_gpu_J,
