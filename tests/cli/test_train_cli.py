@@ -100,3 +100,26 @@ def test_train_lora_reports_mfu_on_the_flops_it_executes() -> None:
 def test_train_bad_input_is_one_error_line(args: list[str], fragment: str) -> None:
     line = user_error(invoke(with_flags(["train"], SMALL[1:], args)))
     assert fragment in line.lower() if fragment.islower() else fragment in line, line
+
+
+def test_train_without_parallel_degrees_fills_the_node() -> None:
+    base = ["train", "-m", "llama-2-7b", "-c", "dgx-a100", "--seq-len", "2048", "--zero", "1"]
+    data = json.loads(invoke([*base, "--json"]).stdout)
+    assert data["num_gpus"] == 8 and data["plan"]["dp"] == 8 and data["chosen_by_default"] == ["dp"]
+    assert data["tokens_per_step"] == 8 * 2048  # one sequence per data-parallel rank
+    text = invoke(base).stdout
+    assert "8 x a100-sxm-80gb" in text and "dp 8 (default: fills the 8 GPUs" in text
+    # the GPUs left after tensor parallelism; --nodes scales it; a plan wider than a node takes whole nodes
+    assert json.loads(invoke([*base, "--tp", "2", "--json"]).stdout)["plan"]["dp"] == 4
+    two = json.loads(invoke([*base, "--nodes", "2", "--json"]).stdout)
+    assert (two["num_gpus"], two["plan"]["dp"]) == (16, 16)
+    wide = json.loads(invoke([*base, "--tp", "8", "--pp", "2", "--json"]).stdout)
+    assert (wide["num_gpus"], wide["plan"]["dp"]) == (16, 1)
+    # asking for one GPU still prices one GPU, and says so
+    one = json.loads(invoke([*base, "--dp", "1", "--json"]).stdout)
+    assert one["num_gpus"] == 1 and one["chosen_by_default"] == []
+
+
+def test_train_default_dp_that_is_not_whole_is_one_error_line() -> None:
+    line = user_error(invoke(["train", "-m", "gpt2", "-c", "dgx-a100", "--pp", "3", "--seq-len", "1024"]))
+    assert "--dp left out" in line and "--dp 2 for 6 GPUs" in line

@@ -29,10 +29,12 @@ def train(
                                                                  "its repeated layers, tp when its layers have "
                                                                  "Megatron column/row pairs."),
     cluster: str = typer.Option(..., "--cluster", "-c", help="Cluster id or cluster YAML path."),
-    nodes: int | None = typer.Option(None, "--nodes", help="Nodes (default: what tp*pp*dp*cp needs)."),
+    nodes: int | None = typer.Option(None, "--nodes", help="Nodes (default: what tp*pp*dp*cp needs; with --dp "
+                                                           "left out, the fewest whole nodes that hold tp*pp*cp)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
-    dp: int | None = typer.Option(None, "--dp", help="Data-parallel degree (default: the GPUs left)."),
+    dp: int | None = typer.Option(None, "--dp", help="Data-parallel degree (default: the GPUs left on the "
+                                                     "node(s): GPUs per node x nodes / (tp*pp*cp))."),
     cp: int = typer.Option(1, "--cp", help="Context-parallel degree."),
     cp_kind: str = typer.Option("ring", "--cp-kind", help="ring (ring attention) | ulysses (all-to-all)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE models)."),
@@ -96,15 +98,9 @@ def train(
     micro_batch = 1 if micro_batch is None else micro_batch
     seq_len = 2048 if seq_len is None else seq_len
     cl = load_cluster(cluster, nodes=nodes)
-    gpus = cl.num_gpus if nodes is not None else None
+    defaults = [name for name, value in (("dp", dp),) if value is None]
     if dp is None:
-        if gpus is None:
-            dp = 1
-        else:
-            denom = tp * pp * cp
-            if denom < 1 or gpus % denom:
-                raise ConfigError(f"tp*pp*cp = {denom} does not divide the {gpus} GPUs of {nodes} {cl.id} nodes")
-            dp = gpus // denom
+        dp = _default_dp(cl.gpus_per_node, cl.id, nodes, tp * pp * cp)
     try:
         fields: dict[str, Any] = dict(
             tp=tp, pp=pp, dp=dp, cp=cp, cp_kind=cp_kind, ep=ep, vp=vp, sp=sp, tp_comm_overlap=tp_overlap,
@@ -131,15 +127,35 @@ def train(
         write_trace(result, trace)
     if as_json:
         data: dict[str, Any] = result.as_dict()
+        data["chosen_by_default"] = defaults
         if trace is not None:
             data["trace_path"] = str(trace)
         emit_json(data)
     else:
-        _print(result, trace)
+        _print(result, trace, defaults)
     if not result.fits:
         does_not_fit(f"out of memory: the plan needs {_gib(result.memory.total_bytes)} per GPU and {result.gpu_id} "
                      f"has {_gib(result.memory.capacity_bytes)}; shard more (zero, tp, pp), recompute, or shrink the "
                      "micro-batch")
+
+
+def _default_dp(gpus_per_node: int, cluster_id: str, nodes: int | None, model_parallel: int) -> int:
+    """The data-parallel degree that fills the node(s) when --dp is left out: ``gpus_per_node x nodes / (tp*pp*cp)``.
+
+    Without --nodes, the fewest whole nodes that hold one tp*pp*cp model replica (one node for most plans).
+    """
+    from perfcast.errors import ConfigError
+
+    if model_parallel < 1:  # a degree below 1 is refused by the plan's own check
+        return 1
+    nodes = nodes if nodes is not None else max(1, -(-model_parallel // gpus_per_node))
+    gpus = gpus_per_node * nodes
+    if gpus % model_parallel:
+        fill = gpus // model_parallel
+        raise ConfigError(f"--dp left out: tp*pp*cp = {model_parallel} does not divide the {gpus} GPUs of {nodes} "
+                          f"{cluster_id} node(s), so the GPUs left for data parallelism are not a whole number; "
+                          f"give --dp (e.g. --dp {max(1, fill)} for {max(1, fill) * model_parallel} GPUs)")
+    return gpus // model_parallel
 
 
 def _check_captured_plan(w: Any, micro_batch: int | None, seq_len: int | None, *, cp: int, ep: int,
@@ -164,15 +180,17 @@ def _check_captured_plan(w: Any, micro_batch: int | None, seq_len: int | None, *
                           "capture it again with that length (--input-shape) or leave --seq-len out")
 
 
-def _print(result: Any, trace: Path | None) -> None:
+def _print(result: Any, trace: Path | None, defaults: list[str]) -> None:
     con = _console()
     p = result.plan
     head = _table(title=f"{result.model_id} on {result.num_gpus} x {result.gpu_id} ({result.cluster_id})",
                   show_header=False)
     head.add_column("quantity", no_wrap=True)
     head.add_column("value")
+    dp_note = f" (default: fills the {result.num_gpus} GPUs of the node(s))" if "dp" in defaults else ""
     head.add_row("plan", f"tp {p.tp}, pp {p.pp}" + (f" (vp {p.vp})" if p.vp > 1 else "") +
-                 f", dp {p.dp}, cp {p.cp}, ep {p.ep}; zero {p.zero}, recompute {p.recompute}, {p.precision}; "
+                 f", dp {p.dp}{dp_note}, cp {p.cp}, ep {p.ep}; zero {p.zero}, recompute {p.recompute}, "
+                 f"{p.precision}; "
                  f"micro-batch {p.micro_batch}, global batch {p.effective_global_batch}, seq {p.seq_len}")
     head.add_row("verdict", "fits in memory" if result.fits else
                  f"OUT OF MEMORY: needs {_gib(result.memory.total_bytes)} per GPU of "
