@@ -26,3 +26,32 @@ def test_predict_tp_is_a_spelling_of_parallelism_tp() -> None:
 ])
 def test_predict_tp_conflicts_and_bad_degrees_are_one_line(args: list[str], fragment: str) -> None:
     assert fragment in user_error(invoke([*GPT2, *args]))
+
+
+def test_predict_dtype_defaults_to_the_checkpoints() -> None:
+    decode = ["predict", "-m", "llama-2-7b", "-H", "a100-sxm-80gb", "--mode", "decode", "-b", "1", "-s", "512",
+              "--json"]
+    default = parse_json(invoke(decode))
+    assert default["dtype"] == "fp16" and default["chosen_by_default"] == ["dtype"]  # torch_dtype float16
+    fp32 = parse_json(invoke([*decode, "--dtype", "fp32"]))
+    assert fp32["dtype"] == "fp32" and fp32["chosen_by_default"] == []
+    # decode streams the weights: FP32 moves twice the bytes of the checkpoint's FP16
+    assert fp32["step_time_s"] > 1.8 * default["step_time_s"]
+    text = " ".join(invoke(decode[:-1]).stdout.split())  # the title may wrap
+    assert "fp16 (the checkpoint's)" in text
+
+
+@pytest.mark.parametrize(("model", "hardware", "mode", "dtype"), [
+    ("gpt2", "a100-sxm-80gb", "inference", "fp32"),     # no torch_dtype: transformers loads fp32
+    ("gpt2", "a100-sxm-80gb", "decode", "fp16"),        # a serving engine runs fp32 checkpoints in fp16
+    ("llama-3-8b", "a100-sxm-80gb", "inference", "bf16"),
+    ("llama-3-8b", "t4", "inference", "fp16"),          # no bf16 math on a T4
+])
+def test_predict_default_dtype_is_the_shared_rule(model: str, hardware: str, mode: str, dtype: str) -> None:
+    from perfcast.catalog.defaults import default_dtype
+    from perfcast.catalog.hardware import load_hardware
+    from perfcast.catalog.models import load_model
+
+    data = parse_json(invoke(["predict", "-m", model, "-H", hardware, "--mode", mode, "-s", "64", "--json"]))
+    rule = default_dtype(load_model(model), load_hardware(hardware), engine=mode == "decode")
+    assert data["dtype"] == dtype == rule.value

@@ -103,11 +103,11 @@ def test_train_bad_input_is_one_error_line(args: list[str], fragment: str) -> No
 
 
 def test_train_without_parallel_degrees_fills_the_node() -> None:
-    base = ["train", "-m", "llama-2-7b", "-c", "dgx-a100", "--seq-len", "2048", "--zero", "1"]
+    base = ["train", "-m", "llama-2-7b", "-c", "dgx-a100", "--seq-len", "2048", "--zero", "1", "--precision", "bf16"]
     data = json.loads(invoke([*base, "--json"]).stdout)
     assert data["num_gpus"] == 8 and data["plan"]["dp"] == 8 and data["chosen_by_default"] == ["dp"]
     assert data["tokens_per_step"] == 8 * 2048  # one sequence per data-parallel rank
-    text = invoke(base).stdout
+    text = " ".join(invoke(base).stdout.split())
     assert "8 x a100-sxm-80gb" in text and "dp 8 (default: fills the 8 GPUs" in text
     # the GPUs left after tensor parallelism; --nodes scales it; a plan wider than a node takes whole nodes
     assert json.loads(invoke([*base, "--tp", "2", "--json"]).stdout)["plan"]["dp"] == 4
@@ -123,3 +123,22 @@ def test_train_without_parallel_degrees_fills_the_node() -> None:
 def test_train_default_dp_that_is_not_whole_is_one_error_line() -> None:
     line = user_error(invoke(["train", "-m", "gpt2", "-c", "dgx-a100", "--pp", "3", "--seq-len", "1024"]))
     assert "--dp left out" in line and "--dp 2 for 6 GPUs" in line
+
+
+@pytest.mark.parametrize(("model", "cluster", "precision"), [
+    ("llama-3-8b", "dgx-a100", "bf16"),   # torch_dtype bfloat16
+    ("llama-2-7b", "dgx-a100", "fp16"),   # torch_dtype float16
+    ("gpt2-medium", "dgx-a100", "fp32"),  # no torch_dtype: transformers loads fp32
+])
+def test_train_precision_defaults_to_the_checkpoints(model: str, cluster: str, precision: str) -> None:
+    res = invoke(["train", "-m", model, "-c", cluster, "--dp", "1", "--seq-len", "1024", "--json"])
+    data = json.loads(res.stdout)
+    assert data["plan"]["precision"] == precision and "precision" in data["chosen_by_default"]
+    asked = json.loads(invoke(["train", "-m", model, "-c", "dgx-h100", "--dp", "1", "--seq-len", "1024",
+                               "--precision", "fp8", "--json"]).stdout)
+    assert asked["plan"]["precision"] == "fp8" and asked["chosen_by_default"] == []  # fp8 only when asked
+
+
+def test_train_text_says_which_precision_ran() -> None:
+    res = invoke(["train", "-m", "llama-2-7b", "-c", "dgx-a100", "--dp", "1", "--micro-batch", "1"])
+    assert "fp16 (the checkpoint's)" in " ".join(res.stdout.split())

@@ -201,7 +201,8 @@ def predict(
     mode: str = typer.Option("inference", "--mode", help="inference | training | prefill | decode"),
     batch_size: int = typer.Option(1, "--batch-size", "-b", help="Sequences per step."),
     seq_len: int = typer.Option(512, "--seq-len", "-s", help="Tokens per sequence (context length for decode)."),
-    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | tf32 | fp16 | bf16 | fp8 ..."),
+    dtype: str | None = typer.Option(None, "--dtype", help="fp32 | tf32 | fp16 | bf16 | fp8 ... (default: the "
+                                                             "checkpoint's torch_dtype, as train and serve use)."),
     fused: bool = typer.Option(False, "--fused", help="Compiler fusion (torch.compile)."),
     parallelism: str = typer.Option("none", "--parallelism", help="none | dpN | tpN | ppN (GPUs of one node)."),
     tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel degree (--tp N is --parallelism tpN)."),
@@ -239,6 +240,7 @@ def predict(
         data: dict[str, Any] = {
             "model": st.model_id, "hardware": st.hardware_id, "mode": st.mode, "batch_size": st.batch_size,
             "seq_len": st.seq_len, "dtype": st.dtype, "fused": st.fused, "parallelism": st.parallelism,
+            "chosen_by_default": [] if dtype is not None else ["dtype"],
             "step_time_s": st.time_s, "step_time_low_s": st.low_s, "step_time_high_s": st.high_s,
             "device_busy_s": st.device_busy_s, "host_s": st.host_s, "comm_s": st.comm_s,
             "flops": st.flops, "achieved_flops_per_s": st.achieved_flops_per_s, "num_kernels": st.num_kernels,
@@ -254,7 +256,7 @@ def predict(
                                for o in st.top_ops(12)]
         emit_json(data)
         return
-    _console().print(step_table(st))
+    _console().print(step_table(st, dtype_default=dtype is None))
     if explain:
         _console().print(top_ops_table(st))
 
@@ -276,10 +278,11 @@ def _with_tp(parallelism: str, tp: int | None) -> str:
     return wanted
 
 
-def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str, parallelism: str, optimizer: str,
+def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str | None, parallelism: str, optimizer: str,
                       fused: bool) -> Any:
     """A captured workload's inference forward, or its training step (``--mode training``: forward, backward
-    and optimizer on one GPU, ``dpN`` adding the gradient all-reduce), in ``--dtype``."""
+    and optimizer on one GPU, ``dpN`` adding the gradient all-reduce), in ``--dtype`` (default: the dtype it was
+    captured in, the captured model's checkpoint dtype)."""
     from perfcast.capture.training import cast_workload, training_workload
     from perfcast.catalog.hardware import load_hardware
     from perfcast.compose.energy import with_energy
@@ -298,10 +301,11 @@ def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str, parallelism:
         raise ConfigError(f"--parallelism {parallelism}: a captured workload runs on one GPU or data-parallel (dpN); "
                           "tensor parallelism needs to know which GEMMs to shard, which a captured graph does not say "
                           "(pipeline parallelism: perfcast train --workload --pp)")
+    run_dtype = w.dtype if dtype is None else parse_dtype(dtype)
     if mode is Mode.TRAINING:
-        step_w = training_workload(w, parse_dtype(dtype), optimizer=optimizer)
+        step_w = training_workload(w, run_dtype, optimizer=optimizer)
     else:
-        step_w = cast_workload(w, parse_dtype(dtype))
+        step_w = cast_workload(w, run_dtype)
     if par.kind == "dp":  # each GPU runs the captured batch
         co = load_coefficients()
         step = predict_data_parallel(lambda _: step_w, step_w.batch_size * par.degree, par.degree, hw, co,

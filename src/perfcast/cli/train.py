@@ -48,7 +48,10 @@ def train(
     global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per step (default micro x dp)."),
     seq_len: int = typer.Option(None, "--seq-len", "-s", help="Tokens per sequence (default 2048; a captured "
                                                              "workload's sequence length)."),
-    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 (FP8 GEMMs, bf16 elsewhere)."),
+    precision: str | None = typer.Option(None, "--precision", help="bf16 | fp16 | fp32 | fp8 (FP8 GEMMs, bf16 "
+                                                                   "elsewhere). Default: the checkpoint's torch_dtype "
+                                                                   "(as predict and serve; fp16 where the GPU has no "
+                                                                   "bf16)."),
     schedule: str = typer.Option("1f1b", "--schedule", help="Pipeline schedule: gpipe | 1f1b | interleaved."),
     uneven_stages: bool = typer.Option(False, "--uneven-stages", help="Allow pp not dividing the layers."),
     lora_rank: int = typer.Option(0, "--lora-rank", help="LoRA rank (0 = full training)."),
@@ -81,6 +84,8 @@ def train(
     refuse_overwrite(trace, force=force)
     if (model is None) == (workload is None):
         raise ConfigError("give either --model (a catalog model) or --workload (a captured workload JSON)")
+    cl = load_cluster(cluster, nodes=nodes)
+    defaults = [name for name, value in (("dp", dp), ("precision", precision)) if value is None]
     captured = None
     if workload is not None:
         from perfcast.capture.io import load_workload
@@ -89,16 +94,21 @@ def train(
 
         w = load_workload(workload)
         _check_captured_plan(w, micro_batch, seq_len, cp=cp, ep=ep, lora_rank=lora_rank)
+        if precision is None:
+            precision = _captured_precision(w.dtype)
         base = {"fp32": DType.FP32, "fp16": DType.FP16}.get(precision, DType.BF16)  # fp8: BF16 + FP8 GEMMs
         captured = training_forward(w, base)
         if tp > 1 and captured.tp_error:
             raise ConfigError(f"--tp {tp}: tensor parallelism cannot shard this captured graph: "
                               f"{captured.tp_error}; use --tp 1 (data/pipeline parallelism)")
         micro_batch, seq_len = captured.micro_batch, captured.tokens_per_sample
+    elif precision is None:
+        from perfcast.catalog.defaults import default_dtype
+        from perfcast.catalog.models import load_model
+
+        precision = default_dtype(load_model(model), cl.hardware()).value
     micro_batch = 1 if micro_batch is None else micro_batch
     seq_len = 2048 if seq_len is None else seq_len
-    cl = load_cluster(cluster, nodes=nodes)
-    defaults = [name for name, value in (("dp", dp),) if value is None]
     if dp is None:
         dp = _default_dp(cl.gpus_per_node, cl.id, nodes, tp * pp * cp)
     try:
@@ -158,6 +168,16 @@ def _default_dp(gpus_per_node: int, cluster_id: str, nodes: int | None, model_pa
     return gpus // model_parallel
 
 
+def _captured_precision(dtype: Any) -> str:
+    """The training precision of a captured model left to the default: the dtype it was captured in."""
+    from perfcast.errors import ConfigError
+
+    if dtype.value not in ("fp32", "fp16", "bf16"):
+        raise ConfigError(f"--precision left out: the workload was captured in {dtype.value}, which is not a "
+                          "training precision; give --precision bf16, fp16, fp32 or fp8")
+    return str(dtype.value)
+
+
 def _check_captured_plan(w: Any, micro_batch: int | None, seq_len: int | None, *, cp: int, ep: int,
                          lora_rank: int) -> None:
     """One-line errors for what a captured graph cannot train with."""
@@ -188,9 +208,10 @@ def _print(result: Any, trace: Path | None, defaults: list[str]) -> None:
     head.add_column("quantity", no_wrap=True)
     head.add_column("value")
     dp_note = f" (default: fills the {result.num_gpus} GPUs of the node(s))" if "dp" in defaults else ""
+    precision_note = " (the checkpoint's)" if "precision" in defaults else ""
     head.add_row("plan", f"tp {p.tp}, pp {p.pp}" + (f" (vp {p.vp})" if p.vp > 1 else "") +
                  f", dp {p.dp}{dp_note}, cp {p.cp}, ep {p.ep}; zero {p.zero}, recompute {p.recompute}, "
-                 f"{p.precision}; "
+                 f"{p.precision}{precision_note}; "
                  f"micro-batch {p.micro_batch}, global batch {p.effective_global_batch}, seq {p.seq_len}")
     head.add_row("verdict", "fits in memory" if result.fits else
                  f"OUT OF MEMORY: needs {_gib(result.memory.total_bytes)} per GPU of "

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from perfcast.catalog.defaults import default_dtype
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.compose.coefficients import ComposeCoefficients
@@ -30,8 +31,9 @@ class StepRequest:
 
     ``mode`` is inference (one forward pass), training (forward + backward +
     optimizer unless ``optimizer='none'``), prefill or decode. ``parallelism`` is
-    ``none``, ``dpN``, ``tpN`` or ``ppN`` (GPUs of one node). ``allocator='cold'``
-    models runs that empty the CUDA cache between steps.
+    ``none``, ``dpN``, ``tpN`` or ``ppN`` (GPUs of one node). ``dtype`` None is the
+    checkpoint's (:func:`perfcast.catalog.defaults.default_dtype`, the rule
+    ``train`` and ``serve`` use too; a serving engine's for the engine style).
     """
 
     model: str | ModelConfig
@@ -39,7 +41,7 @@ class StepRequest:
     mode: Mode = Mode.INFERENCE
     batch_size: int = 1
     seq_len: int = 512
-    dtype: DType | str = DType.FP32
+    dtype: DType | str | None = None
     fused: bool = False
     parallelism: str = "none"
     microbatches: int | None = None
@@ -59,12 +61,15 @@ def predict(req: StepRequest, coeffs: Coefficients | None = None,
     co = coeffs or load_coefficients()
     par = parse_parallelism(req.parallelism)
     mode = Mode(req.mode)
-    dtype = parse_dtype(req.dtype)
+    base = WorkloadSpec(mode, req.batch_size, req.seq_len, style=req.style, attention=req.attention,
+                        optimizer=req.optimizer, loss=req.loss, accumulate_grads=req.accumulate_grads)
+    if req.dtype is None:
+        dtype = default_dtype(cfg, hw, engine=base.resolved_style == "engine")
+    else:
+        dtype = parse_dtype(req.dtype)
 
     def build(batch: int) -> Workload:
-        spec = WorkloadSpec(mode, batch, req.seq_len, dtype=dtype, style=req.style, attention=req.attention,
-                            optimizer=req.optimizer, loss=req.loss, accumulate_grads=req.accumulate_grads)
-        return build_workload(cfg, spec)
+        return build_workload(cfg, replace(base, batch_size=batch, dtype=dtype))
 
     opts = StepOptions(fused=req.fused, framework=req.framework, compose=compose)
     n = par.degree

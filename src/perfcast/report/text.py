@@ -17,11 +17,12 @@ def pct(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
 
-def step_table(st: StepTime) -> Table:
-    """Summary of one step prediction."""
+def step_table(st: StepTime, *, dtype_default: bool = False) -> Table:
+    """Summary of one step prediction (``dtype_default``: the dtype was the checkpoint's, not asked for)."""
     extra = ("" if not st.fused else ", fused") + ("" if st.parallelism == "none" else ", " + st.parallelism)
+    dtype = f"{st.dtype} (the checkpoint's)" if dtype_default else st.dtype
     t = Table(title=f"{st.model_id} on {st.hardware_id}: {st.mode}, batch {st.batch_size}, seq {st.seq_len}, "
-                    f"{st.dtype}{extra}", show_header=False)
+                    f"{dtype}{extra}", show_header=False)
     t.add_column("quantity")
     t.add_column("value", justify="right")
     t.add_row("step time", f"{format_time(st.time_s)}  (interval {format_time(st.low_s)} .. {format_time(st.high_s)})")
