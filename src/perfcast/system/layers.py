@@ -21,7 +21,7 @@ from perfcast.dtypes import DType
 from perfcast.kernel.coefficients import Coefficients
 from perfcast.kernel.predict import predict_ops
 from perfcast.system.plan import ParallelPlan
-from perfcast.workload.backward import backward_ops
+from perfcast.workload.backward import SavedActivations, backward_ops
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.sharding import shard_tp
 from perfcast.workload.transforms import apply_lora, route_experts, shard_context, to_fp8
@@ -98,23 +98,6 @@ def _label(op: Op) -> str:
     if first in ("head", "loss", "optimizer"):
         return "head"
     return first
-
-
-def _saved_for_backward(op: Op) -> bool:
-    """Whether autograd keeps this forward output until the backward.
-
-    Most outputs are saved by the op that consumes them (a norm's input, a
-    linear layer's input, the activation's input...). Two are not: a row-split
-    projection's output only feeds the residual add, and the rotary embedding
-    reads q/k (saving nothing) and writes the rotated copies attention saves.
-    An op may say so itself (``saved_for_backward`` in its meta: a LoRA up-projection, a QLoRA dequantization).
-    """
-    saved = op.get("saved_for_backward")
-    if saved is not None:
-        return bool(saved)
-    if op.kind is OpKind.GEMM and op.op == "linear" and op.tp_split == "row":
-        return False
-    return not (op.kind is OpKind.VECTOR and op.op == "rope")
 
 
 def _model_flops(forward: list[Op], tokens: int) -> tuple[float, float, float]:
@@ -245,6 +228,7 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
         if label not in ("embed", "head") and ".experts." not in op.name:
             layer_counts[label] = min(layer_counts.get(label, op.count), op.count)
     it = iter(kernels)
+    saved = SavedActivations(sequence_parallel=plan.tp if plan.sp else 1)
     for op in ops:
         label = _label(op)
         n = 1 if label in ("embed", "head") else layer_counts.get(label, op.count)
@@ -273,8 +257,7 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
                 part.fwd_gemm_s += t
             if op.kind is OpKind.ATTENTION:
                 part.attention_fwd_s += t
-            if _saved_for_backward(op):
-                part.activation_bytes += op.bytes_written * per
+            part.activation_bytes += saved.add(op) * per
             if op.kind is OpKind.GEMM and op.op == "linear" and not op.get("tied", False):
                 _, _, k, nn = op.dims
                 stored = k * nn + (nn if op.get("bias", False) else 0)

@@ -155,9 +155,7 @@ def apply_lora(ops: list[Op] | tuple[Op, ...], rank: int, targets: tuple[str, ..
             out.append(Op(name=f"{op.name}.dequant_nf4", op="dequantize", kind=OpKind.VECTOR, dims=(1, k * n),
                           dtype=op.dtype, flops=2.0 * k * n, bytes_read=packed, bytes_written=float(k * n * e),
                           count=op.count, phase=op.phase, group=op.group, tp_split="column",
-                          meta=(("inputs", 1), ("outputs", 1), ("stored_weight_bytes", packed),
-                                # bitsandbytes keeps the packed weight, not this 16-bit copy, for the backward
-                                ("saved_for_backward", False))))
+                          meta=(("inputs", 1), ("outputs", 1), ("stored_weight_bytes", packed))))
         out.append(frozen)
         leaf = op.name.rsplit(".", 1)[-1]
         if leaf not in names:
@@ -173,17 +171,15 @@ def _adapter(op: Op, name: str, m: int, k: int, n: int, rank: int) -> list[Op]:
     """A LoRA adapter beside ``op``: down-projection A (k -> r), up-projection B (r -> n) added to the output."""
     e = op.dtype.bytes
     meta = (("bias", False), ("frozen", False), ("weight_dtype", op.dtype.value), ("tied", False))
-    # B keeps A's narrow output for its weight gradient; B's output is only added (scaled) to the base output
-    meta_a, meta_b = (*meta, ("saved_for_backward", True)), (*meta, ("saved_for_backward", False))
     return [
         Op(name=f"{op.name}.{name}_a", op="linear", kind=OpKind.GEMM, dims=(1, m, k, rank), dtype=op.dtype,
            flops=2.0 * m * k * rank, bytes_read=(m * k + k * rank) * e, bytes_written=float(m * rank * e),
            count=op.count, phase=op.phase, group=op.group, weight_bytes=k * rank * e, params=k * rank,
-           tp_split="row" if op.tp_split == "row" else "none", meta=meta_a),
+           tp_split="row" if op.tp_split == "row" else "none", meta=meta),
         Op(name=f"{op.name}.{name}_b", op="linear", kind=OpKind.GEMM, dims=(1, m, rank, n), dtype=op.dtype,
            flops=2.0 * m * rank * n, bytes_read=(m * rank + rank * n + m * n) * e, bytes_written=float(m * n * e),
            count=op.count, phase=op.phase, group=op.group, weight_bytes=rank * n * e, params=rank * n,
-           tp_split="column" if op.tp_split in ("column", "vocab") else "none", meta=meta_b),
+           tp_split="column" if op.tp_split in ("column", "vocab") else "none", meta=meta),
     ]
 
 

@@ -137,10 +137,13 @@ def test_qlora_holds_less_memory_than_lora_and_pays_for_dequantization() -> None
     assert qlora.memory.total_bytes < lora.memory.total_bytes
     assert qlora.memory.activations_bytes == pytest.approx(lora.memory.activations_bytes, rel=1e-9)
     assert qlora.step_time_s > lora.step_time_s
-    # LoRA keeps only A's narrow output beside what full fine-tuning keeps
+    # beside what full fine-tuning keeps, LoRA keeps each up-projection's narrow input (A's output) and drops
+    # the inputs of the frozen layers no adapter reads (a frozen weight needs no input for its gradient): the
+    # MLP's two projections and the LM head
     full = _run("llama-2-7b", "dgx-a100", seq_len=2048, micro_batch=4, global_batch=16)
+    tokens, h, f = 4 * 2048, 4096, 11008
     assert lora.memory.activations_bytes - full.memory.activations_bytes == pytest.approx(
-        32 * 4 * (4 * 2048) * 16 * 2, rel=1e-9)
+        2 * (32 * tokens * (4 * 16 - h - f) - tokens * h), rel=1e-9)
 
 
 @pytest.mark.parametrize("kind", ["ring", "ulysses"])
@@ -227,3 +230,24 @@ def test_r3_resnet50_data_parallel_communication_grows_with_gpus() -> None:
     # a CNN's throughput counts images, and its model FLOPs are ResNet-50's ~3 x 8.2 GFLOP per image
     assert runs[0].tokens_per_s_per_gpu == pytest.approx(runs[0].samples_per_s_per_gpu)
     assert runs[0].model_flops_per_token == pytest.approx(3 * 8.18e9, rel=0.05)
+
+
+@pytest.mark.parametrize(("tp", "sp", "per_layer_sbh"), [
+    (1, False, 32.0),          # Korthikanti et al. 2022 Table 2: 34 s b h, less two dropout masks the graph has not
+    (4, False, 8 + 24 / 4),    # tensor parallel: s b h (10 + 24 / t), less the masks
+    (4, True, 32 / 4),         # and sequence parallel: 34 s b h / t, less the masks
+])
+def test_kept_activations_per_layer_follow_korthikanti(tp: int, sp: bool, per_layer_sbh: float) -> None:
+    from perfcast.catalog.hardware import load_hardware
+    from perfcast.catalog.models import load_model
+    from perfcast.compose.coefficients import load_compose_coefficients
+    from perfcast.kernel.coefficients import load_coefficients
+    from perfcast.system.layers import micro_batch_costs
+
+    cfg = load_model("gpt3-xl")
+    s, b = 2048, 2
+    plan = ParallelPlan(tp=tp, sp=sp, seq_len=s, micro_batch=b, precision="bf16")
+    costs = micro_batch_costs(cfg, plan, load_hardware("h100-sxm-80gb"), load_coefficients(),
+                              load_compose_coefficients())
+    (layer,) = costs.layers
+    assert layer.activation_bytes == pytest.approx(per_layer_sbh * s * b * cfg.hidden_size, rel=1e-12)

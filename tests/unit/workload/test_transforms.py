@@ -202,14 +202,6 @@ def test_qlora_dequantizes_each_frozen_weight_again_in_the_backward() -> None:
         assert o.phase is Phase.BACKWARD
 
 
-def test_lora_up_projection_and_dequantized_weights_are_not_kept_for_the_backward() -> None:
-    out = apply_lora(_forward("llama-2-7b"), 16, ("o",), qlora=True)
-    ops = _by_name(out)
-    assert ops["layers.attn.o_proj.lora_b"].get("saved_for_backward") is False
-    assert ops["layers.attn.o_proj.dequant_nf4"].get("saved_for_backward") is False
-    assert ops["layers.attn.o_proj.lora_a"].get("saved_for_backward") is True  # B's weight gradient reads it
-
-
 # --- shard_context --------------------------------------------------------------------------------------------
 
 
