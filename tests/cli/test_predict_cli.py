@@ -3,8 +3,10 @@ verdict (exit 1 with the breakdown) for a configuration that does not fit."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from cli_helpers import invoke, parse_json, user_error
+from cli_helpers import does_not_fit, invoke, parse_json, user_error
 
 pytestmark = pytest.mark.cli
 
@@ -45,7 +47,7 @@ def test_predict_dtype_defaults_to_the_checkpoints() -> None:
     ("gpt2", "a100-sxm-80gb", "inference", "fp32"),     # no torch_dtype: transformers loads fp32
     ("gpt2", "a100-sxm-80gb", "decode", "fp16"),        # a serving engine runs fp32 checkpoints in fp16
     ("llama-3-8b", "a100-sxm-80gb", "inference", "bf16"),
-    ("llama-3-8b", "t4", "inference", "fp16"),          # no bf16 math on a T4
+    ("llama-3.2-1b", "t4", "inference", "fp16"),        # no bf16 math on a T4
 ])
 def test_predict_default_dtype_is_the_shared_rule(model: str, hardware: str, mode: str, dtype: str) -> None:
     from perfcast.catalog.defaults import default_dtype
@@ -55,3 +57,35 @@ def test_predict_default_dtype_is_the_shared_rule(model: str, hardware: str, mod
     data = parse_json(invoke(["predict", "-m", model, "-H", hardware, "--mode", mode, "-s", "64", "--json"]))
     rule = default_dtype(load_model(model), load_hardware(hardware), engine=mode == "decode")
     assert data["dtype"] == dtype == rule.value
+
+
+def test_predict_out_of_memory_is_a_verdict_with_its_breakdown() -> None:
+    res = invoke(["predict", "-m", "llama-2-70b", "-H", "t4", "--json"])
+    line = does_not_fit(res)
+    assert "out of memory" in line and "t4" in line
+    data = json.loads(res.stdout)
+    assert data["fits"] is False and data["verdict"] == "out_of_memory" and data["step_time_s"] > 0
+    assert data["memory_per_gpu_bytes"] > data["memory_capacity_bytes"] == 16 * 2**30
+    parts = {k: v for k, v in data.items() if k.startswith("memory_") and k not in
+             ("memory_per_gpu_bytes", "memory_capacity_bytes")}
+    assert set(parts) == {"memory_weights_bytes", "memory_kv_cache_bytes", "memory_activations_bytes",
+                          "memory_gradients_bytes", "memory_optimizer_bytes", "memory_comm_buffers_bytes",
+                          "memory_context_bytes", "memory_fragmentation_bytes"}
+    assert sum(parts.values()) == pytest.approx(data["memory_per_gpu_bytes"], rel=1e-12)
+    # 69B parameters in the checkpoint's fp16
+    assert data["memory_weights_bytes"] == pytest.approx(2 * 68.98e9, rel=0.01)
+    text = invoke(["predict", "-m", "llama-2-70b", "-H", "t4"])
+    assert "out of memory" in does_not_fit(text)
+    assert "OUT OF MEMORY" in text.stdout and "weights" in text.stdout
+
+
+def test_predict_that_fits_says_so_per_gpu() -> None:
+    res = invoke(["predict", "-m", "llama-2-70b", "-H", "h100-sxm-80gb", "--json"])
+    does_not_fit(res)
+    one = json.loads(res.stdout)
+    assert one["fits"] is False
+    tp8 = parse_json(invoke(["predict", "-m", "llama-2-70b", "-H", "h100-sxm-80gb", "--tp", "8", "--json"]))
+    assert tp8["fits"] is True and tp8["verdict"] == "fits"
+    assert tp8["memory_weights_bytes"] == pytest.approx(one["memory_weights_bytes"] / 8, rel=0.02)
+    assert tp8["memory_comm_buffers_bytes"] > 0 == one["memory_comm_buffers_bytes"]
+    assert "fits in memory" in invoke(["predict", "-m", "gpt2", "-H", "t4"]).stdout

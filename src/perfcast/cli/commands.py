@@ -15,6 +15,7 @@ from perfcast.cli.app import (
     _table,
     app,
     clusters_app,
+    does_not_fit,
     emit_json,
     handled,
     hardware_app,
@@ -248,6 +249,11 @@ def predict(
             "energy_J": st.energy_J, "avg_power_W": st.avg_power_W, "energy_by_group_J": st.energy_by_group_J,
             "energy_model": ENERGY_STATUS,
         }
+        mem = st.memory
+        if mem is not None:
+            data.update({"fits": mem.fits, "verdict": "fits" if mem.fits else "out_of_memory",
+                         "memory_per_gpu_bytes": mem.total_bytes, "memory_capacity_bytes": mem.capacity_bytes})
+            data.update({f"memory_{k}": v for k, v in mem.parts().items()})
         if explain:
             busy = st.device_busy_s or 1.0
             data["top_ops"] = [{"name": o.op.name, "op": o.op.op, "dims": list(o.op.dims), "count": o.op.count,
@@ -255,10 +261,15 @@ def predict(
                                 "flops": o.op.flops * o.op.count, "bytes": o.op.bytes * o.op.count}
                                for o in st.top_ops(12)]
         emit_json(data)
-        return
-    _console().print(step_table(st, dtype_default=dtype is None))
-    if explain:
-        _console().print(top_ops_table(st))
+    else:
+        _console().print(step_table(st, dtype_default=dtype is None))
+        if explain:
+            _console().print(top_ops_table(st))
+    if st.memory is not None and not st.memory.fits:
+        gib = 2**30
+        does_not_fit(f"out of memory: the step needs {st.memory.total_bytes / gib:.1f} GiB per GPU and "
+                     f"{st.hardware_id} has {st.memory.capacity_bytes / gib:.1f} GiB; use more GPUs (--tp, "
+                     "--parallelism ppN), a smaller batch or sequence, or a narrower --dtype")
 
 
 def _with_tp(parallelism: str, tp: int | None) -> str:
@@ -283,9 +294,12 @@ def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str | None, paral
     """A captured workload's inference forward, or its training step (``--mode training``: forward, backward
     and optimizer on one GPU, ``dpN`` adding the gradient all-reduce), in ``--dtype`` (default: the dtype it was
     captured in, the captured model's checkpoint dtype)."""
+    from dataclasses import replace
+
     from perfcast.capture.training import cast_workload, training_workload
     from perfcast.catalog.hardware import load_hardware
     from perfcast.compose.energy import with_energy
+    from perfcast.compose.memory import step_memory
     from perfcast.compose.parallel import StepOptions, parse_parallelism, predict_data_parallel
     from perfcast.dtypes import parse_dtype
     from perfcast.errors import ConfigError
@@ -306,14 +320,15 @@ def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str | None, paral
         step_w = training_workload(w, run_dtype, optimizer=optimizer)
     else:
         step_w = cast_workload(w, run_dtype)
+    memory = step_memory(step_w, hw, gpus=par.degree)
     if par.kind == "dp":  # each GPU runs the captured batch
         co = load_coefficients()
         step = predict_data_parallel(lambda _: step_w, step_w.batch_size * par.degree, par.degree, hw, co,
                                      StepOptions(fused=fused))
-        return with_energy(step, hw, co, gpus=par.degree)
+        return replace(with_energy(step, hw, co, gpus=par.degree), memory=memory)
     from perfcast.compose.step import predict_step
 
-    return with_energy(predict_step(step_w, hw, fused=fused), hw)  # joules, as for catalog models
+    return replace(with_energy(predict_step(step_w, hw, fused=fused), hw), memory=memory)  # as for catalog models
 
 
 @app.command("predict-batch")

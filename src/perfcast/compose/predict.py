@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from perfcast.catalog.defaults import default_dtype
@@ -9,6 +10,7 @@ from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.compose.coefficients import ComposeCoefficients
 from perfcast.compose.energy import with_energy
+from perfcast.compose.memory import step_memory
 from perfcast.compose.parallel import (
     StepOptions,
     parse_parallelism,
@@ -20,6 +22,7 @@ from perfcast.compose.types import StepTime
 from perfcast.dtypes import DType, parse_dtype
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.workload.build import WorkloadSpec, build_workload
+from perfcast.workload.sharding import shard_tp
 from perfcast.workload.types import Mode, Workload
 
 __all__ = ["StepRequest", "predict"]
@@ -55,7 +58,9 @@ class StepRequest:
 
 def predict(req: StepRequest, coeffs: Coefficients | None = None,
             compose: ComposeCoefficients | None = None) -> StepTime:
-    """Predict one step (see :class:`StepRequest`), with its energy over all its GPUs and mean power per GPU."""
+    """Predict one step (see :class:`StepRequest`), with its energy over all its GPUs, mean power per GPU and
+    one GPU's memory (``StepTime.memory``; :mod:`perfcast.compose.memory`). A step that does not fit is still
+    predicted: ``memory.fits`` says whether it does."""
     cfg = load_model(req.model)
     hw = load_hardware(req.hardware) if not isinstance(req.hardware, Hardware) else req.hardware
     co = coeffs or load_coefficients()
@@ -75,12 +80,22 @@ def predict(req: StepRequest, coeffs: Coefficients | None = None,
     n = par.degree
     if par.kind == "dp":
         step = predict_data_parallel(build, req.batch_size, n, hw, co, opts)
+        memory = step_memory(build(req.batch_size // n), hw, gpus=n)
     elif par.kind == "tp":
-        step = predict_tensor_parallel(build(req.batch_size), cfg, n, hw, co, opts)
+        w = build(req.batch_size)
+        step = predict_tensor_parallel(w, cfg, n, hw, co, opts)
+        memory = step_memory(w, hw, ops=shard_tp(w.ops, n), gpus=n)
     elif par.kind == "pp":
         step = predict_pipeline_parallel(build, cfg, req.batch_size, n, req.microbatches, hw, co, opts)
+        m = req.microbatches or n
+        layers = cfg.num_layers + (cfg.num_decoder_layers or 0)
+        # the most loaded stage: a full share of the layers (1F1B: up to n micro-batches in flight)
+        memory = step_memory(build(req.batch_size // m), hw, gpus=n, layer_frac=math.ceil(layers / n) / layers,
+                             microbatches=m, in_flight=min(m, n) if mode is Mode.TRAINING else 1)
         # one op list per micro-batch, spread over the stages
-        return with_energy(step, hw, co, gpus=n, copies=req.microbatches or n)
+        return replace(with_energy(step, hw, co, gpus=n, copies=m), memory=memory)
     else:
-        step = opts.step(build(req.batch_size), hw, co)
-    return with_energy(step, hw, co, gpus=n)
+        w = build(req.batch_size)
+        step = opts.step(w, hw, co)
+        memory = step_memory(w, hw)
+    return replace(with_energy(step, hw, co, gpus=n), memory=memory)

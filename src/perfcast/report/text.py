@@ -25,6 +25,10 @@ def step_table(st: StepTime, *, dtype_default: bool = False) -> Table:
                     f"{dtype}{extra}", show_header=False)
     t.add_column("quantity")
     t.add_column("value", justify="right")
+    mem = st.memory
+    if mem is not None:
+        t.add_row("verdict", "fits in memory" if mem.fits else "OUT OF MEMORY: the times below are for a "
+                  "configuration that does not fit")
     t.add_row("step time", f"{format_time(st.time_s)}  (interval {format_time(st.low_s)} .. {format_time(st.high_s)})")
     for phase, v in st.by_phase_s.items():
         t.add_row(f"  device time, {phase}", format_time(v))
@@ -36,7 +40,17 @@ def step_table(st: StepTime, *, dtype_default: bool = False) -> Table:
     t.add_row("achieved", f"{st.achieved_flops_per_s / 1e12:.2f} TFLOP/s")
     if st.energy_J > 0:
         t.add_row("energy (prior model)", f"{st.energy_J:,.3g} J  (mean {st.avg_power_W:,.0f} W per GPU)")
+    if mem is not None:
+        gpu = "" if st.parallelism == "none" else " per GPU"
+        t.add_row(f"memory{gpu}", f"{_gib(mem.total_bytes)} of {_gib(mem.capacity_bytes)}")
+        for part, value in mem.parts().items():
+            if value > 0:
+                t.add_row(f"  {part.removesuffix('_bytes').replace('_', ' ')}", _gib(value))
     return t
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.1f} GiB"
 
 
 def top_ops_table(st: StepTime, n: int = 12) -> Table:
