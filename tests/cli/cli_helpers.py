@@ -9,7 +9,7 @@ from typer.testing import CliRunner, Result
 
 from perfcast.cli import app
 
-__all__ = ["invoke", "parse_json", "user_error", "with_flags"]
+__all__ = ["does_not_fit", "invoke", "parse_json", "user_error", "with_flags"]
 
 runner = CliRunner()
 
@@ -25,6 +25,15 @@ def user_error(res: Result) -> str:
     assert "Traceback" not in res.stdout + res.stderr
     lines = res.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    return lines[0]
+
+
+def does_not_fit(res: Result) -> str:
+    """Exit 1 (it ran, the answer is no), no traceback, exactly one stderr line ``does not fit: ...``; returns it."""
+    assert res.exit_code == 1, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stdout + res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("does not fit: "), res.stderr
     return lines[0]
 
 

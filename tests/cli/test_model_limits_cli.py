@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import invoke, parse_json, user_error
+from cli_helpers import does_not_fit, invoke, parse_json, user_error
+from typer.testing import Result
 
 TINY: dict[str, Any] = {"architectures": ["X"], "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
                         "vocab_size": 100, "intermediate_size": 128, "max_position_embeddings": 512}
@@ -65,16 +66,25 @@ def test_yarn_scaling_extends_the_context_to_its_factor(tmp_path: Path) -> None:
 
 def test_deepseek_v3_predicts_with_fp8_weights_on_h100_and_w8a16_on_a100() -> None:
     args = ["predict", "-m", "deepseek-v3", "--mode", "decode", "-b", "8", "-s", "1024", "--dtype", "bf16", "--json"]
-    h100 = parse_json(invoke([*args, "-H", "h100-sxm-80gb"]))
-    a100 = parse_json(invoke([*args, "-H", "a100-sxm-80gb"]))
+    # 671 B parameters in FP8 do not fit one 80 GB GPU: the answer is a verdict, its JSON names the weights
+    h100, a100 = (_not_fitting_json(invoke([*args, "-H", gpu])) for gpu in ("h100-sxm-80gb", "a100-sxm-80gb"))
+    assert h100["memory_weights_bytes"] > 600e9
     assert h100["quantization"] == "fp8 (the checkpoint's fp8 e4m3 (128x128 scales))"
     assert a100["quantization"].startswith("fp8 (the checkpoint's fp8 e4m3 (128x128 scales); weight-only w8a16 on "
                                            "a100-sxm-80gb, which has no FP8 math")
 
 
+def _not_fitting_json(res: Result) -> dict:
+    does_not_fit(res)
+    data = json.loads(res.stdout)
+    assert data["fits"] is False
+    return data
+
+
 def test_training_a_quantized_checkpoint_says_it_runs_in_the_training_dtype() -> None:
-    data = parse_json(invoke(["predict", "-m", "gpt-oss-20b", "-H", "h100-sxm-80gb", "--mode", "training", "-s", "128",
-                              "--dtype", "bf16", "--json"]))
+    # 21 B parameters with Adam states need ~330 GiB: a verdict, whose JSON still says how the weights run
+    data = _not_fitting_json(invoke(["predict", "-m", "gpt-oss-20b", "-H", "h100-sxm-80gb", "--mode", "training",
+                                     "-s", "128", "--dtype", "bf16", "--json"]))
     assert data["quantization"] == "none (training runs in bf16, not the checkpoint's mxfp4 (MoE experts))"
 
 

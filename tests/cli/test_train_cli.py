@@ -1,5 +1,5 @@
-"""CLI: ``perfcast train``: one JSON object with units in its keys, a Perfetto trace, and bad plans as one
-``error:`` line with exit code 2."""
+"""CLI: ``perfcast train``: one JSON object with units in its keys, a Perfetto trace, bad plans as one
+``error:`` line with exit code 2, and a plan that does not fit as a verdict with exit code 1."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import invoke, user_error, with_flags
+from cli_helpers import does_not_fit, invoke, user_error, with_flags
 
 pytestmark = pytest.mark.cli
 
@@ -37,27 +37,53 @@ def test_train_text_names_the_convention() -> None:
 
 def test_train_writes_a_perfetto_trace_and_never_overwrites(tmp_path: Path) -> None:
     out = tmp_path / "step.json"
-    res = invoke([*SMALL, "--pp", "2", "--dp", "2", "--trace", str(out), "--json"])
+    res = invoke([*SMALL, "--pp", "2", "--dp", "2", "--trace-out", str(out), "--json"])
     assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout)["trace_path"] == str(out)
     events = json.loads(out.read_text())["traceEvents"]
     complete = [e for e in events if e.get("ph") == "X"]
     assert complete and all(e["dur"] >= 0 for e in complete)
     assert {e["pid"] for e in complete} >= {0, 1}  # one process lane per pipeline stage
     before = out.read_text()
-    line = user_error(invoke([*SMALL, "--trace", str(out)]))
+    line = user_error(invoke([*SMALL, "--trace-out", str(out)]))
     assert "--force" in line and out.read_text() == before
-    assert invoke([*SMALL, "--trace", str(out), "--force", "--json"]).exit_code == 0
+    assert invoke([*SMALL, "--trace-out", str(out), "--force", "--json"]).exit_code == 0
+
+
+def test_train_keeps_the_readmes_trace_spelling_as_a_hidden_alias(tmp_path: Path) -> None:
+    out = tmp_path / "step.json"
+    assert invoke([*SMALL, "--trace", str(out), "--json"]).exit_code == 0 and out.is_file()
+    help_text = invoke(["train", "--help"]).stdout
+    assert "--trace-out" in help_text and "--trace " not in help_text
+    line = user_error(invoke([*SMALL, "--trace", str(out), "--trace-out", str(tmp_path / "b.json"), "--force"]))
+    assert "--trace-out" in line
 
 
 def test_train_out_of_memory_is_a_verdict_with_the_breakdown() -> None:
     res = invoke(["train", "--model", "llama-2-70b", "--cluster", "dgx-a100", "--nodes", "1",
                               "--dp", "8", "--json"])
-    assert res.exit_code == 2
+    assert "out of memory" in does_not_fit(res)
     data = json.loads(res.stdout)
-    assert data["fits_in_memory"] is False and data["memory_per_gpu_bytes"] > data["memory_capacity_bytes"]
+    assert data["fits_in_memory"] is False and data["fits"] is False and data["verdict"] == "out_of_memory"
+    assert data["memory_per_gpu_bytes"] > data["memory_capacity_bytes"] and data["step_time_s"] > 0
     assert data["memory_per_gpu_bytes"] == sum(v for k, v in data["memory_breakdown_bytes"].items()
                                                if k not in ("total_bytes", "capacity_bytes"))
-    assert "out of memory" in user_error(res)
+    text = invoke(["train", "--model", "llama-2-70b", "--cluster", "dgx-a100", "--nodes", "1", "--dp", "8"])
+    assert "out of memory" in does_not_fit(text)
+    assert "OUT OF MEMORY" in text.stdout and "memory per GPU" in text.stdout
+
+
+def test_train_fitting_plan_says_so() -> None:
+    data = json.loads(invoke([*SMALL, "--json"]).stdout)
+    assert data["fits"] is True and data["verdict"] == "fits"
+
+
+def test_train_lora_reports_mfu_on_the_flops_it_executes() -> None:
+    res = invoke(["train", "-m", "llama-2-7b", "-c", "dgx-a100", "--tp", "1", "--dp", "1", "--lora-rank", "16",
+                  "--seq-len", "2048", "--micro-batch", "4", "--global-batch", "16", "--json"])
+    data = json.loads(res.stdout)
+    assert res.exit_code == 0 and data["fits"] is True
+    assert data["mfu"] < 0.7 and "litgpt" in data["flops_convention"]
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
@@ -74,3 +100,45 @@ def test_train_out_of_memory_is_a_verdict_with_the_breakdown() -> None:
 def test_train_bad_input_is_one_error_line(args: list[str], fragment: str) -> None:
     line = user_error(invoke(with_flags(["train"], SMALL[1:], args)))
     assert fragment in line.lower() if fragment.islower() else fragment in line, line
+
+
+def test_train_without_parallel_degrees_fills_the_node() -> None:
+    base = ["train", "-m", "llama-2-7b", "-c", "dgx-a100", "--seq-len", "2048", "--zero", "1", "--precision", "bf16"]
+    data = json.loads(invoke([*base, "--json"]).stdout)
+    assert data["num_gpus"] == 8 and data["plan"]["dp"] == 8 and data["chosen_by_default"] == ["dp"]
+    assert data["tokens_per_step"] == 8 * 2048  # one sequence per data-parallel rank
+    text = " ".join(invoke(base).stdout.split())
+    assert "8 x a100-sxm-80gb" in text and "dp 8 (default: fills the 8 GPUs" in text
+    # the GPUs left after tensor parallelism; --nodes scales it; a plan wider than a node takes whole nodes
+    assert json.loads(invoke([*base, "--tp", "2", "--json"]).stdout)["plan"]["dp"] == 4
+    two = json.loads(invoke([*base, "--nodes", "2", "--json"]).stdout)
+    assert (two["num_gpus"], two["plan"]["dp"]) == (16, 16)
+    wide = json.loads(invoke([*base, "--tp", "8", "--pp", "2", "--json"]).stdout)
+    assert (wide["num_gpus"], wide["plan"]["dp"]) == (16, 1)
+    # asking for one GPU still prices one GPU, and says so
+    one = json.loads(invoke([*base, "--dp", "1", "--json"]).stdout)
+    assert one["num_gpus"] == 1 and one["chosen_by_default"] == []
+
+
+def test_train_default_dp_that_is_not_whole_is_one_error_line() -> None:
+    line = user_error(invoke(["train", "-m", "gpt2", "-c", "dgx-a100", "--pp", "3", "--seq-len", "1024"]))
+    assert "--dp left out" in line and "--dp 2 for 6 GPUs" in line
+
+
+@pytest.mark.parametrize(("model", "cluster", "precision"), [
+    ("llama-3-8b", "dgx-a100", "bf16"),   # torch_dtype bfloat16
+    ("llama-2-7b", "dgx-a100", "fp16"),   # torch_dtype float16
+    ("gpt2-medium", "dgx-a100", "fp32"),  # no torch_dtype: transformers loads fp32
+])
+def test_train_precision_defaults_to_the_checkpoints(model: str, cluster: str, precision: str) -> None:
+    res = invoke(["train", "-m", model, "-c", cluster, "--dp", "1", "--seq-len", "1024", "--json"])
+    data = json.loads(res.stdout)
+    assert data["plan"]["precision"] == precision and "precision" in data["chosen_by_default"]
+    asked = json.loads(invoke(["train", "-m", model, "-c", "dgx-h100", "--dp", "1", "--seq-len", "1024",
+                               "--precision", "fp8", "--json"]).stdout)
+    assert asked["plan"]["precision"] == "fp8" and asked["chosen_by_default"] == []  # fp8 only when asked
+
+
+def test_train_text_says_which_precision_ran() -> None:
+    res = invoke(["train", "-m", "llama-2-7b", "-c", "dgx-a100", "--dp", "1", "--micro-batch", "1"])
+    assert "fp16 (the checkpoint's)" in " ".join(res.stdout.split())

@@ -52,13 +52,17 @@ sizes = st.one_of(st.integers(1, 64), st.integers(1, 64), weird_sizes)
 
 
 def check_cli(res: Result) -> None:
-    """Exit 0 (an answer) or 2 (one ``error:`` line on stderr); never a traceback."""
+    """Exit 0 (an answer), 1 (the answer is "does not fit": one ``does not fit:`` line on stderr) or 2 (one
+    ``error:`` line on stderr); never a traceback."""
     text = res.stdout + res.stderr
     assert "Traceback" not in text
-    assert res.exit_code in (0, 2), (res.exit_code, res.exception, text[-500:])
+    assert res.exit_code in (0, 1, 2), (res.exit_code, res.exception, text[-500:])
     if res.exit_code == 2:
         lines = res.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    elif res.exit_code == 1:
+        lines = res.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("does not fit: "), res.stderr
     else:
         assert res.exception is None or isinstance(res.exception, SystemExit)
 
@@ -86,9 +90,10 @@ def test_cli_predict_never_tracebacks(model: str, hardware: str, mode: str, batc
                                       par: str, fused: bool, explain: bool, as_json: bool) -> None:
     res = runner.invoke(app, predict_args(model, hardware, mode, batch, seq, dtype, par, fused, explain, as_json))
     check_cli(res)
-    if res.exit_code == 0 and as_json:
+    if res.exit_code in (0, 1) and as_json:
         data = json.loads(res.stdout)
         assert data["step_time_low_s"] <= data["step_time_s"] <= data["step_time_high_s"]
+        assert data["fits"] is (res.exit_code == 0)
 
 
 @SETTINGS

@@ -15,6 +15,7 @@ from perfcast.cli.app import (
     _table,
     app,
     clusters_app,
+    does_not_fit,
     emit_json,
     handled,
     hardware_app,
@@ -201,9 +202,11 @@ def predict(
     mode: str = typer.Option("inference", "--mode", help="inference | training | prefill | decode"),
     batch_size: int = typer.Option(1, "--batch-size", "-b", help="Sequences per step."),
     seq_len: int = typer.Option(512, "--seq-len", "-s", help="Tokens per sequence (context length for decode)."),
-    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | tf32 | fp16 | bf16 | fp8 ..."),
+    dtype: str | None = typer.Option(None, "--dtype", help="fp32 | tf32 | fp16 | bf16 | fp8 ... (default: the "
+                                                             "checkpoint's torch_dtype, as train and serve use)."),
     fused: bool = typer.Option(False, "--fused", help="Compiler fusion (torch.compile)."),
     parallelism: str = typer.Option("none", "--parallelism", help="none | dpN | tpN | ppN (GPUs of one node)."),
+    tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel degree (--tp N is --parallelism tpN)."),
     microbatches: int | None = typer.Option(None, "--microbatches", help="Pipeline micro-batches (ppN)."),
     optimizer: str = typer.Option("adam", "--optimizer", help="Training optimizer step: adam | sgd | none."),
     attention: str | None = typer.Option(None, "--attention", help="eager | sdpa | flash (default by style)."),
@@ -228,6 +231,7 @@ def predict(
         raise ConfigError(f"unknown mode {mode!r}; use one of {', '.join(m.value for m in Mode)}") from None
     if (model is None) == (workload is None):
         raise ConfigError("give either --model (a catalog model) or --workload (a captured workload JSON)")
+    parallelism = _with_tp(parallelism, tp)
     if workload is not None:
         from perfcast.capture.io import load_workload
 
@@ -242,7 +246,7 @@ def predict(
         data: dict[str, Any] = {
             "model": st.model_id, "hardware": st.hardware_id, "mode": st.mode, "batch_size": st.batch_size,
             "seq_len": st.seq_len, "dtype": st.dtype, "quantization": st.quantization, "fused": st.fused,
-            "parallelism": st.parallelism,
+            "parallelism": st.parallelism, "chosen_by_default": [] if dtype is not None else ["dtype"],
             "step_time_s": st.time_s, "step_time_low_s": st.low_s, "step_time_high_s": st.high_s,
             "device_busy_s": st.device_busy_s, "host_s": st.host_s, "comm_s": st.comm_s,
             "flops": st.flops, "achieved_flops_per_s": st.achieved_flops_per_s, "num_kernels": st.num_kernels,
@@ -250,6 +254,11 @@ def predict(
             "energy_J": st.energy_J, "avg_power_W": st.avg_power_W, "energy_by_group_J": st.energy_by_group_J,
             "energy_model": ENERGY_STATUS,
         }
+        mem = st.memory
+        if mem is not None:
+            data.update({"fits": mem.fits, "verdict": "fits" if mem.fits else "out_of_memory",
+                         "memory_per_gpu_bytes": mem.total_bytes, "memory_capacity_bytes": mem.capacity_bytes})
+            data.update({f"memory_{k}": v for k, v in mem.parts().items()})
         if explain:
             busy = st.device_busy_s or 1.0
             data["top_ops"] = [{"name": o.op.name, "op": o.op.op, "dims": list(o.op.dims), "count": o.op.count,
@@ -257,19 +266,45 @@ def predict(
                                 "flops": o.op.flops * o.op.count, "bytes": o.op.bytes * o.op.count}
                                for o in st.top_ops(12)]
         emit_json(data)
-        return
-    _console().print(step_table(st))
-    if explain:
-        _console().print(top_ops_table(st))
+    else:
+        _console().print(step_table(st, dtype_default=dtype is None))
+        if explain:
+            _console().print(top_ops_table(st))
+    if st.memory is not None and not st.memory.fits:
+        gib = 2**30
+        does_not_fit(f"out of memory: the step needs {st.memory.total_bytes / gib:.1f} GiB per GPU and "
+                     f"{st.hardware_id} has {st.memory.capacity_bytes / gib:.1f} GiB; use more GPUs (--tp, "
+                     "--parallelism ppN), a smaller batch or sequence, or a narrower --dtype")
 
 
-def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str, parallelism: str, optimizer: str,
+def _with_tp(parallelism: str, tp: int | None) -> str:
+    """``--parallelism`` after ``--tp N`` (tensor parallelism is asked with --tp in every command)."""
+    from perfcast.compose.parallel import parse_parallelism
+    from perfcast.errors import ConfigError
+
+    if tp is None:
+        return parallelism
+    if tp < 1:
+        raise ConfigError(f"--tp {tp}: the tensor-parallel degree is a positive integer (1 = one GPU)")
+    asked = parse_parallelism(parallelism)
+    wanted = "none" if tp == 1 else f"tp{tp}"
+    if asked.kind != "none" and str(asked) != wanted:
+        raise ConfigError(f"--tp {tp} and --parallelism {parallelism} ask for different layouts; give one of them "
+                          f"(--tp {tp} is --parallelism {wanted})")
+    return wanted
+
+
+def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str | None, parallelism: str, optimizer: str,
                       fused: bool) -> Any:
     """A captured workload's inference forward, or its training step (``--mode training``: forward, backward
-    and optimizer on one GPU, ``dpN`` adding the gradient all-reduce), in ``--dtype``."""
+    and optimizer on one GPU, ``dpN`` adding the gradient all-reduce), in ``--dtype`` (default: the dtype it was
+    captured in, the captured model's checkpoint dtype)."""
+    from dataclasses import replace
+
     from perfcast.capture.training import cast_workload, training_workload
     from perfcast.catalog.hardware import load_hardware
     from perfcast.compose.energy import with_energy
+    from perfcast.compose.memory import step_memory
     from perfcast.compose.parallel import StepOptions, parse_parallelism, predict_data_parallel
     from perfcast.dtypes import parse_dtype
     from perfcast.errors import ConfigError
@@ -285,18 +320,20 @@ def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str, parallelism:
         raise ConfigError(f"--parallelism {parallelism}: a captured workload runs on one GPU or data-parallel (dpN); "
                           "tensor parallelism needs to know which GEMMs to shard, which a captured graph does not say "
                           "(pipeline parallelism: perfcast train --workload --pp)")
+    run_dtype = w.dtype if dtype is None else parse_dtype(dtype)
     if mode is Mode.TRAINING:
-        step_w = training_workload(w, parse_dtype(dtype), optimizer=optimizer)
+        step_w = training_workload(w, run_dtype, optimizer=optimizer)
     else:
-        step_w = cast_workload(w, parse_dtype(dtype))
+        step_w = cast_workload(w, run_dtype)
+    memory = step_memory(step_w, hw, gpus=par.degree)
     if par.kind == "dp":  # each GPU runs the captured batch
         co = load_coefficients()
         step = predict_data_parallel(lambda _: step_w, step_w.batch_size * par.degree, par.degree, hw, co,
                                      StepOptions(fused=fused))
-        return with_energy(step, hw, co, gpus=par.degree)
+        return replace(with_energy(step, hw, co, gpus=par.degree), memory=memory)
     from perfcast.compose.step import predict_step
 
-    return with_energy(predict_step(step_w, hw, fused=fused), hw)  # joules, as for catalog models
+    return replace(with_energy(predict_step(step_w, hw, fused=fused), hw), memory=memory)  # as for catalog models
 
 
 @app.command("predict-batch")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, _table, app, emit_json, flag_error, handled, refuse_overwrite
+from perfcast.cli.app import _console, _table, app, does_not_fit, emit_json, flag_error, handled, refuse_overwrite
 
 __all__ = ["train"]
 
@@ -30,10 +29,12 @@ def train(
                                                                  "its repeated layers, tp when its layers have "
                                                                  "Megatron column/row pairs."),
     cluster: str = typer.Option(..., "--cluster", "-c", help="Cluster id or cluster YAML path."),
-    nodes: int | None = typer.Option(None, "--nodes", help="Nodes (default: what tp*pp*dp*cp needs)."),
+    nodes: int | None = typer.Option(None, "--nodes", help="Nodes (default: what tp*pp*dp*cp needs; with --dp "
+                                                           "left out, the fewest whole nodes that hold tp*pp*cp)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
-    dp: int | None = typer.Option(None, "--dp", help="Data-parallel degree (default: the GPUs left)."),
+    dp: int | None = typer.Option(None, "--dp", help="Data-parallel degree (default: the GPUs left on the "
+                                                     "node(s): GPUs per node x nodes / (tp*pp*cp))."),
     cp: int = typer.Option(1, "--cp", help="Context-parallel degree."),
     cp_kind: str = typer.Option("ring", "--cp-kind", help="ring (ring attention) | ulysses (all-to-all)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE models)."),
@@ -47,7 +48,10 @@ def train(
     global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per step (default micro x dp)."),
     seq_len: int = typer.Option(None, "--seq-len", "-s", help="Tokens per sequence (default 2048; a captured "
                                                              "workload's sequence length)."),
-    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 (FP8 GEMMs, bf16 elsewhere)."),
+    precision: str | None = typer.Option(None, "--precision", help="bf16 | fp16 | fp32 | fp8 (FP8 GEMMs, bf16 "
+                                                                   "elsewhere). Default: the checkpoint's torch_dtype "
+                                                                   "(as predict and serve; fp16 where the GPU has no "
+                                                                   "bf16)."),
     schedule: str = typer.Option("1f1b", "--schedule", help="Pipeline schedule: gpipe | 1f1b | interleaved."),
     uneven_stages: bool = typer.Option(False, "--uneven-stages", help="Allow pp not dividing the layers."),
     lora_rank: int = typer.Option(0, "--lora-rank", help="LoRA rank (0 = full training)."),
@@ -59,8 +63,11 @@ def train(
     fused_kernels: bool = typer.Option(True, "--fused-kernels/--plain-pytorch",
                                        help="Eager runs use fused norm/RoPE/activation kernels (Megatron, TE) or "
                                             "plain PyTorch ops, one kernel each (torchtitan, HF)."),
-    trace: Path | None = typer.Option(None, "--trace", help="Write a Chrome trace JSON of the step (Perfetto)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing --trace file."),
+    trace_out: Path | None = typer.Option(None, "--trace-out", help="Write a Chrome trace JSON of the step "
+                                                                    "(Perfetto)."),
+    trace_alias: Path | None = typer.Option(None, "--trace", hidden=True,
+                                            help="Old spelling of --trace-out (the README's published example)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --trace-out file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict one training step: time, tokens/s and TFLOP/s per GPU, MFU/HFU, where time and memory go."""
@@ -71,9 +78,14 @@ def train(
     from perfcast.system.plan import ParallelPlan
     from perfcast.system.training import simulate_training
 
+    if trace_out is not None and trace_alias is not None:
+        raise ConfigError("--trace is the old spelling of --trace-out; give one of them")
+    trace = trace_out if trace_out is not None else trace_alias
     refuse_overwrite(trace, force=force)
     if (model is None) == (workload is None):
         raise ConfigError("give either --model (a catalog model) or --workload (a captured workload JSON)")
+    cl = load_cluster(cluster, nodes=nodes)
+    defaults = [name for name, value in (("dp", dp), ("precision", precision)) if value is None]
     captured = None
     if workload is not None:
         from perfcast.capture.io import load_workload
@@ -82,24 +94,23 @@ def train(
 
         w = load_workload(workload)
         _check_captured_plan(w, micro_batch, seq_len, cp=cp, ep=ep, lora_rank=lora_rank)
+        if precision is None:
+            precision = _captured_precision(w.dtype)
         base = {"fp32": DType.FP32, "fp16": DType.FP16}.get(precision, DType.BF16)  # fp8: BF16 + FP8 GEMMs
         captured = training_forward(w, base)
         if tp > 1 and captured.tp_error:
             raise ConfigError(f"--tp {tp}: tensor parallelism cannot shard this captured graph: "
                               f"{captured.tp_error}; use --tp 1 (data/pipeline parallelism)")
         micro_batch, seq_len = captured.micro_batch, captured.tokens_per_sample
+    elif precision is None:
+        from perfcast.catalog.defaults import default_dtype
+        from perfcast.catalog.models import load_model
+
+        precision = default_dtype(load_model(model), cl.hardware()).value
     micro_batch = 1 if micro_batch is None else micro_batch
     seq_len = 2048 if seq_len is None else seq_len
-    cl = load_cluster(cluster, nodes=nodes)
-    gpus = cl.num_gpus if nodes is not None else None
     if dp is None:
-        if gpus is None:
-            dp = 1
-        else:
-            denom = tp * pp * cp
-            if denom < 1 or gpus % denom:
-                raise ConfigError(f"tp*pp*cp = {denom} does not divide the {gpus} GPUs of {nodes} {cl.id} nodes")
-            dp = gpus // denom
+        dp = _default_dp(cl.gpus_per_node, cl.id, nodes, tp * pp * cp)
     try:
         fields: dict[str, Any] = dict(
             tp=tp, pp=pp, dp=dp, cp=cp, cp_kind=cp_kind, ep=ep, vp=vp, sp=sp, tp_comm_overlap=tp_overlap,
@@ -124,21 +135,47 @@ def train(
         from perfcast.system.trace import write_trace
 
         write_trace(result, trace)
-    oom = None if result.fits else (
-        f"out of memory: the plan needs {_gib(result.memory.total_bytes)} per GPU and {result.gpu_id} has "
-        f"{_gib(result.memory.capacity_bytes)}; shard more (zero, tp, pp), recompute, or shrink the micro-batch")
     if as_json:
         data: dict[str, Any] = result.as_dict()
+        data["chosen_by_default"] = defaults
         if trace is not None:
             data["trace_path"] = str(trace)
-        if oom:
-            data["error"] = oom
         emit_json(data)
     else:
-        _print(result, trace)
-    if oom:
-        sys.stderr.write(f"error: {oom}\n")
-        raise typer.Exit(2)
+        _print(result, trace, defaults)
+    if not result.fits:
+        does_not_fit(f"out of memory: the plan needs {_gib(result.memory.total_bytes)} per GPU and {result.gpu_id} "
+                     f"has {_gib(result.memory.capacity_bytes)}; shard more (zero, tp, pp), recompute, or shrink the "
+                     "micro-batch")
+
+
+def _default_dp(gpus_per_node: int, cluster_id: str, nodes: int | None, model_parallel: int) -> int:
+    """The data-parallel degree that fills the node(s) when --dp is left out: ``gpus_per_node x nodes / (tp*pp*cp)``.
+
+    Without --nodes, the fewest whole nodes that hold one tp*pp*cp model replica (one node for most plans).
+    """
+    from perfcast.errors import ConfigError
+
+    if model_parallel < 1:  # a degree below 1 is refused by the plan's own check
+        return 1
+    nodes = nodes if nodes is not None else max(1, -(-model_parallel // gpus_per_node))
+    gpus = gpus_per_node * nodes
+    if gpus % model_parallel:
+        fill = gpus // model_parallel
+        raise ConfigError(f"--dp left out: tp*pp*cp = {model_parallel} does not divide the {gpus} GPUs of {nodes} "
+                          f"{cluster_id} node(s), so the GPUs left for data parallelism are not a whole number; "
+                          f"give --dp (e.g. --dp {max(1, fill)} for {max(1, fill) * model_parallel} GPUs)")
+    return gpus // model_parallel
+
+
+def _captured_precision(dtype: Any) -> str:
+    """The training precision of a captured model left to the default: the dtype it was captured in."""
+    from perfcast.errors import ConfigError
+
+    if dtype.value not in ("fp32", "fp16", "bf16"):
+        raise ConfigError(f"--precision left out: the workload was captured in {dtype.value}, which is not a "
+                          "training precision; give --precision bf16, fp16, fp32 or fp8")
+    return str(dtype.value)
 
 
 def _check_captured_plan(w: Any, micro_batch: int | None, seq_len: int | None, *, cp: int, ep: int,
@@ -163,22 +200,28 @@ def _check_captured_plan(w: Any, micro_batch: int | None, seq_len: int | None, *
                           "capture it again with that length (--input-shape) or leave --seq-len out")
 
 
-def _print(result: Any, trace: Path | None) -> None:
+def _print(result: Any, trace: Path | None, defaults: list[str]) -> None:
     con = _console()
     p = result.plan
     head = _table(title=f"{result.model_id} on {result.num_gpus} x {result.gpu_id} ({result.cluster_id})",
                   show_header=False)
     head.add_column("quantity", no_wrap=True)
     head.add_column("value")
+    dp_note = f" (default: fills the {result.num_gpus} GPUs of the node(s))" if "dp" in defaults else ""
+    precision_note = " (the checkpoint's)" if "precision" in defaults else ""
     head.add_row("plan", f"tp {p.tp}, pp {p.pp}" + (f" (vp {p.vp})" if p.vp > 1 else "") +
-                 f", dp {p.dp}, cp {p.cp}, ep {p.ep}; zero {p.zero}, recompute {p.recompute}, {p.precision}; "
+                 f", dp {p.dp}{dp_note}, cp {p.cp}, ep {p.ep}; zero {p.zero}, recompute {p.recompute}, "
+                 f"{p.precision}{precision_note}; "
                  f"micro-batch {p.micro_batch}, global batch {p.effective_global_batch}, seq {p.seq_len}")
+    head.add_row("verdict", "fits in memory" if result.fits else
+                 f"OUT OF MEMORY: needs {_gib(result.memory.total_bytes)} per GPU of "
+                 f"{_gib(result.memory.capacity_bytes)}; the times below are for a plan that does not fit")
     head.add_row("step time", f"{_time(result.step_time_s)}  ({_time(result.low_s)} - {_time(result.high_s)})")
     head.add_row("tokens/s per GPU", f"{result.tokens_per_s_per_gpu:,.0f}")
     head.add_row("model TFLOP/s per GPU", f"{result.tflops_per_gpu:.1f}")
+    formula = "litgpt's LoRA FLOP count: frozen weights 2x" if p.lora_rank else "Megatron-LM's FLOP formula"
     head.add_row("MFU / HFU", f"{100 * result.mfu:.1f}% / {100 * result.hfu:.1f}% of "
-                 f"{result.peak_flops_per_s / 1e12:.0f} TFLOP/s "
-                 f"({'fp8' if p.precision == 'fp8' else 'bf16'} dense peak; Megatron-LM's FLOP formula)")
+                 f"{result.peak_flops_per_s / 1e12:.0f} TFLOP/s ({p.precision} dense peak; {formula})")
     head.add_row("micro-batches per step", f"{result.microbatches} (pipeline bubble {100 * result.bubble_frac:.1f}%)")
     if result.energy_per_gpu_J > 0:
         head.add_row("energy (prior model)", f"{result.energy_per_step_J / 1e3:,.3g} kJ per step, "

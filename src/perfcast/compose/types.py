@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from perfcast.kernel.predict import KernelTime
 from perfcast.workload.types import Op
 
-__all__ = ["OpTime", "StepTime"]
+__all__ = ["OpTime", "StepMemory", "StepTime"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,47 @@ class OpTime:
 
 
 @dataclass(frozen=True, slots=True)
+class StepMemory:
+    """Bytes one GPU holds at the peak of a predicted step, by part (see :mod:`perfcast.compose.memory`).
+
+    ``weights_bytes``: the parameters as stored (quantized weights at their stored size);
+    ``kv_cache_bytes``: the K/V cache of prefill/decode; ``activations_bytes``: the live
+    activations (inference: the largest op's inputs and outputs; training: what autograd
+    saves plus that peak); ``gradients_bytes`` and ``optimizer_bytes``: training only;
+    ``comm_buffers_bytes``, ``context_bytes`` and ``fragmentation_bytes``: the framework's
+    overhead. ``capacity_bytes`` is the device memory.
+    """
+
+    weights_bytes: float
+    kv_cache_bytes: float
+    activations_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    comm_buffers_bytes: float
+    context_bytes: float
+    fragmentation_bytes: float
+    capacity_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        """Everything the GPU holds at the peak of the step."""
+        return (self.weights_bytes + self.kv_cache_bytes + self.activations_bytes + self.gradients_bytes
+                + self.optimizer_bytes + self.comm_buffers_bytes + self.context_bytes + self.fragmentation_bytes)
+
+    @property
+    def fits(self) -> bool:
+        """Whether the step fits in the device memory."""
+        return self.total_bytes <= self.capacity_bytes
+
+    def parts(self) -> dict[str, float]:
+        """The parts with unit-bearing keys (``weights_bytes`` ...), total excluded."""
+        return {"weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes,
+                "activations_bytes": self.activations_bytes, "gradients_bytes": self.gradients_bytes,
+                "optimizer_bytes": self.optimizer_bytes, "comm_buffers_bytes": self.comm_buffers_bytes,
+                "context_bytes": self.context_bytes, "fragmentation_bytes": self.fragmentation_bytes}
+
+
+@dataclass(frozen=True, slots=True)
 class StepTime:
     """Predicted time of one step on one device (or one replica of a simple parallel run).
 
@@ -35,6 +76,7 @@ class StepTime:
     runs on, ``avg_power_W`` the mean power of one GPU over the step and
     ``energy_by_group_J`` the ops' energy by group (a prior power model, see
     :mod:`perfcast.kernel.energy`; zero until :func:`perfcast.compose.energy.with_energy`).
+    ``memory`` is one GPU's memory at the peak of the step (set by :func:`perfcast.compose.predict.predict`).
     """
 
     model_id: str
@@ -61,6 +103,7 @@ class StepTime:
     avg_power_W: float = 0.0
     energy_by_group_J: dict[str, float] = field(default_factory=dict)
     quantization: str = "none"  # the weights' quantization, in words (Workload.quantization)
+    memory: StepMemory | None = None
 
     @property
     def achieved_flops_per_s(self) -> float:

@@ -17,13 +17,18 @@ def pct(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
 
-def step_table(st: StepTime) -> Table:
-    """Summary of one step prediction."""
+def step_table(st: StepTime, *, dtype_default: bool = False) -> Table:
+    """Summary of one step prediction (``dtype_default``: the dtype was the checkpoint's, not asked for)."""
     extra = ("" if not st.fused else ", fused") + ("" if st.parallelism == "none" else ", " + st.parallelism)
+    dtype = f"{st.dtype} (the checkpoint's)" if dtype_default else st.dtype
     t = Table(title=f"{st.model_id} on {st.hardware_id}: {st.mode}, batch {st.batch_size}, seq {st.seq_len}, "
-                    f"{st.dtype}{extra}", show_header=False)
+                    f"{dtype}{extra}", show_header=False)
     t.add_column("quantity")
     t.add_column("value", justify="right")
+    mem = st.memory
+    if mem is not None:
+        t.add_row("verdict", "fits in memory" if mem.fits else "OUT OF MEMORY: the times below are for a "
+                  "configuration that does not fit")
     t.add_row("step time", f"{format_time(st.time_s)}  (interval {format_time(st.low_s)} .. {format_time(st.high_s)})")
     if st.quantization != "none":
         t.add_row("weights", st.quantization)
@@ -37,7 +42,17 @@ def step_table(st: StepTime) -> Table:
     t.add_row("achieved", f"{st.achieved_flops_per_s / 1e12:.2f} TFLOP/s")
     if st.energy_J > 0:
         t.add_row("energy (prior model)", f"{st.energy_J:,.3g} J  (mean {st.avg_power_W:,.0f} W per GPU)")
+    if mem is not None:
+        gpu = "" if st.parallelism == "none" else " per GPU"
+        t.add_row(f"memory{gpu}", f"{_gib(mem.total_bytes)} of {_gib(mem.capacity_bytes)}")
+        for part, value in mem.parts().items():
+            if value > 0:
+                t.add_row(f"  {part.removesuffix('_bytes').replace('_', ' ')}", _gib(value))
     return t
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.1f} GiB"
 
 
 def top_ops_table(st: StepTime, n: int = 12) -> Table:

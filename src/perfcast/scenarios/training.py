@@ -30,7 +30,7 @@ from perfcast.system.layers import micro_batch_costs
 from perfcast.system.plan import ParallelPlan
 from perfcast.system.training import TrainingResult, simulate_training
 
-__all__ = ["BREAKDOWN_KEYS", "run_training_scenario", "training_row"]
+__all__ = ["BREAKDOWN_KEYS", "run_plan", "run_training_scenario", "training_row"]
 
 BREAKDOWN_KEYS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "fsdp_comm_s", "pp_send_s",
                   "dp_comm_s", "bubble_s", "optimizer_s", "overhead_s")
@@ -122,9 +122,21 @@ def _compare(row: dict[str, object], metric: str, measured: float, source: str) 
         row["error_frac"] = float(predicted) / measured - 1.0
 
 
+def run_plan(run: TrainingRun) -> ParallelPlan:
+    """The run's plan; a precision the file leaves out is the checkpoint's, as ``perfcast train`` chooses it
+    (:func:`perfcast.catalog.defaults.default_dtype` on the cluster's GPU). The shipped suite states its bf16."""
+    if "precision" in run.plan.model_fields_set:
+        return run.plan
+    from perfcast.catalog.defaults import default_dtype
+    from perfcast.system.cluster import load_cluster
+
+    dtype = default_dtype(load_model(run.model), load_cluster(run.cluster).hardware())
+    return run.plan.model_copy(update={"precision": dtype.value})
+
+
 def _run_row(run: TrainingRun) -> dict[str, object]:
     try:
-        res = simulate_training(run.model, run.cluster, run.plan, nodes=run.nodes)
+        res = simulate_training(run.model, run.cluster, run_plan(run), nodes=run.nodes)
     except PerfcastError as exc:
         return {"label": run.label, "model": run.model, "cluster": run.cluster, "plan": plan_text(run.plan),
                 "status": "error", "error": str(exc)}

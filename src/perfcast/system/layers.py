@@ -21,7 +21,7 @@ from perfcast.dtypes import DType
 from perfcast.kernel.coefficients import Coefficients
 from perfcast.kernel.predict import predict_ops
 from perfcast.system.plan import ParallelPlan
-from perfcast.workload.backward import backward_ops
+from perfcast.workload.backward import SavedActivations, backward_ops
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.sharding import shard_tp
 from perfcast.workload.transforms import apply_lora, route_experts, shard_context, to_fp8
@@ -69,13 +69,16 @@ class LayerCost:
 
 @dataclass
 class MicroBatchCosts:
-    """Per-part costs in model order (``embed``, layer kinds, ``head``) and the model-FLOP convention."""
+    """Per-part costs in model order (``embed``, layer kinds, ``head``) and the model-FLOP convention.
+
+    ``forward_flops_per_token`` is the forward's share of the model FLOPs (what a full recompute runs again)."""
 
     parts: list[LayerCost]
     tokens: int
     model_flops_per_token: float
     attention_flops_per_token: float
     hidden_bytes: float
+    forward_flops_per_token: float
 
     def part(self, label: str) -> LayerCost | None:
         """The part with this label, if any."""
@@ -97,27 +100,23 @@ def _label(op: Op) -> str:
     return first
 
 
-def _saved_for_backward(op: Op) -> bool:
-    """Whether autograd keeps this forward output until the backward.
+def _model_flops(forward: list[Op], tokens: int) -> tuple[float, float, float]:
+    """Model FLOPs per token, its attention part, and the forward's (what a full recompute adds).
 
-    Most outputs are saved by the op that consumes them (a norm's input, a
-    linear layer's input, the activation's input...). Two are not: a row-split
-    projection's output only feeds the residual add, and the rotary embedding
-    reads q/k (saving nothing) and writes the rotated copies attention saves.
-    """
-    if op.kind is OpKind.GEMM and op.op == "linear" and op.tp_split == "row":
-        return False
-    return not (op.kind is OpKind.VECTOR and op.op == "rope")
-
-
-def _model_flops(forward: list[Op], tokens: int) -> tuple[float, float]:
-    """Megatron's model-FLOP convention per token: 3 x (matmul FLOPs + non-causal attention FLOPs) of the forward.
-
-    Convolutions count as matmuls, so a CNN's model FLOPs are the usual 3 x forward FLOPs per image."""
+    Megatron's convention: 3 x (matmul FLOPs + non-causal attention FLOPs) of the forward (forward, input
+    gradient, weight gradient). Convolutions count as matmuls, so a CNN's model FLOPs are the usual 3 x
+    forward FLOPs per image. A frozen weight (LoRA's base) gets no weight gradient, so its matmuls count
+    2 x their forward FLOPs (the adapters, trainable, 3 x): the convention of litgpt's ``estimate_flops``
+    (Lightning-AI/litgpt ``litgpt/utils.py``: trainable parameters 3 x, frozen ones 2 x), which is the
+    matmul FLOPs a LoRA step executes."""
     matmul = 0.0
+    frozen = 0.0
     attention = 0.0
     for op in forward:
-        if op.kind is OpKind.GEMM and op.op == "linear":
+        if op.kind is OpKind.GEMM and op.op == "linear" and op.get("frozen", False):
+            b, m, k, n = op.dims
+            frozen += 2.0 * b * m * k * n * op.count
+        elif op.kind is OpKind.GEMM and op.op == "linear":
             b, m, k, n = op.dims
             matmul += 2.0 * b * m * k * n * op.count
         elif op.kind is OpKind.CONV:  # a convolution is a matmul over its im2col view
@@ -129,7 +128,11 @@ def _model_flops(forward: list[Op], tokens: int) -> tuple[float, float]:
             b, h, _, q, kv, d, _ = op.dims
             vd = float(op.get("v_head_dim", d) or d)  # type: ignore[arg-type]
             attention += 2.0 * b * h * q * kv * (d + vd) * op.count
-    return 3.0 * (matmul + attention) / tokens, 3.0 * attention / tokens
+    if frozen:
+        return ((3.0 * (matmul + attention) + 2.0 * frozen) / tokens, 3.0 * attention / tokens,
+                (matmul + frozen + attention) / tokens)
+    mf = 3.0 * (matmul + attention) / tokens
+    return mf, 3.0 * attention / tokens, mf / 3.0
 
 
 _CACHE: dict[tuple[object, ...], tuple[ModelConfig, Hardware, Coefficients, MicroBatchCosts]] = {}
@@ -173,12 +176,14 @@ def _forward_ops(cfg: ModelConfig, plan: ParallelPlan,
     wl = build_workload(cfg, spec)
     forward = list(wl.phase(Phase.FORWARD))
     forward = shard_context(forward, plan.cp)
-    convention = list(forward)
     if plan.lora_rank:
         q_dim, kv_dim = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         ff = cfg.intermediate_size
         fused = {"qkv_proj": {"q": q_dim, "k": kv_dim, "v": kv_dim}, "gate_up_proj": {"gate": ff, "up": ff}}
         forward = apply_lora(forward, plan.lora_rank, plan.lora_targets, qlora=plan.qlora, fused=fused)
+    # the model-FLOP convention counts the model (with its adapters and frozen weights), before FP8 casts and
+    # the expert routing of this GPU
+    convention = list(forward)
     if plan.precision == "fp8":
         forward = to_fp8(forward)
     if cfg.moe is not None:
@@ -206,7 +211,7 @@ def _sequence_parallel(ops: list[Op], tp: int) -> list[Op]:
 def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients,
            compose: ComposeCoefficients, given: tuple[Op, ...] | None = None) -> MicroBatchCosts:
     forward, convention, tokens = _forward_ops(cfg, plan, given)
-    mf, af = _model_flops(convention, tokens)
+    mf, af, ff = _model_flops(convention, tokens)
     ops = forward + backward_ops(forward)
     ops = shard_tp(ops, plan.tp)
     if plan.sp and plan.tp > 1:
@@ -223,6 +228,7 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
         if label not in ("embed", "head") and ".experts." not in op.name:
             layer_counts[label] = min(layer_counts.get(label, op.count), op.count)
     it = iter(kernels)
+    saved = SavedActivations(sequence_parallel=plan.tp if plan.sp else 1)
     for op in ops:
         label = _label(op)
         n = 1 if label in ("embed", "head") else layer_counts.get(label, op.count)
@@ -251,8 +257,7 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
                 part.fwd_gemm_s += t
             if op.kind is OpKind.ATTENTION:
                 part.attention_fwd_s += t
-            if _saved_for_backward(op):
-                part.activation_bytes += op.bytes_written * per
+            part.activation_bytes += saved.add(op) * per
             if op.kind is OpKind.GEMM and op.op == "linear" and not op.get("tied", False):
                 _, _, k, nn = op.dims
                 stored = k * nn + (nn if op.get("bias", False) else 0)
@@ -310,4 +315,4 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
                 part.fwd_comm["cp_all_to_all"] = [kv + qo, 4.0]
                 part.bwd_comm["cp_all_to_all"] = [kv + qo, 4.0]
     return MicroBatchCosts(parts=ordered, tokens=tokens, model_flops_per_token=mf, attention_flops_per_token=af,
-                           hidden_bytes=hidden)
+                           hidden_bytes=hidden, forward_flops_per_token=ff)

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CUDA_CONTEXT_BYTES", "FRAGMENTATION_FRAC", "MemoryBreakdown"]
+# one set of framework-overhead figures for predict and train (their assumptions: perfcast.compose.memory)
+from perfcast.compose.memory import COMM_BUFFER_BYTES, CUDA_CONTEXT_BYTES, FRAGMENTATION_FRAC
 
-CUDA_CONTEXT_BYTES = 0.75 * 2**30  # CUDA context, cuBLAS/cuDNN workspaces (typical, per process)
-FRAGMENTATION_FRAC = 0.05  # caching-allocator fragmentation, as a share of the tensors it holds
-COMM_BUFFER_BYTES = 0.5 * 2**30  # NCCL channel buffers and DDP gradient buckets (typical)
+__all__ = ["COMM_BUFFER_BYTES", "CUDA_CONTEXT_BYTES", "FRAGMENTATION_FRAC", "MemoryBreakdown"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,10 @@ Throughput follows Megatron-LM's conventions: model FLOPs are
 ``3 x (matmul + non-causal attention FLOPs of the forward)`` per token (the
 ``72 B s L h^2 (1 + s/6h + V/12hL)`` formula of Narayanan et al. for GPT);
 MFU divides model FLOP/s by the dense peak of the training precision
-(BF16/FP16, or FP8 for FP8 runs); HFU adds the recomputed FLOPs.
+(BF16/FP16, or FP8 for FP8 runs); HFU adds the recomputed FLOPs. LoRA's frozen
+base weights get no weight gradient, so their matmuls count 2 x (forward and
+input gradient) instead of 3 x: litgpt's ``estimate_flops`` convention, the
+FLOPs the step executes (see :func:`perfcast.system.layers.micro_batch_costs`).
 """
 
 from __future__ import annotations
@@ -49,12 +52,17 @@ from perfcast.system.plan import ParallelPlan, check_plan
 from perfcast.system.schedule import PipelineResult, ScheduleEvent, simulate_pipeline
 from perfcast.workload.types import Op, OpKind, Phase
 
-__all__ = ["TP_OVERLAP_EFFICIENCY", "LayerComm", "LayerTime", "TrainingResult", "layer_time", "optimizer_time_s",
-           "simulate_training", "split_layers", "training_energy"]
+__all__ = ["FLOPS_CONVENTION", "LORA_FLOPS_CONVENTION", "TP_OVERLAP_EFFICIENCY", "LayerComm", "LayerTime",
+           "TrainingResult", "layer_time", "optimizer_time_s", "simulate_training", "split_layers", "training_energy"]
 
 TP_OVERLAP_EFFICIENCY = 0.8  # share of the GEMM time behind which overlapped TP collectives hide
 _ADAM_BYTES = (16.0, 14.0)  # read: fp32 master, fp32 grad, two fp32 moments; write: master, moments, bf16 copy
 _SGD_BYTES = (8.0, 6.0)
+FLOPS_CONVENTION = ("Megatron-LM: model FLOPs = 3 x (matmul + non-causal attention) forward FLOPs; "
+                    "MFU/HFU vs the dense peak of the training precision")
+LORA_FLOPS_CONVENTION = ("litgpt estimate_flops for LoRA: frozen base matmuls 2 x their forward FLOPs (no weight "
+                         "gradient), adapters and non-causal attention 3 x; MFU/HFU vs the dense peak of the training "
+                         "precision")
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,11 @@ class TrainingResult:
         """Whether every GPU's memory holds the step."""
         return self.memory.fits
 
+    @property
+    def flops_convention(self) -> str:
+        """How model FLOPs (MFU) and hardware FLOPs (HFU) are counted for this plan."""
+        return LORA_FLOPS_CONVENTION if self.plan.lora_rank else FLOPS_CONVENTION
+
     def as_dict(self) -> dict[str, object]:
         """JSON-ready result with unit-bearing keys."""
         return {
@@ -140,8 +153,7 @@ class TrainingResult:
             "samples_per_s_per_gpu": self.samples_per_s_per_gpu,
             "tflops_per_gpu": self.tflops_per_gpu,
             "mfu": self.mfu, "hfu": self.hfu,
-            "flops_convention": "Megatron-LM: model FLOPs = 3 x (matmul + non-causal attention) forward FLOPs; "
-                                "MFU/HFU vs the dense peak of the training precision",
+            "flops_convention": self.flops_convention,
             "model_flops_per_token": self.model_flops_per_token,
             "hardware_flops_per_token": self.hardware_flops_per_token,
             "peak_tflops": self.peak_flops_per_s / 1e12,
@@ -152,7 +164,7 @@ class TrainingResult:
             "memory_per_gpu_bytes": self.memory.total_bytes,
             "memory_capacity_bytes": self.memory.capacity_bytes,
             "memory_breakdown_bytes": self.memory.as_dict(),
-            "fits_in_memory": self.fits,
+            "fits_in_memory": self.fits, "fits": self.fits, "verdict": "fits" if self.fits else "out_of_memory",
             "stages": [{"fwd_s": f, "bwd_s": b, "layers": n}
                        for f, b, n in zip(self.stage_fwd_s, self.stage_bwd_s, self.stage_layers, strict=True)],
             "energy_per_step_J": self.energy_per_step_J, "energy_per_gpu_per_step_J": self.energy_per_gpu_J,
@@ -582,7 +594,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     mf = costs.model_flops_per_token
     hf = mf
     if plan.recompute == "full":
-        hf = mf + mf / 3.0
+        hf = mf + costs.forward_flops_per_token
     elif plan.recompute == "selective":
         hf = mf + costs.attention_flops_per_token / 3.0
     train_dtype = DType.FP8 if plan.precision == "fp8" else (DType.FP32 if plan.precision == "fp32" else DType.BF16)

@@ -110,6 +110,7 @@ def _predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: obje
                     parallelism=r.get("parallelism", "none") or "none",
                     microbatches=int(float(mb)) if mb not in ("", None) else None,
                     optimizer="none", loss=False, accumulate_grads=True,
+                    dtype="fp32",  # FP32 everywhere (groundtruth/neusight/README.md); the tables name no dtype
                 )
                 st = predict(req, coeffs, compose)  # type: ignore[arg-type]
                 busy = st.device_busy_s or 1.0

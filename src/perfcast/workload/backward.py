@@ -14,6 +14,9 @@ Autograd's kernels follow from each forward op (PyTorch ``derivatives.yaml``):
   saved tensors and the gradient and write the input gradient (norms also
   reduce their parameter gradients).
 - ``embedding``: a zero-filled table gradient plus an index-add of the token rows.
+- ``dequantize`` (QLoRA's 4-bit base weight): no gradient, but the input gradient of
+  the frozen GEMM needs the weight again; bitsandbytes' ``MatMul4Bit`` keeps only the
+  packed weight and dequantizes it once more in the backward (one kernel of the forward's size).
 
 Every parameter tensor ends with an ``AccumulateGrad`` kernel when gradients
 accumulate into ``.grad`` (micro-batching, or NeuSight's runs without
@@ -25,7 +28,7 @@ from __future__ import annotations
 from perfcast.dtypes import DType
 from perfcast.workload.types import Op, OpKind, Phase
 
-__all__ = ["backward_ops", "optimizer_ops"]
+__all__ = ["SavedActivations", "backward_ops", "optimizer_ops", "optimizer_state_bytes_per_param"]
 
 # unary/binary pointwise forward op -> backward kernels: (op name, full-size inputs, outputs)
 _POINTWISE_BWD: dict[str, tuple[tuple[str, int, int], ...]] = {
@@ -45,6 +48,83 @@ _POINTWISE_BWD: dict[str, tuple[tuple[str, int, int], ...]] = {
 }
 # forward ops that are not differentiable (masks, indices) or whose gradient is a view
 _NO_GRAD = {"cumsum", "masked_fill", "bucket", "fill", "one_hot", "le", "lt", "nonzero", "bool"}
+
+
+# full-size tensors a vector op's backward reads besides the incoming gradient (PyTorch derivatives.yaml):
+# norms their input (and small statistics), softmax/tanh/sigmoid/relu their output, the other unary functions
+# their input, products of two tensors both inputs (a clamp, ``max`` against a scalar bound, its tensor).
+# Ops missing here save nothing (sums, products with a scalar, copies, casts, RoPE with its cached tables,
+# masks, reductions) except dropout (its 1-byte mask) and an unknown differentiable op (its input, as the
+# backward kernel _backward_of gives it reads it).
+_SAVED_INPUTS = {"layernorm": 1, "rmsnorm": 1, "batchnorm": 1, "gelu": 1, "silu": 1, "relu2": 1, "rsqrt": 1,
+                 "powu": 1, "mul": 2, "div": 2, "max": 1, "silu_mul": 2}
+_SAVED_OUTPUTS = {"softmax", "tanh", "sigmoid", "relu"}
+_SAVE_NOTHING = _NO_GRAD | {"add", "addu", "sub", "subu", "mulu", "divu", "scale", "copy", "cat", "cast", "rope",
+                            "where", "cross_entropy", "mean", "sum", "dequantize", "index_add"}
+
+
+class SavedActivations:
+    """Bytes autograd keeps for the backward, added op by op in forward order (training memory).
+
+    Each op keeps what its own backward reads (PyTorch ``derivatives.yaml``): a trainable linear layer its
+    input (for the weight gradient; a frozen one nothing), a product of two activations both, fused
+    attention its q, k and v, a norm its input, dropout its mask, softmax its output (see ``_SAVED_INPUTS``).
+    A tensor kept by two ops is counted once: consecutive linear layers reading one input (separate q/k/v
+    or gate/up projections, LoRA adapters beside their frozen base) keep it once, and an op that keeps its
+    output (softmax, ReLU, tanh) hands it to the next op, which reads it as its input. For a GPT layer this is
+    Korthikanti et al. 2022 (Reducing Activation Recomputation in Large Transformer Models, Sec. 4.1):
+    ``34 s b h`` bytes in 16 bits, plus ``5 a s^2 b`` when attention materializes its scores; on ops sharded
+    ``t``-way it is their ``s b h (10 + 24 / t)`` (tensor parallelism) and ``34 s b h / t`` (with sequence
+    parallelism, ``sequence_parallel=t``).
+    """
+
+    def __init__(self, *, sequence_parallel: int = 1) -> None:
+        # Megatron's sequence parallelism keeps a column-parallel layer's input as its 1/tp shard of the
+        # tokens and gathers it again in the backward (Korthikanti et al. 2022, Sec. 4.2.2)
+        self._sp = sequence_parallel
+        self._linear_inputs: set[tuple[int, int, int, str]] = set()  # inputs kept since the last non-linear op
+        self._previous: Op | None = None
+        self._previous_output_kept = 0.0  # bytes of the previous op's output it kept itself
+
+    def add(self, op: Op) -> float:
+        """Bytes ``op`` (the next forward op) keeps beyond what earlier ops keep."""
+        handed = self._previous_output_kept
+        previous, self._previous = self._previous, op
+        self._previous_output_kept = 0.0
+        e = op.dtype.bytes
+        if op.kind is OpKind.GEMM and op.op == "linear":
+            b, m, k, _ = op.dims
+            key = (b, m, k, op.dtype.value)
+            adapter_up = previous is not None and op.name.endswith("_b") and previous.name == op.name[:-2] + "_a"
+            if op.get("frozen", False) or (key in self._linear_inputs and not adapter_up):
+                return 0.0
+            self._linear_inputs.add(key)
+            shard = self._sp if op.tp_split in ("column", "vocab") else 1
+            return max(0.0, b * m * k * e / shard - handed)
+        self._linear_inputs.clear()
+        if op.kind is OpKind.GEMM:  # bmm: both operands, the first being the previous op's output
+            b, m, k, n = op.dims
+            return b * m * k * e - min(handed, b * m * k * e) + b * k * n * e
+        if op.kind is OpKind.ATTENTION:
+            # q, k and v of this GPU's tokens (FlashAttention also keeps its output: the next op's input);
+            # context parallelism passes the other ranks' K/V around again in the backward
+            b, h, kvh, q, _, d, _ = op.dims
+            vd = int(op.get("v_head_dim", d) or d)  # type: ignore[call-overload]
+            return float(b * q * (h * d + kvh * (d + vd)) * e)
+        if op.kind in (OpKind.CONV, OpKind.POOL):
+            return max(0.0, op.bytes_read - op.weight_bytes - handed)
+        if op.kind is not OpKind.VECTOR:
+            return 0.0
+        rows, cols = op.dims
+        numel = float(rows * cols)
+        if op.op == "dropout":
+            return numel  # the 1-byte mask
+        if op.op in _SAVED_OUTPUTS:
+            self._previous_output_kept = numel * e
+            return numel * e
+        if op.op in _SAVE_NOTHING:
+            return 0.0
+        return max(0.0, _SAVED_INPUTS.get(op.op, 1) * numel * e - handed)
 
 
 def backward_ops(forward: tuple[Op, ...] | list[Op], *, accumulate_grads: bool = False) -> list[Op]:
@@ -115,6 +195,9 @@ def _backward_of(op: Op) -> list[Op]:
                      op.bytes_read)]
     if op.kind is not OpKind.VECTOR or op.op in _NO_GRAD:
         return []
+    if op.op == "dequantize":
+        return [_bwd(op, "redequant", "dequantize", OpKind.VECTOR, op.dims, op.flops, op.bytes_read,
+                     op.bytes_written, meta=op.meta)]
     rows, cols = op.dims
     numel = rows * cols
     if op.op in ("softmax", "layernorm", "rmsnorm"):
@@ -161,6 +244,18 @@ def _accumulate(op: Op) -> list[Op]:
            phase=Phase.BACKWARD, group=op.group, tp_split=op.tp_split, meta=(("inputs", 2), ("outputs", 1)))
         for i, p in enumerate(tensors) if p > 0
     ]
+
+
+def optimizer_state_bytes_per_param(optimizer: str, dtype: DType, master_dtype: DType = DType.FP32) -> float:
+    """Bytes of optimizer state per trainable parameter, as :func:`optimizer_ops` reads and writes them.
+
+    Adam: two moments in ``master_dtype``, plus a ``master_dtype`` copy of the weights when they are
+    narrower (mixed precision); SGD without momentum and ``none`` keep nothing.
+    """
+    if optimizer != "adam":
+        return 0.0
+    m = master_dtype.bytes
+    return 2.0 * m + (m if dtype.bytes < m else 0.0)
 
 
 def optimizer_ops(forward: tuple[Op, ...] | list[Op], *, optimizer: str = "adam",

@@ -208,6 +208,20 @@ def test_predict_equals_predict_step_of_the_built_workload() -> None:
     assert predict(req).time_s == pytest.approx(predict_step(w, "a100-pcie-40gb").time_s, rel=1e-12)
 
 
+@pytest.mark.parametrize(("model", "hardware", "mode", "dtype"), [
+    ("gpt2", "a100-pcie-40gb", Mode.INFERENCE, DType.FP32),      # no torch_dtype: fp32, as transformers loads it
+    ("llama-2-7b", "a100-sxm-80gb", Mode.DECODE, DType.FP16),    # torch_dtype float16
+    ("llama-3-8b", "h100-sxm-80gb", Mode.TRAINING, DType.BF16),  # torch_dtype bfloat16
+    ("llama-3-8b", "t4", Mode.PREFILL, DType.FP16),              # a T4 has no bf16 math
+])
+def test_predict_dtype_defaults_to_the_checkpoints(model: str, hardware: str, mode: Mode, dtype: DType) -> None:
+    req = StepRequest(model=model, hardware=hardware, mode=mode, batch_size=1, seq_len=64)
+    assert req.dtype is None
+    st = predict(req)
+    assert st.dtype == dtype.value
+    assert st == predict(replace(req, dtype=dtype))
+
+
 def test_predict_is_deterministic() -> None:
     req = StepRequest(model="bert-base", hardware="l4", mode=Mode.TRAINING, batch_size=2, seq_len=64, dtype="fp16")
     assert predict(req) == predict(req)

@@ -223,3 +223,31 @@ def test_an_impossible_plan_is_an_error_row_not_a_crash(tmp_path: Path) -> None:
     assert res.status == "ok"
     assert [r["status"] for r in res.rows] == ["ok", "error"]
     assert "tp" in str(res.rows[1]["error"])
+
+
+@pytest.mark.parametrize("sid", TRAINING_IDS)
+def test_shipped_training_runs_state_their_precision(sid: str) -> None:
+    # scenarios.md: bf16 mixed precision unless said otherwise; the files say it, so the shared
+    # checkpoint-dtype default (which a file leaving precision out gets) never moves the suite
+    sc = load_scenario(sid)
+    assert isinstance(sc, TrainingScenario)
+    assert all("precision" in run.plan.model_fields_set for run in sc.runs)
+
+
+def test_a_run_without_precision_trains_in_the_checkpoints_dtype() -> None:
+    from perfcast.scenarios.schema import TrainingRun
+    from perfcast.scenarios.training import run_plan
+
+    plan = {"seq_len": 1024, "micro_batch": 1}
+    assert run_plan(TrainingRun(model="llama-2-7b", cluster="dgx-a100", plan=plan)).precision == "fp16"
+    assert run_plan(TrainingRun(model="llama-3-8b", cluster="dgx-a100", plan=plan)).precision == "bf16"
+    assert run_plan(TrainingRun(model="gpt2", cluster="dgx-a100", plan=plan)).precision == "fp32"
+    given = TrainingRun(model="llama-2-7b", cluster="dgx-a100", plan={**plan, "precision": "bf16"})
+    assert run_plan(given) is given.plan
+
+
+def test_r8_the_published_405b_plan_fits_the_h100s_it_ran_on() -> None:
+    # Dubey et al. 2024 trained Llama 3.1 405B with this plan on 80 GB H100s: a model that calls it out of
+    # memory is wrong (Korthikanti's activation count, sequence parallel: 34 s b h / t per layer)
+    for row in result("R8").rows:
+        assert row["fits_in_memory"] is True, row["memory_per_gpu_bytes"]

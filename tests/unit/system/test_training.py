@@ -111,6 +111,41 @@ def test_t4_2_lora_fits_where_full_fine_tuning_does_not() -> None:
     assert lora.step_time_s < full.step_time_s
 
 
+def test_lora_counts_the_flops_it_executes_so_its_mfu_is_not_inflated() -> None:
+    kw = dict(seq_len=2048, micro_batch=4, global_batch=16)
+    full = _run("llama-2-7b", "dgx-a100", **kw)
+    lora = _run("llama-2-7b", "dgx-a100", lora_rank=16, **kw)
+    # litgpt's convention: frozen matmuls 2x their forward FLOPs, attention 3x. Forward per token: 2 x 6.48e9
+    # frozen linear weights (blocks + head) plus the non-causal attention 2 x 2 x s x h x L
+    linear, attention = 2 * (32 * 202_375_168 + 4096 * 32000), 4 * 2048 * 4096 * 32
+    assert full.model_flops_per_token == pytest.approx(3 * (linear + attention), rel=1e-9)
+    adapters = 2 * 32 * 16 * (4096 * 3 + 12288 + 4096 + 4096)  # A and B of q, k, v, o
+    assert lora.model_flops_per_token == pytest.approx(2 * linear + 3 * attention + 3 * adapters, rel=1e-9)
+    assert "litgpt" in lora.as_dict()["flops_convention"] and "Megatron" in full.as_dict()["flops_convention"]
+    # no weight-gradient GEMMs for the frozen base: the step is about 2/3 of full fine-tuning's matmul work,
+    # so MFU stays near full training's instead of the 80 % the Megatron count gave
+    assert lora.mfu < 0.7 and lora.mfu == pytest.approx(full.mfu, rel=0.15)
+    full_recompute = _run("llama-2-7b", "dgx-a100", lora_rank=16, recompute="full", **kw)
+    assert full_recompute.hardware_flops_per_token == pytest.approx(
+        lora.model_flops_per_token + linear + attention + adapters, rel=1e-9)
+
+
+def test_qlora_holds_less_memory_than_lora_and_pays_for_dequantization() -> None:
+    kw = dict(seq_len=2048, micro_batch=4, global_batch=16, lora_rank=16)
+    lora = _run("llama-2-7b", "dgx-a100", **kw)
+    qlora = _run("llama-2-7b", "dgx-a100", qlora=True, **kw)
+    assert qlora.memory.total_bytes < lora.memory.total_bytes
+    assert qlora.memory.activations_bytes == pytest.approx(lora.memory.activations_bytes, rel=1e-9)
+    assert qlora.step_time_s > lora.step_time_s
+    # beside what full fine-tuning keeps, LoRA keeps each up-projection's narrow input (A's output) and drops
+    # the inputs of the frozen layers no adapter reads (a frozen weight needs no input for its gradient): the
+    # MLP's two projections and the LM head
+    full = _run("llama-2-7b", "dgx-a100", seq_len=2048, micro_batch=4, global_batch=16)
+    tokens, h, f = 4 * 2048, 4096, 11008
+    assert lora.memory.activations_bytes - full.memory.activations_bytes == pytest.approx(
+        2 * (32 * tokens * (4 * 16 - h - f) - tokens * h), rel=1e-9)
+
+
 @pytest.mark.parametrize("kind", ["ring", "ulysses"])
 def test_t4_3_context_parallel_splits_the_sequence(kind: str) -> None:
     # Llama-3.1-8B: Llama-3-8B's shapes with its context extended to 131072 (Llama-3-8B has 8192 positions)
@@ -196,3 +231,24 @@ def test_r3_resnet50_data_parallel_communication_grows_with_gpus() -> None:
     # a CNN's throughput counts images, and its model FLOPs are ResNet-50's ~3 x 8.2 GFLOP per image
     assert runs[0].tokens_per_s_per_gpu == pytest.approx(runs[0].samples_per_s_per_gpu)
     assert runs[0].model_flops_per_token == pytest.approx(3 * 8.18e9, rel=0.05)
+
+
+@pytest.mark.parametrize(("tp", "sp", "per_layer_sbh"), [
+    (1, False, 32.0),          # Korthikanti et al. 2022 Table 2: 34 s b h, less two dropout masks the graph has not
+    (4, False, 8 + 24 / 4),    # tensor parallel: s b h (10 + 24 / t), less the masks
+    (4, True, 32 / 4),         # and sequence parallel: 34 s b h / t, less the masks
+])
+def test_kept_activations_per_layer_follow_korthikanti(tp: int, sp: bool, per_layer_sbh: float) -> None:
+    from perfcast.catalog.hardware import load_hardware
+    from perfcast.catalog.models import load_model
+    from perfcast.compose.coefficients import load_compose_coefficients
+    from perfcast.kernel.coefficients import load_coefficients
+    from perfcast.system.layers import micro_batch_costs
+
+    cfg = load_model("gpt3-xl")
+    s, b = 2048, 2
+    plan = ParallelPlan(tp=tp, sp=sp, seq_len=s, micro_batch=b, precision="bf16")
+    costs = micro_batch_costs(cfg, plan, load_hardware("h100-sxm-80gb"), load_coefficients(),
+                              load_compose_coefficients())
+    (layer,) = costs.layers
+    assert layer.activation_bytes == pytest.approx(per_layer_sbh * s * b * cfg.hidden_size, rel=1e-12)

@@ -170,3 +170,64 @@ def test_accumulate_grads_adds_a_kernel_per_parameter_tensor() -> None:
     acc = [o for o in backward_ops([lin, ln], accumulate_grads=True) if o.op == "accumulate_grad"]
     assert sorted(o.dims[1] for o in acc) == sorted([200, 20, 20, 20])
     assert all(o.bytes_read == 2 * o.dims[1] * 4 and o.bytes_written == o.dims[1] * 4 for o in acc)
+
+
+# -- what autograd keeps for the backward --------------------------------------------------------------------
+def _kept_per_layer(model: str, style: str, attention: str, b: int, s: int) -> float:
+    from perfcast.workload.backward import SavedActivations
+    from perfcast.workload.build import WorkloadSpec, build_workload
+    from perfcast.workload.types import Mode
+
+    spec = WorkloadSpec(Mode.TRAINING, b, s, dtype="bf16", style=style, attention=attention, optimizer="none")
+    kept = SavedActivations()
+    total = 0.0
+    for op in build_workload(model, spec).phase(Phase.FORWARD):
+        x = kept.add(op)
+        if op.count > 1:  # the repeated transformer layer
+            total += x
+    return total
+
+
+def test_kept_activations_follow_korthikanti_for_an_eager_gpt_layer() -> None:
+    # Korthikanti et al. 2022, Sec. 4.1: s b h (34 + 5 a s / h) bytes per layer in 16 bits with dropout, for
+    # explicit attention scores. GPT-2's eager GeLU (gelu_new, written out in PyTorch ops) keeps three more
+    # s x 4h tensors (tanh's output, 0.5 x and 1 + tanh: 24 s b h beyond the GeLU input)
+    b, s, h, a = 2, 1024, 1024, 16  # gpt2-medium
+    assert _kept_per_layer("gpt2-medium", "hf", "eager", b, s) == s * b * h * (34 + 5 * a * s / h + 24)
+
+
+def test_kept_activations_of_a_fused_layer_keep_no_scores() -> None:
+    # FlashAttention keeps q, k, v (and its output, the next op's input) instead of s x s scores; the engine
+    # graph of GPT-3 has no dropout inside its blocks, so Korthikanti's 34 s b h less the two 1-byte masks
+    from perfcast.catalog.models import load_model
+
+    b, s, h = 1, 2048, load_model("gpt3-xl").hidden_size
+    assert _kept_per_layer("gpt3-xl", "engine", "flash", b, s) == s * b * h * 32
+
+
+def test_linear_layers_reading_one_input_keep_it_once() -> None:
+    from perfcast.workload.backward import SavedActivations
+
+    g = _graph(DType.BF16)
+    t, h = 128, 64
+    ops = [g.norm("ln", "rmsnorm", t, h), g.linear("q", t, h, h), g.linear("k", t, h, 16), g.linear("v", t, h, 16)]
+    kept = SavedActivations()
+    assert [kept.add(o) for o in ops] == [t * h * 2, t * h * 2, 0.0, 0.0]  # the norm's input, its output once
+    # a frozen base keeps nothing; its LoRA adapter keeps the input once, the up-projection A's narrow output
+    base = g.linear("o", t, h, h).with_(meta=(("frozen", True),), params=0)
+    down, up = g.linear("o.lora_a", t, h, 8), g.linear("o.lora_b", t, 8, h)
+    kept = SavedActivations()
+    assert [kept.add(o) for o in (g.pointwise("act", "silu", t * h), base, down, up)] == [
+        t * h * 2, 0.0, t * h * 2, t * 8 * 2]
+
+
+def test_an_op_that_keeps_its_output_hands_it_to_the_next() -> None:
+    from perfcast.workload.backward import SavedActivations
+
+    g = _graph(DType.FP32)
+    t, h = 32, 64
+    relu, fc = g.pointwise("relu", "relu", t * h), g.linear("fc", t, h, h)
+    kept = SavedActivations()
+    assert kept.add(relu) == t * h * 4 and kept.add(fc) == 0.0  # ReLU's output is fc's input, kept once
+    drop = g.dropout("drop", t * h)  # a training graph
+    assert drop is not None and SavedActivations().add(drop) == t * h  # dropout keeps its 1-byte mask

@@ -190,6 +190,18 @@ def test_qlora_dequantizes_each_block_linear_once_before_its_gemm() -> None:
     assert not any(o.op == "dequantize" for o in plain)
 
 
+def test_qlora_dequantizes_each_frozen_weight_again_in_the_backward() -> None:
+    out = apply_lora(_forward("llama-2-7b"), 16, ("q", "k", "v", "o"), qlora=True)
+    fwd = {o.name: o for o in out if o.op == "dequantize"}
+    bwd = [o for o in backward_ops(out) if o.op == "dequantize"]
+    # bitsandbytes keeps the packed weight and dequantizes it again for the input gradient: the same kernel
+    assert [o.name for o in bwd] == [f"{n}.redequant" for n in reversed(fwd)]
+    for o in bwd:
+        f = fwd[o.name.removesuffix(".redequant")]
+        assert (o.dims, o.bytes_read, o.bytes_written, o.count) == (f.dims, f.bytes_read, f.bytes_written, f.count)
+        assert o.phase is Phase.BACKWARD
+
+
 # --- shard_context --------------------------------------------------------------------------------------------
 
 
