@@ -26,6 +26,15 @@ def test_serve_json_has_the_issue_keys() -> None:
     assert data["requests_completed"] == 40 and data["ttft_s"]["p99"] >= data["ttft_s"]["p50"] > 0
 
 
+def test_goodput_without_an_slo_is_not_applicable() -> None:
+    data = parse_json(invoke([*BASE, "--json"]))
+    assert data["goodput_requests_per_s"] is None and data["slo_attainment_frac"] is None
+    assert "n/a" in invoke(BASE).stdout
+    with_slo = parse_json(invoke([*BASE, "--slo-ttft-p99", "1000", "--json"]))
+    assert with_slo["goodput_requests_per_s"] == pytest.approx(with_slo["throughput_requests_per_s"])
+    assert with_slo["slo_attainment_frac"] == 1.0
+
+
 def test_serve_text_and_outputs(tmp_path: Path) -> None:
     timeline, requests = tmp_path / "timeline.json", tmp_path / "requests.csv"
     res = invoke([*BASE, "--scheduler", "sarathi", "--chunk-size", "512", "--trace-out", str(timeline),

@@ -231,8 +231,11 @@ def _print(d: dict[str, Any], trace_out: Path | None, requests_out: Path | None)
                     if d["requests_rejected"] else ""))
     head.add_row("throughput", f"{d['throughput_requests_per_s']:.3g} requests/s, "
                  f"{d['throughput_tokens_per_s']:,.0f} output tokens/s")
-    head.add_row("goodput", f"{d['goodput_requests_per_s']:.3g} requests/s "
-                 f"({100 * d['slo_attainment_frac']:.1f}% meet the SLO)")
+    if d["goodput_requests_per_s"] is None:  # no SLO: nothing to meet
+        head.add_row("goodput", "n/a (no SLO given: --slo-ttft-p99, --slo-tpot-p99)")
+    else:
+        head.add_row("goodput", f"{d['goodput_requests_per_s']:.3g} requests/s "
+                     f"({100 * d['slo_attainment_frac']:.1f}% meet the SLO)")
     head.add_row("KV cache", f"{d['kv_blocks_per_engine']:,} blocks; utilization mean "
                  f"{100 * d['kv_utilization_frac']['mean']:.1f}%, max {100 * d['kv_utilization_frac']['max']:.1f}%")
     head.add_row("preemptions", str(d["preemptions"]))
