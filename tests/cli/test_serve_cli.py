@@ -35,6 +35,25 @@ def test_goodput_without_an_slo_is_not_applicable() -> None:
     assert with_slo["slo_attainment_frac"] == 1.0
 
 
+@pytest.mark.parametrize(("hardware", "flags", "dtype"), [
+    ("h100", [], "bf16"),  # the checkpoint's torch_dtype
+    ("v100", [], "fp16"),  # no bf16 math on a V100: served in fp16, as vLLM's --dtype auto
+    ("h100", ["--dtype", "fp16"], "fp16"),
+])
+def test_dtype_defaults_to_the_checkpoint_and_the_output_says_which_ran(hardware: str, flags: list[str],
+                                                                         dtype: str) -> None:
+    args = ["serve", "-m", "llama-3.1-8b", "-H", hardware, "--tp", "2", "--prompt-tokens", "100",
+            "--output-tokens", "10", "-n", "8", *flags]
+    data = parse_json(invoke([*args, "--json"]))
+    assert data["dtype"] == dtype and data["tensor_parallel_size"] == 2
+    assert dtype in invoke(args).stdout
+
+
+def test_tp_spellings_agree() -> None:
+    runs = [parse_json(invoke([*BASE, flag, "2", "--json"])) for flag in ("--tp", "-tp", "--tensor-parallel-size")]
+    assert runs[0] == runs[1] == runs[2] and runs[0]["tensor_parallel_size"] == 2
+
+
 def test_serve_text_and_outputs(tmp_path: Path) -> None:
     timeline, requests = tmp_path / "timeline.json", tmp_path / "requests.csv"
     res = invoke([*BASE, "--scheduler", "sarathi", "--chunk-size", "512", "--trace-out", str(timeline),

@@ -24,7 +24,8 @@ def serve(
     model: str | None = typer.Option(None, "--model", "-m", help="Model id, alias, HF repo id or config.json path "
                                                                 "(with --workload: the benchmark's by default)."),
     hardware: str = typer.Option(..., "--hardware", "-H", help="GPU id or alias."),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs per pipeline stage."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", "-tp",
+                                             help="GPUs per pipeline stage."),
     pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages."),
     expert_parallel_size: int = typer.Option(1, "--expert-parallel-size", "-ep",
                                              help="MoE: GPUs of the tensor-parallel group the experts are split over."),
@@ -39,7 +40,8 @@ def serve(
     scheduler: str = typer.Option("vllm", "--scheduler", help="vllm | sarathi | orca | lightllm | static."),
     router: str = typer.Option("round_robin", "--router", help="round_robin | least_outstanding | shortest_queue."),
     engine: str = typer.Option("vllm", "--engine", help="CPU-overhead preset: vllm | trtllm."),
-    dtype: str = typer.Option("fp16", "--dtype", help="fp16 | bf16."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto | fp16 | bf16 (auto: the checkpoint's torch_dtype, "
+                                                      "fp32 checkpoints in fp16, as vLLM)."),
     quantization: str | None = typer.Option(None, "--quantization", "-q",
                                             help="none | w4a16 | w8a16 | w8a8 | fp8 | fp4 (default none; with "
                                                  "--workload the preset's precision where the GPU has it)."),
@@ -226,6 +228,7 @@ def _print(d: dict[str, Any], trace_out: Path | None, requests_out: Path | None)
         _print_mlperf(d)
     if "max_qps" in d:
         head.add_row("max QPS meeting the SLO", f"{d['max_qps']:.3g} ({len(d['qps_evaluated'])} loads simulated)")
+    head.add_row("dtype", d["dtype"] + ("" if d["quantization"] == "none" else f" ({d['quantization']} weights)"))
     head.add_row("requests completed", f"{d['requests_completed']} of {d['requests_total']}"
                  + (f" ({d['requests_rejected']} rejected: {'; '.join(d['rejection_reasons'])})"
                     if d["requests_rejected"] else ""))

@@ -70,7 +70,9 @@ class ServingConfig(BaseModel):
     scheduler: str = "vllm"
     router: Literal["round_robin", "least_outstanding", "shortest_queue"] = "round_robin"
     engine: str = Field(default="vllm", description="CPU-overhead preset of the engine (vllm | trtllm)")
-    dtype: Literal["bf16", "fp16"] = "fp16"
+    dtype: Literal["auto", "bf16", "fp16"] = Field(
+        default="auto", description="weights and activations; auto = the checkpoint's (its torch_dtype, an fp32 "
+        "checkpoint served in fp16, bf16 in fp16 on a GPU without bf16 math), as vLLM's --dtype auto")
     quantization: Literal["none", "w4a16", "w8a16", "w8a8", "fp8", "fp4"] = "none"
     kv_cache_dtype: Literal["auto", "fp16", "bf16", "fp8"] = "auto"
     max_num_seqs: int = Field(default=256, ge=1)

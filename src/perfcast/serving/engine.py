@@ -83,6 +83,8 @@ from typing import Any
 
 import numpy as np
 
+from perfcast.catalog.defaults import default_dtype
+from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
@@ -98,7 +100,7 @@ from perfcast.serving.schedulers import SCHEDULERS, Batch, ReplicaScheduler, Sch
 from perfcast.serving.traces import load_trace
 from perfcast.workload.graph import causal_pairs
 
-__all__ = ["IterationEvent", "ServingResult", "simulate_serving"]
+__all__ = ["IterationEvent", "ServingResult", "serving_dtype", "simulate_serving"]
 
 _PCIE_BPS = 25e9  # swap traffic between GPU and host memory (PCIe 4.0 x16, per direction, achieved)
 
@@ -143,6 +145,7 @@ class ServingResult:
     kv_bytes_per_token: float = 0.0  # KV cache bytes of one token on one GPU (every layer its stage holds)
     retrieval_mean_s: float = 0.0  # RAG: mean time of the retrieval stage per request
     gpu_memory_bytes: float = 0.0  # memory of one GPU
+    dtype: str = "fp16"  # the dtype that ran (``config.dtype`` resolved; see :func:`serving_dtype`)
 
     @property
     def max_concurrent_sequences(self) -> int:
@@ -199,7 +202,8 @@ class ServingResult:
             "model": self.config.model, "hardware": self.config.hardware, "scheduler": self.config.scheduler,
             "tensor_parallel_size": self.config.tensor_parallel_size,
             "pipeline_parallel_size": self.config.pipeline_parallel_size,
-            "num_replicas": self.config.num_replicas,
+            "num_replicas": self.config.num_replicas, "dtype": self.dtype,
+            "quantization": self.config.quantization,
         }
         out.update(self.metrics.as_dict())
         rejected = [s for s in self.status if s.startswith("rejected")]
@@ -245,6 +249,14 @@ class ServingResult:
                 "e2e_s": e - a if math.isfinite(e) else None, "preemptions": int(self.preemptions_per_request[i]),
             })
         return rows
+
+
+def serving_dtype(cfg: ServingConfig, model_cfg: ModelConfig | None = None) -> DType:
+    """The dtype the deployment runs: ``cfg.dtype``, or for ``auto`` the checkpoint's as a serving engine loads
+    it (:func:`perfcast.catalog.defaults.default_dtype` with ``engine=True``)."""
+    if cfg.dtype != "auto":
+        return DType(cfg.dtype)
+    return default_dtype(model_cfg or load_model(cfg.model), load_hardware(cfg.hardware), engine=True)
 
 
 def _requests(cfg: ServingConfig, max_len: int) -> RequestStream:
@@ -322,7 +334,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     budget = cfg.max_num_batched_tokens or (cfg.chunk_size if policy == "sarathi" else max(max_len, 2048))
     if policy == "static":
         budget = max(budget, max_len * cfg.max_num_seqs)
-    dtype = DType(cfg.dtype)
+    dtype = serving_dtype(cfg, model_cfg)
     kv_dtype = None if cfg.kv_cache_dtype == "auto" else DType(cfg.kv_cache_dtype)
     model = _iteration_model(model_cfg, cfg, dtype=dtype, quantization=cfg.quantization, kv_dtype=kv_dtype,
                              pp=cfg.pipeline_parallel_size, max_tokens=min(max(budget, 1), 65536), serving=serving)
@@ -834,4 +846,4 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         prefix_hit_frac=hit / query if query else 0.0, weight_bytes_per_gpu=model.weight_bytes / pp,
         spec_tokens_per_step=spec_stats[1] / spec_stats[0] if spec_stats[0] else 0.0, gpu_time_s=gpu_time,
         events=events, kv_bytes_per_token=kv_per_token, retrieval_mean_s=float(retrieval.mean()) if n else 0.0,
-        gpu_memory_bytes=float(model.hw.memory_bytes))
+        gpu_memory_bytes=float(model.hw.memory_bytes), dtype=dtype.value)
