@@ -54,6 +54,20 @@ def test_tp_spellings_agree() -> None:
     assert runs[0] == runs[1] == runs[2] and runs[0]["tensor_parallel_size"] == 2
 
 
+def test_over_long_requests_are_rejected_and_counted() -> None:
+    args = [*BASE, "--max-model-len", "2048"]  # arxiv_summarization has longer papers
+    data = parse_json(invoke([*args, "--json"]))
+    (reason,) = data["rejection_reasons"]
+    assert reason["reason"] == "prompt + output tokens exceed the maximum context length (2048 tokens)"
+    assert data["requests_rejected"] == reason["requests"] > 0
+    assert data["requests_completed"] + data["requests_rejected"] == 40
+    assert "requests rejected" in invoke(args).stdout
+    line = user_error(invoke([*BASE, "--max-model-len", "8192"]))
+    assert "above llama-2-7b's maximum context length of 4096 tokens" in line
+    line = user_error(invoke([*BASE[:9], "--prompt-tokens", "4000", "--output-tokens", "200"]))
+    assert "no request can be served: all 40 were rejected" in line and "maximum context length is 4096" in line
+
+
 def test_serve_text_and_outputs(tmp_path: Path) -> None:
     timeline, requests = tmp_path / "timeline.json", tmp_path / "requests.csv"
     res = invoke([*BASE, "--scheduler", "sarathi", "--chunk-size", "512", "--trace-out", str(timeline),

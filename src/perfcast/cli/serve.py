@@ -229,9 +229,10 @@ def _print(d: dict[str, Any], trace_out: Path | None, requests_out: Path | None)
     if "max_qps" in d:
         head.add_row("max QPS meeting the SLO", f"{d['max_qps']:.3g} ({len(d['qps_evaluated'])} loads simulated)")
     head.add_row("dtype", d["dtype"] + ("" if d["quantization"] == "none" else f" ({d['quantization']} weights)"))
-    head.add_row("requests completed", f"{d['requests_completed']} of {d['requests_total']}"
-                 + (f" ({d['requests_rejected']} rejected: {'; '.join(d['rejection_reasons'])})"
-                    if d["requests_rejected"] else ""))
+    head.add_row("requests completed", f"{d['requests_completed']} of {d['requests_total']}")
+    if d["requests_rejected"]:
+        head.add_row("requests rejected", f"{d['requests_rejected']}: " + "; ".join(
+            f"{r['requests']} {r['reason']}" for r in d["rejection_reasons"]))
     head.add_row("throughput", f"{d['throughput_requests_per_s']:.3g} requests/s, "
                  f"{d['throughput_tokens_per_s']:,.0f} output tokens/s")
     if d["goodput_requests_per_s"] is None:  # no SLO: nothing to meet

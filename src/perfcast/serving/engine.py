@@ -70,6 +70,15 @@ Retrieval (RAG): a request reaches the engine after its retrieval stage (a
 lognormal time with the given mean and CV, seeded) with the retrieved tokens in
 its prompt; its TTFT counts from its arrival, retrieval included.
 
+Requests the deployment can never serve are refused at arrival, counted with their reason
+(``rejection_counts``, ``requests_rejected`` and ``rejection_reasons`` in ``as_dict``) and left out of
+every latency and throughput figure: a prompt plus output longer than ``max_model_len`` (by default the
+model's context, ``ModelConfig.max_positions``; vLLM answers such a request 400 with "This model's maximum
+context length is X tokens. However, you requested Y tokens (P in the messages, O in the completion)"),
+more beams than ``max_num_seqs``, more KV blocks than the replica has, or an unchunked prompt above the
+token budget. Lengths are never truncated to fit. When every request is refused, the run is a one-line
+ConfigError.
+
 Determinism: one seed drives the request stream; ties in time are broken by
 (time, event kind, engine index), so the same inputs give bit-identical output.
 """
@@ -100,7 +109,7 @@ from perfcast.serving.schedulers import SCHEDULERS, Batch, ReplicaScheduler, Sch
 from perfcast.serving.traces import load_trace
 from perfcast.workload.graph import causal_pairs
 
-__all__ = ["IterationEvent", "ServingResult", "serving_dtype", "simulate_serving"]
+__all__ = ["IterationEvent", "ServingResult", "max_model_len", "serving_dtype", "simulate_serving"]
 
 _PCIE_BPS = 25e9  # swap traffic between GPU and host memory (PCIe 4.0 x16, per direction, achieved)
 
@@ -146,6 +155,7 @@ class ServingResult:
     retrieval_mean_s: float = 0.0  # RAG: mean time of the retrieval stage per request
     gpu_memory_bytes: float = 0.0  # memory of one GPU
     dtype: str = "fp16"  # the dtype that ran (``config.dtype`` resolved; see :func:`serving_dtype`)
+    rejection_counts: dict[str, int] = field(default_factory=dict)  # reason -> requests refused for it, most first
 
     @property
     def max_concurrent_sequences(self) -> int:
@@ -206,10 +216,9 @@ class ServingResult:
             "quantization": self.config.quantization,
         }
         out.update(self.metrics.as_dict())
-        rejected = [s for s in self.status if s.startswith("rejected")]
         out.update({
-            "requests_rejected": len(rejected),
-            "rejection_reasons": sorted({s.split(": ", 1)[1] for s in rejected})[:5],
+            "requests_rejected": sum(self.rejection_counts.values()),
+            "rejection_reasons": [{"reason": reason, "requests": k} for reason, k in self.rejection_counts.items()],
             "preemptions": self.preemptions, "iterations": self.iterations,
             "kv_blocks_per_engine": self.kv_blocks_per_engine,
             "kv_utilization_frac": {"mean": self.kv_utilization_mean_frac, "max": self.kv_utilization_max_frac},
@@ -259,7 +268,19 @@ def serving_dtype(cfg: ServingConfig, model_cfg: ModelConfig | None = None) -> D
     return default_dtype(model_cfg or load_model(cfg.model), load_hardware(cfg.hardware), engine=True)
 
 
-def _requests(cfg: ServingConfig, max_len: int) -> RequestStream:
+def max_model_len(cfg: ServingConfig, model_cfg: ModelConfig | None = None) -> int:
+    """The context limit of the deployment (tokens of prompt plus output): ``cfg.max_model_len``, by default the
+    model's (``ModelConfig.max_positions``, for every position scheme). A limit above the model's is bad input,
+    as vLLM refuses it."""
+    model_cfg = model_cfg or load_model(cfg.model)
+    context = model_cfg.max_positions
+    if cfg.max_model_len is not None and cfg.max_model_len > context:
+        raise ConfigError(f"max_model_len {cfg.max_model_len} is above {model_cfg.id}'s maximum context length of "
+                          f"{context} tokens; use max_model_len <= {context}")
+    return cfg.max_model_len or context
+
+
+def _requests(cfg: ServingConfig) -> RequestStream:
     w = cfg.workload
     trace = load_trace(w.trace) if w.trace else None
     lengths = (w.prompt_tokens, w.output_tokens)
@@ -274,7 +295,15 @@ def _requests(cfg: ServingConfig, max_len: int) -> RequestStream:
         arrival, qps = "fixed", 1e12  # no rate: every request arrives at once (an offline run)
     return generate_requests(num_requests=w.num_requests, seed=w.seed, arrival=arrival,
                              qps=None if arrival == "trace" else qps, burstiness_cv=w.burstiness_cv, trace=trace,
-                             prompt_tokens=w.prompt_tokens, output_tokens=w.output_tokens, max_tokens=max_len)
+                             prompt_tokens=w.prompt_tokens, output_tokens=w.output_tokens)
+
+
+def _count_reasons(rejection: dict[int, tuple[str, str]]) -> dict[str, int]:
+    """Requests refused per reason, the most frequent first (ties in the reason's order)."""
+    counts: dict[str, int] = {}
+    for reason, _ in rejection.values():
+        counts[reason] = counts.get(reason, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _activation_bytes(model: IterationModel, tokens: int, seqs: int) -> float:
@@ -328,9 +357,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         SCHEDULERS.get(cfg.scheduler)  # raises UnknownNameError listing the schedulers
     policy = "sarathi" if cfg.scheduler == "vllm" and cfg.enable_chunked_prefill else cfg.scheduler
     model_cfg = load_model(cfg.model)
-    # a learned position table ends the context; rotary / ALiBi models run as long as they are asked to
-    limit = model_cfg.max_positions if model_cfg.position == "learned" else 2**31
-    max_len = min(cfg.max_model_len or model_cfg.max_positions, limit)
+    max_len = max_model_len(cfg, model_cfg)
     budget = cfg.max_num_batched_tokens or (cfg.chunk_size if policy == "sarathi" else max(max_len, 2048))
     if policy == "static":
         budget = max(budget, max_len * cfg.max_num_seqs)
@@ -365,7 +392,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     extra_prompt = images * model.image_tokens + w.retrieved_tokens  # image and retrieved tokens join the prompt
     if extra_prompt + 2 > max_len:
         raise ConfigError(f"{extra_prompt} image/retrieved tokens leave no room in max_model_len {max_len}")
-    stream = _requests(cfg, max_len - extra_prompt)
+    stream = _requests(cfg)  # lengths as asked: a request beyond max_len is rejected, as vLLM does, not truncated
     n = stream.num_requests
     arrival = np.asarray(stream.arrival_s, dtype=float)
     prompt = np.asarray(stream.prompt_tokens, dtype=np.int64) + extra_prompt
@@ -383,6 +410,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     replica_of = np.full(n, -1, dtype=np.int64)
     preempted = np.zeros(n, dtype=np.int64)
     status = ["pending"] * n
+    rejection: dict[int, tuple[str, str]] = {}  # request id -> (the reason it was refused, its own figures)
     prefix_rng = np.random.default_rng(w.seed + 1) if w.shared_prefix_tokens else None
     prefix_ids = prefix_rng.integers(0, w.num_prefixes, size=n) if prefix_rng is not None else None
 
@@ -407,8 +435,9 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         sched = engines[e]
         batch = sched.schedule()
         if sched.rejected:
-            for req, reason in sched.rejected:
-                status[req.id] = f"rejected: {reason}"
+            for req, reason, detail in sched.rejected:
+                status[req.id] = f"rejected: {reason}: {detail}"
+                rejection[req.id] = (reason, detail)
                 outstanding[req.replica] -= 1
                 if limit:
                     release(now)
@@ -822,9 +851,12 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         if not busy[e]:
             start(e, now)
 
-    if n and all(st.startswith("rejected: ") for st in status):
-        # nothing could be served: a deployment error (e.g. a KV budget too small for one request), not a result
-        raise ConfigError(f"no request can be served: {status[0].removeprefix('rejected: ')}")
+    if n and len(rejection) == n:
+        # nothing could be served: the workload does not fit the deployment (e.g. every request longer than the
+        # context, or a KV budget too small for one request), not a result
+        reasons = "; ".join(f"{k} {reason}" for reason, k in _count_reasons(rejection).items())
+        raise ConfigError(f"no request can be served: all {n} were rejected ({reasons}); the first: "
+                          f"{rejection[0][1]}")
     for i in range(n):
         if status[i] == "pending":  # pragma: no cover - the loop drains every engine
             status[i] = "incomplete: the simulation ended with the request unfinished"
@@ -846,4 +878,4 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         prefix_hit_frac=hit / query if query else 0.0, weight_bytes_per_gpu=model.weight_bytes / pp,
         spec_tokens_per_step=spec_stats[1] / spec_stats[0] if spec_stats[0] else 0.0, gpu_time_s=gpu_time,
         events=events, kv_bytes_per_token=kv_per_token, retrieval_mean_s=float(retrieval.mean()) if n else 0.0,
-        gpu_memory_bytes=float(model.hw.memory_bytes), dtype=dtype.value)
+        gpu_memory_bytes=float(model.hw.memory_bytes), dtype=dtype.value, rejection_counts=_count_reasons(rejection))
