@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import invoke, parse_json, user_error, with_flags
+from typer.testing import Result
 
 pytestmark = pytest.mark.cli
 
@@ -68,6 +69,44 @@ def test_over_long_requests_are_rejected_and_counted() -> None:
     assert "no request can be served: all 40 were rejected" in line and "maximum context length is 4096" in line
 
 
+def _does_not_fit(res: Result) -> str:
+    """Exit 1, no traceback, one ``does not fit:`` line on stderr; returns it."""
+    assert res.exit_code == 1, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stdout + res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("does not fit: "), res.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "fragment", "usable_frac"), [
+    (["--model", "llama-2-70b"], "needs 128.5 GiB of weights per GPU at tp=1, pp=1", 0.9),  # above 72 GiB usable
+    (["--gpu-memory-utilization", "0.17", "--trace", "splitwise_code", "--max-num-batched-tokens", "8192",
+      "--prompt-tokens", "3000", "--output-tokens", "1000"], "too few for one request of the workload", 0.17),
+])
+def test_a_deployment_that_does_not_fit_is_a_verdict_with_its_memory(args: list[str], fragment: str,
+                                                                      usable_frac: float) -> None:
+    res = invoke([*with_flags(["serve"], BASE[1:], args), "--json"])
+    line = _does_not_fit(res)
+    assert fragment in line
+    data = json.loads(res.stdout)
+    assert data["fits"] is False and fragment in data["verdict"]
+    for key in ("memory_gpu_bytes", "memory_usable_bytes", "memory_weights_bytes", "memory_activations_peak_bytes",
+                "memory_kv_cache_bytes"):
+        assert data[key] >= 0
+    assert data["memory_usable_bytes"] == pytest.approx(usable_frac * data["memory_gpu_bytes"])
+    text = invoke(with_flags(["serve"], BASE[1:], args))
+    _does_not_fit(text)
+    assert "DOES NOT FIT" in text.stdout and "activations peak" in text.stdout
+
+
+def test_a_deployment_that_fits_says_so_with_its_memory() -> None:
+    data = parse_json(invoke([*BASE, "--json"]))
+    assert data["fits"] is True and data["verdict"] == "fits"
+    assert data["memory_weights_bytes"] + data["memory_activations_peak_bytes"] + data["memory_kv_cache_bytes"] <= (
+        data["memory_usable_bytes"])
+    assert "memory per GPU" in invoke(BASE).stdout
+
+
 def test_serve_text_and_outputs(tmp_path: Path) -> None:
     timeline, requests = tmp_path / "timeline.json", tmp_path / "requests.csv"
     res = invoke([*BASE, "--scheduler", "sarathi", "--chunk-size", "512", "--trace-out", str(timeline),
@@ -102,7 +141,6 @@ def test_malformed_trace_names_file_and_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--scheduler", "fcfs"], "valid: "),
-    (["--model", "llama-2-70b"], "GiB of weights per GPU"),
     (["--tensor-parallel-size", "3"], "tp=3"),
     (["--quantization", "int3"], "--quantization"),
     (["--qps", "-1"], "--qps"),

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, _table, app, emit_json, flag_error, handled, refuse_overwrite
+from perfcast.cli.app import _console, _table, app, does_not_fit, emit_json, flag_error, handled, refuse_overwrite
 
 __all__ = ["serve"]
 
@@ -162,6 +162,7 @@ def serve(
             "burstiness_cv": "burstiness", "kv_transfer_bandwidth_Bps": "kv-transfer-bandwidth",
             "concurrency": "max-concurrency", "num_beams": "beam-width",
             "retrieval_latency_s": "retrieval-latency"}) from None
+    _verdict_first(cfg, workload, num_requests, colocate_model, colocate_memory_frac, as_json)
     search = None
     mlperf = None
     if workload is not None:
@@ -217,6 +218,58 @@ def serve(
     _print(data, trace_out, requests_out)
 
 
+def _verdict_first(cfg: Any, workload: str | None, num_requests: int | None, colocate_model: str | None,
+                   colocate_memory_frac: float, as_json: bool) -> None:
+    """A deployment that does not fit is an answer: print it with its memory breakdown and end with exit 1
+    (before any simulation, which needs the deployment to fit)."""
+    from perfcast.serving.engine import serving_dtype, serving_memory
+
+    checks = [(cfg, 1.0)]
+    if workload is not None:
+        from perfcast.serving.mlperf import apply_mlperf
+
+        checks = [(apply_mlperf(cfg, workload, num_requests=num_requests), 1.0)]
+    elif colocate_model is not None:
+        if not 0 < colocate_memory_frac < 1:
+            return  # the co-location's own one-line error
+        checks = [(cfg, colocate_memory_frac), (cfg.model_copy(update={"model": colocate_model,
+                                                                       "speculative_model": None}),
+                                                1.0 - colocate_memory_frac)]
+    for run, frac in checks:
+        memory = serving_memory(run, memory_frac=frac)
+        if memory.fits:
+            continue
+        data: dict[str, Any] = {
+            "model": run.model, "hardware": run.hardware, "scheduler": run.scheduler,
+            "tensor_parallel_size": run.tensor_parallel_size, "pipeline_parallel_size": run.pipeline_parallel_size,
+            "num_replicas": run.num_replicas, "dtype": serving_dtype(run).value, "quantization": run.quantization,
+            **memory.as_dict()}
+        if as_json:
+            emit_json(data)
+        else:
+            _print_memory(data, title=True)
+        does_not_fit(memory.verdict)
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:,.1f} GiB"
+
+
+def _print_memory(d: dict[str, Any], *, title: bool = False) -> None:
+    t = _table(title=(f"{d['model']} on {d['num_replicas']} x {d['tensor_parallel_size'] * d['pipeline_parallel_size']}"
+                      f" {d['hardware']} ({d['dtype']}" + ("" if d["quantization"] == "none" else
+                                                          f", {d['quantization']} weights") + ")")
+               if title else "memory per GPU", show_header=False)
+    t.add_column("quantity", no_wrap=True)
+    t.add_column("value")
+    t.add_row("verdict", "fits" if d["fits"] else f"DOES NOT FIT: {d['verdict']}")
+    t.add_row("GPU memory", f"{_gib(d['memory_gpu_bytes'])} ({_gib(d['memory_usable_bytes'])} usable)")
+    t.add_row("weights", _gib(d["memory_weights_bytes"]))
+    t.add_row("activations peak", _gib(d["memory_activations_peak_bytes"]))
+    t.add_row("KV cache", f"{_gib(d['memory_kv_cache_bytes'])} ({d['kv_cache_blocks_per_gpu']:,} blocks)")
+    _console().print(t)
+
+
 def _print(d: dict[str, Any], trace_out: Path | None, requests_out: Path | None) -> None:
     con = _console()
     gpus = d["tensor_parallel_size"] * d["pipeline_parallel_size"]
@@ -229,6 +282,10 @@ def _print(d: dict[str, Any], trace_out: Path | None, requests_out: Path | None)
     if "max_qps" in d:
         head.add_row("max QPS meeting the SLO", f"{d['max_qps']:.3g} ({len(d['qps_evaluated'])} loads simulated)")
     head.add_row("dtype", d["dtype"] + ("" if d["quantization"] == "none" else f" ({d['quantization']} weights)"))
+    if "memory_usable_bytes" in d:
+        head.add_row("memory per GPU", f"weights {_gib(d['memory_weights_bytes'])} + activations peak "
+                     f"{_gib(d['memory_activations_peak_bytes'])} + KV cache {_gib(d['memory_kv_cache_bytes'])} of "
+                     f"{_gib(d['memory_usable_bytes'])} usable")
     head.add_row("requests completed", f"{d['requests_completed']} of {d['requests_total']}")
     if d["requests_rejected"]:
         head.add_row("requests rejected", f"{d['requests_rejected']}: " + "; ".join(

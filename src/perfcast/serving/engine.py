@@ -85,6 +85,7 @@ Determinism: one seed drives the request stream; ties in time are broken by
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -102,14 +103,15 @@ from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.energy import ServingEnergy, serving_energy
 from perfcast.serving.iteration import IterationModel
-from perfcast.serving.kv import BlockManager, CountingBlockManager, kv_cache_capacity, prefix_block_hashes
+from perfcast.serving.kv import BlockManager, CountingBlockManager, prefix_block_hashes
+from perfcast.serving.memory import ServingMemory, memory_breakdown
 from perfcast.serving.metrics import ServingMetrics, summarize_requests
 from perfcast.serving.request import Request
 from perfcast.serving.schedulers import SCHEDULERS, Batch, ReplicaScheduler, SchedulerLimits
 from perfcast.serving.traces import load_trace
 from perfcast.workload.graph import causal_pairs
 
-__all__ = ["IterationEvent", "ServingResult", "max_model_len", "serving_dtype", "simulate_serving"]
+__all__ = ["IterationEvent", "ServingResult", "max_model_len", "serving_dtype", "serving_memory", "simulate_serving"]
 
 _PCIE_BPS = 25e9  # swap traffic between GPU and host memory (PCIe 4.0 x16, per direction, achieved)
 
@@ -156,6 +158,7 @@ class ServingResult:
     gpu_memory_bytes: float = 0.0  # memory of one GPU
     dtype: str = "fp16"  # the dtype that ran (``config.dtype`` resolved; see :func:`serving_dtype`)
     rejection_counts: dict[str, int] = field(default_factory=dict)  # reason -> requests refused for it, most first
+    memory: ServingMemory | None = None  # one GPU's memory breakdown (the deployment fits: it ran)
 
     @property
     def max_concurrent_sequences(self) -> int:
@@ -236,6 +239,8 @@ class ServingResult:
             "retrieval_mean_s": self.retrieval_mean_s,
             "retrieval_share_frac": self.retrieval_share_frac,
         })
+        if self.memory is not None:
+            out.update(self.memory.as_dict())
         out.update(self.energy().as_dict())
         return out
 
@@ -306,15 +311,6 @@ def _count_reasons(rejection: dict[int, tuple[str, str]]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _activation_bytes(model: IterationModel, tokens: int, seqs: int) -> float:
-    """vLLM's profiling run: the peak activation memory of the largest batch (hidden states, the MLP's
-    widest intermediate, and fp32 logits of the sampled sequences)."""
-    cfg = model.cfg
-    e = model.dtype.bytes
-    width = max(cfg.hidden_size * 4, 2 * (cfg.intermediate_size or 4 * cfg.hidden_size) // model.tp)
-    return tokens * width * e + seqs * cfg.vocab_size / model.tp * 4.0
-
-
 _MODELS: dict[tuple[object, ...], tuple[ModelConfig, ServingCoefficients | None, IterationModel]] = {}
 
 
@@ -342,17 +338,20 @@ def _iteration_model(model_cfg: ModelConfig, cfg: ServingConfig, *, dtype: DType
     return model
 
 
-def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bool = False,
-                     serving: ServingCoefficients | None = None, memory_frac: float = 1.0,
-                     iteration_scale: float = 1.0, iteration_extra_s: float = 0.0) -> ServingResult:
-    """Simulate ``cfg`` to completion of every request (or its rejection with a reason).
+@dataclass(frozen=True)
+class _Deployment:
+    """What a config resolves to before any request runs: the scheduling policy, the context limit, the
+    iteration token budget, the dtype, the iteration model and one GPU's memory."""
 
-    ``keep_events`` keeps every iteration for the timeline; ``audit`` checks every KV cache's
-    invariants (blocks in use within capacity, no block owned twice) after each iteration (tests);
-    ``serving`` replaces the packaged engine coefficients (fits). ``memory_frac`` (the share of the usable
-    GPU memory this model gets), ``iteration_scale`` and ``iteration_extra_s`` (every iteration's time is
-    ``time * scale + extra``) describe another model sharing the GPUs (:mod:`perfcast.serving.colocation`).
-    """
+    policy: str
+    max_len: int
+    budget: int
+    dtype: DType
+    model: IterationModel
+    memory: ServingMemory
+
+
+def _deployment(cfg: ServingConfig, *, serving: ServingCoefficients | None, memory_frac: float) -> _Deployment:
     if cfg.scheduler not in SCHEDULERS:
         SCHEDULERS.get(cfg.scheduler)  # raises UnknownNameError listing the schedulers
     policy = "sarathi" if cfg.scheduler == "vllm" and cfg.enable_chunked_prefill else cfg.scheduler
@@ -365,14 +364,76 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     kv_dtype = None if cfg.kv_cache_dtype == "auto" else DType(cfg.kv_cache_dtype)
     model = _iteration_model(model_cfg, cfg, dtype=dtype, quantization=cfg.quantization, kv_dtype=kv_dtype,
                              pp=cfg.pipeline_parallel_size, max_tokens=min(max(budget, 1), 65536), serving=serving)
-    usable_frac = cfg.gpu_memory_utilization * memory_frac
-    model.check_fits(usable_frac)
+    memory = memory_breakdown(model, usable_frac=cfg.gpu_memory_utilization * memory_frac,
+                              max_batched_tokens=budget, max_num_seqs=cfg.max_num_seqs, block_size=cfg.block_size)
+    return _Deployment(policy, max_len, budget, dtype, model, memory)
+
+
+def _extra_prompt_tokens(cfg: ServingConfig, model: IterationModel, max_len: int) -> int:
+    """Image and retrieved tokens every prompt carries besides its own (they join the prompt)."""
+    w = cfg.workload
+    if w.images_per_request and model.cfg.vision is None:
+        raise ConfigError(f"{model.cfg.id} has no vision tower; --images-per-request needs a multimodal model "
+                          "(e.g. llava-1.5-7b)")
+    extra = w.images_per_request * model.image_tokens + w.retrieved_tokens
+    if extra + 2 > max_len:
+        raise ConfigError(f"{extra} image/retrieved tokens leave no room in max_model_len {max_len}")
+    return extra
+
+
+def serving_memory(cfg: ServingConfig, *, memory_frac: float = 1.0,
+                   serving: ServingCoefficients | None = None) -> ServingMemory:
+    """Whether ``cfg``'s deployment fits, with one GPU's memory breakdown (see :mod:`perfcast.serving.memory`),
+    without simulating. Besides the weights and activations, the KV cache of one engine must hold at least
+    one request of the workload (its prompt and output, each beam's tokens, under the cache's watermark);
+    requests longer than ``max_model_len`` do not count (they are refused whatever the memory)."""
+    dep = _deployment(cfg, serving=serving, memory_frac=memory_frac)
+    memory = dep.memory
+    if not memory.fits:
+        return memory
+    extra = _extra_prompt_tokens(cfg, dep.model, dep.max_len)
+    stream = _requests(cfg)
+    prompt = np.asarray(stream.prompt_tokens, dtype=np.int64) + extra
+    output = np.asarray(stream.output_tokens, dtype=np.int64)
+    servable = prompt + output <= dep.max_len
+    if not servable.any():
+        return memory  # every request is refused for its length: bad input the simulation reports
     pp = cfg.pipeline_parallel_size
-    kv_per_token = model.kv_bytes_per_token / pp  # one stage holds its layers' share of every token
-    blocks = kv_cache_capacity(
-        gpu_memory_bytes=model.hw.memory_bytes, gpu_memory_utilization_frac=usable_frac,
-        weight_bytes=model.weight_bytes / pp, activation_peak_bytes=_activation_bytes(model, budget, cfg.max_num_seqs),
-        kv_bytes_per_token=kv_per_token, block_size=cfg.block_size)
+    kv = CountingBlockManager(max(1, memory.kv_blocks // pp), cfg.block_size, cfg.watermark_frac, 0)
+    beams = cfg.workload.num_beams
+    pairs = sorted({(int(p), int(o)) for p, o in zip(prompt[servable], output[servable], strict=True)},
+                   key=lambda po: po[0] + beams * po[1])
+    if any(kv.can_ever_allocate(p + o, beams, p) for p, o in pairs):
+        return memory
+    p, o = pairs[0]
+    tokens = kv.num_blocks * cfg.block_size
+    verdict = (f"the KV cache of one engine holds {tokens:,} tokens ({kv.num_blocks:,} blocks of {cfg.block_size}, "
+               f"{memory.kv_cache_bytes / 2**30:.2f} GiB of KV cache per GPU), too few for one request of the "
+               f"workload: the smallest needs {p:,} + {o:,}" + (f" x {beams} beams" if beams > 1 else "")
+               + " tokens; use more tensor or pipeline parallelism, a smaller dtype or quantization, or shorter "
+               "requests")
+    return dataclasses.replace(memory, fits=False, verdict=verdict)
+
+
+def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bool = False,
+                     serving: ServingCoefficients | None = None, memory_frac: float = 1.0,
+                     iteration_scale: float = 1.0, iteration_extra_s: float = 0.0) -> ServingResult:
+    """Simulate ``cfg`` to completion of every request (or its rejection with a reason).
+
+    ``keep_events`` keeps every iteration for the timeline; ``audit`` checks every KV cache's
+    invariants (blocks in use within capacity, no block owned twice) after each iteration (tests);
+    ``serving`` replaces the packaged engine coefficients (fits). ``memory_frac`` (the share of the usable
+    GPU memory this model gets), ``iteration_scale`` and ``iteration_extra_s`` (every iteration's time is
+    ``time * scale + extra``) describe another model sharing the GPUs (:mod:`perfcast.serving.colocation`).
+    """
+    dep = _deployment(cfg, serving=serving, memory_frac=memory_frac)
+    policy, max_len, budget, dtype, model, memory = (dep.policy, dep.max_len, dep.budget, dep.dtype, dep.model,
+                                                      dep.memory)
+    if not memory.fits:  # an answer (serving_memory gives it with the breakdown), but nothing to simulate
+        raise ConfigError(memory.verdict)
+    pp = cfg.pipeline_parallel_size
+    kv_per_token = memory.kv_bytes_per_token
+    blocks = memory.kv_blocks
     per_engine = max(1, blocks // pp)
     cpu_blocks = int(cfg.swap_space // (kv_per_token * cfg.block_size)) // pp
     limits = SchedulerLimits(cfg.max_num_seqs, budget, cfg.chunk_size, max_len, cfg.preemption_mode)
@@ -386,12 +447,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     engines: list[ReplicaScheduler] = [cls(cache(), limits) for _ in range(cfg.num_replicas * pp)]  # type: ignore[arg-type]
     w = cfg.workload
     images = w.images_per_request
-    if images and model.cfg.vision is None:
-        raise ConfigError(f"{model.cfg.id} has no vision tower; --images-per-request needs a multimodal model "
-                          "(e.g. llava-1.5-7b)")
-    extra_prompt = images * model.image_tokens + w.retrieved_tokens  # image and retrieved tokens join the prompt
-    if extra_prompt + 2 > max_len:
-        raise ConfigError(f"{extra_prompt} image/retrieved tokens leave no room in max_model_len {max_len}")
+    extra_prompt = _extra_prompt_tokens(cfg, model, max_len)
     stream = _requests(cfg)  # lengths as asked: a request beyond max_len is rejected, as vLLM does, not truncated
     n = stream.num_requests
     arrival = np.asarray(stream.arrival_s, dtype=float)
@@ -878,4 +934,5 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         prefix_hit_frac=hit / query if query else 0.0, weight_bytes_per_gpu=model.weight_bytes / pp,
         spec_tokens_per_step=spec_stats[1] / spec_stats[0] if spec_stats[0] else 0.0, gpu_time_s=gpu_time,
         events=events, kv_bytes_per_token=kv_per_token, retrieval_mean_s=float(retrieval.mean()) if n else 0.0,
-        gpu_memory_bytes=float(model.hw.memory_bytes), dtype=dtype.value, rejection_counts=_count_reasons(rejection))
+        gpu_memory_bytes=float(model.hw.memory_bytes), dtype=dtype.value, rejection_counts=_count_reasons(rejection),
+        memory=memory)
