@@ -79,6 +79,9 @@ class ServingConfig(BaseModel):
     max_num_batched_tokens: int | None = Field(default=None, ge=1,
                                                description="token budget per iteration (default per scheduler)")
     max_model_len: int | None = Field(default=None, ge=2, description="context limit (default: the model's)")
+    allow_long_max_model_len: bool = Field(default=False, description="accept a max_model_len above the model's "
+                                           "context (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN): for a deployment "
+                                           "known to run longer (e.g. RoPE scaled at serving time)")
     enable_chunked_prefill: bool = False
     chunk_size: int = Field(default=512, ge=1, description="sarathi / chunked prefill: tokens per iteration")
     block_size: int = Field(default=16, ge=1)

@@ -276,10 +276,11 @@ def serving_dtype(cfg: ServingConfig, model_cfg: ModelConfig | None = None) -> D
 def max_model_len(cfg: ServingConfig, model_cfg: ModelConfig | None = None) -> int:
     """The context limit of the deployment (tokens of prompt plus output): ``cfg.max_model_len``, by default the
     model's (``ModelConfig.max_positions``, for every position scheme). A limit above the model's is bad input,
-    as vLLM refuses it."""
+    as vLLM refuses it, unless ``allow_long_max_model_len`` says the deployment runs longer (vLLM's
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``)."""
     model_cfg = model_cfg or load_model(cfg.model)
     context = model_cfg.max_positions
-    if cfg.max_model_len is not None and cfg.max_model_len > context:
+    if cfg.max_model_len is not None and cfg.max_model_len > context and not cfg.allow_long_max_model_len:
         raise ConfigError(f"max_model_len {cfg.max_model_len} is above {model_cfg.id}'s maximum context length of "
                           f"{context} tokens; use max_model_len <= {context}")
     return cfg.max_model_len or context
@@ -430,7 +431,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     policy, max_len, budget, dtype, model, memory = (dep.policy, dep.max_len, dep.budget, dep.dtype, dep.model,
                                                       dep.memory)
     if not memory.fits:  # an answer (serving_memory gives it with the breakdown), but nothing to simulate
-        raise ConfigError(memory.verdict)
+        raise ConfigError(f"the deployment does not fit: {memory.verdict}")
     pp = cfg.pipeline_parallel_size
     kv_per_token = memory.kv_bytes_per_token
     blocks = memory.kv_blocks

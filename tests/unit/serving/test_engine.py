@@ -135,6 +135,10 @@ def test_every_request_rejected_is_one_line_error_and_a_limit_above_the_context_
     with pytest.raises(ConfigError, match="max_model_len 8192 is above llama-2-7b's maximum context length of 4096 "
                                           "tokens; use max_model_len <= 4096"):
         simulate_serving(_cfg(max_model_len=8192))
+    # a deployment known to run longer says so (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN): served, not cut
+    long = simulate_serving(_cfg(n=5, trace=None, prompt_tokens=6000, output_tokens=100, max_model_len=8192,
+                                 allow_long_max_model_len=True))
+    assert long.metrics.requests_completed == 5 and long.prompt_tokens.tolist() == [6000] * 5
 
 
 
