@@ -122,14 +122,36 @@ def test_serve_text_and_outputs(tmp_path: Path) -> None:
     assert requests.read_text() == before
 
 
-def test_find_max_qps_meets_the_slo() -> None:
-    data = parse_json(invoke(["serve", "--model", "llama-2-7b", "--hardware", "a100-sxm-80gb", "--num-requests", "40",
-                              "--prompt-tokens", "512", "--output-tokens", "64", "--find-max-qps",
-                              "--slo-ttft-p99", "1.0", "--slo-tpot-p99", "0.05", "--json"]))
-    assert data["max_qps"] > 0
-    assert data["ttft_s"]["p99"] <= 1.0 and data["tpot_s"]["p99"] <= 0.05
-    failing = [q for q, met in data["qps_evaluated"] if not met]
+SEARCH = ["serve", "--model", "llama-2-7b", "--hardware", "a100-sxm-80gb", "--max-num-seqs", "16",
+          "--prompt-tokens", "256", "--output-tokens", "64", "--find-max-qps"]
+
+
+def test_find_max_qps_answers_a_load_sustained_in_steady_state_and_names_its_workload() -> None:
+    data = parse_json(invoke([*SEARCH, "--slo-ttft-p99", "0.5", "--slo-tpot-p99", "0.03", "--json"]))
+    assert 0 < data["max_qps"] < data["saturated_requests_per_s"]
+    steady = data["steady_state"]
+    assert steady["met"] and steady["qps"] == data["max_qps"]
+    for tail in steady["tails"]:  # each p99, with its error margin, within its bound
+        assert tail["p99_s"] + data["steady_state_rule"]["z"] * tail["stderr_s"] <= tail["slo_s"]
+    failing = [c["qps"] for c in data["qps_evaluated"] if not c["met"]]
     assert failing and min(failing) > data["max_qps"]
+    for c in data["qps_evaluated"]:  # how long each load was simulated
+        assert c["num_requests"] >= 1000 and c["simulated_s"] > c["warmup_s"] > 0
+    w = data["workload"]
+    assert w["lengths"] == "fixed" and w["arrival"] == "poisson" and w["num_requests"] == steady["num_requests"]
+    assert w["prompt_tokens"]["mean"] == 256 and w["output_tokens"]["max"] == 64
+    assert w["offered_requests_per_s"] == pytest.approx(data["max_qps"], rel=1e-9)
+    text = invoke([*SEARCH, "--slo-ttft-p99", "0.5", "--slo-tpot-p99", "0.03"]).stdout
+    assert "max QPS sustained" in text and "QPS search" in text and "saturated throughput" in text
+    assert "fixed 256 prompt + 64 output tokens" in text
+
+
+def test_find_max_qps_with_no_load_meeting_the_slo_is_a_verdict() -> None:
+    res = invoke([*SEARCH, "--slo-ttft-p99", "0.0001", "--json"])
+    assert res.exit_code == 1 and "Traceback" not in res.stderr
+    assert res.stderr.startswith("does not fit: no load down to") and len(res.stderr.splitlines()) == 1
+    data = json.loads(res.stdout)
+    assert data["max_qps"] == 0 and data["qps_search_verdict"] in res.stderr
 
 
 def test_malformed_trace_names_file_and_line(tmp_path: Path) -> None:

@@ -162,37 +162,35 @@ def serve(
             "burstiness_cv": "burstiness", "kv_transfer_bandwidth_Bps": "kv-transfer-bandwidth",
             "concurrency": "max-concurrency", "num_beams": "beam-width",
             "retrieval_latency_s": "retrieval-latency"}) from None
+    if find_max_qps and workload is None and slo_ttft is None and slo_tpot is None:
+        raise ConfigError("--find-max-qps needs --slo-ttft-p99 and/or --slo-tpot-p99")
+    if colocate_model is not None and (find_max_qps or trace_out is not None):
+        raise ConfigError("--colocate-model does not combine with --find-max-qps or --trace-out yet")
     _verdict_first(cfg, workload, num_requests, colocate_model, colocate_memory_frac, as_json)
     search = None
     mlperf = None
+    result = None
     if workload is not None:
         from perfcast.serving.mlperf import run_mlperf
 
         mlperf = run_mlperf(cfg, workload, num_requests=num_requests, qps=qps)
-        cfg = mlperf.result.config
+        cfg, result = mlperf.result.config, mlperf.result
     elif find_max_qps:
         from perfcast.serving.search import find_max_qps as search_qps
 
-        if slo_ttft is None and slo_tpot is None:
-            raise ConfigError("--find-max-qps needs --slo-ttft-p99 and/or --slo-tpot-p99")
         search = search_qps(cfg)
-        cfg = search.config
+        cfg, result = search.config, search.result
+    data_extra: dict[str, Any] = {}
     if colocate_model is not None:
         from perfcast.serving.colocation import simulate_colocated
 
-        if find_max_qps or trace_out is not None:
-            raise ConfigError("--colocate-model does not combine with --find-max-qps or --trace-out yet")
         other = cfg.model_copy(update={"model": colocate_model, "speculative_model": None,
                                        "workload": cfg.workload.model_copy(update={"seed": cfg.workload.seed + 1})})
         pair = simulate_colocated(cfg, other, mode=colocation, memory_frac=colocate_memory_frac)  # type: ignore[arg-type]
         result = pair.first
-        data_extra: dict[str, Any] = pair.as_dict()
-    elif mlperf is not None and trace_out is None:
-        result = mlperf.result
-        data_extra = {}
-    else:
+        data_extra = pair.as_dict()
+    elif result is None or trace_out is not None:  # (the timeline needs the iterations kept)
         result = simulate_serving(cfg, keep_events=trace_out is not None)
-        data_extra = {}
     if trace_out is not None:
         from perfcast.serving.timeline import write_serving_trace
 
@@ -204,18 +202,25 @@ def serve(
             writer.writeheader()
             writer.writerows(rows)
     data = data_extra or result.as_dict()
+    missed = ""
     if search is not None:
-        data["max_qps"] = search.max_qps
-        data["qps_evaluated"] = search.evaluated
+        data.update(search.as_dict())
+        if search.check is not None and search.max_qps > 0:
+            data["steady_state"] = search.check.as_dict()
+        missed = search.verdict
     if mlperf is not None:
         data.update({k if k.startswith("mlperf_") else f"mlperf_{k}": v for k, v in mlperf.as_dict().items()})
         if mlperf.qps_evaluated:
             data["max_qps"] = mlperf.qps
-            data["qps_evaluated"] = list(mlperf.qps_evaluated)
+            data["qps_evaluated"] = [c.as_dict() for c in mlperf.qps_evaluated]
+        if mlperf.check is not None:
+            data["steady_state"] = mlperf.check.as_dict()
     if as_json:
         emit_json(data)
-        return
-    _print(data, trace_out, requests_out)
+    else:
+        _print(data, trace_out, requests_out)
+    if missed:  # no load meets the SLO: an answer, "no"
+        does_not_fit(missed)
 
 
 def _verdict_first(cfg: Any, workload: str | None, num_requests: int | None, colocate_model: str | None,
@@ -280,7 +285,9 @@ def _print(d: dict[str, Any], trace_out: Path | None, requests_out: Path | None)
     if "mlperf_workload" in d:
         _print_mlperf(d)
     if "max_qps" in d:
-        head.add_row("max QPS meeting the SLO", f"{d['max_qps']:.3g} ({len(d['qps_evaluated'])} loads simulated)")
+        head.add_row("max QPS sustained", f"{d['max_qps']:.4g} requests/s within the SLO in steady state"
+                     if d["max_qps"] else "none: no load meets the SLO")
+    head.add_row("workload", _workload_line(d["workload"]))
     head.add_row("dtype", d["dtype"] + ("" if d["quantization"] == "none" else f" ({d['quantization']} weights)"))
     if "memory_usable_bytes" in d:
         head.add_row("memory per GPU", f"weights {_gib(d['memory_weights_bytes'])} + activations peak "
@@ -304,16 +311,55 @@ def _print(d: dict[str, Any], trace_out: Path | None, requests_out: Path | None)
         head.add_row("energy (prior model)", f"{d['energy_J'] / 1e3:,.3g} kJ; {d['energy_per_output_token_J']:.3g} J "
                      f"per output token; {d['avg_power_per_gpu_W']:,.0f} W per GPU")
     con.print(head)
-    lat = _table(title="latency")
+    lat = _table(title="latency" + (" (every request of the run at that load)" if "max_qps" in d else ""))
     for c in ("metric", "mean", "p50", "p90", "p99", "max"):
         lat.add_column(c, justify="left" if c == "metric" else "right")
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         v = d[key]
         lat.add_row(label, *(_ms(v[k]) for k in ("mean", "p50", "p90", "p99", "max")))
     con.print(lat)
+    if "qps_evaluated" in d and "steady_state_rule" in d:
+        _print_search(d)
     for p, what in ((trace_out, "timeline"), (requests_out, "per-request CSV")):
         if p is not None:
             con.print(f"{what} written to {p}")
+
+
+def _workload_line(w: dict[str, Any]) -> str:
+    def stats(x: dict[str, Any]) -> str:
+        return f"mean {x['mean']:,.0f}, p50 {x['p50']:,.0f}, p99 {x['p99']:,.0f}, max {x['max']:,.0f}"
+
+    if w["lengths"] == "fixed":
+        lengths = f"fixed {w['prompt_tokens']['max']:,.0f} prompt + {w['output_tokens']['max']:,.0f} output tokens"
+    else:
+        lengths = (f"{w['lengths']}: prompt tokens {stats(w['prompt_tokens'])}; output tokens "
+                   f"{stats(w['output_tokens'])}")
+    if w["arrival"] == "all at once":
+        load = "all at once" + (f", at most {w['concurrency']} outstanding" if w["concurrency"] else "")
+    elif w["arrival"] == "trace":
+        load = "the trace's arrival times"
+    else:
+        load = f"{w['arrival']} arrivals, {w['offered_requests_per_s']:.4g} requests/s offered" + (
+            f" (gap CV {w['burstiness_cv']:g})" if w["burstiness_cv"] is not None else "")
+    return f"{lengths}; {load}; {w['num_requests']:,} requests over {w['arrival_span_s']:,.0f} s"
+
+
+def _print_search(d: dict[str, Any]) -> None:
+    rule = d["steady_state_rule"]
+    t = _table(title=f"QPS search: each load simulated for {rule['warmup_lifetimes']:g} + "
+                     f"{rule['steady_lifetimes']:g} request lifetimes ({d['request_lifetime_s']:.3g} s each), the "
+                     f"first {rule['warmup_lifetimes']:g} discarded; saturated throughput "
+                     f"{d['saturated_requests_per_s']:.4g} requests/s")
+    for c in ("QPS", "verdict", "requests", "arrivals", "served/offered", "p99 (+- its error)"):
+        t.add_column(c, justify="left" if c in ("verdict", "p99 (+- its error)") else "right")
+    for c in sorted(d["qps_evaluated"], key=lambda c: c["qps"]):
+        rate = ("-" if c["served_requests_per_s"] is None else
+                f"{c['served_requests_per_s']:.4g}/{c['offered_requests_per_s']:.4g}")
+        tails = ", ".join(f"{x['metric'].upper()} {_ms(x['p99_s'])} +- {_ms(rule['z'] * x['stderr_s'])}"
+                          for x in c["tails"]) or c["reason"]
+        t.add_row(f"{c['qps']:.4g}", c["verdict"], f"{c['num_requests']:,}", f"{c['simulated_s']:,.0f} s", rate,
+                  tails)
+    _console().print(t)
 
 
 def _print_mlperf(d: dict[str, Any]) -> None:

@@ -209,6 +209,29 @@ class ServingResult:
         """Mean time of one iteration on its own."""
         return self.gpu_time_s / self.iterations if self.iterations else 0.0
 
+    def workload_summary(self) -> dict[str, Any]:
+        """The requests this run simulated: where their lengths come from (a trace or fixed), the prompt and
+        output length statistics (tokens), the arrival process, its rate parameter (``qps``) and the rate its
+        draws realized (``offered_requests_per_s``, gaps over the arrival span), and the count."""
+        w = self.config.workload
+
+        def stats(x: np.ndarray) -> dict[str, float | None]:
+            if not x.size:
+                return {"mean": None, "p50": None, "p99": None, "max": None}
+            p50, p99 = np.percentile(x, [50.0, 99.0])
+            return {"mean": float(x.mean()), "p50": float(p50), "p99": float(p99), "max": float(x.max())}
+
+        n = int(self.arrival_s.size)
+        span_s = float(self.arrival_s[-1] - self.arrival_s[0]) if n else 0.0
+        fixed = w.prompt_tokens is not None
+        arrival = w.arrival if (w.qps is not None or w.arrival == "trace") else "all at once"
+        return {"lengths": "fixed" if fixed else f"trace {w.trace}", "trace": None if fixed else w.trace,
+                "prompt_tokens": stats(self.prompt_tokens), "output_tokens": stats(self.output_tokens),
+                "arrival": arrival, "qps": w.qps, "burstiness_cv": w.burstiness_cv if w.arrival == "gamma" else None,
+                "concurrency": w.concurrency, "num_requests": n,
+                "arrival_span_s": span_s, "offered_requests_per_s": (n - 1) / span_s if span_s > 0 else None,
+                "seed": w.seed}
+
     def as_dict(self) -> dict[str, Any]:
         """One JSON-ready object; keys carry their units."""
         out: dict[str, Any] = {
@@ -216,7 +239,7 @@ class ServingResult:
             "tensor_parallel_size": self.config.tensor_parallel_size,
             "pipeline_parallel_size": self.config.pipeline_parallel_size,
             "num_replicas": self.config.num_replicas, "dtype": self.dtype,
-            "quantization": self.config.quantization,
+            "quantization": self.config.quantization, "workload": self.workload_summary(),
         }
         out.update(self.metrics.as_dict())
         out.update({
