@@ -237,8 +237,9 @@ def _print_serve(d: dict[str, Any]) -> None:
         con.print(f"workload: {lengths}, prompt tokens mean {w['prompt_tokens']['mean']:,.0f} (max "
                   f"{w['prompt_tokens']['max']:,.0f}), output tokens mean {w['output_tokens']['mean']:,.0f} (max "
                   f"{w['output_tokens']['max']:,.0f}); {w['arrival']} arrivals; each load simulated for "
-                  f"{rule['warmup_lifetimes']:g} + {rule['steady_lifetimes']:g} request lifetimes (at least "
-                  f"{rule['min_requests_per_load']:,} requests), the first {rule['warmup_lifetimes']:g} discarded",
+                  f"{rule['warmup_lifetimes']:g} request lifetimes of warm-up (discarded) and "
+                  f"{rule['steady_lifetimes_over_replicas']:g} over the replicas (at least "
+                  f"{rule['min_window_lifetimes']:g} each, {rule['min_requests_per_load']:,} requests)",
                   markup=False)
     t = _table(title="best deployments by goodput per GPU (highest QPS sustained within the SLO, steady state)")
     for c in ("tp", "replicas", "scheduler", "chunk", "max seqs", "max QPS", "QPS/GPU", "TTFT p99", "TPOT p99",

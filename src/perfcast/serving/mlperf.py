@@ -51,14 +51,7 @@ from perfcast.catalog.hardware import load_hardware
 from perfcast.errors import CatalogError, ConfigError
 from perfcast.serving.config import PRECISION_QUANTIZATION, ServingConfig, WorkloadConfig
 from perfcast.serving.engine import ServingResult, simulate_serving
-from perfcast.serving.search import (
-    STEADY_LIFETIMES,
-    WARMUP_LIFETIMES,
-    LoadCheck,
-    check_load,
-    find_max_qps,
-    saturation_of,
-)
+from perfcast.serving.search import LoadCheck, check_load, find_max_qps, saturation_of, steady_requests
 from perfcast.serving.traces import Trace
 
 __all__ = ["PREFIX", "SCENARIOS", "SERVER_DURATION_S", "LengthDistribution",
@@ -375,9 +368,8 @@ def run_mlperf(cfg: ServingConfig, name: str, *, num_requests: int | None = None
     if qps is not None:
         check, result, load = check_load(run, qps, sat)
         if result is None:  # at or above the offline rate: overload, shown on a run of the steady-state length
-            steady_n = math.ceil(qps * (WARMUP_LIFETIMES + STEADY_LIFETIMES) * sat.lifetime_s)
             result = simulate_serving(load.model_copy(update={"workload": load.workload.model_copy(update={
-                "num_requests": max(run.workload.num_requests, steady_n)})}))
+                "num_requests": steady_requests(run, qps, sat)})}))
         return MLPerfResult(w, result, qps, (check,), check)
     search = find_max_qps(run, start_qps=0.5 * offline, sat=sat)
     result = search.result if search.result is not None else simulate_serving(search.config)

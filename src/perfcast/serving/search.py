@@ -6,28 +6,33 @@ p99 of a latency shared by every request in flight (TPOT, the batch's iteration 
 bursts of arrivals that a few hundred requests do not contain. So each load is judged as follows.
 
 1. Saturation. One closed-loop run (as many requests outstanding as twice the batch the deployment can
-   hold, so its queue never empties) measures the saturated throughput ``mu`` (completions per second
-   between the fill and the drain) and a request's lifetime ``tau`` (decode time plus one iteration). No
+   hold, so its queue never empties) measures the saturated throughput ``mu`` (output tokens per second
+   between the fill and the drain, over the mean output length) and a request's lifetime ``tau`` (decode
+   time plus one iteration). No
    load at or above ``mu`` is sustainable: it is OVERLOAD without a simulation, and the search stays below.
-2. Length. A load of ``qps`` requests/s is simulated for ``(WARMUP_LIFETIMES + STEADY_LIFETIMES) * tau``
-   seconds of arrivals (at least ``MIN_REQUESTS`` requests and the workload's own count): the first
-   ``WARMUP_LIFETIMES * tau`` seconds fill the empty deployment and are discarded; the rest hold about
-   ``STEADY_LIFETIMES`` independent request lifetimes, so the p99 is measured over enough bursts.
+2. Length. A load of ``qps`` requests/s is simulated for ``(WARMUP_LIFETIMES + w) * tau`` seconds of
+   arrivals (at least ``MIN_REQUESTS`` requests and the workload's own count): the first
+   ``WARMUP_LIFETIMES * tau`` seconds fill the empty deployment and are discarded; the window after them
+   holds ``STEADY_LIFETIMES`` independent request lifetimes over the deployment's replicas, so the p99 is
+   measured over enough bursts: ``w = STEADY_LIFETIMES / replicas`` lifetimes of each (R replicas behind the
+   router see R independent streams of bursts), at least ``MIN_WINDOW_LIFETIMES``.
 3. Exactly the load asked. Poisson (or gamma) gaps drawn for a run average ``1/qps`` only up to their
    sampling error, a few % over a few thousand requests, and the TPOT tail moves about three times as much
    as the load. Each load's rate is therefore passed to the arrival process divided by the seed's realized
    mean gap (in units of ``1/qps``), so the simulated arrivals average exactly ``qps`` (a Poisson process
    conditioned on its count; the bursts within the run are untouched).
-4. Verdict. Over the measured window, the served throughput (the offered load, arrivals per second, less
-   the growth rate of the requests in the system, a least-squares slope over the window) falling more than
-   ``OVERLOAD_TOL`` below the offered load is OVERLOAD: a queue that grows is not a steady state, whatever
-   its percentiles say, and never meets the SLO. Otherwise each SLO'd p99
-   (TTFT, TPOT, end-to-end) is estimated with its standard error by batch means (``NUM_BATCHES``
-   consecutive batches of the measured requests). The load MEETS when every p99 plus ``Z`` standard errors
-   (one-sided 95 %) is within its bound, MISSES when some p99 minus ``Z`` standard errors is above it, and
-   is UNSETTLED otherwise: the stopping rule then doubles its request count (the estimate's error shrinks
-   by about sqrt(2)), at most ``MAX_GROWTH``-fold and only while that could settle it (every p99 plus its
-   shrunk margin within its bound); still unsettled, it is not shown to hold and counts as a miss.
+4. Verdict. Over the measured window, the admission rate (the offered load, arrivals per second, less the
+   growth rate of the requests waiting for their first token, a least-squares slope over the window)
+   falling more than ``OVERLOAD_TOL`` below the offered load, or the served throughput (less the growth of
+   all requests in the system, running ones included) more than ``SERVED_TOL`` below it, is OVERLOAD: a
+   queue that grows is not a steady state, whatever its percentiles say, and never meets the SLO.
+   Otherwise each SLO'd p99 (TTFT, TPOT, end-to-end) is estimated with its standard error by batch means
+   (``NUM_BATCHES`` consecutive batches of the measured requests). The load MEETS when every p99 plus ``Z``
+   standard errors (one-sided 95 %) is within its bound, MISSES when some p99 minus ``Z`` standard errors is
+   above it, and is UNSETTLED otherwise: the stopping rule then doubles its request count (the estimate's
+   error shrinks by about sqrt(2)), at most ``MAX_GROWTH``-fold and only while that could settle it (every
+   p99 plus its shrunk margin within its bound); still unsettled, it is not shown to hold and counts as a
+   miss.
 5. Search. From half the saturated throughput (or a given start), halving until a load meets, then
    bisecting between the highest load that meets and the lowest that does not (``mu`` at first) to
    ``rel_tol`` relative width. With common random numbers (one seed, gaps rescaled) the loads see the
@@ -51,22 +56,29 @@ from perfcast.serving.arrivals import generate_requests
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.engine import ServingResult, simulate_serving
 
-__all__ = ["MAX_GROWTH", "MIN_REQUESTS", "NUM_BATCHES", "OVERLOAD_TOL", "STEADY_LIFETIMES", "WARMUP_LIFETIMES", "Z",
-           "LoadCheck", "QPSSearch", "Saturation", "TailEstimate", "check_load", "find_max_qps", "judge_load",
-           "meets_slo", "saturation", "saturation_of"]
+__all__ = ["MAX_GROWTH", "MIN_REQUESTS", "MIN_WINDOW_LIFETIMES", "NUM_BATCHES", "OVERLOAD_TOL", "SERVED_TOL",
+           "STEADY_LIFETIMES", "WARMUP_LIFETIMES", "Z", "LoadCheck", "QPSSearch", "Saturation", "TailEstimate",
+           "check_load", "find_max_qps", "judge_load", "meets_slo", "saturation", "saturation_of", "steady_requests",
+           "window_lifetimes"]
 
 STEADY_LIFETIMES = 30.0
 """Request lifetimes of arrivals measured per load (after the warm-up)."""
 WARMUP_LIFETIMES = 2.0
 """Request lifetimes of arrivals discarded at the start of each load (the empty deployment filling)."""
+MIN_WINDOW_LIFETIMES = 8.0
+"""Fewest request lifetimes a load's measured window spans, however many replicas share the load."""
 MIN_REQUESTS = 1000
 """Fewest requests a load is simulated with."""
 NUM_BATCHES = 4
 """Consecutive batches of the measured requests whose p99s give a p99's standard error."""
 Z = 1.645
 """Standard errors between a p99 and its bound for a verdict (one-sided 95 %)."""
-OVERLOAD_TOL = 0.005
-"""Served throughput this far below the offered load (as a fraction of it) is overload."""
+OVERLOAD_TOL = 0.002
+"""Admission rate (requests reaching their first token) this far below the offered load (as a fraction of it)
+is overload: the waiting queue grows."""
+SERVED_TOL = 0.02
+"""Served throughput (completions) this far below the offered load is overload: the requests in the system
+grow (the running batch counts too, so its noise is larger)."""
 MAX_GROWTH = 2
 """An unsettled load's request count doubles up to this many times its first count."""
 _MIN_PER_BATCH = 50  # measured requests per batch below which a p99 is not estimated
@@ -115,7 +127,8 @@ class LoadCheck:
     warmup_s: float = 0.0  # arrivals before this are discarded
     measured_requests: int = 0
     offered_requests_per_s: float = math.nan
-    served_requests_per_s: float = math.nan
+    admitted_requests_per_s: float = math.nan  # reaching their first token
+    served_requests_per_s: float = math.nan  # completing
     tails: tuple[TailEstimate, ...] = ()
 
     @property
@@ -131,6 +144,7 @@ class LoadCheck:
                 "num_requests": self.num_requests, "simulated_s": self.simulated_s, "warmup_s": self.warmup_s,
                 "measured_requests": self.measured_requests,
                 "offered_requests_per_s": num(self.offered_requests_per_s),
+                "admitted_requests_per_s": num(self.admitted_requests_per_s),
                 "served_requests_per_s": num(self.served_requests_per_s),
                 "tails": [t.as_dict() for t in self.tails]}
 
@@ -151,9 +165,11 @@ class QPSSearch:
     def as_dict(self) -> dict[str, Any]:
         """``max_qps``, the saturation, the rule's constants and every load (``qps_evaluated``)."""
         return {"max_qps": self.max_qps, **(self.saturation.as_dict() if self.saturation else {}),
-                "steady_state_rule": {"warmup_lifetimes": WARMUP_LIFETIMES, "steady_lifetimes": STEADY_LIFETIMES,
+                "steady_state_rule": {"warmup_lifetimes": WARMUP_LIFETIMES,
+                                      "steady_lifetimes": window_lifetimes(self.config),
                                       "min_requests": MIN_REQUESTS, "num_batches": NUM_BATCHES, "z": Z,
-                                      "overload_tol": OVERLOAD_TOL, "max_growth": MAX_GROWTH},
+                                      "overload_tol": OVERLOAD_TOL, "served_tol": SERVED_TOL,
+                                      "max_growth": MAX_GROWTH},
                 "qps_evaluated": [c.as_dict() for c in self.evaluated],
                 **({"qps_search_verdict": self.verdict} if self.verdict else {})}
 
@@ -252,19 +268,22 @@ def judge_load(cfg: ServingConfig, qps: float, result: ServingResult, lifetime_s
     if window_s <= 0 or base["measured_requests"] < NUM_BATCHES * _MIN_PER_BATCH:
         return LoadCheck(qps, "unsettled", "too few requests after the warm-up", **base)
     offered = float(measured.sum()) / window_s
-    # requests in the system (arrived, not finished) over the window: its least-squares growth rate is what
-    # the deployment does not serve of the load (fitted over the whole window, it is far steadier than
-    # counting completions between two instants)
+    # least-squares growth rates over the window of the requests waiting for their first token and of all
+    # requests in the system: what the deployment does not take in, and does not finish, of the load (fitted
+    # over the whole window, far steadier than counting between two instants)
     times = np.linspace(warmup_s, end_s, 256)
-    arrived = np.sort(arrival[served])
-    finished = np.sort(result.finish_s[served])
-    in_system = np.searchsorted(arrived, times, side="right") - np.searchsorted(finished, times, side="right")
-    growth = float(np.polyfit(times, in_system.astype(float), 1)[0])
-    completed = offered - growth
-    base.update(offered_requests_per_s=offered, served_requests_per_s=completed)
-    if completed < (1.0 - OVERLOAD_TOL) * offered:
+    arrived = np.searchsorted(np.sort(arrival[served]), times, side="right").astype(float)
+    started = np.searchsorted(np.sort(result.first_token_s[served]), times, side="right")
+    finished = np.searchsorted(np.sort(result.finish_s[served]), times, side="right")
+    admitted = offered - float(np.polyfit(times, arrived - started, 1)[0])
+    completed = offered - float(np.polyfit(times, arrived - finished, 1)[0])
+    base.update(offered_requests_per_s=offered, admitted_requests_per_s=admitted, served_requests_per_s=completed)
+    if admitted < (1.0 - OVERLOAD_TOL) * offered:
+        return LoadCheck(qps, "overload", f"admitted {admitted:.4g} of the {offered:.4g} requests/s offered: the "
+                         "queue waiting for a first token grows", **base)
+    if completed < (1.0 - SERVED_TOL) * offered:
         return LoadCheck(qps, "overload", f"served {completed:.4g} of the {offered:.4g} requests/s offered: the "
-                         "queue grows", **base)
+                         "requests in the system grow", **base)
     tails = _tails(cfg, result, measured)
     base["tails"] = tails
     if any(math.isnan(t.p99_s) for t in tails):
@@ -277,6 +296,18 @@ def judge_load(cfg: ServingConfig, qps: float, result: ServingResult, lifetime_s
         return LoadCheck(qps, "unsettled", f"{open_[0].metric} p99 within its error of {open_[0].slo_s:.4g} s",
                          **base)
     return LoadCheck(qps, "meets", "every p99 below its SLO by more than its error", **base)
+
+
+def window_lifetimes(cfg: ServingConfig) -> float:
+    """Request lifetimes the measured window of a load spans on ``cfg``'s deployment (module docstring)."""
+    return max(STEADY_LIFETIMES / cfg.num_replicas, MIN_WINDOW_LIFETIMES)
+
+
+def steady_requests(cfg: ServingConfig, qps: float, sat: Saturation) -> int:
+    """Requests a load of ``qps`` is first simulated with: its warm-up and measured window of arrivals, at least
+    ``MIN_REQUESTS`` and the workload's own count."""
+    return max(MIN_REQUESTS, cfg.workload.num_requests,
+               math.ceil(qps * (WARMUP_LIFETIMES + window_lifetimes(cfg)) * sat.lifetime_s))
 
 
 def _may_settle(check: LoadCheck) -> bool:
@@ -292,8 +323,7 @@ def check_load(cfg: ServingConfig, qps: float, sat: Saturation) -> tuple[LoadChe
     if qps >= sat.requests_per_s:
         return (LoadCheck(qps, "overload", f"at or above the saturated throughput {sat.requests_per_s:.4g} "
                                            "requests/s"), None, _with_load(cfg, qps=qps))
-    first = max(MIN_REQUESTS, cfg.workload.num_requests,
-                math.ceil(qps * (WARMUP_LIFETIMES + STEADY_LIFETIMES) * sat.lifetime_s))
+    first = steady_requests(cfg, qps, sat)
     n = first
     while True:
         load = _with_load(cfg, qps=_rate_for(cfg, qps, n), num_requests=n)
