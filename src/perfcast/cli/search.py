@@ -243,13 +243,13 @@ def _print_serve(d: dict[str, Any]) -> None:
                   markup=False)
     t = _table(title="best deployments by goodput per GPU (highest QPS sustained within the SLO, steady state)")
     for c in ("tp", "replicas", "scheduler", "chunk", "max seqs", "max QPS", "QPS/GPU", "TTFT p99", "TPOT p99",
-              "simulated"):
+              "requests/arrivals"):
         t.add_column(c, justify="left" if c == "scheduler" else "right")
     for r in d["best"]:
         t.add_row(str(r["tp"]), str(r["replicas"]), r["scheduler"], str(r["chunk_size"] or "-"),
                   str(r["max_num_seqs"]), f"{r['max_qps']:.3g}", f"{r['goodput_requests_per_s_per_gpu']:.3g}",
                   f"{1e3 * r['ttft_p99_s']:.0f} ms", f"{1e3 * r['tpot_p99_s']:.0f} ms",
-                  f"{r['qps_search_requests']:,} req / {r['qps_search_simulated_s']:,.0f} s")
+                  f"{r['qps_search_requests']:,}/{r['qps_search_simulated_s']:,.0f}s")
     con.print(t)
     seen: dict[tuple[int, int, str], int] = {}  # one line per (layout, reason), with how many configs it removed
     for r in d["infeasible"]:
