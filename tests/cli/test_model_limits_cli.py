@@ -94,5 +94,5 @@ def test_gpt_oss_120b_is_served_on_one_h100_by_default() -> None:
     data = parse_json(invoke(args))
     assert data["requests_completed"] == 4
     assert data["weight_bytes_per_gpu"] < 0.9 * data["gpu_memory_bytes"]
-    line = user_error(invoke([*args[:-1], "-q", "none"]))  # a 16-bit copy needs four
-    assert "GiB of weights per GPU" in line
+    line = does_not_fit(invoke([*args[:-1], "-q", "none"]))  # a 16-bit copy needs four
+    assert "GiB of weights per GPU" in line and "tp*pp=4" in line

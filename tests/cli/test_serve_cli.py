@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import invoke, parse_json, user_error, with_flags
+from typer.testing import Result
 
 pytestmark = pytest.mark.cli
 
@@ -26,6 +27,86 @@ def test_serve_json_has_the_issue_keys() -> None:
     assert data["requests_completed"] == 40 and data["ttft_s"]["p99"] >= data["ttft_s"]["p50"] > 0
 
 
+def test_goodput_without_an_slo_is_not_applicable() -> None:
+    data = parse_json(invoke([*BASE, "--json"]))
+    assert data["goodput_requests_per_s"] is None and data["slo_attainment_frac"] is None
+    assert "n/a" in invoke(BASE).stdout
+    with_slo = parse_json(invoke([*BASE, "--slo-ttft-p99", "1000", "--json"]))
+    assert with_slo["goodput_requests_per_s"] == pytest.approx(with_slo["throughput_requests_per_s"])
+    assert with_slo["slo_attainment_frac"] == 1.0
+
+
+@pytest.mark.parametrize(("hardware", "flags", "dtype"), [
+    ("h100", [], "bf16"),  # the checkpoint's torch_dtype
+    ("v100", [], "fp16"),  # no bf16 math on a V100: served in fp16, as vLLM's --dtype auto
+    ("h100", ["--dtype", "fp16"], "fp16"),
+])
+def test_dtype_defaults_to_the_checkpoint_and_the_output_says_which_ran(hardware: str, flags: list[str],
+                                                                         dtype: str) -> None:
+    args = ["serve", "-m", "llama-3.1-8b", "-H", hardware, "--tp", "2", "--prompt-tokens", "100",
+            "--output-tokens", "10", "-n", "8", *flags]
+    data = parse_json(invoke([*args, "--json"]))
+    assert data["dtype"] == dtype and data["tensor_parallel_size"] == 2
+    assert dtype in invoke(args).stdout
+
+
+def test_tp_spellings_agree() -> None:
+    runs = [parse_json(invoke([*BASE, flag, "2", "--json"])) for flag in ("--tp", "-tp", "--tensor-parallel-size")]
+    assert runs[0] == runs[1] == runs[2] and runs[0]["tensor_parallel_size"] == 2
+
+
+def test_over_long_requests_are_rejected_and_counted() -> None:
+    args = [*BASE, "--max-model-len", "2048"]  # arxiv_summarization has longer papers
+    data = parse_json(invoke([*args, "--json"]))
+    (reason,) = data["rejection_reasons"]
+    assert reason["reason"] == "prompt + output tokens exceed the maximum context length (2048 tokens)"
+    assert data["requests_rejected"] == reason["requests"] > 0
+    assert data["requests_completed"] + data["requests_rejected"] == 40
+    assert "requests rejected" in invoke(args).stdout
+    line = user_error(invoke([*BASE, "--max-model-len", "8192"]))
+    assert "above llama-2-7b's maximum context length of 4096 tokens" in line
+    line = user_error(invoke([*BASE[:9], "--prompt-tokens", "4000", "--output-tokens", "200"]))
+    assert "no request can be served: all 40 were rejected" in line and "maximum context length is 4096" in line
+
+
+def _does_not_fit(res: Result) -> str:
+    """Exit 1, no traceback, one ``does not fit:`` line on stderr; returns it."""
+    assert res.exit_code == 1, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stdout + res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("does not fit: "), res.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "fragment", "usable_frac"), [
+    (["--model", "llama-2-70b"], "needs 128.5 GiB of weights per GPU at tp=1, pp=1", 0.9),  # above 72 GiB usable
+    (["--gpu-memory-utilization", "0.17", "--trace", "splitwise_code", "--max-num-batched-tokens", "8192",
+      "--prompt-tokens", "3000", "--output-tokens", "1000"], "too few for one request of the workload", 0.17),
+])
+def test_a_deployment_that_does_not_fit_is_a_verdict_with_its_memory(args: list[str], fragment: str,
+                                                                      usable_frac: float) -> None:
+    res = invoke([*with_flags(["serve"], BASE[1:], args), "--json"])
+    line = _does_not_fit(res)
+    assert fragment in line
+    data = json.loads(res.stdout)
+    assert data["fits"] is False and fragment in data["verdict"]
+    for key in ("memory_gpu_bytes", "memory_usable_bytes", "memory_weights_bytes", "memory_activations_peak_bytes",
+                "memory_kv_cache_bytes"):
+        assert data[key] >= 0
+    assert data["memory_usable_bytes"] == pytest.approx(usable_frac * data["memory_gpu_bytes"])
+    text = invoke(with_flags(["serve"], BASE[1:], args))
+    _does_not_fit(text)
+    assert "DOES NOT FIT" in text.stdout and "activations peak" in text.stdout
+
+
+def test_a_deployment_that_fits_says_so_with_its_memory() -> None:
+    data = parse_json(invoke([*BASE, "--json"]))
+    assert data["fits"] is True and data["verdict"] == "fits"
+    assert data["memory_weights_bytes"] + data["memory_activations_peak_bytes"] + data["memory_kv_cache_bytes"] <= (
+        data["memory_usable_bytes"])
+    assert "memory per GPU" in invoke(BASE).stdout
+
+
 def test_serve_text_and_outputs(tmp_path: Path) -> None:
     timeline, requests = tmp_path / "timeline.json", tmp_path / "requests.csv"
     res = invoke([*BASE, "--scheduler", "sarathi", "--chunk-size", "512", "--trace-out", str(timeline),
@@ -41,14 +122,36 @@ def test_serve_text_and_outputs(tmp_path: Path) -> None:
     assert requests.read_text() == before
 
 
-def test_find_max_qps_meets_the_slo() -> None:
-    data = parse_json(invoke(["serve", "--model", "llama-2-7b", "--hardware", "a100-sxm-80gb", "--num-requests", "40",
-                              "--prompt-tokens", "512", "--output-tokens", "64", "--find-max-qps",
-                              "--slo-ttft-p99", "1.0", "--slo-tpot-p99", "0.05", "--json"]))
-    assert data["max_qps"] > 0
-    assert data["ttft_s"]["p99"] <= 1.0 and data["tpot_s"]["p99"] <= 0.05
-    failing = [q for q, met in data["qps_evaluated"] if not met]
+SEARCH = ["serve", "--model", "llama-2-7b", "--hardware", "a100-sxm-80gb", "--max-num-seqs", "16",
+          "--prompt-tokens", "256", "--output-tokens", "64", "--find-max-qps"]
+
+
+def test_find_max_qps_answers_a_load_sustained_in_steady_state_and_names_its_workload() -> None:
+    data = parse_json(invoke([*SEARCH, "--slo-ttft-p99", "0.5", "--slo-tpot-p99", "0.03", "--json"]))
+    assert 0 < data["max_qps"] < data["saturated_requests_per_s"]
+    steady = data["steady_state"]
+    assert steady["met"] and steady["qps"] == data["max_qps"]
+    for tail in steady["tails"]:  # each p99, with its error margin, within its bound
+        assert tail["p99_s"] + data["steady_state_rule"]["z"] * tail["stderr_s"] <= tail["slo_s"]
+    failing = [c["qps"] for c in data["qps_evaluated"] if not c["met"]]
     assert failing and min(failing) > data["max_qps"]
+    for c in data["qps_evaluated"]:  # how long each load was simulated
+        assert c["num_requests"] >= 1000 and c["simulated_s"] > c["warmup_s"] > 0
+    w = data["workload"]
+    assert w["lengths"] == "fixed" and w["arrival"] == "poisson" and w["num_requests"] == steady["num_requests"]
+    assert w["prompt_tokens"]["mean"] == 256 and w["output_tokens"]["max"] == 64
+    assert w["offered_requests_per_s"] == pytest.approx(data["max_qps"], rel=1e-9)
+    text = invoke([*SEARCH, "--slo-ttft-p99", "0.5", "--slo-tpot-p99", "0.03"]).stdout
+    assert "max QPS sustained" in text and "QPS search" in text and "saturated throughput" in text
+    assert "fixed 256 prompt + 64 output tokens" in text
+
+
+def test_find_max_qps_with_no_load_meeting_the_slo_is_a_verdict() -> None:
+    res = invoke([*SEARCH, "--slo-ttft-p99", "0.0001", "--json"])
+    assert res.exit_code == 1 and "Traceback" not in res.stderr
+    assert res.stderr.startswith("does not fit: no load down to") and len(res.stderr.splitlines()) == 1
+    data = json.loads(res.stdout)
+    assert data["max_qps"] == 0 and data["qps_search_verdict"] in res.stderr
 
 
 def test_malformed_trace_names_file_and_line(tmp_path: Path) -> None:
@@ -60,7 +163,6 @@ def test_malformed_trace_names_file_and_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--scheduler", "fcfs"], "valid: "),
-    (["--model", "llama-2-70b"], "GiB of weights per GPU"),
     (["--tensor-parallel-size", "3"], "tp=3"),
     (["--quantization", "int3"], "--quantization"),
     (["--qps", "-1"], "--qps"),

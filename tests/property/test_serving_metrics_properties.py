@@ -62,11 +62,12 @@ def test_metric_invariants(requests: dict[str, Any], slo_ttft_s: float | None,
         assert m.ttft_s.max <= m.e2e_s.max and m.ttft_s.mean <= m.e2e_s.mean + 1e-12
         assert m.ttft_s.p50 >= 0 and m.e2e_s.p50 >= 0
     assert 0 <= m.requests_completed <= m.requests_total == requests["arrival_s"].shape[0]
-    assert 0.0 <= m.goodput_requests_per_s <= m.throughput_requests_per_s
-    assert 0.0 <= m.slo_attainment_frac <= m.requests_completed / m.requests_total
     assert m.throughput_tokens_per_s <= m.total_tokens_per_s
-    if slo_ttft_s is None and slo_tpot_s is None:
-        assert m.goodput_requests_per_s == m.throughput_requests_per_s
+    if slo_ttft_s is None and slo_tpot_s is None:  # nothing to meet: goodput is not defined
+        assert np.isnan(m.goodput_requests_per_s) and np.isnan(m.slo_attainment_frac)
+    else:
+        assert 0.0 <= m.goodput_requests_per_s <= m.throughput_requests_per_s
+        assert 0.0 <= m.slo_attainment_frac <= m.requests_completed / m.requests_total
 
 
 @_SETTINGS

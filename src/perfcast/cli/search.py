@@ -231,13 +231,25 @@ def _print_serve(d: dict[str, Any]) -> None:
     con = _console()
     con.print(f"{d['model']} on {d['gpus']} x {d['hardware']}: {d['configs_evaluated']} deployments, "
               f"{d['simulations']} simulations in {d['search_time_s']:.1f} s", markup=False)
-    t = _table(title="best deployments by goodput per GPU (highest QPS meeting the SLO)")
-    for c in ("tp", "replicas", "scheduler", "chunk", "max seqs", "max QPS", "QPS/GPU", "TTFT p99", "TPOT p99"):
+    w, rule = d["workload"], d["steady_state_rule"]
+    if w:
+        lengths = "fixed lengths" if w["lengths"] == "fixed" else w["lengths"]
+        con.print(f"workload: {lengths}, prompt tokens mean {w['prompt_tokens']['mean']:,.0f} (max "
+                  f"{w['prompt_tokens']['max']:,.0f}), output tokens mean {w['output_tokens']['mean']:,.0f} (max "
+                  f"{w['output_tokens']['max']:,.0f}); {w['arrival']} arrivals; each load simulated for "
+                  f"{rule['warmup_lifetimes']:g} request lifetimes of warm-up (discarded) and "
+                  f"{rule['steady_lifetimes_over_replicas']:g} over the replicas (at least "
+                  f"{rule['min_window_lifetimes']:g} each, {rule['min_requests_per_load']:,} requests)",
+                  markup=False)
+    t = _table(title="best deployments by goodput per GPU (highest QPS sustained within the SLO, steady state)")
+    for c in ("tp", "replicas", "scheduler", "chunk", "max seqs", "max QPS", "QPS/GPU", "TTFT p99", "TPOT p99",
+              "requests/arrivals"):
         t.add_column(c, justify="left" if c == "scheduler" else "right")
     for r in d["best"]:
         t.add_row(str(r["tp"]), str(r["replicas"]), r["scheduler"], str(r["chunk_size"] or "-"),
                   str(r["max_num_seqs"]), f"{r['max_qps']:.3g}", f"{r['goodput_requests_per_s_per_gpu']:.3g}",
-                  f"{1e3 * r['ttft_p99_s']:.0f} ms", f"{1e3 * r['tpot_p99_s']:.0f} ms")
+                  f"{1e3 * r['ttft_p99_s']:.0f} ms", f"{1e3 * r['tpot_p99_s']:.0f} ms",
+                  f"{r['qps_search_requests']:,}/{r['qps_search_simulated_s']:,.0f}s")
     con.print(t)
     seen: dict[tuple[int, int, str], int] = {}  # one line per (layout, reason), with how many configs it removed
     for r in d["infeasible"]:

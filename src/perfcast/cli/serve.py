@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, _table, app, emit_json, flag_error, handled, refuse_overwrite
+from perfcast.cli.app import app, does_not_fit, emit_json, flag_error, handled, refuse_overwrite
+from perfcast.cli.serve_output import print_memory, print_serving
 
 __all__ = ["serve"]
-
-
-def _ms(x: float | None) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.1f} ms"
 
 
 @app.command()
@@ -24,7 +20,8 @@ def serve(
     model: str | None = typer.Option(None, "--model", "-m", help="Model id, alias, HF repo id or config.json path "
                                                                 "(with --workload: the benchmark's by default)."),
     hardware: str = typer.Option(..., "--hardware", "-H", help="GPU id or alias."),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs per pipeline stage."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", "-tp",
+                                             help="GPUs per pipeline stage."),
     pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages."),
     expert_parallel_size: int = typer.Option(1, "--expert-parallel-size", "-ep",
                                              help="MoE: GPUs of the tensor-parallel group the experts are split over."),
@@ -39,7 +36,8 @@ def serve(
     scheduler: str = typer.Option("vllm", "--scheduler", help="vllm | sarathi | orca | lightllm | static."),
     router: str = typer.Option("round_robin", "--router", help="round_robin | least_outstanding | shortest_queue."),
     engine: str = typer.Option("vllm", "--engine", help="CPU-overhead preset: vllm | trtllm."),
-    dtype: str = typer.Option("fp16", "--dtype", help="fp16 | bf16."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto | fp16 | bf16 (auto: the checkpoint's torch_dtype, "
+                                                      "fp32 checkpoints in fp16, as vLLM)."),
     quantization: str = typer.Option("auto", "--quantization", "-q",
                                      help="auto | none | w4a16 | w8a16 | w8a8 | fp8 | fp4 | mxfp4: the checkpoint's "
                                           "own (auto; with --workload the preset's precision where the GPU has "
@@ -161,36 +159,35 @@ def serve(
             "burstiness_cv": "burstiness", "kv_transfer_bandwidth_Bps": "kv-transfer-bandwidth",
             "concurrency": "max-concurrency", "num_beams": "beam-width",
             "retrieval_latency_s": "retrieval-latency"}) from None
+    if find_max_qps and workload is None and slo_ttft is None and slo_tpot is None:
+        raise ConfigError("--find-max-qps needs --slo-ttft-p99 and/or --slo-tpot-p99")
+    if colocate_model is not None and (find_max_qps or trace_out is not None):
+        raise ConfigError("--colocate-model does not combine with --find-max-qps or --trace-out yet")
+    _verdict_first(cfg, workload, num_requests, colocate_model, colocate_memory_frac, as_json)
     search = None
     mlperf = None
+    result = None
     if workload is not None:
         from perfcast.serving.mlperf import run_mlperf
 
         mlperf = run_mlperf(cfg, workload, num_requests=num_requests, qps=qps)
-        cfg = mlperf.result.config
+        cfg, result = mlperf.result.config, mlperf.result
     elif find_max_qps:
         from perfcast.serving.search import find_max_qps as search_qps
 
-        if slo_ttft is None and slo_tpot is None:
-            raise ConfigError("--find-max-qps needs --slo-ttft-p99 and/or --slo-tpot-p99")
         search = search_qps(cfg)
-        cfg = search.config
+        cfg, result = search.config, search.result
+    data_extra: dict[str, Any] = {}
     if colocate_model is not None:
         from perfcast.serving.colocation import simulate_colocated
 
-        if find_max_qps or trace_out is not None:
-            raise ConfigError("--colocate-model does not combine with --find-max-qps or --trace-out yet")
         other = cfg.model_copy(update={"model": colocate_model, "speculative_model": None,
                                        "workload": cfg.workload.model_copy(update={"seed": cfg.workload.seed + 1})})
         pair = simulate_colocated(cfg, other, mode=colocation, memory_frac=colocate_memory_frac)  # type: ignore[arg-type]
         result = pair.first
-        data_extra: dict[str, Any] = pair.as_dict()
-    elif mlperf is not None and trace_out is None:
-        result = mlperf.result
-        data_extra = {}
-    else:
+        data_extra = pair.as_dict()
+    elif result is None or trace_out is not None:  # (the timeline needs the iterations kept)
         result = simulate_serving(cfg, keep_events=trace_out is not None)
-        data_extra = {}
     if trace_out is not None:
         from perfcast.serving.timeline import write_serving_trace
 
@@ -202,71 +199,55 @@ def serve(
             writer.writeheader()
             writer.writerows(rows)
     data = data_extra or result.as_dict()
+    missed = ""
     if search is not None:
-        data["max_qps"] = search.max_qps
-        data["qps_evaluated"] = search.evaluated
+        data.update(search.as_dict())
+        if search.check is not None and search.max_qps > 0:
+            data["steady_state"] = search.check.as_dict()
+        missed = search.verdict
     if mlperf is not None:
         data.update({k if k.startswith("mlperf_") else f"mlperf_{k}": v for k, v in mlperf.as_dict().items()})
         if mlperf.qps_evaluated:
             data["max_qps"] = mlperf.qps
-            data["qps_evaluated"] = list(mlperf.qps_evaluated)
+            data["qps_evaluated"] = [c.as_dict() for c in mlperf.qps_evaluated]
+        if mlperf.check is not None:
+            data["steady_state"] = mlperf.check.as_dict()
     if as_json:
         emit_json(data)
-        return
-    _print(data, trace_out, requests_out)
+    else:
+        print_serving(data, trace_out, requests_out)
+    if missed:  # no load meets the SLO: an answer, "no"
+        does_not_fit(missed)
 
 
-def _print(d: dict[str, Any], trace_out: Path | None, requests_out: Path | None) -> None:
-    con = _console()
-    gpus = d["tensor_parallel_size"] * d["pipeline_parallel_size"]
-    head = _table(title=f"{d['model']} on {d['num_replicas']} x {gpus} {d['hardware']} ({d['scheduler']})",
-                  show_header=False)
-    head.add_column("quantity", no_wrap=True)
-    head.add_column("value")
-    if "mlperf_workload" in d:
-        _print_mlperf(d)
-    if "max_qps" in d:
-        head.add_row("max QPS meeting the SLO", f"{d['max_qps']:.3g} ({len(d['qps_evaluated'])} loads simulated)")
-    head.add_row("requests completed", f"{d['requests_completed']} of {d['requests_total']}"
-                 + (f" ({d['requests_rejected']} rejected: {'; '.join(d['rejection_reasons'])})"
-                    if d["requests_rejected"] else ""))
-    head.add_row("throughput", f"{d['throughput_requests_per_s']:.3g} requests/s, "
-                 f"{d['throughput_tokens_per_s']:,.0f} output tokens/s")
-    head.add_row("goodput", f"{d['goodput_requests_per_s']:.3g} requests/s "
-                 f"({100 * d['slo_attainment_frac']:.1f}% meet the SLO)")
-    head.add_row("KV cache", f"{d['kv_blocks_per_engine']:,} blocks; utilization mean "
-                 f"{100 * d['kv_utilization_frac']['mean']:.1f}%, max {100 * d['kv_utilization_frac']['max']:.1f}%")
-    head.add_row("preemptions", str(d["preemptions"]))
-    if d.get("energy_J"):
-        head.add_row("energy (prior model)", f"{d['energy_J'] / 1e3:,.3g} kJ; {d['energy_per_output_token_J']:.3g} J "
-                     f"per output token; {d['avg_power_per_gpu_W']:,.0f} W per GPU")
-    con.print(head)
-    lat = _table(title="latency")
-    for c in ("metric", "mean", "p50", "p90", "p99", "max"):
-        lat.add_column(c, justify="left" if c == "metric" else "right")
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
-        v = d[key]
-        lat.add_row(label, *(_ms(v[k]) for k in ("mean", "p50", "p90", "p99", "max")))
-    con.print(lat)
-    for p, what in ((trace_out, "timeline"), (requests_out, "per-request CSV")):
-        if p is not None:
-            con.print(f"{what} written to {p}")
+def _verdict_first(cfg: Any, workload: str | None, num_requests: int | None, colocate_model: str | None,
+                   colocate_memory_frac: float, as_json: bool) -> None:
+    """A deployment that does not fit is an answer: print it with its memory breakdown and end with exit 1
+    (before any simulation, which needs the deployment to fit)."""
+    from perfcast.serving.engine import serving_dtype, serving_memory
 
+    checks = [(cfg, 1.0)]
+    if workload is not None:
+        from perfcast.serving.mlperf import apply_mlperf
 
-def _print_mlperf(d: dict[str, Any]) -> None:
-    s, lim = d["mlperf_scenario"], d["mlperf_limits"]
-    t = _table(title=f"{d['mlperf_workload']} ({d['mlperf_dataset']})", show_header=False)
-    t.add_column("quantity", no_wrap=True)
-    t.add_column("value")
-    t.add_row("tokens/s (output, total)", f"{d[f'mlperf_{s}_tokens_per_s_total']:,.0f}")
-    t.add_row("samples/s (total)", f"{d[f'mlperf_{s}_samples_per_s_total']:,.3g}")
-    for key, label in (("ttft", "TTFT p99"), ("tpot", "TPOT p99")):
-        value, bound = d[f"mlperf_{s}_{key}_ms_p99"], lim[f"{key}_p99_s"]
-        t.add_row(label, ("-" if value is None else f"{value:,.1f} ms")
-                  + ("" if bound is None else f" (limit {bound * 1e3:,.0f} ms)"))
-    if lim["e2e_p99_s"] is not None:
-        t.add_row("E2E p99", f"{_ms(d['e2e_s']['p99'])} (limit {lim['e2e_p99_s'] * 1e3:,.0f} ms)")
-    if d["mlperf_qps_requests_per_s"] is not None:
-        t.add_row("load", f"{d['mlperf_qps_requests_per_s']:.3g} requests/s (Poisson)")
-    t.add_row("limits met", "yes" if d["mlperf_limits_met"] else "no")
-    _console().print(t)
+        checks = [(apply_mlperf(cfg, workload, num_requests=num_requests), 1.0)]
+    elif colocate_model is not None:
+        if not 0 < colocate_memory_frac < 1:
+            return  # the co-location's own one-line error
+        checks = [(cfg, colocate_memory_frac), (cfg.model_copy(update={"model": colocate_model,
+                                                                       "speculative_model": None}),
+                                                1.0 - colocate_memory_frac)]
+    for run, frac in checks:
+        memory = serving_memory(run, memory_frac=frac)
+        if memory.fits:
+            continue
+        data: dict[str, Any] = {
+            "model": run.model, "hardware": run.hardware, "scheduler": run.scheduler,
+            "tensor_parallel_size": run.tensor_parallel_size, "pipeline_parallel_size": run.pipeline_parallel_size,
+            "num_replicas": run.num_replicas, "dtype": serving_dtype(run).value, "quantization": run.quantization,
+            **memory.as_dict()}
+        if as_json:
+            emit_json(data)
+        else:
+            print_memory(data, title=True)
+        does_not_fit(memory.verdict)

@@ -309,14 +309,16 @@ def serving_table(r: ScenarioResult) -> Any:
 
     line("offered QPS", lambda row: _number(row.get("qps"), ".3g") if row.get("qps") is not None else "burst",
          _differ(runs, "qps") or _any(runs, "max_qps"))
-    line("max QPS (SLO met)", lambda row: _number(row.get("max_qps"), ".3g"), _any(runs, "max_qps"))
+    line("max QPS (sustained)", lambda row: _number(row.get("max_qps"), ".3g"), _any(runs, "max_qps"))
     for key, label in (("ttft_s.p50", "TTFT p50"), ("ttft_s.p99", "TTFT p99"), ("tpot_s.p50", "TPOT p50"),
                        ("tpot_s.p99", "TPOT p99"), ("e2e_s.p50", "E2E p50"), ("e2e_s.p99", "E2E p99")):
         line(label, lambda row, key=key: _seconds(row.get(key)))
     line("requests completed", lambda row: f"{row.get('requests_completed')}/{row.get('requests_total')}")
+    line("requests rejected", lambda row: _number(row.get("requests_rejected")), _any(runs, "requests_rejected"))
     line("throughput (tok/s)", lambda row: _number(row.get("throughput_tokens_per_s")))
     slo = any(row.get("slo_ttft_s") is not None or row.get("slo_tpot_s") is not None for row in runs)
-    line("goodput (req/s)", lambda row: _number(row.get("goodput_requests_per_s"), ".3g"), slo)
+    line("goodput (req/s)", lambda row: "n/a" if row.get("slo_ttft_s") is None and row.get("slo_tpot_s") is None
+         else _number(row.get("goodput_requests_per_s"), ".3g"), slo)  # no SLO: nothing to meet
     line("preemptions", lambda row: _number(row.get("preemptions")))
     line("preemptions/request", _per_request, _any(runs, "preemptions"))
     kv = _differ(runs, "kv_bytes_per_token") or _differ(runs, "max_concurrent_sequences")

@@ -3,8 +3,9 @@
 A row carries the run's JSON summary (``ttft_s``, ``tpot_s``, ``e2e_s`` percentiles, throughput, goodput,
 KV use, preemptions) flattened to dotted keys (``ttft_s.p99``). A run may instead
 
-- search the highest QPS meeting its SLOs (:func:`perfcast.serving.search.find_max_qps`): the row has
-  ``max_qps``, the loads tried, and the metrics at ``max_qps``;
+- search the highest QPS it sustains within its SLOs (:func:`perfcast.serving.search.find_max_qps`, the
+  steady-state rule): the row has ``max_qps``, the loads tried, the saturated throughput, and the metrics of
+  the simulation at ``max_qps`` (its request count and arrival span as ``qps_search_*``);
 - serve a second model on the same GPUs (:func:`perfcast.serving.colocation.simulate_colocated`): two rows, one
   per model; when a run of the scenario serves that model's config alone, the row gets
   ``slowdown_x.{ttft,tpot,e2e}`` = co-located mean / alone mean (the interference).
@@ -92,10 +93,15 @@ def _run_rows(run: ServingRun) -> list[dict[str, object]]:
     row = _head(run.label, cfg)
     try:
         if run.search_max_qps:
-            search = find_max_qps(cfg, start_qps=cfg.workload.qps or 0.25)
-            sim = simulate_serving(search.config)
+            search = find_max_qps(cfg, start_qps=cfg.workload.qps)
+            if search.result is None:  # no load meets the SLO: the verdict is the row's answer
+                row.update(status="error", error=search.verdict, qps_loads_tried=len(search.evaluated))
+                return [row]
+            sim = search.result
             row.update(_flat(sim.as_dict()))
-            row.update(qps=search.max_qps, max_qps=search.max_qps, qps_loads_tried=len(search.evaluated))
+            row.update(qps=search.max_qps, max_qps=search.max_qps, qps_loads_tried=len(search.evaluated),
+                       qps_search_requests=sim.arrival_s.size, qps_search_simulated_s=float(sim.arrival_s[-1]),
+                       saturated_requests_per_s=search.saturation.requests_per_s if search.saturation else None)
         else:
             sim = simulate_serving(cfg)
             row.update(_flat(sim.as_dict()))

@@ -70,7 +70,9 @@ class ServingConfig(BaseModel):
     scheduler: str = "vllm"
     router: Literal["round_robin", "least_outstanding", "shortest_queue"] = "round_robin"
     engine: str = Field(default="vllm", description="CPU-overhead preset of the engine (vllm | trtllm)")
-    dtype: Literal["bf16", "fp16"] = "fp16"
+    dtype: Literal["auto", "bf16", "fp16"] = Field(
+        default="auto", description="weights and activations; auto = the checkpoint's (its torch_dtype, an fp32 "
+        "checkpoint served in fp16, bf16 in fp16 on a GPU without bf16 math), as vLLM's --dtype auto")
     quantization: Literal["auto", "none", "w4a16", "w8a16", "w8a8", "fp8", "fp4", "mxfp4"] = Field(
         default="auto", description="weights as the checkpoint stores them (auto: its quantization_config, none "
         "for an unquantized one), or a checkpoint quantized that way (none = a 16-bit copy); see "
@@ -80,6 +82,9 @@ class ServingConfig(BaseModel):
     max_num_batched_tokens: int | None = Field(default=None, ge=1,
                                                description="token budget per iteration (default per scheduler)")
     max_model_len: int | None = Field(default=None, ge=2, description="context limit (default: the model's)")
+    allow_long_max_model_len: bool = Field(default=False, description="accept a max_model_len above the model's "
+                                           "context (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN): for a deployment "
+                                           "known to run longer (e.g. RoPE scaled at serving time)")
     enable_chunked_prefill: bool = False
     chunk_size: int = Field(default=512, ge=1, description="sarathi / chunked prefill: tokens per iteration")
     block_size: int = Field(default=16, ge=1)

@@ -85,7 +85,7 @@ def serving_energy(result: ServingResult, coeffs: Coefficients | None = None) ->
     # DRAM: each engine iteration reads its stage's weight shard on each of its GPUs; decode reads the KV cache
     dram = result.iterations * result.weight_bytes_per_gpu * tp
     dram += float(np.sum(gen * (ctx + gen / 2.0))) * result.kv_bytes_per_token * tp * pp
-    e_flop = energy_per_flop_J(hw, datapath(hw, DType(cfg.dtype)), co)
+    e_flop = energy_per_flop_J(hw, datapath(hw, DType(result.dtype)), co)
     dynamic = pm.active_W * busy + flops * e_flop + dram * pm.dram_J_per_byte
     busy_e = pm.static_W * busy + dynamic
     limited = busy_e > pm.tdp_W * busy

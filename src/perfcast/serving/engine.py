@@ -70,12 +70,22 @@ Retrieval (RAG): a request reaches the engine after its retrieval stage (a
 lognormal time with the given mean and CV, seeded) with the retrieved tokens in
 its prompt; its TTFT counts from its arrival, retrieval included.
 
+Requests the deployment can never serve are refused at arrival, counted with their reason
+(``rejection_counts``, ``requests_rejected`` and ``rejection_reasons`` in ``as_dict``) and left out of
+every latency and throughput figure: a prompt plus output longer than ``max_model_len`` (by default the
+model's context, ``ModelConfig.max_positions``; vLLM answers such a request 400 with "This model's maximum
+context length is X tokens. However, you requested Y tokens (P in the messages, O in the completion)"),
+more beams than ``max_num_seqs``, more KV blocks than the replica has, or an unchunked prompt above the
+token budget. Lengths are never truncated to fit. When every request is refused, the run is a one-line
+ConfigError.
+
 Determinism: one seed drives the request stream; ties in time are broken by
 (time, event kind, engine index), so the same inputs give bit-identical output.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -83,6 +93,8 @@ from typing import Any
 
 import numpy as np
 
+from perfcast.catalog.defaults import default_dtype
+from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
@@ -91,14 +103,15 @@ from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.energy import ServingEnergy, serving_energy
 from perfcast.serving.iteration import IterationModel
-from perfcast.serving.kv import BlockManager, CountingBlockManager, kv_cache_capacity, prefix_block_hashes
+from perfcast.serving.kv import BlockManager, CountingBlockManager, prefix_block_hashes
+from perfcast.serving.memory import ServingMemory, memory_breakdown
 from perfcast.serving.metrics import ServingMetrics, summarize_requests
 from perfcast.serving.request import Request
 from perfcast.serving.schedulers import SCHEDULERS, Batch, ReplicaScheduler, SchedulerLimits
 from perfcast.serving.traces import load_trace
 from perfcast.workload.graph import causal_pairs
 
-__all__ = ["IterationEvent", "ServingResult", "simulate_serving"]
+__all__ = ["IterationEvent", "ServingResult", "max_model_len", "serving_dtype", "serving_memory", "simulate_serving"]
 
 _PCIE_BPS = 25e9  # swap traffic between GPU and host memory (PCIe 4.0 x16, per direction, achieved)
 
@@ -143,6 +156,9 @@ class ServingResult:
     kv_bytes_per_token: float = 0.0  # KV cache bytes of one token on one GPU (every layer its stage holds)
     retrieval_mean_s: float = 0.0  # RAG: mean time of the retrieval stage per request
     gpu_memory_bytes: float = 0.0  # memory of one GPU
+    dtype: str = "fp16"  # the dtype that ran (``config.dtype`` resolved; see :func:`serving_dtype`)
+    rejection_counts: dict[str, int] = field(default_factory=dict)  # reason -> requests refused for it, most first
+    memory: ServingMemory | None = None  # one GPU's memory breakdown (the deployment fits: it ran)
 
     @property
     def max_concurrent_sequences(self) -> int:
@@ -193,19 +209,42 @@ class ServingResult:
         """Mean time of one iteration on its own."""
         return self.gpu_time_s / self.iterations if self.iterations else 0.0
 
+    def workload_summary(self) -> dict[str, Any]:
+        """The requests this run simulated: where their lengths come from (a trace or fixed), the prompt and
+        output length statistics (tokens), the arrival process, its rate parameter (``qps``) and the rate its
+        draws realized (``offered_requests_per_s``, gaps over the arrival span), and the count."""
+        w = self.config.workload
+
+        def stats(x: np.ndarray) -> dict[str, float | None]:
+            if not x.size:
+                return {"mean": None, "p50": None, "p99": None, "max": None}
+            p50, p99 = np.percentile(x, [50.0, 99.0])
+            return {"mean": float(x.mean()), "p50": float(p50), "p99": float(p99), "max": float(x.max())}
+
+        n = int(self.arrival_s.size)
+        span_s = float(self.arrival_s[-1] - self.arrival_s[0]) if n else 0.0
+        fixed = w.prompt_tokens is not None
+        arrival = w.arrival if (w.qps is not None or w.arrival == "trace") else "all at once"
+        return {"lengths": "fixed" if fixed else f"trace {w.trace}", "trace": None if fixed else w.trace,
+                "prompt_tokens": stats(self.prompt_tokens), "output_tokens": stats(self.output_tokens),
+                "arrival": arrival, "qps": w.qps, "burstiness_cv": w.burstiness_cv if w.arrival == "gamma" else None,
+                "concurrency": w.concurrency, "num_requests": n,
+                "arrival_span_s": span_s, "offered_requests_per_s": (n - 1) / span_s if span_s > 0 else None,
+                "seed": w.seed}
+
     def as_dict(self) -> dict[str, Any]:
         """One JSON-ready object; keys carry their units."""
         out: dict[str, Any] = {
             "model": self.config.model, "hardware": self.config.hardware, "scheduler": self.config.scheduler,
             "tensor_parallel_size": self.config.tensor_parallel_size,
             "pipeline_parallel_size": self.config.pipeline_parallel_size,
-            "num_replicas": self.config.num_replicas,
+            "num_replicas": self.config.num_replicas, "dtype": self.dtype,
+            "quantization": self.config.quantization, "workload": self.workload_summary(),
         }
         out.update(self.metrics.as_dict())
-        rejected = [s for s in self.status if s.startswith("rejected")]
         out.update({
-            "requests_rejected": len(rejected),
-            "rejection_reasons": sorted({s.split(": ", 1)[1] for s in rejected})[:5],
+            "requests_rejected": sum(self.rejection_counts.values()),
+            "rejection_reasons": [{"reason": reason, "requests": k} for reason, k in self.rejection_counts.items()],
             "preemptions": self.preemptions, "iterations": self.iterations,
             "kv_blocks_per_engine": self.kv_blocks_per_engine,
             "kv_utilization_frac": {"mean": self.kv_utilization_mean_frac, "max": self.kv_utilization_max_frac},
@@ -223,6 +262,8 @@ class ServingResult:
             "retrieval_mean_s": self.retrieval_mean_s,
             "retrieval_share_frac": self.retrieval_share_frac,
         })
+        if self.memory is not None:
+            out.update(self.memory.as_dict())
         out.update(self.energy().as_dict())
         return out
 
@@ -247,7 +288,28 @@ class ServingResult:
         return rows
 
 
-def _requests(cfg: ServingConfig, max_len: int) -> RequestStream:
+def serving_dtype(cfg: ServingConfig, model_cfg: ModelConfig | None = None) -> DType:
+    """The dtype the deployment runs: ``cfg.dtype``, or for ``auto`` the checkpoint's as a serving engine loads
+    it (:func:`perfcast.catalog.defaults.default_dtype` with ``engine=True``)."""
+    if cfg.dtype != "auto":
+        return DType(cfg.dtype)
+    return default_dtype(model_cfg or load_model(cfg.model), load_hardware(cfg.hardware), engine=True)
+
+
+def max_model_len(cfg: ServingConfig, model_cfg: ModelConfig | None = None) -> int:
+    """The context limit of the deployment (tokens of prompt plus output): ``cfg.max_model_len``, by default the
+    model's (``ModelConfig.max_positions``, for every position scheme). A limit above the model's is bad input,
+    as vLLM refuses it, unless ``allow_long_max_model_len`` says the deployment runs longer (vLLM's
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``)."""
+    model_cfg = model_cfg or load_model(cfg.model)
+    context = model_cfg.max_positions
+    if cfg.max_model_len is not None and cfg.max_model_len > context and not cfg.allow_long_max_model_len:
+        raise ConfigError(f"max_model_len {cfg.max_model_len} is above {model_cfg.id}'s maximum context length of "
+                          f"{context} tokens; use max_model_len <= {context}")
+    return cfg.max_model_len or context
+
+
+def _requests(cfg: ServingConfig) -> RequestStream:
     w = cfg.workload
     trace = load_trace(w.trace) if w.trace else None
     lengths = (w.prompt_tokens, w.output_tokens)
@@ -262,16 +324,15 @@ def _requests(cfg: ServingConfig, max_len: int) -> RequestStream:
         arrival, qps = "fixed", 1e12  # no rate: every request arrives at once (an offline run)
     return generate_requests(num_requests=w.num_requests, seed=w.seed, arrival=arrival,
                              qps=None if arrival == "trace" else qps, burstiness_cv=w.burstiness_cv, trace=trace,
-                             prompt_tokens=w.prompt_tokens, output_tokens=w.output_tokens, max_tokens=max_len)
+                             prompt_tokens=w.prompt_tokens, output_tokens=w.output_tokens)
 
 
-def _activation_bytes(model: IterationModel, tokens: int, seqs: int) -> float:
-    """vLLM's profiling run: the peak activation memory of the largest batch (hidden states, the MLP's
-    widest intermediate, and fp32 logits of the sampled sequences)."""
-    cfg = model.cfg
-    e = model.dtype.bytes
-    width = max(cfg.hidden_size * 4, 2 * (cfg.intermediate_size or 4 * cfg.hidden_size) // model.tp)
-    return tokens * width * e + seqs * cfg.vocab_size / model.tp * 4.0
+def _count_reasons(rejection: dict[int, tuple[str, str]]) -> dict[str, int]:
+    """Requests refused per reason, the most frequent first (ties in the reason's order)."""
+    counts: dict[str, int] = {}
+    for reason, _ in rejection.values():
+        counts[reason] = counts.get(reason, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 _MODELS: dict[tuple[object, ...], tuple[ModelConfig, ServingCoefficients | None, IterationModel]] = {}
@@ -301,6 +362,83 @@ def _iteration_model(model_cfg: ModelConfig, cfg: ServingConfig, *, dtype: DType
     return model
 
 
+@dataclass(frozen=True)
+class _Deployment:
+    """What a config resolves to before any request runs: the scheduling policy, the context limit, the
+    iteration token budget, the dtype, the iteration model and one GPU's memory."""
+
+    policy: str
+    max_len: int
+    budget: int
+    dtype: DType
+    model: IterationModel
+    memory: ServingMemory
+
+
+def _deployment(cfg: ServingConfig, *, serving: ServingCoefficients | None, memory_frac: float) -> _Deployment:
+    if cfg.scheduler not in SCHEDULERS:
+        SCHEDULERS.get(cfg.scheduler)  # raises UnknownNameError listing the schedulers
+    policy = "sarathi" if cfg.scheduler == "vllm" and cfg.enable_chunked_prefill else cfg.scheduler
+    model_cfg = load_model(cfg.model)
+    max_len = max_model_len(cfg, model_cfg)
+    budget = cfg.max_num_batched_tokens or (cfg.chunk_size if policy == "sarathi" else max(max_len, 2048))
+    if policy == "static":
+        budget = max(budget, max_len * cfg.max_num_seqs)
+    dtype = serving_dtype(cfg, model_cfg)
+    kv_dtype = None if cfg.kv_cache_dtype == "auto" else DType(cfg.kv_cache_dtype)
+    model = _iteration_model(model_cfg, cfg, dtype=dtype, quantization=cfg.quantization, kv_dtype=kv_dtype,
+                             pp=cfg.pipeline_parallel_size, max_tokens=min(max(budget, 1), 65536), serving=serving)
+    memory = memory_breakdown(model, usable_frac=cfg.gpu_memory_utilization * memory_frac,
+                              max_batched_tokens=budget, max_num_seqs=cfg.max_num_seqs, block_size=cfg.block_size)
+    return _Deployment(policy, max_len, budget, dtype, model, memory)
+
+
+def _extra_prompt_tokens(cfg: ServingConfig, model: IterationModel, max_len: int) -> int:
+    """Image and retrieved tokens every prompt carries besides its own (they join the prompt)."""
+    w = cfg.workload
+    if w.images_per_request and model.cfg.vision is None:
+        raise ConfigError(f"{model.cfg.id} has no vision tower; --images-per-request needs a multimodal model "
+                          "(e.g. llava-1.5-7b)")
+    extra = w.images_per_request * model.image_tokens + w.retrieved_tokens
+    if extra + 2 > max_len:
+        raise ConfigError(f"{extra} image/retrieved tokens leave no room in max_model_len {max_len}")
+    return extra
+
+
+def serving_memory(cfg: ServingConfig, *, memory_frac: float = 1.0,
+                   serving: ServingCoefficients | None = None) -> ServingMemory:
+    """Whether ``cfg``'s deployment fits, with one GPU's memory breakdown (see :mod:`perfcast.serving.memory`),
+    without simulating. Besides the weights and activations, the KV cache of one engine must hold at least
+    one request of the workload (its prompt and output, each beam's tokens, under the cache's watermark);
+    requests longer than ``max_model_len`` do not count (they are refused whatever the memory)."""
+    dep = _deployment(cfg, serving=serving, memory_frac=memory_frac)
+    memory = dep.memory
+    if not memory.fits:
+        return memory
+    extra = _extra_prompt_tokens(cfg, dep.model, dep.max_len)
+    stream = _requests(cfg)
+    prompt = np.asarray(stream.prompt_tokens, dtype=np.int64) + extra
+    output = np.asarray(stream.output_tokens, dtype=np.int64)
+    servable = prompt + output <= dep.max_len
+    if not servable.any():
+        return memory  # every request is refused for its length: bad input the simulation reports
+    pp = cfg.pipeline_parallel_size
+    kv = CountingBlockManager(max(1, memory.kv_blocks // pp), cfg.block_size, cfg.watermark_frac, 0)
+    beams = cfg.workload.num_beams
+    pairs = sorted({(int(p), int(o)) for p, o in zip(prompt[servable], output[servable], strict=True)},
+                   key=lambda po: po[0] + beams * po[1])
+    if any(kv.can_ever_allocate(p + o, beams, p) for p, o in pairs):
+        return memory
+    p, o = pairs[0]
+    tokens = kv.num_blocks * cfg.block_size
+    verdict = (f"the KV cache of one engine holds {tokens:,} tokens ({kv.num_blocks:,} blocks of {cfg.block_size}, "
+               f"{memory.kv_cache_bytes / 2**30:.2f} GiB of KV cache per GPU), too few for one request of the "
+               f"workload: the smallest needs {p:,} + {o:,}" + (f" x {beams} beams" if beams > 1 else "")
+               + " tokens; use more tensor or pipeline parallelism, a smaller dtype or quantization, or shorter "
+               "requests")
+    return dataclasses.replace(memory, fits=False, verdict=verdict)
+
+
 def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bool = False,
                      serving: ServingCoefficients | None = None, memory_frac: float = 1.0,
                      iteration_scale: float = 1.0, iteration_extra_s: float = 0.0) -> ServingResult:
@@ -312,28 +450,14 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     GPU memory this model gets), ``iteration_scale`` and ``iteration_extra_s`` (every iteration's time is
     ``time * scale + extra``) describe another model sharing the GPUs (:mod:`perfcast.serving.colocation`).
     """
-    if cfg.scheduler not in SCHEDULERS:
-        SCHEDULERS.get(cfg.scheduler)  # raises UnknownNameError listing the schedulers
-    policy = "sarathi" if cfg.scheduler == "vllm" and cfg.enable_chunked_prefill else cfg.scheduler
-    model_cfg = load_model(cfg.model)
-    # a learned position table ends the context; rotary / ALiBi models run as long as they are asked to
-    limit = model_cfg.max_positions if model_cfg.position == "learned" else 2**31
-    max_len = min(cfg.max_model_len or model_cfg.max_positions, limit)
-    budget = cfg.max_num_batched_tokens or (cfg.chunk_size if policy == "sarathi" else max(max_len, 2048))
-    if policy == "static":
-        budget = max(budget, max_len * cfg.max_num_seqs)
-    dtype = DType(cfg.dtype)
-    kv_dtype = None if cfg.kv_cache_dtype == "auto" else DType(cfg.kv_cache_dtype)
-    model = _iteration_model(model_cfg, cfg, dtype=dtype, quantization=cfg.quantization, kv_dtype=kv_dtype,
-                             pp=cfg.pipeline_parallel_size, max_tokens=min(max(budget, 1), 65536), serving=serving)
-    usable_frac = cfg.gpu_memory_utilization * memory_frac
-    model.check_fits(usable_frac)
+    dep = _deployment(cfg, serving=serving, memory_frac=memory_frac)
+    policy, max_len, budget, dtype, model, memory = (dep.policy, dep.max_len, dep.budget, dep.dtype, dep.model,
+                                                      dep.memory)
+    if not memory.fits:  # an answer (serving_memory gives it with the breakdown), but nothing to simulate
+        raise ConfigError(f"the deployment does not fit: {memory.verdict}")
     pp = cfg.pipeline_parallel_size
-    kv_per_token = model.kv_bytes_per_token / pp  # one stage holds its layers' share of every token
-    blocks = kv_cache_capacity(
-        gpu_memory_bytes=model.hw.memory_bytes, gpu_memory_utilization_frac=usable_frac,
-        weight_bytes=model.weight_bytes / pp, activation_peak_bytes=_activation_bytes(model, budget, cfg.max_num_seqs),
-        kv_bytes_per_token=kv_per_token, block_size=cfg.block_size)
+    kv_per_token = memory.kv_bytes_per_token
+    blocks = memory.kv_blocks
     per_engine = max(1, blocks // pp)
     cpu_blocks = int(cfg.swap_space // (kv_per_token * cfg.block_size)) // pp
     limits = SchedulerLimits(cfg.max_num_seqs, budget, cfg.chunk_size, max_len, cfg.preemption_mode)
@@ -347,13 +471,8 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     engines: list[ReplicaScheduler] = [cls(cache(), limits) for _ in range(cfg.num_replicas * pp)]  # type: ignore[arg-type]
     w = cfg.workload
     images = w.images_per_request
-    if images and model.cfg.vision is None:
-        raise ConfigError(f"{model.cfg.id} has no vision tower; --images-per-request needs a multimodal model "
-                          "(e.g. llava-1.5-7b)")
-    extra_prompt = images * model.image_tokens + w.retrieved_tokens  # image and retrieved tokens join the prompt
-    if extra_prompt + 2 > max_len:
-        raise ConfigError(f"{extra_prompt} image/retrieved tokens leave no room in max_model_len {max_len}")
-    stream = _requests(cfg, max_len - extra_prompt)
+    extra_prompt = _extra_prompt_tokens(cfg, model, max_len)
+    stream = _requests(cfg)  # lengths as asked: a request beyond max_len is rejected, as vLLM does, not truncated
     n = stream.num_requests
     arrival = np.asarray(stream.arrival_s, dtype=float)
     prompt = np.asarray(stream.prompt_tokens, dtype=np.int64) + extra_prompt
@@ -371,6 +490,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     replica_of = np.full(n, -1, dtype=np.int64)
     preempted = np.zeros(n, dtype=np.int64)
     status = ["pending"] * n
+    rejection: dict[int, tuple[str, str]] = {}  # request id -> (the reason it was refused, its own figures)
     prefix_rng = np.random.default_rng(w.seed + 1) if w.shared_prefix_tokens else None
     prefix_ids = prefix_rng.integers(0, w.num_prefixes, size=n) if prefix_rng is not None else None
 
@@ -395,8 +515,9 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         sched = engines[e]
         batch = sched.schedule()
         if sched.rejected:
-            for req, reason in sched.rejected:
-                status[req.id] = f"rejected: {reason}"
+            for req, reason, detail in sched.rejected:
+                status[req.id] = f"rejected: {reason}: {detail}"
+                rejection[req.id] = (reason, detail)
                 outstanding[req.replica] -= 1
                 if limit:
                     release(now)
@@ -810,9 +931,12 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         if not busy[e]:
             start(e, now)
 
-    if n and all(st.startswith("rejected: ") for st in status):
-        # nothing could be served: a deployment error (e.g. a KV budget too small for one request), not a result
-        raise ConfigError(f"no request can be served: {status[0].removeprefix('rejected: ')}")
+    if n and len(rejection) == n:
+        # nothing could be served: the workload does not fit the deployment (e.g. every request longer than the
+        # context, or a KV budget too small for one request), not a result
+        reasons = "; ".join(f"{k} {reason}" for reason, k in _count_reasons(rejection).items())
+        raise ConfigError(f"no request can be served: all {n} were rejected ({reasons}); the first: "
+                          f"{rejection[0][1]}")
     for i in range(n):
         if status[i] == "pending":  # pragma: no cover - the loop drains every engine
             status[i] = "incomplete: the simulation ended with the request unfinished"
@@ -834,4 +958,5 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
         prefix_hit_frac=hit / query if query else 0.0, weight_bytes_per_gpu=model.weight_bytes / pp,
         spec_tokens_per_step=spec_stats[1] / spec_stats[0] if spec_stats[0] else 0.0, gpu_time_s=gpu_time,
         events=events, kv_bytes_per_token=kv_per_token, retrieval_mean_s=float(retrieval.mean()) if n else 0.0,
-        gpu_memory_bytes=float(model.hw.memory_bytes))
+        gpu_memory_bytes=float(model.hw.memory_bytes), dtype=dtype.value, rejection_counts=_count_reasons(rejection),
+        memory=memory)

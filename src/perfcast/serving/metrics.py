@@ -19,9 +19,10 @@ non-zero amount over a zero duration, possible only in degenerate input, gives N
 * ``throughput_tokens_per_s`` = output tokens of completed requests / duration;
 * ``total_tokens_per_s`` = prompt + output tokens of completed requests / duration;
 * ``goodput_requests_per_s`` = completed requests meeting every given SLO (TTFT <= ``slo_ttft_s``, TPOT <=
-  ``slo_tpot_s``) / duration; with no SLO it equals ``throughput_requests_per_s``;
-* ``slo_attainment_frac`` = requests meeting every given SLO / all requests (an incomplete request misses;
-  with no SLO this is the completed fraction; NaN when there are no requests).
+  ``slo_tpot_s``) / duration; with no SLO there is nothing to meet, and goodput is NaN (``null`` in JSON,
+  "n/a" in a table), not the throughput;
+* ``slo_attainment_frac`` = requests meeting every given SLO / all requests (an incomplete request misses);
+  NaN with no SLO or no requests.
 
 ``as_dict()`` methods return plain Python values for JSON, with NaN written as ``None`` (JSON null).
 """
@@ -172,6 +173,7 @@ def summarize_requests(
         tpot_ok[has_tpot] = tpot <= slo_tpot_s
         meets &= tpot_ok
 
+    has_slo = slo_ttft_s is not None or slo_tpot_s is not None
     num_total = int(done.shape[0])
     num_completed = int(arrival.shape[0])
     num_good = int(meets.sum())
@@ -197,8 +199,8 @@ def summarize_requests(
         throughput_requests_per_s=rate(num_completed),
         throughput_tokens_per_s=rate(num_output_tokens),
         total_tokens_per_s=rate(num_all_tokens),
-        goodput_requests_per_s=rate(num_good),
-        slo_attainment_frac=num_good / num_total if num_total else math.nan,
+        goodput_requests_per_s=rate(num_good) if has_slo else math.nan,
+        slo_attainment_frac=num_good / num_total if num_total and has_slo else math.nan,
         slo_ttft_s=None if slo_ttft_s is None else float(slo_ttft_s),
         slo_tpot_s=None if slo_tpot_s is None else float(slo_tpot_s),
     )

@@ -17,21 +17,22 @@ LoadGen's and perfcast's ``tpot_s``: ``(finish - first token) / (output tokens -
 
 * ``offline``: every request arrives at time 0 (a saturating load). ``tokens_per_s_total`` = output
   tokens / makespan, ``samples_per_s_total`` = completed requests / makespan (makespan = last finish).
-* ``server`` and ``interactive``: Poisson arrivals. The reported load is the highest QPS at which every
-  request completes and the p99 TTFT and p99 TPOT (GPT-J: p99 end-to-end latency) are within the
-  scenario's limits, found by :func:`perfcast.serving.search.find_max_qps`: started at half the offline
-  rate and capped at the offline rate (offline is the maximum-throughput scenario), each load simulated
-  for ``SIMULATED_DURATION_S`` so that a load the deployment cannot sustain builds its queue. The p99
-  TTFT/TPOT are those of the simulation at that load; ``samples_per_s_total`` is the QPS (LoadGen's
-  "scheduled samples per second"); ``tokens_per_s_total`` follows LoadGen's "completed tokens per
-  second" (the server result of its token benchmarks): tokens completed over the time to the last
-  completion of a ``SERVER_DURATION_S`` run, ``qps * mean output tokens * D / (D + drain)``, the drain
-  (last arrival to last completion) taken from the simulation. That LoadGen counts the drain is
-  perfcast's reading of it, not checked against its code.
+* ``server`` and ``interactive``: Poisson arrivals. The reported load is the highest QPS the deployment
+  sustains within the scenario's p99 TTFT and p99 TPOT limits (GPT-J: p99 end-to-end latency), found by
+  :func:`perfcast.serving.search.find_max_qps` under its steady-state rule (each load simulated for tens of
+  request lifetimes after a warm-up, overload when the served throughput falls below the load, p99s with
+  their error bars), bounded by the offline rate (offline is the maximum-throughput scenario: it serves as
+  the saturated throughput) and started at half of it. The p99 TTFT/TPOT are those of the simulation at
+  that load; ``samples_per_s_total`` is the QPS (LoadGen's "scheduled samples per second");
+  ``tokens_per_s_total`` follows LoadGen's "completed tokens per second" (the server result of its token
+  benchmarks): tokens completed over the time to the last completion of a ``SERVER_DURATION_S`` run,
+  ``qps * mean output tokens * D / (D + drain)``, the drain (last arrival to last completion) taken from the
+  simulation. That LoadGen counts the drain is perfcast's reading of it, not checked against its code. A
+  given ``qps`` is judged by the same steady-state rule instead of searched.
 
-Request counts: ``requests_per_instance`` per scenario in the data file, times the deployment's replicas;
-a server search simulates at least ``SIMULATED_DURATION_S`` of arrivals per load (MLPerf's minimum run time
-and query counts are not reproduced). An explicit ``num_requests`` fixes the count instead.
+Request counts: offline runs ``requests_per_instance`` of the scenario times the deployment's replicas (or
+an explicit ``num_requests``); a server load simulates as many requests as the steady-state rule asks, at
+least that count (MLPerf's minimum run time and query counts are not reproduced).
 """
 
 from __future__ import annotations
@@ -50,10 +51,10 @@ from perfcast.catalog.hardware import load_hardware
 from perfcast.errors import CatalogError, ConfigError
 from perfcast.serving.config import PRECISION_QUANTIZATION, ServingConfig, WorkloadConfig
 from perfcast.serving.engine import ServingResult, simulate_serving
-from perfcast.serving.search import find_max_qps
+from perfcast.serving.search import LoadCheck, check_load, find_max_qps, saturation_of, steady_requests
 from perfcast.serving.traces import Trace
 
-__all__ = ["PREFIX", "SCENARIOS", "SERVER_DURATION_S", "SIMULATED_DURATION_S", "LengthDistribution",
+__all__ = ["PREFIX", "SCENARIOS", "SERVER_DURATION_S", "LengthDistribution",
            "MLPerfBenchmark", "MLPerfResult", "MLPerfWorkload", "ScenarioLimits", "apply_mlperf", "benchmark_names",
            "default_quantization", "is_mlperf_name", "load_benchmark", "mlperf_workload", "parse_workload",
            "preset_trace", "run_mlperf"]
@@ -63,9 +64,6 @@ SCENARIOS: tuple[str, ...] = ("offline", "server", "interactive")
 """Scenario names, in the order of the MLPerf rules."""
 SERVER_DURATION_S = 600.0
 """MLPerf's minimum performance-run duration (s): the run the server throughput is stated over."""
-SIMULATED_DURATION_S = 300.0
-"""Arrivals simulated per load of a server search (s): many end-to-end latencies, so an unsustainable load
-builds its queue, at half the cost of a full MLPerf run."""
 
 _DATA = Path(__file__).resolve().parent / "data" / "mlperf.yaml"
 _FORM = "mlperf:<benchmark>:<scenario>"
@@ -270,7 +268,8 @@ class MLPerfResult:
     workload: MLPerfWorkload
     result: ServingResult
     qps: float | None = None
-    qps_evaluated: tuple[tuple[float, bool], ...] = ()
+    qps_evaluated: tuple[LoadCheck, ...] = ()
+    check: LoadCheck | None = None  # server/interactive: the steady-state verdict at ``qps``
 
     @property
     def drain_s(self) -> float:
@@ -295,19 +294,30 @@ class MLPerfResult:
         rate (server, interactive)."""
         return self.result.metrics.throughput_requests_per_s if self.qps is None else self.qps
 
+    def _p99_s(self, metric: str) -> float:
+        """A p99 (s): in steady state (the search's measured requests) where the load was judged on it, else
+        over every request of the run."""
+        for tail in self.check.tails if self.check is not None else ():
+            if tail.metric == metric:
+                return tail.p99_s
+        return float(getattr(self.result.metrics, f"{metric}_s").p99)
+
     @property
     def ttft_ms_p99(self) -> float:
         """p99 time to first token (ms)."""
-        return self.result.metrics.ttft_s.p99 * 1e3
+        return self._p99_s("ttft") * 1e3
 
     @property
     def tpot_ms_p99(self) -> float:
         """p99 time per output token after the first (ms)."""
-        return self.result.metrics.tpot_s.p99 * 1e3
+        return self._p99_s("tpot") * 1e3
 
     @property
     def limits_met(self) -> bool:
-        """Every request completed within the scenario's p99 limits (offline: every request completed)."""
+        """Server/interactive: the load meets the scenario's p99 limits in steady state; offline: every request
+        completed within them."""
+        if self.check is not None:
+            return self.check.met
         m, lim = self.result.metrics, self.workload.limits
         return (m.requests_completed == m.requests_total
                 and (lim.ttft_p99_s is None or m.ttft_s.p99 <= lim.ttft_p99_s)
@@ -345,24 +355,25 @@ def run_mlperf(cfg: ServingConfig, name: str, *, num_requests: int | None = None
     w = mlperf_workload(name, num_requests=run.workload.num_requests, seed=cfg.workload.seed)
     if w.scenario == "offline":
         return MLPerfResult(w, simulate_serving(run))
-    duration = None if num_requests is not None else SIMULATED_DURATION_S
-    if qps is not None:
-        n = run.workload.num_requests if duration is None else max(run.workload.num_requests,
-                                                                   math.ceil(qps * duration))
-        at = run.model_copy(update={"workload": run.workload.model_copy(update={"qps": qps, "num_requests": n})})
-        return MLPerfResult(w, simulate_serving(at), qps)
-    # the offline rate bounds the reported one (offline is MLPerf's maximum-throughput scenario; a simulated
-    # steady state can sit a few % above it, as the offline run's ramp-down counts and a Poisson load's does
-    # not): the search starts at half of it and its first doubling reaches it
+    # the offline rate bounds the reported one (offline is MLPerf's maximum-throughput scenario): it is the
+    # saturated throughput of the search, which starts at half of it
     bench = w.benchmark.name
     offline_cfg = apply_mlperf(cfg, f"{PREFIX}:{bench}:offline", num_requests=num_requests)
-    offline = simulate_serving(offline_cfg.model_copy(update={"slo_ttft_s": None, "slo_tpot_s": None,
-                                                               "slo_e2e_s": None})).metrics.throughput_requests_per_s
-    bounded = offline > 0 and math.isfinite(offline)
-    search = find_max_qps(run, start_qps=0.5 * offline if bounded else 0.25,
-                          max_qps=offline if bounded else 1e4, duration_s=duration)
+    offline_run = simulate_serving(offline_cfg.model_copy(update={"slo_ttft_s": None, "slo_tpot_s": None,
+                                                                  "slo_e2e_s": None}))
+    offline = offline_run.metrics.throughput_requests_per_s
+    if not (offline > 0 and math.isfinite(offline)):
+        raise ConfigError(f"{bench} offline completes nothing on this deployment; no server load to search")
+    sat = saturation_of(offline_run, requests_per_s=offline)
+    if qps is not None:
+        check, result, load = check_load(run, qps, sat)
+        if result is None:  # at or above the offline rate: overload, shown on a run of the steady-state length
+            result = simulate_serving(load.model_copy(update={"workload": load.workload.model_copy(update={
+                "num_requests": steady_requests(run, qps, sat)})}))
+        return MLPerfResult(w, result, qps, (check,), check)
+    search = find_max_qps(run, start_qps=0.5 * offline, sat=sat)
     result = search.result if search.result is not None else simulate_serving(search.config)
-    return MLPerfResult(w, result, search.max_qps, tuple(search.evaluated))
+    return MLPerfResult(w, result, search.max_qps, tuple(search.evaluated), search.check or search.evaluated[-1])
 
 
 def _ndtri(p: np.ndarray) -> np.ndarray:

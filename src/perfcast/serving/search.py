@@ -1,100 +1,399 @@
 """The highest load a deployment sustains under latency SLOs (``perfcast serve --find-max-qps``).
 
-A load meets the SLO when every request completes and the p99 TTFT, p99 TPOT and
-(when given) p99 end-to-end latency are within their bounds. The search doubles
-the QPS from a start until a load fails, then bisects between the last load that met the SLO and the first that
-did not, to 2% relative width. Every load is simulated with the same seed, so
-the arrival gaps are the same draws rescaled (see :mod:`perfcast.serving.arrivals`).
+A load is sustained when the deployment serves it in steady state and the steady state meets the SLOs. A
+short run cannot tell: a queue that grows still has small percentiles over its first requests, and the
+p99 of a latency shared by every request in flight (TPOT, the batch's iteration time) is set by rare
+bursts of arrivals that a few hundred requests do not contain. So each load is judged as follows.
+
+1. Saturation. One closed-loop run (as many requests outstanding as twice the batch the deployment can
+   hold, so its queue never empties) measures the saturated throughput ``mu`` (output tokens per second
+   between the fill and the drain, over the mean output length) and a request's lifetime ``tau`` (decode
+   time plus one iteration). No
+   load at or above ``mu`` is sustainable: it is OVERLOAD without a simulation, and the search stays below.
+2. Length. A load of ``qps`` requests/s is simulated for ``(WARMUP_LIFETIMES + w) * tau`` seconds of
+   arrivals (at least ``MIN_REQUESTS`` requests and the workload's own count): the first
+   ``WARMUP_LIFETIMES * tau`` seconds fill the empty deployment and are discarded; the window after them
+   holds ``STEADY_LIFETIMES`` independent request lifetimes over the deployment's replicas, so the p99 is
+   measured over enough bursts: ``w = STEADY_LIFETIMES / replicas`` lifetimes of each (R replicas behind the
+   router see R independent streams of bursts), at least ``MIN_WINDOW_LIFETIMES``.
+3. Exactly the load asked. Poisson (or gamma) gaps drawn for a run average ``1/qps`` only up to their
+   sampling error, a few % over a few thousand requests, and the TPOT tail moves about three times as much
+   as the load. Each load's rate is therefore passed to the arrival process divided by the seed's realized
+   mean gap (in units of ``1/qps``), so the simulated arrivals average exactly ``qps`` (a Poisson process
+   conditioned on its count; the bursts within the run are untouched).
+4. Verdict. Over the measured window, the admission rate (the offered load, arrivals per second, less the
+   growth rate of the requests waiting for their first token, a least-squares slope over the window)
+   falling more than ``OVERLOAD_TOL`` below the offered load, or the served throughput (less the growth of
+   all requests in the system, running ones included) more than ``SERVED_TOL`` below it, is OVERLOAD: a
+   queue that grows is not a steady state, whatever its percentiles say, and never meets the SLO.
+   Otherwise each SLO'd p99 (TTFT, TPOT, end-to-end) is estimated with its standard error by batch means
+   (``NUM_BATCHES`` consecutive batches of the measured requests). The load MEETS when every p99 plus ``Z``
+   standard errors (one-sided 95 %) is within its bound, MISSES when some p99 minus ``Z`` standard errors is
+   above it, and is UNSETTLED otherwise: the stopping rule then doubles its request count (the estimate's
+   error shrinks by about sqrt(2)), at most ``MAX_GROWTH``-fold and only while that could settle it (every
+   p99 plus its shrunk margin within its bound); still unsettled, it is not shown to hold and counts as a
+   miss.
+5. Search. From half the saturated throughput (or a given start), halving until a load meets, then
+   bisecting between the highest load that meets and the lowest that does not (``mu`` at first) to
+   ``rel_tol`` relative width. With common random numbers (one seed, gaps rescaled) the loads see the
+   same bursts, so the verdict is monotone in the load.
+
+The answer therefore meets its SLO in a run ten times longer (its p99 is within its error bars of the
+steady state's), and it is below the saturated throughput. Requests refused at admission (longer than the
+context, ...) are counted by the simulation and left out of every figure here.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
 
 from perfcast.errors import ConfigError
+from perfcast.serving.arrivals import generate_requests
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.engine import ServingResult, simulate_serving
 
-__all__ = ["QPSSearch", "find_max_qps", "meets_slo"]
+__all__ = ["MAX_GROWTH", "MIN_REQUESTS", "MIN_WINDOW_LIFETIMES", "NUM_BATCHES", "OVERLOAD_TOL", "SERVED_TOL",
+           "STEADY_LIFETIMES", "WARMUP_LIFETIMES", "Z", "LoadCheck", "QPSSearch", "Saturation", "TailEstimate",
+           "check_load", "find_max_qps", "judge_load", "meets_slo", "saturation", "saturation_of", "steady_requests",
+           "window_lifetimes"]
+
+STEADY_LIFETIMES = 30.0
+"""Request lifetimes of arrivals measured per load (after the warm-up)."""
+WARMUP_LIFETIMES = 2.0
+"""Request lifetimes of arrivals discarded at the start of each load (the empty deployment filling)."""
+MIN_WINDOW_LIFETIMES = 8.0
+"""Fewest request lifetimes a load's measured window spans, however many replicas share the load."""
+MIN_REQUESTS = 1000
+"""Fewest requests a load is simulated with."""
+NUM_BATCHES = 4
+"""Consecutive batches of the measured requests whose p99s give a p99's standard error."""
+Z = 1.645
+"""Standard errors between a p99 and its bound for a verdict (one-sided 95 %)."""
+OVERLOAD_TOL = 0.002
+"""Admission rate (requests reaching their first token) this far below the offered load (as a fraction of it)
+is overload: the waiting queue grows."""
+SERVED_TOL = 0.02
+"""Served throughput (completions) this far below the offered load is overload: the requests in the system
+grow (the running batch counts too, so its noise is larger)."""
+MAX_GROWTH = 2
+"""An unsettled load's request count doubles up to this many times its first count."""
+_MIN_PER_BATCH = 50  # measured requests per batch below which a p99 is not estimated
+_SATURATION_ROUNDS = 5  # closed-loop run: requests sent = this many times the concurrency
+
+Verdict = Literal["meets", "misses", "overload", "unsettled"]
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """The deployment with its queue never empty: completions per second and one request's lifetime (s)."""
+
+    requests_per_s: float
+    lifetime_s: float
+    num_requests: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        """``saturated_requests_per_s``, ``request_lifetime_s``, ``saturation_requests``."""
+        return {"saturated_requests_per_s": self.requests_per_s, "request_lifetime_s": self.lifetime_s,
+                "saturation_requests": self.num_requests}
+
+
+@dataclass(frozen=True)
+class TailEstimate:
+    """A p99 over the measured requests (s), its batch-means standard error (s) and its bound (s)."""
+
+    metric: str  # ttft | tpot | e2e
+    p99_s: float
+    stderr_s: float
+    slo_s: float
+
+    def as_dict(self) -> dict[str, float | str]:
+        """``{"metric", "p99_s", "stderr_s", "slo_s"}``."""
+        return {"metric": self.metric, "p99_s": self.p99_s, "stderr_s": self.stderr_s, "slo_s": self.slo_s}
+
+
+@dataclass(frozen=True)
+class LoadCheck:
+    """One load judged in steady state (see the module docstring)."""
+
+    qps: float
+    verdict: Verdict
+    reason: str
+    num_requests: int = 0  # simulated (0: not simulated, above the saturated throughput)
+    simulated_s: float = 0.0  # span of the arrivals
+    warmup_s: float = 0.0  # arrivals before this are discarded
+    measured_requests: int = 0
+    offered_requests_per_s: float = math.nan
+    admitted_requests_per_s: float = math.nan  # reaching their first token
+    served_requests_per_s: float = math.nan  # completing
+    tails: tuple[TailEstimate, ...] = ()
+
+    @property
+    def met(self) -> bool:
+        """Whether the load meets the SLOs in steady state."""
+        return self.verdict == "meets"
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready row (NaN as None)."""
+        def num(x: float) -> float | None:
+            return None if math.isnan(x) else x
+        return {"qps": self.qps, "met": self.met, "verdict": self.verdict, "reason": self.reason,
+                "num_requests": self.num_requests, "simulated_s": self.simulated_s, "warmup_s": self.warmup_s,
+                "measured_requests": self.measured_requests,
+                "offered_requests_per_s": num(self.offered_requests_per_s),
+                "admitted_requests_per_s": num(self.admitted_requests_per_s),
+                "served_requests_per_s": num(self.served_requests_per_s),
+                "tails": [t.as_dict() for t in self.tails]}
 
 
 @dataclass
 class QPSSearch:
-    """The highest QPS found, the config at that load, every (qps, met) pair evaluated, and the simulation at
-    the highest QPS (``result``; None only when the search stopped at its ``max_qps`` cap without one)."""
+    """The highest load found (0 when none meets), the config and simulation at it, every load judged, and the
+    saturation that bounds them. ``verdict`` says why no load meets when none does."""
 
     max_qps: float
     config: ServingConfig
-    evaluated: list[tuple[float, bool]] = field(default_factory=list)
+    evaluated: list[LoadCheck] = field(default_factory=list)
     result: ServingResult | None = None
+    saturation: Saturation | None = None
+    check: LoadCheck | None = None  # the verdict at max_qps
+    verdict: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """``max_qps``, the saturation, the rule's constants and every load (``qps_evaluated``)."""
+        return {"max_qps": self.max_qps, **(self.saturation.as_dict() if self.saturation else {}),
+                "steady_state_rule": {"warmup_lifetimes": WARMUP_LIFETIMES,
+                                      "steady_lifetimes": window_lifetimes(self.config),
+                                      "min_requests": MIN_REQUESTS, "num_batches": NUM_BATCHES, "z": Z,
+                                      "overload_tol": OVERLOAD_TOL, "served_tol": SERVED_TOL,
+                                      "max_growth": MAX_GROWTH},
+                "qps_evaluated": [c.as_dict() for c in self.evaluated],
+                **({"qps_search_verdict": self.verdict} if self.verdict else {})}
 
 
-def _met(cfg: ServingConfig, result: ServingResult) -> bool:
-    m = result.metrics
-    if m.requests_completed < m.requests_total:
-        return False
-    if cfg.slo_ttft_s is not None and not m.ttft_s.p99 <= cfg.slo_ttft_s:
-        return False
-    if cfg.slo_e2e_s is not None and not m.e2e_s.p99 <= cfg.slo_e2e_s:
-        return False
-    return not (cfg.slo_tpot_s is not None and m.tpot_s.p99 > cfg.slo_tpot_s)
+def _with_load(cfg: ServingConfig, **load: Any) -> ServingConfig:
+    return cfg.model_copy(update={"workload": cfg.workload.model_copy(update=load)})
+
+
+def saturation_of(result: ServingResult, *, requests_per_s: float | None = None) -> Saturation:
+    """The saturation a run with its queue never empty shows: ``requests_per_s`` and a request's lifetime (mean
+    decode time of the completed requests plus one mean iteration, s).
+
+    ``requests_per_s`` defaults to the output tokens emitted between the completion of the first fifth of the
+    requests (the fill) and the completion that sends the last one (closed loop: the drain starts there),
+    per second, over the mean output length. Tokens, each request's counted as emitted evenly between its
+    first and last token, flow steadily where completions come in waves (requests of one length finish
+    together)."""
+    done = np.array([s == "completed" for s in result.status], dtype=bool)
+    finish = np.sort(result.finish_s[done])
+    if finish.size < 2:
+        raise ConfigError("the deployment completed fewer than two requests at saturation; no load to search")
+    first, last, output = result.first_token_s[done], result.finish_s[done], result.output_tokens[done]
+    if requests_per_s is None:
+        drain = result.config.workload.concurrency or 0
+        t1 = float(finish[finish.size // 5])
+        t2 = float(finish[max(finish.size // 5 + 1, finish.size - 1 - drain)])
+        decoding = np.maximum(last - first, 1e-12)
+
+        def emitted(t: float) -> float:
+            frac = np.clip((t - first) / decoding, 0.0, 1.0)
+            return float(np.sum(np.where(t >= first, 1.0 + frac * (output - 1), 0.0)))
+
+        requests_per_s = (emitted(t2) - emitted(t1)) / (t2 - t1) / float(output.mean()) if t2 > t1 else math.inf
+    decode = float(np.mean(last - first))
+    return Saturation(float(requests_per_s), decode + result.mean_iteration_s, int(result.arrival_s.size))
+
+
+def saturation(cfg: ServingConfig) -> Saturation:
+    """:class:`Saturation` of ``cfg``'s deployment from one closed-loop run: twice the sequences its engines
+    hold at once (``max_num_seqs`` or what the KV cache holds, whichever is fewer) outstanding, the next
+    request sent as one completes, ``_SATURATION_ROUNDS`` times that many requests."""
+    probe = simulate_serving(_with_load(cfg, qps=None, num_requests=min(cfg.workload.num_requests, 64),
+                                        concurrency=None))
+    engines = cfg.num_replicas * cfg.pipeline_parallel_size
+    per_engine = min(cfg.max_num_seqs, max(1, probe.max_concurrent_sequences))
+    concurrency = 2 * engines * per_engine
+    run = simulate_serving(_with_load(cfg, qps=None, num_requests=_SATURATION_ROUNDS * concurrency,
+                                      concurrency=concurrency))
+    return saturation_of(run)
+
+
+def _rate_for(cfg: ServingConfig, qps: float, num_requests: int) -> float:
+    """The rate to pass to the arrival process so that ``num_requests`` arrivals of the workload's seed average
+    exactly ``qps`` (the seed's realized mean gap, in units of ``1/qps``, times ``qps``)."""
+    if num_requests < 2 or cfg.workload.arrival == "fixed":
+        return qps
+    w = cfg.workload
+    unit = generate_requests(num_requests=num_requests, seed=w.seed, arrival=w.arrival, qps=1.0,
+                             burstiness_cv=w.burstiness_cv, prompt_tokens=1, output_tokens=1)
+    return qps * float(unit.arrival_s[-1]) / (num_requests - 1)
+
+
+def _tails(cfg: ServingConfig, result: ServingResult, measured: np.ndarray) -> tuple[TailEstimate, ...]:
+    arrival, first, finish = result.arrival_s[measured], result.first_token_s[measured], result.finish_s[measured]
+    output = result.output_tokens[measured]
+    series: list[tuple[str, np.ndarray, float]] = []
+    if cfg.slo_ttft_s is not None:
+        series.append(("ttft", first - arrival, cfg.slo_ttft_s))
+    if cfg.slo_tpot_s is not None:
+        many = output >= 2
+        series.append(("tpot", (finish[many] - first[many]) / (output[many] - 1), cfg.slo_tpot_s))
+    if cfg.slo_e2e_s is not None:
+        series.append(("e2e", finish - arrival, cfg.slo_e2e_s))
+    out = []
+    for name, values, slo in series:
+        if values.size < NUM_BATCHES * _MIN_PER_BATCH:
+            out.append(TailEstimate(name, math.nan, math.nan, slo))
+            continue
+        p99 = float(np.percentile(values, 99.0))
+        batches = np.array([np.percentile(b, 99.0) for b in np.array_split(values, NUM_BATCHES)])
+        out.append(TailEstimate(name, p99, float(batches.std(ddof=1)) / math.sqrt(NUM_BATCHES), slo))
+    return tuple(out)
+
+
+def judge_load(cfg: ServingConfig, qps: float, result: ServingResult, lifetime_s: float) -> LoadCheck:
+    """The steady-state verdict of ``result``, a simulation of load ``qps`` on ``cfg``'s deployment, whose
+    requests live about ``lifetime_s`` (see the module docstring)."""
+    arrival = result.arrival_s
+    served = np.array([not s.startswith("rejected") for s in result.status], dtype=bool)
+    end_s = float(arrival[-1])
+    warmup_s = WARMUP_LIFETIMES * lifetime_s
+    measured = served & (arrival >= warmup_s)
+    base: dict[str, Any] = dict(num_requests=int(arrival.size), simulated_s=end_s, warmup_s=warmup_s,
+                                measured_requests=int(measured.sum()))
+    window_s = end_s - warmup_s
+    if window_s <= 0 or base["measured_requests"] < NUM_BATCHES * _MIN_PER_BATCH:
+        return LoadCheck(qps, "unsettled", "too few requests after the warm-up", **base)
+    offered = float(measured.sum()) / window_s
+    # least-squares growth rates over the window of the requests waiting for their first token and of all
+    # requests in the system: what the deployment does not take in, and does not finish, of the load (fitted
+    # over the whole window, far steadier than counting between two instants)
+    times = np.linspace(warmup_s, end_s, 256)
+    arrived = np.searchsorted(np.sort(arrival[served]), times, side="right").astype(float)
+    started = np.searchsorted(np.sort(result.first_token_s[served]), times, side="right")
+    finished = np.searchsorted(np.sort(result.finish_s[served]), times, side="right")
+    admitted = offered - float(np.polyfit(times, arrived - started, 1)[0])
+    completed = offered - float(np.polyfit(times, arrived - finished, 1)[0])
+    base.update(offered_requests_per_s=offered, admitted_requests_per_s=admitted, served_requests_per_s=completed)
+    if admitted < (1.0 - OVERLOAD_TOL) * offered:
+        return LoadCheck(qps, "overload", f"admitted {admitted:.4g} of the {offered:.4g} requests/s offered: the "
+                         "queue waiting for a first token grows", **base)
+    if completed < (1.0 - SERVED_TOL) * offered:
+        return LoadCheck(qps, "overload", f"served {completed:.4g} of the {offered:.4g} requests/s offered: the "
+                         "requests in the system grow", **base)
+    tails = _tails(cfg, result, measured)
+    base["tails"] = tails
+    if any(math.isnan(t.p99_s) for t in tails):
+        return LoadCheck(qps, "unsettled", "too few requests for a p99", **base)
+    for t in tails:
+        if t.p99_s - Z * t.stderr_s > t.slo_s:
+            return LoadCheck(qps, "misses", f"{t.metric} p99 above {t.slo_s:.4g} s", **base)
+    open_ = [t for t in tails if t.p99_s + Z * t.stderr_s > t.slo_s]
+    if open_:
+        return LoadCheck(qps, "unsettled", f"{open_[0].metric} p99 within its error of {open_[0].slo_s:.4g} s",
+                         **base)
+    return LoadCheck(qps, "meets", "every p99 below its SLO by more than its error", **base)
+
+
+def window_lifetimes(cfg: ServingConfig) -> float:
+    """Request lifetimes the measured window of a load spans on ``cfg``'s deployment (module docstring)."""
+    return max(STEADY_LIFETIMES / cfg.num_replicas, MIN_WINDOW_LIFETIMES)
+
+
+def steady_requests(cfg: ServingConfig, qps: float, sat: Saturation) -> int:
+    """Requests a load of ``qps`` is first simulated with: its warm-up and measured window of arrivals, at least
+    ``MIN_REQUESTS`` and the workload's own count."""
+    return max(MIN_REQUESTS, cfg.workload.num_requests,
+               math.ceil(qps * (WARMUP_LIFETIMES + window_lifetimes(cfg)) * sat.lifetime_s))
+
+
+def _may_settle(check: LoadCheck) -> bool:
+    """Whether doubling an unsettled load's requests can make it meet: its p99s stay where they are and their
+    standard errors shrink by sqrt(2) (a p99 above its bound cannot)."""
+    return bool(check.tails) and all(t.p99_s + Z * t.stderr_s / math.sqrt(2.0) <= t.slo_s for t in check.tails)
+
+
+def check_load(cfg: ServingConfig, qps: float, sat: Saturation) -> tuple[LoadCheck, ServingResult | None,
+                                                                           ServingConfig]:
+    """Judge load ``qps`` on ``cfg``'s deployment in steady state, growing its request count while unsettled;
+    the verdict, the last simulation (None above the saturated throughput) and its config."""
+    if qps >= sat.requests_per_s:
+        return (LoadCheck(qps, "overload", f"at or above the saturated throughput {sat.requests_per_s:.4g} "
+                                           "requests/s"), None, _with_load(cfg, qps=qps))
+    first = steady_requests(cfg, qps, sat)
+    n = first
+    while True:
+        load = _with_load(cfg, qps=_rate_for(cfg, qps, n), num_requests=n)
+        result = simulate_serving(load)
+        check = judge_load(cfg, qps, result, sat.lifetime_s)
+        if check.verdict != "unsettled" or n >= MAX_GROWTH * first or not _may_settle(check):
+            return check, result, load
+        n *= 2
 
 
 def meets_slo(cfg: ServingConfig) -> bool:
-    """Whether ``cfg``'s load completes every request within the p99 TTFT, TPOT and end-to-end bounds."""
-    return _met(cfg, simulate_serving(cfg))
+    """Whether ``cfg``'s load (its ``qps``) meets the p99 TTFT, TPOT and end-to-end bounds in steady state."""
+    _check_searchable(cfg)
+    if cfg.workload.qps is None:
+        raise ConfigError("meets_slo needs a load: set the workload's qps")
+    return check_load(cfg, cfg.workload.qps, saturation(cfg))[0].met
 
 
-def find_max_qps(cfg: ServingConfig, *, start_qps: float = 0.25, max_qps: float = 1e4,
-                 rel_tol: float = 0.02, duration_s: float | None = None) -> QPSSearch:
-    """Search the highest Poisson (or gamma) QPS at which ``cfg`` meets its SLOs.
-
-    ``duration_s``: simulate each load for at least this long (``qps * duration_s`` requests when that is more
-    than the workload's ``num_requests``), so a load the deployment cannot sustain has time to build its queue.
-    """
+def _check_searchable(cfg: ServingConfig) -> None:
     if cfg.slo_ttft_s is None and cfg.slo_tpot_s is None and cfg.slo_e2e_s is None:
         raise ConfigError("a QPS search needs a TTFT, TPOT or end-to-end latency SLO")
     if cfg.workload.arrival == "trace":
         raise ConfigError("a QPS search sets the arrival rate; use --arrival poisson or gamma, not trace")
+    if cfg.workload.concurrency is not None:
+        raise ConfigError("a QPS search offers open-loop loads; drop --max-concurrency")
 
-    def at(qps: float) -> ServingConfig:
-        n = cfg.workload.num_requests
-        if duration_s is not None:
-            n = max(n, math.ceil(qps * duration_s))
-        return cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"qps": qps, "num_requests": n})})
 
-    evaluated: list[tuple[float, bool]] = []
-    results: dict[float, ServingResult] = {}  # the simulation at the highest load met so far
+def find_max_qps(cfg: ServingConfig, *, start_qps: float | None = None, rel_tol: float = 0.02,
+                 sat: Saturation | None = None) -> QPSSearch:
+    """The highest Poisson (or gamma) load ``cfg``'s deployment sustains within its SLOs (module docstring).
+
+    ``sat`` replaces the closed-loop saturation run (e.g. an offline benchmark's throughput as the bound);
+    ``start_qps`` is the first load tried (default: half the saturated throughput). When no load down to
+    1/1024 of the saturated throughput meets the SLOs, ``max_qps`` is 0 and ``verdict`` says why.
+    """
+    _check_searchable(cfg)
+    sat = sat or saturation(cfg)
+    mu = sat.requests_per_s
+    if not (math.isfinite(mu) and mu > 0):
+        raise ConfigError(f"the deployment's saturated throughput is {mu!r} requests/s; no load to search")
+    evaluated: list[LoadCheck] = []
+    best: tuple[LoadCheck, ServingResult | None, ServingConfig] | None = None
 
     def ok(qps: float) -> bool:
-        load = at(qps)
-        result = simulate_serving(load)
-        met = _met(load, result)
-        evaluated.append((qps, met))
-        if met and all(qps > q for q in results):
-            results.clear()
-            results[qps] = result
-        return met
+        nonlocal best
+        found = check_load(cfg, qps, sat)
+        evaluated.append(found[0])
+        if found[0].met and (best is None or qps > best[0].qps):
+            best = found
+        return found[0].met
 
-    lo, hi = 0.0, start_qps
-    while ok(hi):
-        lo, hi = hi, hi * 2.0
-        if hi > max_qps:
-            return QPSSearch(lo, at(lo), evaluated, results.get(lo))
-    if lo == 0.0:
-        while hi > start_qps / 64 and not ok(hi / 2.0):
-            hi /= 2.0
-        lo = hi / 2.0
-        if not evaluated[-1][1]:
-            raise ConfigError(f"no load down to {hi / 2:.3g} requests/s meets the SLO "
-                              f"(ttft p99 <= {cfg.slo_ttft_s}, tpot p99 <= {cfg.slo_tpot_s}"
-                              + (f", e2e p99 <= {cfg.slo_e2e_s}" if cfg.slo_e2e_s is not None else "")
-                              + " s) on this deployment")
+    lo, hi = 0.0, mu
+    qps = start_qps if start_qps is not None and 0 < start_qps < mu else 0.5 * mu
+    while not ok(qps):
+        hi = qps
+        qps /= 2.0
+        if qps < mu / 1024:
+            last = evaluated[-1]
+            verdict = (f"no load down to {hi:.3g} requests/s meets the SLO (" + ", ".join(
+                f"{name} p99 <= {slo:g} s" for name, slo in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s),
+                                                            ("e2e", cfg.slo_e2e_s)) if slo is not None)
+                + f"): at {last.qps:.3g} requests/s {last.reason}")
+            return QPSSearch(0.0, _with_load(cfg, qps=hi), evaluated, None, sat, last, verdict)
+    lo = qps
     while hi - lo > rel_tol * hi:
         mid = 0.5 * (lo + hi)
         if ok(mid):
             lo = mid
         else:
             hi = mid
-    return QPSSearch(lo, at(lo), evaluated, results.get(lo))
+    assert best is not None
+    check, result, load = best
+    return QPSSearch(lo, load, evaluated, result, sat, check)

@@ -3,12 +3,15 @@
 For every tensor-parallel degree that divides the budget and the model's heads
 (within one node), the budget is split into ``gpus / tp`` replicas behind a
 least-outstanding router; for every scheduler (``vllm``, and ``sarathi`` with
-each chunk size) and every ``max_num_seqs``, the highest Poisson load meeting
-the p99 TTFT / TPOT SLO is searched (:func:`perfcast.serving.search.find_max_qps`).
-Deployments are ranked by that load per GPU (goodput per GPU: at it every
-request completes within the SLO). A deployment whose weights and KV cache do
-not fit, or that misses the SLO even at the lowest load, is recorded with the
-reason and kept out of the ranking.
+each chunk size) and every ``max_num_seqs``, the highest Poisson load it
+sustains within the p99 TTFT / TPOT SLO is searched under the steady-state rule
+of :func:`perfcast.serving.search.find_max_qps` (tens of request lifetimes per
+load after a warm-up, overload when the served throughput falls below the load,
+p99s with error bars, below the saturated throughput). Deployments are ranked by
+that load per GPU (goodput per GPU: at it the steady state meets the SLO). A
+deployment that does not fit (weights, KV cache, one request of the workload),
+or that misses the SLO even at the lowest load, is recorded with the reason and
+kept out of the ranking.
 """
 
 from __future__ import annotations
@@ -20,8 +23,15 @@ from dataclasses import dataclass, field
 from perfcast.catalog.models import load_model
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.serving.config import ServingConfig
-from perfcast.serving.engine import simulate_serving
-from perfcast.serving.search import find_max_qps
+from perfcast.serving.engine import serving_memory
+from perfcast.serving.search import (
+    MIN_REQUESTS,
+    MIN_WINDOW_LIFETIMES,
+    STEADY_LIFETIMES,
+    WARMUP_LIFETIMES,
+    LoadCheck,
+    find_max_qps,
+)
 from perfcast.system.cluster import cluster_for_gpu, load_cluster
 from perfcast.workload.sharding import check_tp
 
@@ -41,6 +51,7 @@ class ServingCandidate:
     simulations: int = 0
     reason: str = ""
     metrics: dict[str, object] = field(default_factory=dict)
+    check: LoadCheck | None = None  # the steady-state verdict at max_qps
 
     @property
     def gpus(self) -> int:
@@ -70,6 +81,7 @@ class ServingSearch:
     candidates: list[ServingCandidate]
     simulations: int
     search_time_s: float
+    workload: dict[str, object] = field(default_factory=dict)  # the requests (lengths, arrivals), as simulated
 
     @property
     def feasible(self) -> list[ServingCandidate]:
@@ -82,7 +94,11 @@ class ServingSearch:
                 "configs_evaluated": len(self.candidates), "configs_feasible": len(self.feasible),
                 "simulations": self.simulations, "best": [c.as_dict() for c in self.feasible[:top]],
                 "infeasible": [c.as_dict() for c in self.candidates if not c.max_qps],
-                "search_time_s": self.search_time_s}
+                "search_time_s": self.search_time_s, "workload": self.workload,
+                "steady_state_rule": {"warmup_lifetimes": WARMUP_LIFETIMES,
+                                      "steady_lifetimes_over_replicas": STEADY_LIFETIMES,
+                                      "min_window_lifetimes": MIN_WINDOW_LIFETIMES,
+                                      "min_requests_per_load": MIN_REQUESTS}}
 
 
 def _tp_choices(base: ServingConfig, gpus: int) -> list[int]:
@@ -107,8 +123,9 @@ def search_serving(base: ServingConfig, gpus: int, *, tps: tuple[int, ...] | Non
     """Search the deployments of ``gpus`` GPUs for ``base``'s model, hardware, load shape and SLO.
 
     ``base`` carries the model, hardware, workload (trace or lengths; its QPS is
-    searched) and the SLO; ``requests_per_replica`` sets how many requests each
-    load simulates per replica; ``progress(done, total)`` is called after each deployment.
+    searched) and the SLO; ``requests_per_replica`` is the fewest requests each
+    load simulates per replica (the steady-state rule simulates more where the
+    p99s need them); ``progress(done, total)`` is called after each deployment.
     """
     if gpus < 1:
         raise ConfigError(f"--gpus must be a positive integer (got {gpus})")
@@ -125,6 +142,7 @@ def search_serving(base: ServingConfig, gpus: int, *, tps: tuple[int, ...] | Non
     if not choices:
         raise ConfigError(f"no tensor-parallel degree divides both {gpus} GPUs and the heads of {base.model}")
     candidates: list[ServingCandidate] = []
+    workload: dict[str, object] = {}
     total = sum(len(max_num_seqs) * sum(len(chunk_sizes) if sched == "sarathi" else 1 for sched in schedulers)
                 for _ in choices)
     for tp in choices:
@@ -142,13 +160,28 @@ def search_serving(base: ServingConfig, gpus: int, *, tps: tuple[int, ...] | Non
                         update["chunk_size"] = chunk
                     cfg = base.model_copy(update=update)
                     try:
-                        found = find_max_qps(cfg)
-                        c.max_qps, c.simulations = found.max_qps, len(found.evaluated)
-                        if found.max_qps > 0:
-                            m = simulate_serving(found.config).metrics
-                            c.simulations += 1
-                            c.metrics = {"ttft_p99_s": m.ttft_s.p99, "tpot_p99_s": m.tpot_s.p99,
-                                         "throughput_tokens_per_s_per_gpu": m.throughput_tokens_per_s / c.gpus}
+                        memory = serving_memory(cfg)
+                        if not memory.fits:
+                            c.reason = memory.verdict
+                        else:
+                            found = find_max_qps(cfg)
+                            c.simulations = 1 + len(found.evaluated)  # the saturation run and each load
+                            c.max_qps, c.reason = found.max_qps, found.verdict
+                            c.check = found.check
+                            if found.result is not None and not workload:
+                                workload = found.result.workload_summary()
+                                for key in ("qps", "num_requests", "arrival_span_s", "offered_requests_per_s"):
+                                    workload.pop(key, None)  # each load's own: in the candidates' rows
+                            if found.result is not None and found.check is not None:
+                                tails = {t.metric: t.p99_s for t in found.check.tails}
+                                m = found.result.metrics
+                                c.metrics = {"ttft_p99_s": tails.get("ttft", m.ttft_s.p99),
+                                             "tpot_p99_s": tails.get("tpot", m.tpot_s.p99),
+                                             "throughput_tokens_per_s_per_gpu": m.throughput_tokens_per_s / c.gpus,
+                                             "saturated_requests_per_s": found.saturation.requests_per_s
+                                             if found.saturation else None,
+                                             "qps_search_requests": found.check.num_requests,
+                                             "qps_search_simulated_s": found.check.simulated_s}
                     except PerfcastError as exc:
                         c.reason = str(exc)
                     candidates.append(c)
@@ -156,4 +189,4 @@ def search_serving(base: ServingConfig, gpus: int, *, tps: tuple[int, ...] | Non
                         progress(len(candidates), total)
     candidates.sort(key=lambda c: (-c.goodput_per_gpu, c.tp, c.scheduler, c.chunk_size or 0, c.max_num_seqs))
     return ServingSearch(base.model, base.hardware, gpus, candidates, sum(c.simulations for c in candidates),
-                         time.perf_counter() - t0)
+                         time.perf_counter() - t0, workload)

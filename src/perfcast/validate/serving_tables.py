@@ -28,6 +28,11 @@ instance's total output tokens per second. Each row is reproduced as:
   (recalled engine behaviour, stated with its assumption in
   :mod:`perfcast.serving.iteration`).
 
+A row whose prompt plus output exceeds its model's context (GPT-J and Falcon-180B at 2048 + 2048 tokens, with
+2048 positions) ran with a longer one (TensorRT-LLM builds its engine for the row's lengths and applies RoPE
+past the trained positions): the run proves the deployment, so its config allows that ``max_model_len``
+(``allow_long_max_model_len``); nothing else about the model changes.
+
 A row that gives a ``concurrency`` is a closed-loop benchmark: that many clients,
 each sending its next request when the last one finishes. Besides the output-token
 throughputs, rows may ask for ``throughput_requests_per_s``, ``ttft_ms`` and
@@ -134,8 +139,8 @@ def inference_config(row: dict[str, str], *, num_requests: int | None = None) ->
         engine="trtllm", dtype="fp16", quantization=quant,  # type: ignore[arg-type]
         # under attention DP each rank has its own scheduler with these limits
         max_num_seqs=MAX_BATCH * (tp if dp else 1), max_num_batched_tokens=MAX_NUM_TOKENS * (tp if dp else 1),
-        max_model_len=isl + osl, gpu_memory_utilization=_memory_frac(model, row["gpu_id"], tp, _int(row, "pp"),
-                                                                     quant, dp),
+        max_model_len=isl + osl, allow_long_max_model_len=isl + osl > load_model(model).max_positions,
+        gpu_memory_utilization=_memory_frac(model, row["gpu_id"], tp, _int(row, "pp"), quant, dp),
         workload=WorkloadConfig(num_requests=num_requests, prompt_tokens=isl, output_tokens=osl, qps=None,
                                 concurrency=int(float(concurrency)) if concurrency else None))
 

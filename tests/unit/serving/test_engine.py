@@ -95,10 +95,52 @@ def test_requests_that_can_never_fit_are_rejected_with_a_reason() -> None:
                                 trace="splitwise_code"))
     rejected = [s for s in res.status if s != "completed"]
     assert rejected and res.metrics.requests_completed > 0
-    assert all(s.startswith("rejected: ") and "KV blocks" in s for s in rejected)
+    assert all(s.startswith("rejected: ") and ("KV blocks" in s or "KV cache" in s or "context length" in s)
+               for s in rejected)
+    # every refusal is counted under its reason
+    assert sum(res.rejection_counts.values()) == len(rejected) == res.as_dict()["requests_rejected"]
+    assert any("KV blocks than the replica has" in r for r in res.rejection_counts)
     # a request whose context outgrew the cache after a recompute preemption is rejected, not left waiting
     # (it used to block the queue behind it)
     assert any("preemption" in s for s in rejected)
+
+
+def test_requests_longer_than_the_context_are_rejected_not_truncated() -> None:
+    res = simulate_serving(_cfg(n=60, max_model_len=2048))  # arxiv_summarization: long and short prompts
+    asked = res.prompt_tokens + res.output_tokens  # the trace's lengths, not cut to the limit
+    long = asked > 2048
+    assert long.any() and (~long).any()
+    reason = "prompt + output tokens exceed the maximum context length (2048 tokens)"
+    for i in range(60):
+        if long[i]:  # vLLM's 400 message, with the request's own figures
+            assert res.status[i] == (
+                f"rejected: {reason}: This model's maximum context length is 2048 tokens. However, you requested "
+                f"{asked[i]} tokens ({res.prompt_tokens[i]} in the messages, {res.output_tokens[i]} in the completion)")
+        else:
+            assert res.status[i] == "completed"
+    assert res.rejection_counts == {reason: int(long.sum())}
+    assert res.as_dict()["rejection_reasons"] == [{"reason": reason, "requests": int(long.sum())}]
+    # latencies and throughput are over the served requests only
+    assert res.metrics.requests_completed == int((~long).sum()) and res.metrics.requests_total == 60
+    served = ~long
+    assert res.metrics.ttft_s.max == pytest.approx(float(np.max(res.first_token_s[served] - res.arrival_s[served])))
+
+
+def test_every_request_rejected_is_one_line_error_and_a_limit_above_the_context_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"no request can be served: all 20 were rejected \(20 prompt \+ output "
+                                          r"tokens exceed the maximum context length \(4096 tokens\)\); the first: "
+                                          r"This model's maximum context length is 4096 tokens. However, you "
+                                          r"requested 4500 tokens \(3000 in the messages, 1500 in the completion\)"):
+        simulate_serving(_cfg(n=20, trace=None, prompt_tokens=3000, output_tokens=1500))
+    with pytest.raises(ConfigError, match="max_model_len 8192 is above llama-2-7b's maximum context length of 4096 "
+                                          "tokens; use max_model_len <= 4096"):
+        simulate_serving(_cfg(max_model_len=8192))
+    # a deployment known to run longer says so (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN): served, not cut
+    long = simulate_serving(_cfg(n=5, trace=None, prompt_tokens=6000, output_tokens=100, max_model_len=8192,
+                                 allow_long_max_model_len=True))
+    assert long.metrics.requests_completed == 5 and long.prompt_tokens.tolist() == [6000] * 5
+
+
 
 
 def test_a_kv_budget_too_small_for_any_request_is_an_error() -> None:

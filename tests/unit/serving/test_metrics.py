@@ -83,8 +83,10 @@ def test_hand_computed_rates() -> None:
     assert m.throughput_requests_per_s == pytest.approx(3 / 7)
     assert m.throughput_tokens_per_s == pytest.approx((11 + 1 + 5) / 7)  # the incomplete request's 8 excluded
     assert m.total_tokens_per_s == pytest.approx((111 + 11 + 55) / 7)
-    assert m.goodput_requests_per_s == m.throughput_requests_per_s  # no SLO
-    assert m.slo_attainment_frac == pytest.approx(3 / 4)  # the incomplete request misses
+    # no SLO: goodput and attainment are not defined (null in JSON), not the throughput and 100 %
+    assert math.isnan(m.goodput_requests_per_s) and math.isnan(m.slo_attainment_frac)
+    assert m.as_dict()["goodput_requests_per_s"] is None and m.as_dict()["slo_attainment_frac"] is None
+    assert _case(slo_ttft_s=100.0).slo_attainment_frac == pytest.approx(3 / 4)  # the incomplete request misses
 
 
 def test_explicit_duration_overrides_the_span() -> None:
@@ -135,7 +137,7 @@ def test_only_one_token_requests_give_an_empty_tpot_distribution() -> None:
 
 
 def test_nothing_completed_gives_zero_rates_and_nan_latencies() -> None:
-    m = _case(completed=np.zeros(4, dtype=bool))
+    m = _case(completed=np.zeros(4, dtype=bool), slo_ttft_s=1.0)
     assert m.requests_completed == 0
     assert m.duration_s == 0.0
     assert m.throughput_requests_per_s == 0.0 and m.goodput_requests_per_s == 0.0

@@ -85,23 +85,31 @@ class ReplicaScheduler:
         self.running_rows = 0  # sequences of the running requests (their beams, summed)
         self._run_seq = 0
         self.preemptions = 0
-        self.rejected: list[tuple[Request, str]] = []
+        # requests refused, each with its reason (the same words for every request refused for it, so runs can
+        # count them) and the request's own figures (vLLM's 400 message for an over-long one)
+        self.rejected: list[tuple[Request, str, str]] = []
 
     # -- queue events -------------------------------------------------------------------------
     def add(self, req: Request) -> None:
         """An arriving request (rejected with a reason when it can never be served)."""
         need = req.prompt_tokens + (req.output_tokens if self.reserve_full_length else 0)
-        if req.prompt_tokens + req.output_tokens > self.limits.max_model_len:
-            self.rejected.append((req, f"prompt + output tokens ({req.prompt_tokens} + {req.output_tokens}) exceed "
-                                       f"max_model_len {self.limits.max_model_len}"))
+        asked = req.prompt_tokens + req.output_tokens
+        limit = self.limits.max_model_len
+        if asked > limit:  # vLLM's OpenAI server answers 400 with these words
+            self.rejected.append((req, f"prompt + output tokens exceed the maximum context length ({limit} tokens)",
+                                  f"This model's maximum context length is {limit} tokens. However, you requested "
+                                  f"{asked} tokens ({req.prompt_tokens} in the messages, {req.output_tokens} in the "
+                                  "completion)"))
         elif req.num_beams > self.limits.max_num_seqs:
-            self.rejected.append((req, f"its {req.num_beams} beams exceed max_num_seqs {self.limits.max_num_seqs}"))
+            self.rejected.append((req, f"its beams exceed max_num_seqs {self.limits.max_num_seqs}",
+                                  f"{req.num_beams} beams"))
         elif not self.kv.can_ever_allocate(need, req.num_beams, req.prompt_tokens):
-            self.rejected.append((req, f"its {need} tokens need more KV blocks than the replica has "
-                                       f"({self.kv.num_blocks} blocks of {self.kv.block_size})"))
+            self.rejected.append((req, f"it needs more KV blocks than the replica has ({self.kv.num_blocks} blocks "
+                                       f"of {self.kv.block_size} tokens)", f"{need} tokens"))
         elif not self._prefill_fits_budget(req):
-            self.rejected.append((req, f"its prompt ({req.prompt_tokens} tokens) exceeds max_num_batched_tokens "
-                                       f"{self.limits.max_num_batched_tokens} and prefill is not chunked"))
+            self.rejected.append((req, f"its prompt exceeds max_num_batched_tokens "
+                                       f"{self.limits.max_num_batched_tokens} and prefill is not chunked",
+                                  f"{req.prompt_tokens}-token prompt"))
         else:
             self.waiting.append(req)
 
@@ -197,9 +205,9 @@ class ReplicaScheduler:
         if self.kv.can_ever_allocate(need, victim.num_beams, victim.prompt_tokens):
             self.waiting.appendleft(victim)
         else:  # its context outgrew the whole cache: it could never be admitted again
-            self.rejected.append((victim, f"after {victim.preemptions} preemption(s) its {need} tokens need more "
-                                          f"KV blocks than the replica has ({self.kv.num_blocks} blocks of "
-                                          f"{self.kv.block_size})"))
+            self.rejected.append((victim, f"preempted, it outgrew the KV cache ({self.kv.num_blocks} blocks of "
+                                          f"{self.kv.block_size} tokens)",
+                                  f"{need} tokens after {victim.preemptions} preemption(s)"))
         return 0
 
     def _reserve_decode_step(self, batch: Batch) -> None:

@@ -1,0 +1,143 @@
+"""How ``perfcast serve`` prints its answer: the deployment and its memory, the workload, the latency table,
+the QPS search's loads and an MLPerf scenario's figures (from the command's JSON-ready dict)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from perfcast.cli.app import _console, _table
+
+__all__ = ["print_memory", "print_serving"]
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.1f} ms"
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:,.1f} GiB"
+
+
+def print_memory(d: dict[str, Any], *, title: bool = False) -> None:
+    """One GPU's memory and the fit verdict (a table of its own, titled with the deployment when ``title``)."""
+    t = _table(title=(f"{d['model']} on {d['num_replicas']} x {d['tensor_parallel_size'] * d['pipeline_parallel_size']}"
+                      f" {d['hardware']} ({d['dtype']}" + ("" if d["quantization"] == "none" else
+                                                          f", {d['quantization']} weights") + ")")
+               if title else "memory per GPU", show_header=False)
+    t.add_column("quantity", no_wrap=True)
+    t.add_column("value")
+    t.add_row("verdict", "fits" if d["fits"] else f"DOES NOT FIT: {d['verdict']}")
+    t.add_row("GPU memory", f"{_gib(d['memory_gpu_bytes'])} ({_gib(d['memory_usable_bytes'])} usable)")
+    t.add_row("weights", _gib(d["memory_weights_bytes"]))
+    t.add_row("activations peak", _gib(d["memory_activations_peak_bytes"]))
+    t.add_row("KV cache", f"{_gib(d['memory_kv_cache_bytes'])} ({d['kv_cache_blocks_per_gpu']:,} blocks)")
+    _console().print(t)
+
+
+def print_serving(d: dict[str, Any], trace_out: Path | None, requests_out: Path | None) -> None:
+    """The serve result ``d`` as tables (and where its output files went)."""
+    con = _console()
+    gpus = d["tensor_parallel_size"] * d["pipeline_parallel_size"]
+    head = _table(title=f"{d['model']} on {d['num_replicas']} x {gpus} {d['hardware']} ({d['scheduler']})",
+                  show_header=False)
+    head.add_column("quantity", no_wrap=True)
+    head.add_column("value")
+    if "mlperf_workload" in d:
+        _print_mlperf(d)
+    if "max_qps" in d:
+        head.add_row("max QPS sustained", f"{d['max_qps']:.4g} requests/s within the SLO in steady state"
+                     if d["max_qps"] else "none: no load meets the SLO")
+    head.add_row("workload", _workload_line(d["workload"]))
+    head.add_row("dtype", d["dtype"] + ("" if d["quantization"] == "none" else f" ({d['quantization']} weights)"))
+    if "memory_usable_bytes" in d:
+        head.add_row("memory per GPU", f"weights {_gib(d['memory_weights_bytes'])} + activations peak "
+                     f"{_gib(d['memory_activations_peak_bytes'])} + KV cache {_gib(d['memory_kv_cache_bytes'])} of "
+                     f"{_gib(d['memory_usable_bytes'])} usable")
+    head.add_row("requests completed", f"{d['requests_completed']} of {d['requests_total']}")
+    if d["requests_rejected"]:
+        head.add_row("requests rejected", f"{d['requests_rejected']}: " + "; ".join(
+            f"{r['requests']} {r['reason']}" for r in d["rejection_reasons"]))
+    head.add_row("throughput", f"{d['throughput_requests_per_s']:.3g} requests/s, "
+                 f"{d['throughput_tokens_per_s']:,.0f} output tokens/s")
+    if d["goodput_requests_per_s"] is None:  # no SLO: nothing to meet
+        head.add_row("goodput", "n/a (no SLO given: --slo-ttft-p99, --slo-tpot-p99)")
+    else:
+        head.add_row("goodput", f"{d['goodput_requests_per_s']:.3g} requests/s "
+                     f"({100 * d['slo_attainment_frac']:.1f}% meet the SLO)")
+    head.add_row("KV cache", f"{d['kv_blocks_per_engine']:,} blocks; utilization mean "
+                 f"{100 * d['kv_utilization_frac']['mean']:.1f}%, max {100 * d['kv_utilization_frac']['max']:.1f}%")
+    head.add_row("preemptions", str(d["preemptions"]))
+    if d.get("energy_J"):
+        head.add_row("energy (prior model)", f"{d['energy_J'] / 1e3:,.3g} kJ; {d['energy_per_output_token_J']:.3g} J "
+                     f"per output token; {d['avg_power_per_gpu_W']:,.0f} W per GPU")
+    con.print(head)
+    lat = _table(title="latency" + (" (every request of the run at that load)" if "max_qps" in d else ""))
+    for c in ("metric", "mean", "p50", "p90", "p99", "max"):
+        lat.add_column(c, justify="left" if c == "metric" else "right")
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+        v = d[key]
+        lat.add_row(label, *(_ms(v[k]) for k in ("mean", "p50", "p90", "p99", "max")))
+    con.print(lat)
+    if "qps_evaluated" in d and "steady_state_rule" in d:
+        _print_search(d)
+    for p, what in ((trace_out, "timeline"), (requests_out, "per-request CSV")):
+        if p is not None:
+            con.print(f"{what} written to {p}")
+
+
+def _workload_line(w: dict[str, Any]) -> str:
+    def stats(x: dict[str, Any]) -> str:
+        return f"mean {x['mean']:,.0f}, p50 {x['p50']:,.0f}, p99 {x['p99']:,.0f}, max {x['max']:,.0f}"
+
+    if w["lengths"] == "fixed":
+        lengths = f"fixed {w['prompt_tokens']['max']:,.0f} prompt + {w['output_tokens']['max']:,.0f} output tokens"
+    else:
+        lengths = (f"{w['lengths']}: prompt tokens {stats(w['prompt_tokens'])}; output tokens "
+                   f"{stats(w['output_tokens'])}")
+    if w["arrival"] == "all at once":
+        load = "all at once" + (f", at most {w['concurrency']} outstanding" if w["concurrency"] else "")
+    elif w["arrival"] == "trace":
+        load = "the trace's arrival times"
+    else:
+        load = f"{w['arrival']} arrivals, {w['offered_requests_per_s']:.4g} requests/s offered" + (
+            f" (gap CV {w['burstiness_cv']:g})" if w["burstiness_cv"] is not None else "")
+    return f"{lengths}; {load}; {w['num_requests']:,} requests over {w['arrival_span_s']:,.0f} s"
+
+
+def _print_search(d: dict[str, Any]) -> None:
+    rule = d["steady_state_rule"]
+    t = _table(title=f"QPS search: each load simulated for {rule['warmup_lifetimes']:g} + "
+                     f"{rule['steady_lifetimes']:g} request lifetimes ({d['request_lifetime_s']:.3g} s each), the "
+                     f"first {rule['warmup_lifetimes']:g} discarded; saturated throughput "
+                     f"{d['saturated_requests_per_s']:.4g} requests/s")
+    for c in ("QPS", "verdict", "requests", "arrivals", "served/offered", "p99 (+- its error)"):
+        t.add_column(c, justify="left" if c in ("verdict", "p99 (+- its error)") else "right")
+    for c in sorted(d["qps_evaluated"], key=lambda c: c["qps"]):
+        rate = ("-" if c["served_requests_per_s"] is None else
+                f"{c['served_requests_per_s']:.4g}/{c['offered_requests_per_s']:.4g}")
+        tails = ", ".join(f"{x['metric'].upper()} {_ms(x['p99_s'])} +- {_ms(rule['z'] * x['stderr_s'])}"
+                          for x in c["tails"]) or c["reason"]
+        t.add_row(f"{c['qps']:.4g}", c["verdict"], f"{c['num_requests']:,}", f"{c['simulated_s']:,.0f} s", rate,
+                  tails)
+    _console().print(t)
+
+
+def _print_mlperf(d: dict[str, Any]) -> None:
+    s, lim = d["mlperf_scenario"], d["mlperf_limits"]
+    t = _table(title=f"{d['mlperf_workload']} ({d['mlperf_dataset']})", show_header=False)
+    t.add_column("quantity", no_wrap=True)
+    t.add_column("value")
+    t.add_row("tokens/s (output, total)", f"{d[f'mlperf_{s}_tokens_per_s_total']:,.0f}")
+    t.add_row("samples/s (total)", f"{d[f'mlperf_{s}_samples_per_s_total']:,.3g}")
+    for key, label in (("ttft", "TTFT p99"), ("tpot", "TPOT p99")):
+        value, bound = d[f"mlperf_{s}_{key}_ms_p99"], lim[f"{key}_p99_s"]
+        t.add_row(label, ("-" if value is None else f"{value:,.1f} ms")
+                  + ("" if bound is None else f" (limit {bound * 1e3:,.0f} ms)"))
+    if lim["e2e_p99_s"] is not None:
+        t.add_row("E2E p99", f"{_ms(d['e2e_s']['p99'])} (limit {lim['e2e_p99_s'] * 1e3:,.0f} ms)")
+    if d["mlperf_qps_requests_per_s"] is not None:
+        t.add_row("load", f"{d['mlperf_qps_requests_per_s']:.3g} requests/s (Poisson)")
+    t.add_row("limits met", "yes" if d["mlperf_limits_met"] else "no")
+    _console().print(t)

@@ -1,0 +1,90 @@
+"""Whether a serving deployment fits its GPUs: one GPU's memory, part by part, and the verdict.
+
+vLLM's accounting (``gpu_memory_utilization`` of the GPU is usable; weights and the profiling run's peak
+activations come first; what is left becomes KV blocks), per GPU of one pipeline stage:
+
+* ``usable_bytes`` = GPU memory x ``gpu_memory_utilization`` (x the share of it this model gets when another
+  model shares the GPUs);
+* ``weights_bytes``: the stage's weight shard;
+* ``activations_peak_bytes``: the peak activation memory of the largest batch (hidden states, the MLP's
+  widest intermediate and fp32 logits of the sampled sequences);
+* ``kv_cache_bytes``: whole KV blocks in what is left (``kv_blocks`` of ``block_size`` tokens).
+
+A deployment does not fit when the weights alone exceed the usable memory, or when weights and activations
+leave no room for one KV block. Whether the KV cache holds one request of the workload is a question about
+the workload too; :func:`perfcast.serving.engine.serving_memory` asks it. Not fitting is an answer (the
+verdict and this breakdown), not an error; the simulator refuses to run such a deployment.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from perfcast.serving.iteration import IterationModel
+from perfcast.serving.kv import kv_cache_capacity
+from perfcast.units import GiB
+
+__all__ = ["ServingMemory", "activation_peak_bytes", "memory_breakdown"]
+
+
+@dataclass(frozen=True)
+class ServingMemory:
+    """One GPU's memory in a deployment (bytes) and whether the deployment fits (``verdict`` says why not)."""
+
+    gpu_bytes: float
+    usable_bytes: float
+    weights_bytes: float
+    activations_peak_bytes: float
+    kv_cache_bytes: float
+    kv_blocks: int  # KV blocks of one GPU (every virtual engine of the replica together)
+    kv_bytes_per_token: float  # one token over the layers of the GPU's stage
+    block_size: int
+    fits: bool
+    verdict: str  # "fits", or why not (one line)
+
+    def as_dict(self) -> dict[str, object]:
+        """``fits``, ``verdict`` and ``memory_*_bytes`` (per GPU)."""
+        return {"fits": self.fits, "verdict": self.verdict, "memory_gpu_bytes": self.gpu_bytes,
+                "memory_usable_bytes": self.usable_bytes, "memory_weights_bytes": self.weights_bytes,
+                "memory_activations_peak_bytes": self.activations_peak_bytes,
+                "memory_kv_cache_bytes": self.kv_cache_bytes, "kv_cache_blocks_per_gpu": self.kv_blocks}
+
+
+def activation_peak_bytes(model: IterationModel, tokens: int, seqs: int) -> float:
+    """vLLM's profiling run: the peak activation memory of the largest batch (``tokens`` tokens of ``seqs``
+    sequences): hidden states, the MLP's widest intermediate, and fp32 logits of the sampled sequences."""
+    cfg = model.cfg
+    e = model.dtype.bytes
+    width = max(cfg.hidden_size * 4, 2 * (cfg.intermediate_size or 4 * cfg.hidden_size) // model.tp)
+    return tokens * width * e + seqs * cfg.vocab_size / model.tp * 4.0
+
+
+def memory_breakdown(model: IterationModel, *, usable_frac: float, max_batched_tokens: int, max_num_seqs: int,
+                     block_size: int) -> ServingMemory:
+    """One GPU of ``model``'s deployment with ``usable_frac`` of its memory usable, a batch of at most
+    ``max_batched_tokens`` tokens and ``max_num_seqs`` sequences, and KV blocks of ``block_size`` tokens."""
+    hw, pp = model.hw, model.pp
+    gpu = float(hw.memory_bytes)
+    usable = gpu * usable_frac
+    weights = model.weight_bytes / pp
+    activations = activation_peak_bytes(model, max_batched_tokens, max_num_seqs)
+    per_token = model.kv_bytes_per_token / pp  # one stage holds its layers' share of every token
+    block_bytes = per_token * block_size
+    where = f"tp={model.tp}, pp={pp}"
+    if weights >= usable:
+        need = math.ceil(weights / usable * model.tp)
+        verdict = (f"{model.cfg.id} needs {weights / GiB:.1f} GiB of weights per GPU at {where}, more than the "
+                   f"{usable / GiB:.1f} GiB usable on {hw.id}; use at least tp*pp={need}")
+    elif usable - weights - activations < block_bytes:
+        verdict = (f"{model.cfg.id} leaves no room for a KV cache at {where}: {weights / GiB:.1f} GiB of weights "
+                   f"and a {activations / GiB:.1f} GiB activation peak per GPU of the {usable / GiB:.1f} GiB usable "
+                   f"on {hw.id}; use more tensor or pipeline parallelism, a smaller batch token budget, or a "
+                   "higher gpu_memory_utilization")
+    else:
+        blocks = kv_cache_capacity(gpu_memory_bytes=gpu, gpu_memory_utilization_frac=usable_frac,
+                                   weight_bytes=weights, activation_peak_bytes=activations,
+                                   kv_bytes_per_token=per_token, block_size=block_size)
+        return ServingMemory(gpu, usable, weights, activations, blocks * block_bytes, blocks, per_token, block_size,
+                             True, "fits")
+    return ServingMemory(gpu, usable, weights, activations, 0.0, 0, per_token, block_size, False, verdict)

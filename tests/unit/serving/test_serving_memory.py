@@ -1,0 +1,53 @@
+"""One GPU's memory in a serving deployment and the does-not-fit verdict (weights, activations, KV cache)."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfcast.errors import ConfigError
+from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
+from perfcast.serving.engine import serving_memory
+
+pytestmark = pytest.mark.unit
+
+WORK = WorkloadConfig(num_requests=20, qps=2.0, prompt_tokens=512, output_tokens=64)
+
+
+def _cfg(**kw: object) -> ServingConfig:
+    return ServingConfig(**({"model": "llama-2-7b", "hardware": "a100-sxm-80gb", "workload": WORK} | kw))  # type: ignore[arg-type]
+
+
+def test_the_parts_add_up_within_the_usable_memory_and_the_run_uses_that_cache() -> None:
+    m = serving_memory(_cfg())
+    assert m.fits and m.verdict == "fits"
+    assert m.usable_bytes == pytest.approx(0.9 * 80 * 2**30)
+    assert m.weights_bytes + m.activations_peak_bytes + m.kv_cache_bytes <= m.usable_bytes
+    # what is left after whole blocks is less than one block
+    assert m.usable_bytes - m.weights_bytes - m.activations_peak_bytes - m.kv_cache_bytes < m.kv_bytes_per_token * 16
+    res = simulate_serving(_cfg())
+    assert res.memory == m and res.kv_blocks_per_engine == m.kv_blocks
+    assert res.as_dict()["fits"] is True and res.as_dict()["memory_kv_cache_bytes"] == m.kv_cache_bytes
+
+
+def test_weights_above_the_usable_memory_do_not_fit() -> None:
+    cfg = _cfg(model="llama-2-70b")
+    m = serving_memory(cfg)
+    assert not m.fits and m.kv_cache_bytes == 0 and m.weights_bytes > m.usable_bytes
+    assert m.verdict.startswith("llama-2-70b needs 128.5 GiB of weights per GPU at tp=1, pp=1")
+    with pytest.raises(ConfigError, match="GiB of weights per GPU"):  # nothing to simulate
+        simulate_serving(cfg)
+    assert serving_memory(cfg.model_copy(update={"tensor_parallel_size": 2})).fits
+
+
+def test_no_room_left_for_the_kv_cache_does_not_fit() -> None:
+    m = serving_memory(_cfg(gpu_memory_utilization=0.158))  # 12.6 GiB of weights and 0.2 of activations
+    assert not m.fits and "leaves no room for a KV cache" in m.verdict and m.kv_blocks == 0
+
+
+def test_a_kv_cache_too_small_for_one_request_of_the_workload_does_not_fit() -> None:
+    long = WorkloadConfig(num_requests=20, prompt_tokens=3000, output_tokens=1000)
+    m = serving_memory(_cfg(gpu_memory_utilization=0.17, workload=long))
+    assert not m.fits and 0 < m.kv_blocks * 16 < 4000
+    assert "too few for one request of the workload: the smallest needs 3,000 + 1,000 tokens" in m.verdict
+    # the same cache holds shorter requests
+    assert serving_memory(_cfg(gpu_memory_utilization=0.17)).fits
