@@ -14,12 +14,14 @@ from perfcast.cli.app import (
     _print_fields,
     _table,
     app,
+    check_output_folder,
+    check_output_paths,
     clusters_app,
     emit_json,
     handled,
     hardware_app,
     models_app,
-    refuse_overwrite,
+    one_of,
 )
 
 __all__: list[str] = []
@@ -297,7 +299,7 @@ def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str, parallelism:
 @handled
 def predict_batch_cmd(
     table: Path = typer.Argument(..., help="A CSV or CSV.gz in one of the ground-truth schemas."),
-    output: Path = typer.Option(..., "-o", "--output", help="Where to write the predicted CSV (.gz to compress)."),
+    output: Path = typer.Option(..., "-o", "--out", help="Where to write the predicted CSV (.gz to compress)."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (summary)."),
 ) -> None:
@@ -305,8 +307,9 @@ def predict_batch_cmd(
     from perfcast.validate.metrics import summarize
     from perfcast.validate.predict_batch import predict_batch, write_predictions
 
+    check_output_paths(output, force=force)
     res = predict_batch(table)
-    path = write_predictions(res, output, force=force)
+    path = write_predictions(res, output, force=True)  # checked before the work
     ok = sum(1 for s in res.prediction.status if s == "ok")
     targets: dict[str, dict[str, float | int]] = {}
     for t in res.targets:
@@ -365,6 +368,7 @@ def validate(
     from perfcast.validate.report import run_validation
 
     if out_dir is not None:
+        check_output_folder(out_dir, protect=(), force=force)
         check_validation_path(out_dir, force=force)
     if as_json:
         rep = run_validation(list(tables) if tables else None)
@@ -394,21 +398,25 @@ def validate(
 @app.command()
 @handled
 def fit(
-    output: Path = typer.Option(None, "-o", "--output", help="Where to write coefficients (default: print only)."),
+    output: Path = typer.Option(None, "-o", "--out", help="Where to write coefficients (default: print only)."),
     stages: str = typer.Option("vector,gemm,conv,tensor,attention", "--stages",
                                help="Comma-separated stages: vector, gemm, conv, tensor, attention (kernel "
                                     "tables), host "
                                     "(host time per eager kernel, from end-to-end rows of your own machine) and "
                                     "collectives (VIDUR network and published collective tables), training "
                                     "(published training runs); "
-                                    "none = keep the current coefficients (e.g. to recompute --intervals)."),
-    intervals: Path = typer.Option(None, "--intervals", help="Also write prediction intervals to this JSON."),
-    compose_output: Path = typer.Option(None, "--compose-output",
+                                    "none = keep the current coefficients (e.g. to recompute --intervals-out)."),
+    intervals: Path = typer.Option(None, "--intervals-out", help="Also write prediction intervals to this JSON."),
+    compose_output: Path = typer.Option(None, "--compose-out",
                                         help="Where the host stage writes composition coefficients."),
-    collectives_output: Path = typer.Option(None, "--collectives-output",
+    collectives_output: Path = typer.Option(None, "--collectives-out",
                                             help="Where the collectives stage writes its coefficients."),
-    training_output: Path = typer.Option(None, "--training-output",
+    training_output: Path = typer.Option(None, "--training-out",
                                          help="Where the training stage writes its coefficients."),
+    intervals_old: Path = typer.Option(None, "--intervals", hidden=True),  # the README's earlier spellings
+    compose_old: Path = typer.Option(None, "--compose-output", hidden=True),
+    collectives_old: Path = typer.Option(None, "--collectives-output", hidden=True),
+    training_old: Path = typer.Option(None, "--training-output", hidden=True),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -417,17 +425,21 @@ def fit(
     from perfcast.kernel.coefficients import load_coefficients
     from perfcast.validate.fit import fit_coefficients, fit_host, fit_intervals
 
-    refuse_overwrite(output, intervals, compose_output, collectives_output, training_output, force=force)
+    intervals = one_of("--intervals-out", intervals, "--intervals", intervals_old)
+    compose_output = one_of("--compose-out", compose_output, "--compose-output", compose_old)
+    collectives_output = one_of("--collectives-out", collectives_output, "--collectives-output", collectives_old)
+    training_output = one_of("--training-out", training_output, "--training-output", training_old)
+    check_output_paths(output, intervals, compose_output, collectives_output, training_output, force=force)
     chosen = [s.strip() for s in stages.split(",") if s.strip() and s.strip() != "none"]
     known = {"vector", "gemm", "conv", "tensor", "attention", "host", "collectives", "training"}
     if set(chosen) - known or (not chosen and stages.strip() != "none"):
         raise ConfigError(f"unknown fit stages {sorted(set(chosen) - known) or chosen}; use {', '.join(sorted(known))}")
     if "host" in chosen and compose_output is None:
-        raise ConfigError("the host stage needs --compose-output PATH for the composition coefficients")
+        raise ConfigError("the host stage needs --compose-out PATH for the composition coefficients")
     if "collectives" in chosen and collectives_output is None:
-        raise ConfigError("the collectives stage needs --collectives-output PATH for the collective coefficients")
+        raise ConfigError("the collectives stage needs --collectives-out PATH for the collective coefficients")
     if "training" in chosen and training_output is None:
-        raise ConfigError("the training stage needs --training-output PATH for the training coefficients")
+        raise ConfigError("the training stage needs --training-out PATH for the training coefficients")
     lines: list[str] = []
     logger = lines.append if as_json else _console(stderr=True).print  # the log is not the result
     kernel_stages = [s for s in chosen if s not in ("host", "collectives", "training")]
@@ -474,20 +486,27 @@ def suite(
                                                      "folder."),
     validation: Path = typer.Option(None, "--validation", help="validation.json for the report's validation page "
                                                                "(default: the --out folder's, if any)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the --out folder's results.json, results.csv and "
+                                                      "a report.html perfcast did not write."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run the scenario suite and print one row per scenario."""
     from rich.progress import Progress
 
     from perfcast.cli.report import REPORT_FILE, check_report_path, write_folder_report
+    from perfcast.errors import ConfigError
     from perfcast.report.results import collective_tables, serving_table, training_table, write_results
     from perfcast.report.scenario_tables import kind_tables
     from perfcast.report.text import pct
     from perfcast.scenarios import list_scenarios, load_scenario, run_scenario
 
     scenarios = [load_scenario(s.strip()) for s in only.split(",") if s.strip()] if only else list_scenarios()
-    if out_dir is not None:  # before the run: the folder's report.html is replaced only if perfcast wrote it
-        check_report_path(out_dir / REPORT_FILE, force=False, explicit=False)
+    if validation is not None and not validation.is_file():
+        raise ConfigError(f"--validation {validation} does not exist; write it with `perfcast validate --out DIR`")
+    if out_dir is not None:  # before the run; the folder's report.html is replaced if perfcast wrote it
+        check_output_folder(out_dir, protect=("results.json", "results.csv"), force=force)
+        if out_dir.is_dir():
+            check_report_path(out_dir / REPORT_FILE, force=force, explicit=False)
     results = []
     with Progress(console=_console(stderr=True), transient=True, disable=as_json) as prog:
         task = prog.add_task("suite", total=len(scenarios))
