@@ -23,7 +23,7 @@ from perfcast.errors import PerfcastError
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_DOES_NOT_FIT", "app", "check_output_folder", "check_output_paths", "clusters_app",
            "does_not_fit", "emit_json", "flag_error", "handled", "hardware_app", "main", "models_app", "one_of",
-           "refuse_overwrite"]
+           "refuse_overwrite", "scenarios_failed"]
 
 # exit codes: 0 = an answer; 1 = it ran and the answer is "no" (does not fit, limits missed, a scenario failed);
 # 2 = bad input (one `error:` line). Every command follows them; the README states them.
@@ -165,6 +165,15 @@ def does_not_fit(message: str) -> None:
     The result (with its breakdown) has been printed already, as a table or as the ``--json`` object.
     """
     sys.stderr.write(f"does not fit: {message}\n")
+    raise typer.Exit(EXIT_DOES_NOT_FIT)
+
+
+def scenarios_failed(message: str) -> None:
+    """End ``run`` or ``suite`` when a scenario's status is ``error``: one ``failed:`` line on stderr, exit code 1.
+
+    The results (each scenario's status and error) have been printed already, as a table or as ``--json``.
+    """
+    sys.stderr.write(f"failed: {message}\n")
     raise typer.Exit(EXIT_DOES_NOT_FIT)
 
 

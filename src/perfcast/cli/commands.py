@@ -22,6 +22,7 @@ from perfcast.cli.app import (
     hardware_app,
     models_app,
     one_of,
+    scenarios_failed,
 )
 
 __all__: list[str] = []
@@ -521,6 +522,7 @@ def suite(
         emit_json({"scenarios": [{"id": r.id, "kind": r.kind, "status": r.status, **r.headline(),
                                   **({"error": r.error} if r.error else {}), "notes": r.notes, "rows": r.rows}
                                  for r in results]})
+        _fail_on_errors(results)
         return
     t = _table(title="perfcast suite")
     for c in ("id", "title", "predictions", "vs measured", "MAPE", "status"):
@@ -583,5 +585,14 @@ def suite(
             where = f"{out_dir}/results.csv" if out_dir is not None else "`perfcast suite --out DIR` or --json"
             _console().print(f"{r.id}: {len(others)} more predictions on devices without visible measurements: "
                              f"{where}")
+    _fail_on_errors(results)
+
+
+def _fail_on_errors(results: list[Any]) -> None:
+    """Exit code 1 (one ``failed:`` line) when a scenario's status is ``error``; out-of-memory answers are answers."""
+    failed = [r.id for r in results if r.status == "error"]
+    if failed:
+        scenarios_failed(f"{len(failed)} of {len(results)} scenarios errored: {', '.join(failed)} (see their error "
+                         "above)")
 
 
