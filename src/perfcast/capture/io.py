@@ -10,6 +10,7 @@ from typing import Any
 
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, DataError
+from perfcast.jsonio import read_json
 from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
 
 __all__ = ["WORKLOAD_SCHEMA_VERSION", "load_factory", "load_workload", "save_workload", "workload_from_dict",
@@ -60,10 +61,7 @@ def load_workload(path: str | Path) -> Workload:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"workload file {p} does not exist; write one with `perfcast capture ... --out {p}`")
-    try:
-        data = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{p} is not JSON ({exc}); write it with `perfcast capture`") from None
+    data = read_json(p, what="captured workload (JSON from `perfcast capture`)", error=DataError)
     if not isinstance(data, dict):
         raise DataError(f"{p} is not a captured workload (a JSON object)")
     return workload_from_dict(data, where=str(p))

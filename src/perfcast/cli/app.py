@@ -189,7 +189,9 @@ def flag_error(exc: Any, *, default: str, renames: dict[str, str] | None = None,
     err = exc.errors()[0]
     loc = [str(x) for x in err["loc"] if str(x) not in skip]
     name = (renames or {}).get(loc[0], loc[0]) if loc else default
-    return ConfigError(f"--{name.replace('_', '-')}: {err['msg']}")
+    value = err.get("input")
+    given = f" (got {value!r})" if isinstance(value, (int, float, str)) and len(repr(value)) <= 40 else ""
+    return ConfigError(f"--{name.replace('_', '-')}: {err['msg']}{given}")
 
 
 def _float_flags(fn: Callable[..., Any]) -> dict[str, str]:
@@ -234,9 +236,9 @@ def handled(fn: F) -> F:
 
 def _print_version(value: bool) -> None:
     if value:
-        from perfcast import __version__
+        import perfcast
 
-        sys.stdout.write(f"perfcast {__version__}\n")
+        sys.stdout.write(f"perfcast {perfcast.__version__}\n")
         raise typer.Exit(0)
 
 

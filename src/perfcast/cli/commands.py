@@ -173,10 +173,12 @@ def collective(
     """Predict the time of one collective over a group of GPUs on a cluster."""
     from perfcast.system.cluster import load_cluster
     from perfcast.system.collectives import collective_time
+    from perfcast.system.collectives.model import check_buffer_fits
     from perfcast.units import format_bytes, format_time, parse_bytes
 
     c = load_cluster(cluster, nodes=nodes)
     nbytes = parse_bytes(size)
+    check_buffer_fits(nbytes, c)
     t = collective_time(op, nbytes, gpus, c, gpus_per_node=gpus_per_node, algorithm=algorithm)
     if as_json:
         emit_json({"op": t.op, "algorithm": t.algorithm, "protocol": t.protocol, "cluster": c.id,

@@ -49,7 +49,7 @@ class SearchSpace(BaseModel):
     to every plan (``sp`` only where ``tp > 1``).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str
     cluster: str
