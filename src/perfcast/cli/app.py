@@ -56,6 +56,15 @@ def _console(stderr: bool = False) -> Console:
     return _CONSOLES[key]
 
 
+def _progress(*, quiet: bool = False) -> Any:
+    """A transient progress display on stderr, shown only on a terminal (piped or captured, it would leave a blank
+    line before an ``error:`` line) and not with ``quiet`` (``--json``)."""
+    from rich.progress import Progress
+
+    err = _console(stderr=True)
+    return Progress(console=err, transient=True, disable=quiet or not err.is_terminal)
+
+
 def _table(*args: Any, **kwargs: Any) -> Any:
     from rich.table import Table
 

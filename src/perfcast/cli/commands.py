@@ -12,6 +12,7 @@ import typer
 from perfcast.cli.app import (
     _console,
     _print_fields,
+    _progress,
     _table,
     app,
     check_output_folder,
@@ -360,7 +361,6 @@ def validate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict the measured tables and print the error per table and device."""
-    from rich.progress import Progress
 
     if local:
         _validate_local(as_json)
@@ -378,7 +378,7 @@ def validate(
         written = write_validation(rep, out_dir) if out_dir is not None else None
         emit_json({**rep.as_dict(), **({"validation_file": str(written)} if written else {})})
         return
-    with Progress(console=_console(stderr=True), transient=True) as prog:
+    with _progress() as prog:
         task = prog.add_task("validating", total=None)
         rep = run_validation(list(tables) if tables else None,
                              progress=lambda m: prog.update(task, description=f"validating {m}"))
@@ -494,7 +494,6 @@ def suite(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run the scenario suite and print one row per scenario."""
-    from rich.progress import Progress
 
     from perfcast.cli.report import REPORT_FILE, check_report_path, write_folder_report
     from perfcast.errors import ConfigError
@@ -511,7 +510,7 @@ def suite(
         if out_dir.is_dir():
             check_report_path(out_dir / REPORT_FILE, force=force, explicit=False)
     results = []
-    with Progress(console=_console(stderr=True), transient=True, disable=as_json) as prog:
+    with _progress(quiet=as_json) as prog:
         task = prog.add_task("suite", total=len(scenarios))
         for sc in scenarios:
             prog.update(task, description=f"scenario {sc.id}")
