@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["MAX_NUM_SEQS", "MAX_REPLICAS", "MAX_REQUESTS", "MAX_SWAP_SPACE_BYTES", "PRECISION_QUANTIZATION",
-           "ServingConfig", "WorkloadConfig"]
+__all__ = ["MAX_NUM_SEQS", "MAX_REPLICAS", "MAX_REQUESTS", "MAX_SWAP_SPACE_BYTES", "MAX_TOKENS",
+           "PRECISION_QUANTIZATION", "ServingConfig", "WorkloadConfig"]
 
 # Bounds on what one simulation is asked (the configs refuse beyond them in one line, naming the bound):
 # requests per simulation: each is held in memory to the end; a million short requests take ~270 MB and ~10 s
@@ -27,6 +27,9 @@ MAX_REPLICAS = 10_000
 MAX_NUM_SEQS = 65_536
 # CPU swap space per GPU: 1 PiB, beyond any host's memory
 MAX_SWAP_SPACE_BYTES = 2.0**50
+# tokens of one request (and the token limits of the engine): lengths live in int64 numpy arrays and are multiplied
+# by bytes per token; 2^31 - 1 is 200x the longest context any model takes (10M tokens)
+MAX_TOKENS = 2**31 - 1
 
 # a benchmark's precision label (as tables and MLPerf write it) -> ServingConfig.quantization
 PRECISION_QUANTIZATION: dict[str, str] = {"fp16": "none", "bf16": "none", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4"}
@@ -46,10 +49,12 @@ class WorkloadConfig(BaseModel):
                                     "outstanding, the next sent when one finishes (a benchmark client's "
                                     "--max-concurrency); with qps, a request waits for its time and a free slot")
     trace: str | None = Field(default=None, description="a shipped trace name or a CSV path (lengths, arrivals)")
-    prompt_tokens: int | None = Field(default=None, ge=1)
-    output_tokens: int | None = Field(default=None, ge=1)
-    shared_prefix_tokens: int = Field(default=0, ge=0, description="tokens of a system prompt requests share")
-    num_prefixes: int = Field(default=1, ge=1, description="distinct shared prefixes (requests pick one at random)")
+    prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    output_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS, description="tokens of a system prompt "
+                                      "requests share")
+    num_prefixes: int = Field(default=1, ge=1, le=MAX_REQUESTS, description="distinct shared prefixes (requests "
+                              "pick one at random; at most one per request)")
     images_per_request: int = Field(default=0, ge=0, description="images in each prompt (multimodal models: each "
                                                                  "runs the vision tower and adds its image tokens)")
     retrieval_latency_s: float = Field(default=0.0, ge=0, description="RAG: mean time of the retrieval stage "
@@ -57,10 +62,11 @@ class WorkloadConfig(BaseModel):
                                                                      "request reaches the engine")
     retrieval_latency_cv: float = Field(default=0.0, ge=0, description="coefficient of variation of that time "
                                                                        "(lognormal)")
-    retrieved_tokens: int = Field(default=0, ge=0, description="RAG: tokens of retrieved context added to the prompt")
-    num_beams: int = Field(default=1, ge=1, description="beam search: beams per request (TensorRT-LLM's "
-                           "beam_width); each decodes as a sequence of its own over the shared prompt, and the "
-                           "request returns one sequence of output_tokens")
+    retrieved_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS, description="RAG: tokens of retrieved context "
+                                  "added to the prompt")
+    num_beams: int = Field(default=1, ge=1, le=MAX_NUM_SEQS, description="beam search: beams per request "
+                           "(TensorRT-LLM's beam_width); each decodes as a sequence of its own over the shared "
+                           "prompt, and the request returns one sequence of output_tokens")
 
 
 class ServingConfig(BaseModel):
@@ -87,12 +93,14 @@ class ServingConfig(BaseModel):
     quantization: Literal["none", "w4a16", "w8a16", "w8a8", "fp8", "fp4"] = "none"
     kv_cache_dtype: Literal["auto", "fp16", "bf16", "fp8"] = "auto"
     max_num_seqs: int = Field(default=256, ge=1, le=MAX_NUM_SEQS)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1,
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS,
                                                description="token budget per iteration (default per scheduler)")
-    max_model_len: int | None = Field(default=None, ge=2, description="context limit (default: the model's)")
+    max_model_len: int | None = Field(default=None, ge=2, le=MAX_TOKENS, description="context limit (default: the "
+                                      "model's)")
     enable_chunked_prefill: bool = False
-    chunk_size: int = Field(default=512, ge=1, description="sarathi / chunked prefill: tokens per iteration")
-    block_size: int = Field(default=16, ge=1)
+    chunk_size: int = Field(default=512, ge=1, le=MAX_TOKENS, description="sarathi / chunked prefill: tokens per "
+                            "iteration")
+    block_size: int = Field(default=16, ge=1, le=MAX_TOKENS)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     watermark_frac: float = Field(default=0.01, ge=0, lt=1)
     swap_space: float = Field(default=4 * 2**30, ge=0, le=MAX_SWAP_SPACE_BYTES, description="CPU swap space per GPU "

@@ -41,6 +41,12 @@ CONSTRAINTS: dict[str, str] = {
 }
 
 
+# the search prices plans in int64 and float64 numpy arrays: 2^24 sequences per step (8,000x Llama 3's 2,048) and
+# 2^24 tokens per sequence keep every product (tokens x hidden x layers) exact and far from int64's limit
+MAX_GLOBAL_BATCH = 2**24
+MAX_SEQ_LEN = 2**24
+
+
 class SearchSpace(BaseModel):
     """What a training search explores (batch sizes in sequences, lengths in tokens).
 
@@ -54,8 +60,8 @@ class SearchSpace(BaseModel):
     model: str
     cluster: str
     gpus: tuple[int, ...] = Field(min_length=1, description="GPU counts to try (each a whole number of nodes)")
-    seq_len: int = Field(gt=0)
-    global_batch: int = Field(gt=0, description="sequences per optimizer step")
+    seq_len: int = Field(gt=0, le=MAX_SEQ_LEN)
+    global_batch: int = Field(gt=0, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step")
     tp: tuple[int, ...] | None = None
     pp: tuple[int, ...] | None = None
     cp: tuple[int, ...] | None = None
