@@ -484,7 +484,7 @@ def fit(
 @app.command()
 @handled
 def suite(
-    only: str = typer.Option("", "--only", help="Comma-separated scenario ids (default: all)."),
+    only: str | None = typer.Option(None, "--only", help="Comma-separated scenario ids or YAML files (default: all)."),
     out_dir: Path = typer.Option(None, "--out", help="Write results.json, results.csv and report.html into this "
                                                      "folder."),
     validation: Path = typer.Option(None, "--validation", help="validation.json for the report's validation page "
@@ -502,6 +502,8 @@ def suite(
     from perfcast.report.text import pct
     from perfcast.scenarios import list_scenarios, load_scenario, run_scenario
 
+    if only is not None and not only.replace(",", "").strip():
+        raise ConfigError(f"--only {only!r} names no scenario; give ids such as T1.1,R2 (or leave --only out for all)")
     scenarios = [load_scenario(s.strip()) for s in only.split(",") if s.strip()] if only else list_scenarios()
     if validation is not None and not validation.is_file():
         raise ConfigError(f"--validation {validation} does not exist; write it with `perfcast validate --out DIR`")

@@ -389,7 +389,7 @@ def _kind_class(raw: object, where: str) -> _ScenarioClass:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: a scenario must be a YAML mapping of keys")
     kind = raw.get("kind")
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise ConfigError(f"{where}: key kind: {kind!r} is not a scenario kind; use one of {', '.join(_KINDS)}")
     return _KINDS[str(kind)]
 
