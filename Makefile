@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 SUITESTAMP := $(VENV)/.installed-suite
 TESTSTAMP := $(VENV)/.installed-test
 
-.PHONY: suite test venv bench clean
+.PHONY: suite test venv bench fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,9 @@ test: $(TESTSTAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+fuzz: $(TESTSTAMP)
+	$(BIN)/python benchmarks/fuzz_cli.py --workers 2
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -86,11 +86,15 @@ def search(
 
     refuse_overwrite(out, force=force)
     counts = _ints("--gpus", gpus) or ()
+    serving_defaults = {"--schedulers": (schedulers, "vllm,sarathi"), "--chunk-sizes": (chunk_sizes, "512,2048"),
+                        "--max-num-seqs": (max_num_seqs, "64,256"), "--requests-per-replica": (requests_per_replica,
+                                                                                               100)}
     _one_kind_of_flags(serve, {"--pp": pp, "--cp": cp, "--ep": ep, "--vp": vp, "--micro-batch": micro_batch,
                                "--recompute": recompute, "--zero": zero, "--global-batch": global_batch,
                                "--price-per-gpu-hour": price},
                        {"--hardware": hardware, "--slo-ttft-p99": slo_ttft, "--slo-tpot-p99": slo_tpot,
-                        "--trace": trace, "--prompt-tokens": prompt_tokens, "--output-tokens": output_tokens})
+                        "--trace": trace, "--prompt-tokens": prompt_tokens, "--output-tokens": output_tokens,
+                        **{flag: value for flag, (value, default) in serving_defaults.items() if value != default}})
     if serve:
         if len(counts) != 1:
             raise ConfigError(f"--serve searches one GPU budget; --gpus {gpus!r} lists {len(counts)}")
@@ -167,15 +171,20 @@ def _serve(model: str, hardware: str, gpus: int, cluster: str | None, slo_ttft: 
     from pydantic import ValidationError
 
     from perfcast.errors import ConfigError
-    from perfcast.serving.config import ServingConfig, WorkloadConfig
+    from perfcast.serving.config import MAX_NUM_SEQS, MAX_REQUESTS, MAX_TOKENS, ServingConfig, WorkloadConfig
     from perfcast.serving.schedulers import SCHEDULERS
     from perfcast.sweep.serving import search_serving
 
     names = _words(schedulers) or ("vllm", "sarathi")
     for name in names:
         SCHEDULERS.get(name)
-    if requests_per_replica < 1:
-        raise ConfigError(f"--requests-per-replica must be at least 1 (got {requests_per_replica})")
+    if not 1 <= requests_per_replica <= MAX_REQUESTS:
+        raise ConfigError(f"--requests-per-replica must be 1 to {MAX_REQUESTS:,}, the requests a simulation holds "
+                          f"(got {requests_per_replica})")
+    for flag, text, bound in (("--max-num-seqs", max_num_seqs, MAX_NUM_SEQS), ("--chunk-sizes", chunk_sizes,
+                                                                               MAX_TOKENS)):
+        if max(_ints(flag, text) or (1,)) > bound:  # the candidates are copies of one config, not validated again
+            raise ConfigError(f"{flag} {text}: each value is at most {bound:,}")
     if trace is None and (prompt_tokens is None or output_tokens is None):
         trace = "arxiv_summarization"
     try:
