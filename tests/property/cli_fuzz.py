@@ -162,7 +162,7 @@ def problems(case: Case, outcome: Outcome) -> list[str]:
     elif outcome.exit_code == 1:
         if len(lines) != 1 or not lines[0].startswith(("does not fit: ", "failed: ")):
             found.append(f"exit 1 without exactly one `does not fit:`/`failed:` line: {outcome.stderr[:200]!r}")
-    if "--json" in case.argv and outcome.exit_code in (0, 1) and "--help" not in case.argv:
+    if "--json" in case.argv and outcome.exit_code in (0, 1) and not {"--help", "--version"} & set(case.argv):
         body = outcome.stdout.strip()
         try:
             ok = len(body.splitlines()) == 1 and isinstance(json.loads(body), dict)
