@@ -96,8 +96,12 @@ def search(
                         "--trace": trace, "--prompt-tokens": prompt_tokens, "--output-tokens": output_tokens,
                         **{flag: value for flag, (value, default) in serving_defaults.items() if value != default}})
     if serve:
+        from perfcast.sweep.space import MAX_GPUS
+
         if len(counts) != 1:
             raise ConfigError(f"--serve searches one GPU budget; --gpus {gpus!r} lists {len(counts)}")
+        if counts[0] > MAX_GPUS:
+            raise ConfigError(f"--gpus {counts[0]}: at most {MAX_GPUS:,} GPUs (160x the largest cluster built)")
         if hardware is None:
             raise ConfigError("--serve needs --hardware (a GPU id; `perfcast hardware list`)")
         data = _serve(model, hardware, counts[0], cluster, slo_ttft, slo_tpot, trace, prompt_tokens, output_tokens,
