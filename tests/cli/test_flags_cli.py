@@ -3,6 +3,7 @@ finite; outputs are spelled ``--out`` / ``--*-out``; a usage error is one ``erro
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -44,7 +45,7 @@ def test_debug_after_a_double_dash_is_an_argument() -> None:
 @pytest.mark.parametrize("args", [
     ["predict", "-m", "gpt2", "-H", "t4", "-b", "abc"],
     ["predict", "-m", "gpt2", "-H", "t4", "--no-such-flag"],
-    ["serve", "-m", "gpt2", "-H", "t4", "-n", "1e11"],
+    ["serve", "-m", "gpt2", "-H", "t4", "-n", "1.5"],
     ["nonsense"],
 ])
 def test_usage_errors_are_one_line_through_the_script(args: list[str]) -> None:
@@ -89,3 +90,20 @@ def test_no_visible_output_option_is_spelled_output() -> None:
                if not getattr(p, "hidden", False) for opt in p.opts
                if opt == "--output" or opt.endswith("-output")]
     assert spelled == []
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["serve", "-m", "llama-2-7b", "-H", "h100", "-n", "1e11"], "--num-requests: Input should be less than or equal to "
+                                                                 "1000000 (got 100000000000)"),
+    (["serve", "-m", "llama-2-7b", "-H", "h100", "--num-requests=1e11"], "less than or equal to 1000000"),
+    (["train", "-m", "gpt2", "-c", "dgx-h100", "--zero", "4e0"], "--zero: Input should be 0, 1, 2 or 3 (got 4)"),
+])
+def test_whole_numbers_in_scientific_notation_reach_their_bounds(args: list[str], fragment: str) -> None:
+    assert fragment in user_error(invoke_main(args))
+
+
+def test_whole_numbers_in_scientific_notation_are_answered() -> None:
+    res = invoke_main(["predict", "-m", "gpt2", "-H", "t4", "-b", "2e0", "--seq-len=1.28e2", "--json"])
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert (data["batch_size"], data["seq_len"]) == (2, 128)

@@ -12,6 +12,7 @@ import inspect
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -267,6 +268,54 @@ def _lift_debug(argv: list[str]) -> list[str]:
     return ["--debug", *(a for a in argv[:end] if a != "--debug"), *argv[end:]]
 
 
+_SCIENTIFIC = re.compile(r"^[+-]?[0-9]+(\.[0-9]*)?[eE]\+?[0-9]+$")
+
+
+def _int_options(argv: list[str]) -> set[str]:
+    """The option spellings of the command ``argv`` names whose values are whole numbers."""
+    import typing
+
+    import typer.main
+
+    cmd: Any = typer.main.get_command(app)
+    for token in argv:
+        sub = getattr(cmd, "commands", {}).get(token) if not token.startswith("-") else None
+        if sub is None and not token.startswith("-"):
+            break
+        cmd = sub or cmd
+    out: set[str] = set()
+    for param in getattr(cmd, "params", ()):
+        ann = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+        if ann is int or int in typing.get_args(ann):
+            out.update(param.opts)
+    return out
+
+
+def _whole_numbers(argv: list[str]) -> list[str]:
+    """Whole numbers typed in scientific notation (``-n 1e6``) written out in digits for the options that take
+    whole numbers, so that they reach the option's own bounds (``-n 1e11`` is refused for being beyond the
+    requests a simulation holds, not for its spelling); ``1.5e0`` and other fractions stay as typed."""
+    import decimal
+
+    if not any(_SCIENTIFIC.match(t.partition("=")[2] or t) for t in argv):
+        return argv
+    ints = _int_options(argv)
+    out = list(argv)
+    for i, token in enumerate(argv):
+        flag, eq, value = token.partition("=")
+        if eq and flag in ints:
+            target, text = i, value
+        elif i > 0 and argv[i - 1] in ints:
+            target, text = i, token
+        else:
+            continue
+        if len(text) <= 12 and _SCIENTIFIC.match(text):
+            number = decimal.Decimal(text)
+            if number == number.to_integral_value():
+                out[target] = f"{flag}={int(number)}" if eq else str(int(number))
+    return out
+
+
 def _usage_error_types() -> tuple[type[BaseException], ...]:
     """Click's UsageError (Typer vendors Click in recent releases; older ones depend on it)."""
     return tuple(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -276,7 +325,7 @@ def main() -> None:
     """Entry point of the ``perfcast`` script: usage errors become one ``error:`` line and exit 2."""
     usage = _usage_error_types()
     try:
-        code = app(args=_lift_debug(sys.argv[1:]), prog_name="perfcast", standalone_mode=False)
+        code = app(args=_whole_numbers(_lift_debug(sys.argv[1:])), prog_name="perfcast", standalone_mode=False)
     except usage as exc:  # type: ignore[misc]
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `perfcast`: the help text, success
             sys.stdout.write(str(exc.format_message()) + "\n")  # type: ignore[attr-defined]
