@@ -8,6 +8,7 @@ Inside the code every quantity is in a base unit named in its identifier:
 
 from __future__ import annotations
 
+import math
 import re
 
 from perfcast.errors import ConfigError
@@ -63,6 +64,8 @@ def parse_bytes(text: str | int | float) -> float:
                 "(B, KB, MB, GB, TB, KiB, MiB, GiB)"
             )
         value = float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
+    if not math.isfinite(value):
+        raise ConfigError(f"size {text!r} is not a finite number of bytes")
     if value < 0:
         raise ConfigError(f"size {text!r} is negative; sizes are >= 0 bytes")
     return value

@@ -1,6 +1,8 @@
 """Safe YAML reading: the C-accelerated safe loader when PyYAML has it, else the pure-Python one.
 
-Both construct only plain data (no arbitrary objects), exactly like ``yaml.safe_load``.
+Both construct only plain data (no arbitrary objects), exactly like ``yaml.safe_load``. A user's file is read
+with :func:`read_yaml`, within the bounds of :mod:`perfcast.jsonio` (size, nesting, values once aliases are
+expanded, finite numbers, UTF-8 text).
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from typing import IO, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["load_model_file", "safe_load", "validation_message"]
+from perfcast.errors import PerfcastError
+from perfcast.jsonio import MAX_NESTING, check_data, read_text
+
+__all__ = ["load_model_file", "read_yaml", "safe_load", "validation_message"]
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -20,6 +25,22 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def safe_load(stream: str | IO[str]) -> Any:
     """Parse one YAML document into plain Python data (safe constructors only)."""
     return yaml.load(stream, Loader=_LOADER)  # noqa: S506 - a safe loader
+
+
+def read_yaml(path: Path, *, what: str, error: type[PerfcastError]) -> Any:
+    """Parse ``path`` as one YAML document within :mod:`perfcast.jsonio`'s bounds, else ``error`` in one line."""
+    text = read_text(path, what=what, error=error)
+    try:
+        raw = safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" (line {mark.line + 1}: {getattr(exc, 'problem', '') or type(exc).__name__})" if mark else ""
+        raise error(f"{path}: cannot read {what}: not valid YAML{line}") from None
+    except RecursionError:
+        raise error(f"{path}: nested more than {MAX_NESTING} levels deep; perfcast reads at most "
+                    f"{MAX_NESTING}") from None
+    check_data(raw, where=str(path), error=error)
+    return raw
 
 
 def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel]:
@@ -70,12 +91,9 @@ def validation_message(exc: ValidationError, root: type[BaseModel] | None = None
     return f"key {where!r}: {detail}{given}"
 
 
-def load_model_file(path: Path, model: type[BaseModel], *, what: str, error: type[Exception]) -> Any:
+def load_model_file(path: Path, model: type[BaseModel], *, what: str, error: type[PerfcastError]) -> Any:
     """Read a YAML mapping from ``path`` and validate it as ``model``; failures raise ``error`` in one line."""
-    try:
-        raw = safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise error(f"{path}: cannot read {what} ({exc.__class__.__name__})") from None
+    raw = read_yaml(path, what=what, error=error)
     if not isinstance(raw, dict):
         raise error(f"{path}: a {what} must be a YAML mapping of keys")
     try:

@@ -4,22 +4,51 @@ object for ``--json``."""
 from __future__ import annotations
 
 import json
+import sys
+from dataclasses import dataclass
 
 from typer.testing import CliRunner, Result
 
-from perfcast.cli import app
+from perfcast.cli import app, main
 
-__all__ = ["does_not_fit", "invoke", "parse_json", "user_error", "with_flags"]
+__all__ = ["MainResult", "does_not_fit", "invoke", "invoke_main", "parse_json", "user_error", "with_flags"]
 
 runner = CliRunner()
 
 
 def invoke(args: list[str]) -> Result:
-    """Run ``perfcast ARGS`` in-process."""
+    """Run ``perfcast ARGS`` in-process (the Typer app)."""
     return runner.invoke(app, args)
 
 
-def user_error(res: Result) -> str:
+@dataclass(frozen=True)
+class MainResult:
+    """What the ``perfcast`` script printed and its exit code."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def invoke_main(args: list[str]) -> MainResult:
+    """Run ``perfcast ARGS`` in-process through the script's entry point (:func:`perfcast.cli.main`), as a shell
+    runs it: usage errors are its one ``error:`` line, ``--debug`` may come anywhere."""
+    argv = sys.argv
+    with runner.isolation() as (out, err, _):
+        sys.argv = ["perfcast", *args]
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.argv = argv
+            sys.stdout.flush()
+            sys.stderr.flush()
+        return MainResult(code, out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace"))
+
+
+def user_error(res: Result | MainResult) -> str:
     """Exit 2, no traceback, exactly one stderr line starting with ``error:``; returns that line."""
     assert res.exit_code == 2, (res.stdout, res.stderr)
     assert "Traceback" not in res.stdout + res.stderr
@@ -28,7 +57,7 @@ def user_error(res: Result) -> str:
     return lines[0]
 
 
-def does_not_fit(res: Result) -> str:
+def does_not_fit(res: Result | MainResult) -> str:
     """Exit 1 (it ran, the answer is no), no traceback, exactly one stderr line ``does not fit: ...``; returns it."""
     assert res.exit_code == 1, (res.stdout, res.stderr)
     assert "Traceback" not in res.stdout + res.stderr
@@ -37,7 +66,7 @@ def does_not_fit(res: Result) -> str:
     return lines[0]
 
 
-def parse_json(res: Result) -> dict:
+def parse_json(res: Result | MainResult) -> dict:
     """Exit 0 and exactly one JSON object on stdout."""
     assert res.exit_code == 0, res.stderr
     assert len(res.stdout.strip().splitlines()) == 1

@@ -430,4 +430,4 @@ def test_fit_unknown_stage() -> None:
 
 def test_fit_host_stage_needs_an_output() -> None:
     line = user_error(invoke(["fit", "--stages", "host"]))
-    assert "--compose-output" in line
+    assert "--compose-out " in line

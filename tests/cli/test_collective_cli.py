@@ -92,13 +92,13 @@ def test_clusters_show_unknown() -> None:
 
 
 def test_fit_collectives_needs_an_output() -> None:
-    assert "--collectives-output" in user_error(invoke(["fit", "--stages", "collectives"]))
+    assert "--collectives-out " in user_error(invoke(["fit", "--stages", "collectives"]))
 
 
 @pytest.mark.skipif(find_groundtruth(required=False) is None, reason="ground truth not found")
 def test_fit_collectives_writes_versioned_coefficients(tmp_path: Path) -> None:
     out = tmp_path / "collectives.json"
-    data = parse_json(invoke(["fit", "--stages", "collectives", "--collectives-output", str(out), "--json"]))
+    data = parse_json(invoke(["fit", "--stages", "collectives", "--collectives-out", str(out), "--json"]))
     assert out.exists() and data["collectives"]["schema_version"] == 1
     fitted = load_collective_coefficients(out)
     shipped = load_collective_coefficients()

@@ -87,3 +87,49 @@ def test_suite_prints_the_new_kinds() -> None:
     assert res.exit_code == 0, res.stderr
     assert "one PPO iteration" in res.stdout and "seconds per image" in res.stdout
     assert "conv kernel model is coarse" in " ".join(res.stdout.split())
+
+
+# -- verdicts: 0 an answer, 1 out of memory or a scenario that errored, 2 a bad file -----------------------------
+OOM = """id: big
+title: Llama-2-70B with TP=8 x DP=4 on 4 nodes, no sequence parallelism
+kind: training
+runs:
+  - label: too big
+    model: llama-2-70b
+    cluster: dgx-h100
+    nodes: 4
+    plan: {tp: 8, dp: 4, zero: 1, seq_len: 4096, micro_batch: 1, global_batch: 128, recompute: selective}
+"""
+BROKEN = LATENCY.replace("model: gpt2", "model: gpt-banana")
+
+
+def test_run_of_an_out_of_memory_scenario_prints_its_breakdown_and_exits_1(tmp_path: Path) -> None:
+    path = _write(tmp_path, OOM)
+    res = invoke(["run", str(path), "--json"])
+    assert res.exit_code == 1 and "Traceback" not in res.stdout + res.stderr
+    data = json.loads(res.stdout)
+    assert data["status"] == "oom" and data["rows"][0]["fits_in_memory"] is False
+    assert data["rows"][0]["memory_per_gpu_bytes"] > data["rows"][0]["memory_capacity_bytes"]
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("does not fit: big: too big: out of memory")
+    text = invoke(["run", str(path)])
+    assert text.exit_code == 1 and "out of memory" in text.stdout and "optimizer" in text.stdout
+
+
+def test_run_of_a_scenario_that_errors_exits_1_with_one_line(tmp_path: Path) -> None:
+    res = invoke(["run", str(_write(tmp_path, BROKEN)), "--json"])
+    assert res.exit_code == 1
+    assert json.loads(res.stdout)["status"] == "error"
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("failed: mine: ")
+
+
+def test_suite_exits_1_when_a_scenario_errors_and_0_for_expected_oom_answers(tmp_path: Path) -> None:
+    broken = _write(tmp_path, BROKEN)
+    res = invoke(["suite", "--only", f"R2,{broken}", "--json"])
+    assert res.exit_code == 1
+    assert [s["status"] for s in json.loads(res.stdout)["scenarios"]] == ["ok", "error"]
+    assert res.stderr.splitlines() == ["failed: 1 of 2 scenarios errored: mine (see their error above)"]
+    text = invoke(["suite", "--only", f"{broken}"])
+    assert text.exit_code == 1 and "gpt-banana" in text.stdout
+    assert invoke(["suite", "--only", "T4.2", "--json"]).exit_code == 0  # full fine-tuning OOM: the answer

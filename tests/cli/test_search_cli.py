@@ -74,3 +74,23 @@ def test_serving_search() -> None:
 
 def test_serving_search_needs_hardware() -> None:
     assert "--hardware" in user_error(invoke(["search", "--serve", "--model", "llama-2-7b", "--gpus", "2"]))
+
+
+def test_serving_search_takes_tp_and_refuses_one_that_does_not_divide() -> None:
+    base = ["search", "--serve", "-m", "llama-2-7b", "-H", "a100-sxm-80gb", "--gpus", "2", "--slo-ttft-p99", "2",
+            "--prompt-tokens", "256", "--output-tokens", "64", "--schedulers", "vllm", "--max-num-seqs", "64",
+            "--requests-per-replica", "20"]
+    data = parse_json(invoke([*base, "--tp", "2", "--json"]))
+    assert {r["tp"] for r in data["best"]} == {2}
+    assert "tp=3 does not divide" in user_error(invoke([*base, "--tp", "3"]))
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--serve", "-H", "h100", "--slo-ttft-p99", "1", "--pp", "2"], "--pp applies to a training search"),
+    (["-c", "dgx-h100", "--global-batch", "8", "--slo-ttft-p99", "1"], "--slo-ttft-p99 applies to a serving search"),
+    (["-c", "dgx-h100", "--global-batch", "8", "--requests-per-replica", "5"], "--requests-per-replica applies to"),
+    (["--serve", "-H", "h100", "--slo-ttft-p99", "1", "--requests-per-replica", "10000000"], "1 to 1,000,000"),
+    (["--serve", "-H", "h100", "--slo-ttft-p99", "1", "--max-num-seqs", "64,1000000000"], "at most 65,536"),
+])
+def test_a_flag_of_the_other_kind_of_search_is_refused_not_ignored(args: list[str], needle: str) -> None:
+    assert needle in user_error(invoke(["search", "-m", "llama-2-7b", "--gpus", "8", *args]))

@@ -1,10 +1,14 @@
 """Property: whatever a user types, perfcast answers or refuses in one line; it never shows a traceback.
 
-Hypothesis drives the CLI (Typer's CliRunner) and the Python API with random model and hardware names,
-batch sizes (0, negative, huge), sequence lengths (beyond the model's positions), dtypes, parallelism
-strings, malformed config.json files and malformed tables for ``predict-batch``. Every run must exit 0
-(an answer) or 2 (a user error: exactly one stderr line starting with ``error:``); the API raises
-nothing but ``PerfcastError``.
+Hypothesis drives the CLI and the Python API. The whole command line is fuzzed by :mod:`cli_fuzz` (every command,
+its flags, numbers typed as users type them, input files and configs, outputs that already hold a user's file),
+through the ``perfcast`` script's entry point; older fuzzers below go deeper into ``predict``, config.json files
+and tables. Every run exits 0 (an answer), 1 (the answer is no: one ``does not fit:`` or ``failed:`` line) or 2
+(a user error: exactly one stderr line starting with ``error:``), leaves a user's file alone without ``--force``,
+and the API raises nothing but ``PerfcastError`` (or pydantic's refusal of a typed config it is handed).
+
+``PERFCAST_FUZZ_EXAMPLES=2000`` fuzzes deeper with fresh random examples; ``benchmarks/fuzz_cli.py`` draws ten
+thousand and reports the failures.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import os
 from pathlib import Path
 
 import pytest
+from cli_fuzz import Case, cases, problems, run_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 from typer.testing import CliRunner, Result
 
 from perfcast.cli import app
@@ -31,7 +37,7 @@ _DEEP = int(os.environ.get("PERFCAST_FUZZ_EXAMPLES", "0"))
 
 
 def fuzz_settings(examples: int) -> settings:
-    return settings(max_examples=_DEEP or examples, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+    return settings(max_examples=_DEEP or examples, deadline=None, suppress_health_check=list(HealthCheck),
                     derandomize=not _DEEP, database=None)
 
 
@@ -52,17 +58,16 @@ sizes = st.one_of(st.integers(1, 64), st.integers(1, 64), weird_sizes)
 
 
 def check_cli(res: Result) -> None:
-    """Exit 0 (an answer), 1 (the answer is "does not fit": one ``does not fit:`` line on stderr) or 2 (one
-    ``error:`` line on stderr); never a traceback."""
+    """Exit 0 (an answer), 1 (does not fit: one ``does not fit:`` line) or 2 (one ``error:`` line on stderr);
+    never a traceback."""
     text = res.stdout + res.stderr
     assert "Traceback" not in text
     assert res.exit_code in (0, 1, 2), (res.exit_code, res.exception, text[-500:])
+    lines = res.stderr.splitlines()
     if res.exit_code == 2:
-        lines = res.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
     elif res.exit_code == 1:
-        lines = res.stderr.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("does not fit: "), res.stderr
+        assert len(lines) == 1 and lines[0].startswith(("does not fit: ", "failed: ")), res.stderr
     else:
         assert res.exception is None or isinstance(res.exception, SystemExit)
 
@@ -77,6 +82,105 @@ def predict_args(model: str, hardware: str, mode: str, batch: int, seq: int, dty
 def mostly(valid: st.SearchStrategy, weird: st.SearchStrategy) -> st.SearchStrategy:
     """Three draws in four from ``valid``."""
     return st.one_of(valid, valid, valid, weird)
+
+
+# -- the whole command line --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fuzz_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder the cases run in (one subfolder each), with an empty user catalog of its own."""
+    return tmp_path_factory.mktemp("fuzz")
+
+
+_COUNT = [0]
+
+
+@fuzz_settings(300)
+@given(case=cases())
+def test_cli_fuzz_every_command(fuzz_home: Path, case: Case) -> None:
+    _COUNT[0] += 1
+    folder = fuzz_home / f"case{_COUNT[0]}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PERFCAST_CATALOG", str(folder / "user-catalog"))
+        outcome = run_case(case, folder)
+    found = problems(case, outcome)
+    assert not found, (case.describe(), found, outcome.exit_code, outcome.stdout[-300:], outcome.stderr[-300:],
+                       outcome.escaped)
+
+
+# -- the Python API ----------------------------------------------------------------------------------------------
+API_NUMBERS = st.one_of(st.floats(0.01, 100), st.sampled_from([0.0, -1.0, math.inf, -math.inf, math.nan, 1e300]))
+
+
+@fuzz_settings(40)
+@given(model=st.sampled_from(["llama-2-7b", "opt-125m", "mixtral-8x7b", "nope"]),
+       hardware=st.sampled_from(["h100", "a100-sxm-80gb", "t4", "nope"]),
+       n=st.one_of(st.integers(1, 16), st.sampled_from([0, -1, 10**12])),
+       prompt=st.one_of(st.integers(1, 300), st.sampled_from([0, 10**9])), output=st.integers(1, 24),
+       qps=st.one_of(st.none(), API_NUMBERS), tp=st.sampled_from([1, 2, 3, 8]),
+       max_num_seqs=st.one_of(st.integers(1, 256), st.sampled_from([0, 10**9])),
+       scheduler=st.sampled_from(["vllm", "sarathi", "orca", "static", "nope"]), swap=API_NUMBERS)
+def test_api_serving_answers_or_raises_perfcast_error(model: str, hardware: str, n: int, prompt: int, output: int,
+                                                      qps: float | None, tp: int, max_num_seqs: int, scheduler: str,
+                                                      swap: float) -> None:
+    from perfcast.serving.config import ServingConfig, WorkloadConfig
+    from perfcast.serving.engine import simulate_serving
+
+    try:
+        cfg = ServingConfig(model=model, hardware=hardware, tensor_parallel_size=tp, max_num_seqs=max_num_seqs,
+                            scheduler=scheduler, swap_space=swap * 2**30,
+                            workload=WorkloadConfig(num_requests=n, prompt_tokens=prompt, output_tokens=output,
+                                                    qps=qps))
+    except ValidationError:
+        return  # the typed config's own refusal
+    try:
+        res = simulate_serving(cfg)
+    except PerfcastError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    data = res.as_dict()
+    assert math.isfinite(data["ttft_s"]["mean"]) or data.get("completed", 1) == 0
+
+
+@fuzz_settings(40)
+@given(model=st.sampled_from(["gpt2", "llama-2-7b", "mixtral-8x7b", "nope"]),
+       cluster=st.sampled_from(["dgx-h100", "dgx-a100", "nope"]), tp=st.sampled_from([1, 2, 3, 8, 0]),
+       pp=st.sampled_from([1, 2, 4]), dp=st.sampled_from([1, 2, 8]), zero=st.integers(0, 3),
+       micro=st.one_of(st.integers(1, 4), st.sampled_from([0, 10**9])), seq=st.sampled_from([128, 1024, 4096, 10**9]),
+       skew=API_NUMBERS, keep_events=st.booleans())
+def test_api_training_answers_or_raises_perfcast_error(model: str, cluster: str, tp: int, pp: int, dp: int,
+                                                       zero: int, micro: int, seq: int, skew: float,
+                                                       keep_events: bool) -> None:
+    from perfcast.system.plan import ParallelPlan
+    from perfcast.system.training import simulate_training
+
+    try:
+        plan = ParallelPlan(tp=tp, pp=pp, dp=dp, zero=zero, micro_batch=micro, seq_len=seq, moe_skew=skew)
+        res = simulate_training(model, cluster, plan, keep_events=keep_events)
+    except ValidationError:
+        return
+    except PerfcastError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    assert math.isfinite(res.step_time_s) and res.step_time_s > 0
+
+
+@fuzz_settings(60)
+@given(op=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "nope"]),
+       size=st.one_of(st.floats(0, 1e10), st.sampled_from([-1.0, math.inf, math.nan, 1e30])),
+       group=st.one_of(st.integers(1, 64), st.sampled_from([0, -1, 10**9])),
+       cluster=st.sampled_from(["dgx-h100", "dgx-a100", "nope"]),
+       per_node=st.one_of(st.none(), st.integers(-1, 16)),
+       algorithm=st.sampled_from([None, "ring", "tree", "nvls", "nope"]))
+def test_api_collective_answers_or_raises_perfcast_error(op: str, size: float, group: int, cluster: str,
+                                                         per_node: int | None, algorithm: str | None) -> None:
+    from perfcast.system.collectives import collective_time
+
+    try:
+        t = collective_time(op, size, group, cluster, gpus_per_node=per_node, algorithm=algorithm)
+    except PerfcastError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    assert t.time_s >= 0 and math.isfinite(t.time_s)
 
 
 @SETTINGS

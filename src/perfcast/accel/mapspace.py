@@ -91,8 +91,9 @@ def rank_of(order: tuple[int, ...]) -> list[int]:
 
 @cache
 def divisors(n: int) -> tuple[int, ...]:
-    """Divisors of ``n``, ascending."""
-    return tuple(d for d in range(1, n + 1) if n % d == 0)
+    """Divisors of ``n``, ascending (trial division up to its square root)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(small + [n // d for d in reversed(small) if d * d != n])
 
 
 def spatial_options(fan_dims: list[int], size: int, rem: list[int]) -> list[dict[int, int]]:

@@ -17,8 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfcast.accel.spec import DIMS, ProblemSpec
+from perfcast.errors import ConfigError
 
-__all__ = ["R", "S", "P", "Q", "C", "K", "N", "RELEVANT", "Problem"]
+__all__ = ["R", "S", "P", "Q", "C", "K", "N", "MAX_LOOP_BOUND", "RELEVANT", "Problem"]
+
+# a loop bound (dim) of at most 2^24 = 16,777,216: above any layer's (a 256k vocabulary, a million tokens of a
+# batch), and the mapper enumerates each dim's divisors and tilings
+MAX_LOOP_BOUND = 2**24
 
 R, S, P, Q, C, K, N = range(7)
 # dims that index each tensor (a loop over any other dim reuses the tensor's tile)
@@ -39,6 +44,11 @@ class Problem:
     stride_w: int = 1
     dilation_h: int = 1
     dilation_w: int = 1
+
+    def __post_init__(self) -> None:
+        for name, v in zip(DIMS, self.dims, strict=True):
+            if not 1 <= v <= MAX_LOOP_BOUND:
+                raise ConfigError(f"{self.name}: dim {name} = {v:,}; a loop bound is 1 to {MAX_LOOP_BOUND:,}")
 
     @classmethod
     def from_spec(cls, spec: ProblemSpec) -> Problem:

@@ -23,6 +23,7 @@ slow in three of four fresh-process runs.
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -228,8 +229,9 @@ def run_microbenchmarks(*, quick: bool = False, threads: int | None = None,
     """Run the benchmarks on this CPU; returns the measurements and the thread count used."""
     torch = import_torch()
     if threads is not None:
-        if threads < 1:
-            raise ConfigError(f"--threads must be a positive integer (got {threads})")
+        cpus = os.cpu_count() or 1
+        if not 1 <= threads <= cpus:  # more threads than CPUs would measure their contention, not this CPU
+            raise ConfigError(f"--threads {threads}: give 1 to {cpus}, the logical CPUs of this machine")
         torch.set_num_threads(threads)
     used = int(torch.get_num_threads())
     suite = suite_of(quick)

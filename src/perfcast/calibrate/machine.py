@@ -15,7 +15,7 @@ from pathlib import Path
 
 from perfcast.catalog.cpu import CpuEfficiency
 from perfcast.catalog.hardware import Hardware, PeakFlops
-from perfcast.catalog.paths import catalog_dirs
+from perfcast.catalog.paths import catalog_dirs, user_catalog_roots
 
 __all__ = ["LOCAL_CPU_ID", "TDP_PER_CORE_W", "MachineInfo", "build_hardware", "default_path", "probe_machine"]
 
@@ -123,14 +123,9 @@ def build_hardware(info: MachineInfo, *, peak_fp32_flops_per_s: float, memory_ba
 
 
 def default_path() -> Path:
-    """Where ``perfcast calibrate`` writes by default: the first user catalog dir's ``hardware/local-cpu.yaml``.
-
-    The user catalog is ``$PERFCAST_CATALOG`` (first entry), else ``~/.perfcast/catalog``; the latter is
-    only read back when ``PERFCAST_CATALOG`` names it.
-    """
-    roots = [r for r in os.environ.get("PERFCAST_CATALOG", "").split(os.pathsep) if r.strip()]
-    root = Path(roots[0]).expanduser() if roots else Path("~/.perfcast/catalog").expanduser()
-    return root / "hardware" / f"{LOCAL_CPU_ID}.yaml"
+    """Where ``perfcast calibrate`` writes by default: ``hardware/local-cpu.yaml`` in the first user catalog folder
+    (``$PERFCAST_CATALOG``'s first entry, else ``~/.perfcast/catalog``), which the hardware catalog reads."""
+    return user_catalog_roots()[0] / "hardware" / f"{LOCAL_CPU_ID}.yaml"
 
 
 def user_catalog_has(path: Path) -> bool:

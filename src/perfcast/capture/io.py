@@ -10,6 +10,7 @@ from typing import Any
 
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, DataError
+from perfcast.jsonio import read_json
 from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
 
 __all__ = ["WORKLOAD_SCHEMA_VERSION", "load_factory", "load_workload", "save_workload", "workload_from_dict",
@@ -30,18 +31,32 @@ def workload_to_dict(w: Workload, *, source: str = "") -> dict[str, Any]:
             "dtype": w.dtype.value, "flops": w.flops, "bytes": w.bytes, "ops": ops}
 
 
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not text")
+    return value
+
+
+def _scalar(value: Any) -> Any:
+    if value is not None and not isinstance(value, (str, int, float)):
+        raise TypeError(f"{value!r} is not a number or text")
+    return value
+
+
 def workload_from_dict(data: dict[str, Any], *, where: str = "workload") -> Workload:
     """The workload of a :func:`workload_to_dict` dict (DataError naming what is wrong)."""
     if data.get("schema_version") != WORKLOAD_SCHEMA_VERSION:
         raise DataError(f"{where}: schema_version {data.get('schema_version')!r} is not "
                         f"{WORKLOAD_SCHEMA_VERSION}; capture the model again with `perfcast capture`")
     try:
-        ops = tuple(Op(name=o["name"], op=o["op"], kind=OpKind(o["kind"]), dims=tuple(int(d) for d in o["dims"]),
-                       dtype=DType(o["dtype"]), flops=float(o["flops"]), bytes_read=float(o["bytes_read"]),
-                       bytes_written=float(o["bytes_written"]), count=int(o["count"]), phase=Phase(o["phase"]),
-                       group=str(o["group"]), chain=o["chain"], fused_bytes=o["fused_bytes"],
+        ops = tuple(Op(name=_text(o["name"]), op=_text(o["op"]), kind=OpKind(o["kind"]),
+                       dims=tuple(int(d) for d in o["dims"]), dtype=DType(o["dtype"]), flops=float(o["flops"]),
+                       bytes_read=float(o["bytes_read"]), bytes_written=float(o["bytes_written"]),
+                       count=int(o["count"]), phase=Phase(o["phase"]), group=str(o["group"]),
+                       chain=None if o["chain"] is None else _text(o["chain"]),
+                       fused_bytes=None if o["fused_bytes"] is None else float(o["fused_bytes"]),
                        weight_bytes=float(o["weight_bytes"]), tp_split=str(o["tp_split"]), params=int(o["params"]),
-                       meta=tuple((str(k), v) for k, v in o["meta"])) for o in data["ops"])
+                       meta=tuple((_text(k), _scalar(v)) for k, v in o["meta"])) for o in data["ops"])
         return Workload(model_id=str(data["model_id"]), mode=Mode(data["mode"]), batch_size=int(data["batch_size"]),
                         seq_len=int(data["seq_len"]), dtype=DType(data["dtype"]), ops=ops)
     except (KeyError, TypeError, ValueError) as exc:
@@ -60,10 +75,7 @@ def load_workload(path: str | Path) -> Workload:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"workload file {p} does not exist; write one with `perfcast capture ... --out {p}`")
-    try:
-        data = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{p} is not JSON ({exc}); write it with `perfcast capture`") from None
+    data = read_json(p, what="captured workload (JSON from `perfcast capture`)", error=DataError)
     if not isinstance(data, dict):
         raise DataError(f"{p} is not a captured workload (a JSON object)")
     return workload_from_dict(data, where=str(p))

@@ -3,8 +3,8 @@
 Hardware is one YAML file per device under ``data/hardware`` (base SI units,
 each with its ``source``); models are Hugging Face ``config.json`` files under
 ``data/models`` with a sidecar YAML naming their source and aliases. Users add
-their own by passing a file path, or by placing files in a directory listed in
-``PERFCAST_CATALOG`` (``<dir>/hardware/*.yaml``, ``<dir>/models/*.json``).
+their own by passing a file path, or by placing files in the user catalog: ``~/.perfcast/catalog``, or the
+directories listed in ``PERFCAST_CATALOG`` instead (``<dir>/hardware/*.yaml``, ``<dir>/models/*.json``).
 """
 
 from perfcast.catalog.hardware import Hardware, Interconnect, PeakFlops, list_hardware, load_hardware

@@ -7,6 +7,7 @@ device: a new GPU is one YAML file.
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
@@ -153,8 +154,22 @@ def _read_yaml(path: Path) -> Hardware:
     return hw
 
 
-@lru_cache(maxsize=1)
+_READ_STATE: dict[str, object] = {}
+
+
+def _user_dirs_state() -> tuple[tuple[str, int], ...]:
+    """The user hardware folders and their modification times (a file added or removed changes them)."""
+    return tuple((str(d), d.stat().st_mtime_ns) for d in catalog_dirs("hardware")[1:])
+
+
 def _catalog() -> tuple[dict[str, Hardware], dict[str, str]]:
+    """The catalog as read from the folders the environment names now (PERFCAST_CATALOG, else HOME's)."""
+    return _catalog_for(os.environ.get("PERFCAST_CATALOG"), os.environ.get("HOME"))
+
+
+@lru_cache(maxsize=1)
+def _catalog_for(catalog_env: str | None, home: str | None) -> tuple[dict[str, Hardware], dict[str, str]]:
+    _READ_STATE["dirs"] = _user_dirs_state()
     by_id: dict[str, Hardware] = {}
     names: dict[str, str] = {}
     for folder in catalog_dirs("hardware"):
@@ -186,6 +201,10 @@ def load_hardware(name: str | Path) -> Hardware:
         return _read_yaml(path)
     by_id, names = _catalog()
     key = names.get(normalize_name(text))
+    if key is None and _user_dirs_state() != _READ_STATE.get("dirs"):  # a user catalog changed since the last read
+        _catalog_for.cache_clear()  # (e.g. `perfcast calibrate` wrote local-cpu.yaml): read it again
+        by_id, names = _catalog()
+        key = names.get(normalize_name(text))
     if key is None:
         raise UnknownNameError("hardware", text, by_id.keys(), list_command="perfcast hardware list")
     return by_id[key]

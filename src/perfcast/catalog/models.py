@@ -14,7 +14,6 @@ families disagree the normalizer in :func:`from_hf_config` decides and says why.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +24,7 @@ from perfcast.catalog.diffusion import UNetConfig, VAEDecoderConfig
 from perfcast.catalog.paths import catalog_dirs, normalize_name
 from perfcast.catalog.quantization import QuantizationConfig
 from perfcast.errors import CatalogError, ConfigError, UnknownNameError, UnsupportedError
+from perfcast.jsonio import read_json
 from perfcast.yamlio import safe_load
 
 __all__ = [
@@ -431,15 +431,7 @@ def from_hf_config(raw: dict[str, Any], *, model_id: str, meta: dict[str, Any] |
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        with path.open(encoding="utf-8") as fh:
-            raw = json.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"cannot read model config {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: malformed config.json (line {exc.lineno}: {exc.msg}); expected a Hugging Face config.json object"
-        ) from None
+    raw = read_json(path, what="config.json", error=ConfigError)  # bounded: size, nesting, finite numbers
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a config.json must be a JSON object of fields")
     return raw

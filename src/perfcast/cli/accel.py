@@ -89,7 +89,7 @@ def _search(spec: object, problem: object, *, quiet: bool, **options: Any) -> An
     known_total = options.get("strategy") == "exhaustive"
 
     def tick(done: int, total: int) -> None:
-        if quiet:
+        if quiet or not _console(stderr=True).is_terminal:
             return
         if not bar:
             if time.perf_counter() - start < 1.0:

@@ -8,8 +8,11 @@ line (``error: ...``) to stderr and exits 2; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import math
+import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,8 +22,9 @@ import typer
 
 from perfcast.errors import PerfcastError
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_DOES_NOT_FIT", "app", "clusters_app", "does_not_fit", "emit_json", "flag_error",
-           "handled", "hardware_app", "main", "models_app", "refuse_overwrite"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_DOES_NOT_FIT", "app", "check_output_folder", "check_output_paths", "clusters_app",
+           "does_not_fit", "emit_json", "flag_error", "handled", "hardware_app", "main", "models_app", "one_of",
+           "refuse_overwrite", "scenarios_failed"]
 
 # exit codes: 0 = an answer; 1 = it ran and the answer is "no" (does not fit, limits missed, a scenario failed);
 # 2 = bad input (one `error:` line). Every command follows them; the README states them.
@@ -51,6 +55,15 @@ def _console(stderr: bool = False) -> Console:
 
         _CONSOLES[key] = Console(stderr=stderr, highlight=False)
     return _CONSOLES[key]
+
+
+def _progress(*, quiet: bool = False) -> Any:
+    """A transient progress display on stderr, shown only on a terminal (piped or captured, it would leave a blank
+    line before an ``error:`` line) and not with ``quiet`` (``--json``)."""
+    from rich.progress import Progress
+
+    err = _console(stderr=True)
+    return Progress(console=err, transient=True, disable=quiet or not err.is_terminal)
 
 
 def _table(*args: Any, **kwargs: Any) -> Any:
@@ -85,13 +98,75 @@ def emit_json(obj: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(_clean(obj), sort_keys=False) + "\n")
 
 
-def refuse_overwrite(*paths: Path | None, force: bool) -> None:
-    """Nothing a user wrote is overwritten without ``--force``: one error line for the first existing output."""
+def _writable_folder(folder: Path, what: Path, *, create: bool) -> None:
+    """``folder`` exists as a folder this process may write in (or, with ``create``, its first existing ancestor
+    is); else one ConfigError naming ``what``, the output being checked."""
     from perfcast.errors import ConfigError
 
+    here = folder
+    while create and not here.exists() and here != here.parent:
+        here = here.parent
+    if not here.exists():
+        raise ConfigError(f"{what}: the folder {folder} does not exist; create it first or choose another path")
+    if not here.is_dir():
+        raise ConfigError(f"{what}: {here} is a file, not a folder")
+    if not os.access(here, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what}: cannot write in the folder {here} (permission denied)")
+
+
+def check_output_paths(*paths: Path | None, force: bool, create_folders: bool = False) -> None:
+    """Before any work: every output file (``None``: not asked for) can be written, in one ConfigError line for the
+    first that cannot. Its folder must exist (``create_folders``: the command makes it, so the nearest existing
+    folder above must be writable), be a folder and be writable; a file there is replaced only with ``--force``
+    (``force``) and only if writable; a folder is never an output file; two outputs may not share a path.
+    """
+    from perfcast.errors import ConfigError
+
+    seen: dict[Path, Path] = {}
     for path in paths:
-        if path is not None and path.exists() and not force:
-            raise ConfigError(f"{path} exists; pass --force to overwrite it")
+        if path is None:
+            continue
+        key = Path(os.path.abspath(path))
+        if key in seen:
+            raise ConfigError(f"{path}: the same file is given for two outputs; choose one path per output")
+        seen[key] = path
+        if path.is_dir():
+            raise ConfigError(f"{path} is a folder; give a file name (e.g. {path / 'out.json'})")
+        _writable_folder(key.parent, path, create=create_folders)
+        if path.exists() or path.is_symlink():
+            if not force:
+                raise ConfigError(f"{path} exists; pass --force to overwrite it")
+            if not os.access(path, os.W_OK):
+                raise ConfigError(f"{path} exists and is not writable (permission denied)")
+
+
+# the name every command used before the folder checks; same function
+refuse_overwrite = check_output_paths
+
+
+def check_output_folder(folder: Path, *, protect: tuple[str, ...], force: bool) -> None:
+    """Before any work: ``folder`` (created by the command if missing, in an existing writable parent) can take the
+    files named in ``protect``; one of them already there is replaced only with ``--force``."""
+    from perfcast.errors import ConfigError
+
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder} is a file; --out needs a folder")
+    _writable_folder(folder if folder.exists() else Path(os.path.abspath(folder)).parent, folder, create=False)
+    for name in protect:
+        path = folder / name
+        if path.exists() and not force:
+            raise ConfigError(f"{path} exists; pass --force to overwrite it (or choose another --out folder)")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise ConfigError(f"{path} exists and is not writable (permission denied)")
+
+
+def one_of(new_flag: str, new: Any, old_flag: str, old: Any) -> Any:
+    """The value of an option given under its current name or under its older (hidden) spelling, not both."""
+    from perfcast.errors import ConfigError
+
+    if new is not None and old is not None:
+        raise ConfigError(f"{old_flag} is the older name of {new_flag}; give only {new_flag}")
+    return new if new is not None else old
 
 
 def does_not_fit(message: str) -> None:
@@ -100,6 +175,15 @@ def does_not_fit(message: str) -> None:
     The result (with its breakdown) has been printed already, as a table or as the ``--json`` object.
     """
     sys.stderr.write(f"does not fit: {message}\n")
+    raise typer.Exit(EXIT_DOES_NOT_FIT)
+
+
+def scenarios_failed(message: str) -> None:
+    """End ``run`` or ``suite`` when a scenario's status is ``error``: one ``failed:`` line on stderr, exit code 1.
+
+    The results (each scenario's status and error) have been printed already, as a table or as ``--json``.
+    """
+    sys.stderr.write(f"failed: {message}\n")
     raise typer.Exit(EXIT_DOES_NOT_FIT)
 
 
@@ -115,15 +199,39 @@ def flag_error(exc: Any, *, default: str, renames: dict[str, str] | None = None,
     err = exc.errors()[0]
     loc = [str(x) for x in err["loc"] if str(x) not in skip]
     name = (renames or {}).get(loc[0], loc[0]) if loc else default
-    return ConfigError(f"--{name.replace('_', '-')}: {err['msg']}")
+    value = err.get("input")
+    given = f" (got {value!r})" if isinstance(value, (int, float, str)) and len(repr(value)) <= 40 else ""
+    return ConfigError(f"--{name.replace('_', '-')}: {err['msg']}{given}")
+
+
+def _float_flags(fn: Callable[..., Any]) -> dict[str, str]:
+    """Parameter name -> the flag a user types, for the float options of a command."""
+    out: dict[str, str] = {}
+    for name, param in inspect.signature(fn).parameters.items():
+        decls = getattr(param.default, "param_decls", None)
+        if decls and "float" in str(param.annotation):
+            out[name] = next((d.split("/")[0] for d in decls if d.startswith("--")), f"--{name.replace('_', '-')}")
+    return out
+
+
+def _check_finite(flags: dict[str, str], kwargs: dict[str, Any]) -> None:
+    """Every number a user types is finite: ``inf`` and ``nan`` (which Click's FLOAT accepts) are refused."""
+    from perfcast.errors import ConfigError
+
+    for name, flag in flags.items():
+        value = kwargs.get(name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{flag} {value}: not a finite number; give a finite value")
 
 
 def handled(fn: F) -> F:
-    """Turn PerfcastError into one stderr line and exit code 2."""
+    """Turn PerfcastError into one stderr line and exit code 2 (non-finite float options are one)."""
+    flags = _float_flags(fn)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            _check_finite(flags, kwargs)
             return fn(*args, **kwargs)
         except PerfcastError as exc:
             if _STATE["debug"]:
@@ -136,9 +244,76 @@ def handled(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import perfcast
+
+        sys.stdout.write(f"perfcast {perfcast.__version__}\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks of user errors.")) -> None:
+def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks of user errors (in any position)."),
+          version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print the version and exit.")) -> None:
     _STATE["debug"] = debug
+
+
+def _lift_debug(argv: list[str]) -> list[str]:
+    """``--debug`` anywhere before a bare ``--`` moves to the front, where the app's own option reads it: it then
+    works after the command's options as well as before the command."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    if "--debug" not in argv[:end]:
+        return argv
+    return ["--debug", *(a for a in argv[:end] if a != "--debug"), *argv[end:]]
+
+
+_SCIENTIFIC = re.compile(r"^[+-]?[0-9]+(\.[0-9]*)?[eE]\+?[0-9]+$")
+
+
+def _int_options(argv: list[str]) -> set[str]:
+    """The option spellings of the command ``argv`` names whose values are whole numbers."""
+    import typing
+
+    import typer.main
+
+    cmd: Any = typer.main.get_command(app)
+    for token in argv:
+        sub = getattr(cmd, "commands", {}).get(token) if not token.startswith("-") else None
+        if sub is None and not token.startswith("-"):
+            break
+        cmd = sub or cmd
+    out: set[str] = set()
+    for param in getattr(cmd, "params", ()):
+        ann = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+        if ann is int or int in typing.get_args(ann):
+            out.update(param.opts)
+    return out
+
+
+def _whole_numbers(argv: list[str]) -> list[str]:
+    """Whole numbers typed in scientific notation (``-n 1e6``) written out in digits for the options that take
+    whole numbers, so that they reach the option's own bounds (``-n 1e11`` is refused for being beyond the
+    requests a simulation holds, not for its spelling); ``1.5e0`` and other fractions stay as typed."""
+    import decimal
+
+    if not any(_SCIENTIFIC.match(t.partition("=")[2] or t) for t in argv):
+        return argv
+    ints = _int_options(argv)
+    out = list(argv)
+    for i, token in enumerate(argv):
+        flag, eq, value = token.partition("=")
+        if eq and flag in ints:
+            target, text = i, value
+        elif i > 0 and argv[i - 1] in ints:
+            target, text = i, token
+        else:
+            continue
+        if len(text) <= 12 and _SCIENTIFIC.match(text):
+            number = decimal.Decimal(text)
+            if number == number.to_integral_value():
+                out[target] = f"{flag}={int(number)}" if eq else str(int(number))
+    return out
 
 
 def _usage_error_types() -> tuple[type[BaseException], ...]:
@@ -150,7 +325,7 @@ def main() -> None:
     """Entry point of the ``perfcast`` script: usage errors become one ``error:`` line and exit 2."""
     usage = _usage_error_types()
     try:
-        code = app(standalone_mode=False)
+        code = app(args=_whole_numbers(_lift_debug(sys.argv[1:])), prog_name="perfcast", standalone_mode=False)
     except usage as exc:  # type: ignore[misc]
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `perfcast`: the help text, success
             sys.stdout.write(str(exc.format_message()) + "\n")  # type: ignore[attr-defined]

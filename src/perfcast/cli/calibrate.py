@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from perfcast.cli.app import _console, app, emit_json, handled, refuse_overwrite
+from perfcast.cli.app import _console, app, check_output_paths, emit_json, handled
 
 __all__: list[str] = []
 
@@ -14,8 +14,9 @@ __all__: list[str] = []
 @app.command()
 @handled
 def calibrate(
-    out: Path = typer.Option(None, "--out", "-o", help="Hardware YAML to write (default: "
-                                                       "$PERFCAST_CATALOG/hardware/local-cpu.yaml)."),
+    out: Path = typer.Option(None, "--out", "-o", help="Hardware YAML to write (default: local-cpu.yaml in the "
+                                                       "user catalog the hardware catalog reads: "
+                                                       "~/.perfcast/catalog/hardware/, or $PERFCAST_CATALOG's)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
     quick: bool = typer.Option(False, "--quick", help="A few benchmarks per family (seconds, less accurate)."),
     threads: int = typer.Option(None, "--threads", help="torch threads to calibrate for (default: all cores); "
@@ -29,7 +30,7 @@ def calibrate(
     from perfcast.calibrate.write import calibrate_to
 
     path = out or default_path()
-    refuse_overwrite(path, force=force)
+    check_output_paths(path, force=force, create_folders=out is None)  # the user catalog's folders are made
     start = time.perf_counter()
     if as_json:
         hw, n = calibrate_to(path, quick=quick, threads=threads)
@@ -53,6 +54,8 @@ def calibrate(
             markup=False)
     c.print("  fit error (median): " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in hw.cpu.fit_error_frac.items()),
             markup=False)
-    if not user_catalog_has(path):
+    if user_catalog_has(path):
+        c.print(f"  use it by name: --hardware {hw.id}", markup=False)
+    else:
         c.print(f"  use it as --hardware {path}, or by name after export PERFCAST_CATALOG={path.parent.parent}",
                 markup=False)

@@ -12,15 +12,19 @@ import typer
 from perfcast.cli.app import (
     _console,
     _print_fields,
+    _progress,
     _table,
     app,
+    check_output_folder,
+    check_output_paths,
     clusters_app,
     does_not_fit,
     emit_json,
     handled,
     hardware_app,
     models_app,
-    refuse_overwrite,
+    one_of,
+    scenarios_failed,
 )
 
 __all__: list[str] = []
@@ -171,10 +175,12 @@ def collective(
     """Predict the time of one collective over a group of GPUs on a cluster."""
     from perfcast.system.cluster import load_cluster
     from perfcast.system.collectives import collective_time
+    from perfcast.system.collectives.model import check_buffer_fits
     from perfcast.units import format_bytes, format_time, parse_bytes
 
     c = load_cluster(cluster, nodes=nodes)
     nbytes = parse_bytes(size)
+    check_buffer_fits(nbytes, c)
     t = collective_time(op, nbytes, gpus, c, gpus_per_node=gpus_per_node, algorithm=algorithm)
     if as_json:
         emit_json({"op": t.op, "algorithm": t.algorithm, "protocol": t.protocol, "cluster": c.id,
@@ -340,7 +346,7 @@ def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str | None, paral
 @handled
 def predict_batch_cmd(
     table: Path = typer.Argument(..., help="A CSV or CSV.gz in one of the ground-truth schemas."),
-    output: Path = typer.Option(..., "-o", "--output", help="Where to write the predicted CSV (.gz to compress)."),
+    output: Path = typer.Option(..., "-o", "--out", help="Where to write the predicted CSV (.gz to compress)."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (summary)."),
 ) -> None:
@@ -348,8 +354,9 @@ def predict_batch_cmd(
     from perfcast.validate.metrics import summarize
     from perfcast.validate.predict_batch import predict_batch, write_predictions
 
+    check_output_paths(output, force=force)
     res = predict_batch(table)
-    path = write_predictions(res, output, force=force)
+    path = write_predictions(res, output, force=True)  # checked before the work
     ok = sum(1 for s in res.prediction.status if s == "ok")
     targets: dict[str, dict[str, float | int]] = {}
     for t in res.targets:
@@ -397,7 +404,6 @@ def validate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict the measured tables and print the error per table and device."""
-    from rich.progress import Progress
 
     if local:
         _validate_local(as_json)
@@ -408,13 +414,14 @@ def validate(
     from perfcast.validate.report import run_validation
 
     if out_dir is not None:
+        check_output_folder(out_dir, protect=(), force=force)
         check_validation_path(out_dir, force=force)
     if as_json:
         rep = run_validation(list(tables) if tables else None)
         written = write_validation(rep, out_dir) if out_dir is not None else None
         emit_json({**rep.as_dict(), **({"validation_file": str(written)} if written else {})})
         return
-    with Progress(console=_console(stderr=True), transient=True) as prog:
+    with _progress() as prog:
         task = prog.add_task("validating", total=None)
         rep = run_validation(list(tables) if tables else None,
                              progress=lambda m: prog.update(task, description=f"validating {m}"))
@@ -437,21 +444,25 @@ def validate(
 @app.command()
 @handled
 def fit(
-    output: Path = typer.Option(None, "-o", "--output", help="Where to write coefficients (default: print only)."),
+    output: Path = typer.Option(None, "-o", "--out", help="Where to write coefficients (default: print only)."),
     stages: str = typer.Option("vector,gemm,conv,tensor,attention", "--stages",
                                help="Comma-separated stages: vector, gemm, conv, tensor, attention (kernel "
                                     "tables), host "
                                     "(host time per eager kernel, from end-to-end rows of your own machine) and "
                                     "collectives (VIDUR network and published collective tables), training "
                                     "(published training runs); "
-                                    "none = keep the current coefficients (e.g. to recompute --intervals)."),
-    intervals: Path = typer.Option(None, "--intervals", help="Also write prediction intervals to this JSON."),
-    compose_output: Path = typer.Option(None, "--compose-output",
+                                    "none = keep the current coefficients (e.g. to recompute --intervals-out)."),
+    intervals: Path = typer.Option(None, "--intervals-out", help="Also write prediction intervals to this JSON."),
+    compose_output: Path = typer.Option(None, "--compose-out",
                                         help="Where the host stage writes composition coefficients."),
-    collectives_output: Path = typer.Option(None, "--collectives-output",
+    collectives_output: Path = typer.Option(None, "--collectives-out",
                                             help="Where the collectives stage writes its coefficients."),
-    training_output: Path = typer.Option(None, "--training-output",
+    training_output: Path = typer.Option(None, "--training-out",
                                          help="Where the training stage writes its coefficients."),
+    intervals_old: Path = typer.Option(None, "--intervals", hidden=True),  # the README's earlier spellings
+    compose_old: Path = typer.Option(None, "--compose-output", hidden=True),
+    collectives_old: Path = typer.Option(None, "--collectives-output", hidden=True),
+    training_old: Path = typer.Option(None, "--training-output", hidden=True),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -460,17 +471,21 @@ def fit(
     from perfcast.kernel.coefficients import load_coefficients
     from perfcast.validate.fit import fit_coefficients, fit_host, fit_intervals
 
-    refuse_overwrite(output, intervals, compose_output, collectives_output, training_output, force=force)
+    intervals = one_of("--intervals-out", intervals, "--intervals", intervals_old)
+    compose_output = one_of("--compose-out", compose_output, "--compose-output", compose_old)
+    collectives_output = one_of("--collectives-out", collectives_output, "--collectives-output", collectives_old)
+    training_output = one_of("--training-out", training_output, "--training-output", training_old)
+    check_output_paths(output, intervals, compose_output, collectives_output, training_output, force=force)
     chosen = [s.strip() for s in stages.split(",") if s.strip() and s.strip() != "none"]
     known = {"vector", "gemm", "conv", "tensor", "attention", "host", "collectives", "training"}
     if set(chosen) - known or (not chosen and stages.strip() != "none"):
         raise ConfigError(f"unknown fit stages {sorted(set(chosen) - known) or chosen}; use {', '.join(sorted(known))}")
     if "host" in chosen and compose_output is None:
-        raise ConfigError("the host stage needs --compose-output PATH for the composition coefficients")
+        raise ConfigError("the host stage needs --compose-out PATH for the composition coefficients")
     if "collectives" in chosen and collectives_output is None:
-        raise ConfigError("the collectives stage needs --collectives-output PATH for the collective coefficients")
+        raise ConfigError("the collectives stage needs --collectives-out PATH for the collective coefficients")
     if "training" in chosen and training_output is None:
-        raise ConfigError("the training stage needs --training-output PATH for the training coefficients")
+        raise ConfigError("the training stage needs --training-out PATH for the training coefficients")
     lines: list[str] = []
     logger = lines.append if as_json else _console(stderr=True).print  # the log is not the result
     kernel_stages = [s for s in chosen if s not in ("host", "collectives", "training")]
@@ -512,27 +527,35 @@ def fit(
 @app.command()
 @handled
 def suite(
-    only: str = typer.Option("", "--only", help="Comma-separated scenario ids (default: all)."),
+    only: str | None = typer.Option(None, "--only", help="Comma-separated scenario ids or YAML files (default: all)."),
     out_dir: Path = typer.Option(None, "--out", help="Write results.json, results.csv and report.html into this "
                                                      "folder."),
     validation: Path = typer.Option(None, "--validation", help="validation.json for the report's validation page "
                                                                "(default: the --out folder's, if any)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the --out folder's results.json, results.csv and "
+                                                      "a report.html perfcast did not write."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run the scenario suite and print one row per scenario."""
-    from rich.progress import Progress
 
     from perfcast.cli.report import REPORT_FILE, check_report_path, write_folder_report
+    from perfcast.errors import ConfigError
     from perfcast.report.results import collective_tables, serving_table, training_table, write_results
     from perfcast.report.scenario_tables import kind_tables
     from perfcast.report.text import pct
     from perfcast.scenarios import list_scenarios, load_scenario, run_scenario
 
+    if only is not None and not only.replace(",", "").strip():
+        raise ConfigError(f"--only {only!r} names no scenario; give ids such as T1.1,R2 (or leave --only out for all)")
     scenarios = [load_scenario(s.strip()) for s in only.split(",") if s.strip()] if only else list_scenarios()
-    if out_dir is not None:  # before the run: the folder's report.html is replaced only if perfcast wrote it
-        check_report_path(out_dir / REPORT_FILE, force=False, explicit=False)
+    if validation is not None and not validation.is_file():
+        raise ConfigError(f"--validation {validation} does not exist; write it with `perfcast validate --out DIR`")
+    if out_dir is not None:  # before the run; the folder's report.html is replaced if perfcast wrote it
+        check_output_folder(out_dir, protect=("results.json", "results.csv"), force=force)
+        if out_dir.is_dir():
+            check_report_path(out_dir / REPORT_FILE, force=force, explicit=False)
     results = []
-    with Progress(console=_console(stderr=True), transient=True, disable=as_json) as prog:
+    with _progress(quiet=as_json) as prog:
         task = prog.add_task("suite", total=len(scenarios))
         for sc in scenarios:
             prog.update(task, description=f"scenario {sc.id}")
@@ -545,6 +568,7 @@ def suite(
         emit_json({"scenarios": [{"id": r.id, "kind": r.kind, "status": r.status, **r.headline(),
                                   **({"error": r.error} if r.error else {}), "notes": r.notes, "rows": r.rows}
                                  for r in results]})
+        _fail_on_errors(results)
         return
     t = _table(title="perfcast suite")
     for c in ("id", "title", "predictions", "vs measured", "MAPE", "status"):
@@ -607,5 +631,14 @@ def suite(
             where = f"{out_dir}/results.csv" if out_dir is not None else "`perfcast suite --out DIR` or --json"
             _console().print(f"{r.id}: {len(others)} more predictions on devices without visible measurements: "
                              f"{where}")
+    _fail_on_errors(results)
+
+
+def _fail_on_errors(results: list[Any]) -> None:
+    """Exit code 1 (one ``failed:`` line) when a scenario's status is ``error``; out-of-memory answers are answers."""
+    failed = [r.id for r in results if r.status == "error"]
+    if failed:
+        scenarios_failed(f"{len(failed)} of {len(results)} scenarios errored: {', '.join(failed)} (see their error "
+                         "above)")
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from perfcast.cli.app import app, emit_json, handled
+from perfcast.cli.app import app, check_output_paths, emit_json, handled
 
 __all__ = ["REPORT_FILE", "check_report_path", "write_folder_report"]
 
@@ -15,17 +15,18 @@ REPORT_FILE = "report.html"
 
 
 def check_report_path(path: Path, *, force: bool, explicit: bool) -> None:
-    """Refuse to replace an existing file unless ``--force``; a folder's own ``report.html`` (``explicit`` False)
-    may be replaced when perfcast wrote it."""
+    """Before the work: ``path`` can take the report. An existing file is replaced only with ``force``, except that
+    a folder's own ``report.html`` (``explicit`` False) may be replaced when perfcast wrote it; the folder must
+    exist and be writable (:func:`perfcast.cli.app.check_output_paths`)."""
     from perfcast.errors import ConfigError
     from perfcast.report.html import is_perfcast_report
 
     if path.is_dir():
         raise ConfigError(f"{path} is a folder; --out needs a file name such as {path / REPORT_FILE}")
-    if not path.exists() or force or (not explicit and is_perfcast_report(path)):
-        return
-    why = "" if explicit else " and is not a perfcast report"
-    raise ConfigError(f"{path} exists{why}; pass --force to overwrite it")
+    if path.exists() and not force and (explicit or not is_perfcast_report(path)):
+        why = "" if explicit else " and is not a perfcast report"
+        raise ConfigError(f"{path} exists{why}; pass --force to overwrite it")
+    check_output_paths(path, force=True)
 
 
 def write_folder_report(folder: Path, *, out: Path | None = None, validation: Path | None = None) -> tuple[Path, int]:
@@ -52,6 +53,10 @@ def report(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Rebuild the HTML report (one self-contained file) from saved results, without re-running anything."""
+    from perfcast.errors import ConfigError
+
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not a folder; give the folder `perfcast suite --out DIR` wrote")
     path = out if out is not None else folder / REPORT_FILE
     check_report_path(path, force=force, explicit=out is not None)
     written, figures = write_folder_report(folder, out=out, validation=validation)

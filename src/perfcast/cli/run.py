@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from perfcast.cli.app import _console, _table, app, emit_json, handled
+from perfcast.cli.app import _console, _table, app, does_not_fit, emit_json, handled, scenarios_failed
 
 __all__: list[str] = []
 
@@ -49,7 +49,8 @@ def run_file(
     file: Path = typer.Argument(..., help="A scenario YAML file (the schema of the shipped suite's files)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Run one scenario file and print its predictions (status ok, oom or error)."""
+    """Run one scenario file and print its predictions (status ok, oom or error). Exit code 0 when it answers,
+    1 when every run is out of memory (a verdict, its breakdown printed) or the scenario errored, 2 for a bad file."""
     from perfcast.errors import ConfigError
     from perfcast.scenarios import load_scenario, run_scenario
 
@@ -61,7 +62,19 @@ def run_file(
     if as_json:
         emit_json({"id": r.id, "title": r.title, "kind": r.kind, "status": r.status, **r.headline(),
                    **({"error": r.error} if r.error else {}), "notes": r.notes, "rows": r.rows})
-        return
+    else:
+        _print_result(r)
+    if r.status == "error":
+        scenarios_failed(f"{r.id}: " + " ".join((r.error or "every run failed").split()))
+    if r.status == "oom":
+        oom = next((n for n in r.notes if ": out of memory" in n), "every run is out of memory")
+        does_not_fit(f"{r.id}: " + " ".join(oom.split()))
+
+
+def _print_result(r: object) -> None:
+    from perfcast.scenarios.result import ScenarioResult
+
+    assert isinstance(r, ScenarioResult)
     h = r.headline()
     con = _console()
     con.print(f"{r.id}: {r.title}: {r.status} ({h['predictions']} predictions, {h['with_measurement']} with a "

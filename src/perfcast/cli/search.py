@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, _table, app, emit_json, flag_error, handled, refuse_overwrite
+from perfcast.cli.app import _console, _progress, _table, app, emit_json, flag_error, handled, refuse_overwrite
 
 __all__ = ["search"]
 
@@ -47,7 +47,8 @@ def search(
     top: int = typer.Option(10, "--top", help="Best plans to print."),
     backend: str = typer.Option("local", "--backend", help="local | ray (a Ray cluster; RAY_ADDRESS or a "
                                                            "local 2-CPU Ray)."),
-    tp: str | None = typer.Option(None, "--tp", help="Tensor-parallel degrees, e.g. 1,2,4,8 (default: the node's)."),
+    tp: str | None = typer.Option(None, "--tp", help="Tensor-parallel degrees, e.g. 1,2,4,8 (default: the node's; "
+                                                     "--serve: those dividing --gpus and the heads)."),
     pp: str | None = typer.Option(None, "--pp", help="Pipeline degrees (default: divisors of the GPUs <= layers)."),
     cp: str | None = typer.Option(None, "--cp", help="Context-parallel degrees (default 1,2,4,...,32)."),
     ep: str | None = typer.Option(None, "--ep", help="Expert-parallel degrees (default: divisors of the experts)."),
@@ -85,13 +86,27 @@ def search(
 
     refuse_overwrite(out, force=force)
     counts = _ints("--gpus", gpus) or ()
+    serving_defaults = {"--schedulers": (schedulers, "vllm,sarathi"), "--chunk-sizes": (chunk_sizes, "512,2048"),
+                        "--max-num-seqs": (max_num_seqs, "64,256"), "--requests-per-replica": (requests_per_replica,
+                                                                                               100)}
+    _one_kind_of_flags(serve, {"--pp": pp, "--cp": cp, "--ep": ep, "--vp": vp, "--micro-batch": micro_batch,
+                               "--recompute": recompute, "--zero": zero, "--global-batch": global_batch,
+                               "--price-per-gpu-hour": price},
+                       {"--hardware": hardware, "--slo-ttft-p99": slo_ttft, "--slo-tpot-p99": slo_tpot,
+                        "--trace": trace, "--prompt-tokens": prompt_tokens, "--output-tokens": output_tokens,
+                        **{flag: value for flag, (value, default) in serving_defaults.items() if value != default}})
     if serve:
+        from perfcast.sweep.space import MAX_GPUS
+
         if len(counts) != 1:
             raise ConfigError(f"--serve searches one GPU budget; --gpus {gpus!r} lists {len(counts)}")
+        if counts[0] > MAX_GPUS:
+            raise ConfigError(f"--gpus {counts[0]}: at most {MAX_GPUS:,} GPUs (160x the largest cluster built)")
         if hardware is None:
             raise ConfigError("--serve needs --hardware (a GPU id; `perfcast hardware list`)")
         data = _serve(model, hardware, counts[0], cluster, slo_ttft, slo_tpot, trace, prompt_tokens, output_tokens,
-                      schedulers, chunk_sizes, max_num_seqs, requests_per_replica, top, quiet=as_json)
+                      schedulers, chunk_sizes, max_num_seqs, requests_per_replica, top, quiet=as_json,
+                      tps=_ints("--tp", tp))
     else:
         from perfcast.sweep.search import search_training
         from perfcast.sweep.space import SearchSpace
@@ -128,6 +143,17 @@ def search(
         _console().print(f"result written to {out}")
 
 
+def _one_kind_of_flags(serve: bool, training: dict[str, object], serving: dict[str, object]) -> None:
+    """A flag of the other kind of search is refused, not ignored."""
+    from perfcast.errors import ConfigError
+
+    wrong = [flag for flag, value in (training if serve else serving).items() if value is not None]
+    if wrong:
+        kind = "a training search (without --serve)" if serve else "a serving search (--serve)"
+        raise ConfigError(f"{', '.join(wrong)} {'applies' if len(wrong) == 1 else 'apply'} to {kind} only; drop "
+                          f"{'it' if len(wrong) == 1 else 'them'} or {'drop' if serve else 'add'} --serve")
+
+
 def _ints_zero(text: str | None) -> tuple[int, ...]:
     from perfcast.errors import ConfigError
 
@@ -144,19 +170,25 @@ def _ints_zero(text: str | None) -> tuple[int, ...]:
 
 def _serve(model: str, hardware: str, gpus: int, cluster: str | None, slo_ttft: float | None, slo_tpot: float | None,
            trace: str | None, prompt_tokens: int | None, output_tokens: int | None, schedulers: str, chunk_sizes: str,
-           max_num_seqs: str, requests_per_replica: int, top: int, quiet: bool = False) -> dict[str, Any]:
+           max_num_seqs: str, requests_per_replica: int, top: int, quiet: bool = False,
+           tps: tuple[int, ...] | None = None) -> dict[str, Any]:
     from pydantic import ValidationError
 
     from perfcast.errors import ConfigError
-    from perfcast.serving.config import ServingConfig, WorkloadConfig
+    from perfcast.serving.config import MAX_NUM_SEQS, MAX_REQUESTS, MAX_TOKENS, ServingConfig, WorkloadConfig
     from perfcast.serving.schedulers import SCHEDULERS
     from perfcast.sweep.serving import search_serving
 
     names = _words(schedulers) or ("vllm", "sarathi")
     for name in names:
         SCHEDULERS.get(name)
-    if requests_per_replica < 1:
-        raise ConfigError(f"--requests-per-replica must be at least 1 (got {requests_per_replica})")
+    if not 1 <= requests_per_replica <= MAX_REQUESTS:
+        raise ConfigError(f"--requests-per-replica must be 1 to {MAX_REQUESTS:,}, the requests a simulation holds "
+                          f"(got {requests_per_replica})")
+    for flag, text, bound in (("--max-num-seqs", max_num_seqs, MAX_NUM_SEQS), ("--chunk-sizes", chunk_sizes,
+                                                                               MAX_TOKENS)):
+        if max(_ints(flag, text) or (1,)) > bound:  # the candidates are copies of one config, not validated again
+            raise ConfigError(f"{flag} {text}: each value is at most {bound:,}")
     if trace is None and (prompt_tokens is None or output_tokens is None):
         trace = "arxiv_summarization"
     try:
@@ -166,11 +198,10 @@ def _serve(model: str, hardware: str, gpus: int, cluster: str | None, slo_ttft: 
     except ValidationError as exc:
         raise flag_error(exc, default="config", skip=("workload",), renames={
             "slo_ttft_s": "slo-ttft-p99", "slo_tpot_s": "slo-tpot-p99"}) from None
-    from rich.progress import Progress
 
-    with Progress(console=_console(stderr=True), transient=True, disable=quiet) as prog:
+    with _progress(quiet=quiet) as prog:
         task = prog.add_task("deployments", total=None)
-        res = search_serving(base, gpus, schedulers=names,
+        res = search_serving(base, gpus, tps=tps, schedulers=names,
                              chunk_sizes=_ints("--chunk-sizes", chunk_sizes) or (512,),
                              max_num_seqs=_ints("--max-num-seqs", max_num_seqs) or (256,),
                              requests_per_replica=requests_per_replica,

@@ -14,7 +14,6 @@ A file that is not what it should be is a one-line :class:`~perfcast.errors.Data
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from perfcast.errors import DataError
+from perfcast.jsonio import read_json
 
 __all__ = ["VALIDATION_SCHEMA_VERSION", "ReportInputs", "SearchData", "ValidationFile", "ValidationPoints",
            "ValidationTable", "read_inputs", "read_results", "read_search", "read_validation", "search_of_row",
@@ -83,12 +83,7 @@ class ReportInputs:
 
 
 def _load_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DataError(f"cannot read {what} {path}: {exc.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not valid JSON ({exc})") from None
+    return read_json(path, what=what, error=DataError)  # bounded: size, nesting, finite numbers
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:

@@ -26,7 +26,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcast.errors import ConfigError, UnknownNameError
@@ -34,7 +33,7 @@ from perfcast.serving.config import ServingConfig
 from perfcast.serving.rlhf import RLHFConfig
 from perfcast.sweep.space import SearchSpace
 from perfcast.system.plan import ParallelPlan
-from perfcast.yamlio import load_model_file, safe_load, validation_message
+from perfcast.yamlio import read_yaml, validation_message
 
 __all__ = ["AccelReference", "AccelRun", "AccelScenario",
            "CollectiveRun", "CollectiveScenario", "DiffusionRun", "DiffusionScenario", "ExpectedOrder", "LatencyRun",
@@ -390,12 +389,12 @@ def _kind_class(raw: object, where: str) -> _ScenarioClass:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: a scenario must be a YAML mapping of keys")
     kind = raw.get("kind")
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise ConfigError(f"{where}: key kind: {kind!r} is not a scenario kind; use one of {', '.join(_KINDS)}")
     return _KINDS[str(kind)]
 
 
-def scenario_from_dict(raw: dict[str, object], where: str = "scenario") -> Scenario:
+def scenario_from_dict(raw: object, where: str = "scenario") -> Scenario:
     """Validate plain data as the scenario its ``kind`` names (raises ConfigError naming the key)."""
     cls = _kind_class(raw, where)
     try:
@@ -419,13 +418,7 @@ def load_scenario(name: str | Path) -> Scenario:
         path = ids[text]
     if not path.is_file():
         raise ConfigError(f"scenario file {path} does not exist")
-    try:
-        raw = safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read scenario ({exc.__class__.__name__})") from None
-    cls = _kind_class(raw, str(path))
-    scenario: Scenario = load_model_file(path, cls, what="scenario", error=ConfigError)
-    return scenario
+    return scenario_from_dict(read_yaml(path, what="scenario", error=ConfigError), str(path))
 
 
 def _order(path: Path) -> tuple[object, ...]:

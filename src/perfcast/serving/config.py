@@ -13,7 +13,23 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["PRECISION_QUANTIZATION", "ServingConfig", "WorkloadConfig"]
+__all__ = ["MAX_NUM_SEQS", "MAX_REPLICAS", "MAX_REQUESTS", "MAX_SWAP_SPACE_BYTES", "MAX_TOKENS",
+           "PRECISION_QUANTIZATION", "ServingConfig", "WorkloadConfig"]
+
+# Bounds on what one simulation is asked (the configs refuse beyond them in one line, naming the bound):
+# requests per simulation: each is held in memory to the end; a million short requests take ~270 MB and ~10 s
+# (measured, llama-2-7b on h100), long ones minutes: more is not a run a process can hold
+MAX_REQUESTS = 1_000_000
+# replicas behind the router, each simulated with its own scheduler and KV cache; 10,000 replicas take seconds
+MAX_REPLICAS = 10_000
+# sequences per iteration: the iteration model tabulates the LM head per sequence count up to it, as it does
+# per token count up to 65,536 (vLLM's defaults are 256-1,024)
+MAX_NUM_SEQS = 65_536
+# CPU swap space per GPU: 1 PiB, beyond any host's memory
+MAX_SWAP_SPACE_BYTES = 2.0**50
+# tokens of one request (and the token limits of the engine): lengths live in int64 numpy arrays and are multiplied
+# by bytes per token; 2^31 - 1 is 200x the longest context any model takes (10M tokens)
+MAX_TOKENS = 2**31 - 1
 
 # a benchmark's precision label (as tables and MLPerf write it) -> ServingConfig.quantization
 PRECISION_QUANTIZATION: dict[str, str] = {"fp16": "none", "bf16": "none", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4"}
@@ -22,9 +38,9 @@ PRECISION_QUANTIZATION: dict[str, str] = {"fp16": "none", "bf16": "none", "fp8":
 class WorkloadConfig(BaseModel):
     """The requests: how many, when they arrive, how long they are."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    num_requests: int = Field(default=200, ge=1)
+    num_requests: int = Field(default=200, ge=1, le=MAX_REQUESTS)
     seed: int = 42
     arrival: Literal["poisson", "gamma", "fixed", "trace"] = "poisson"
     qps: float | None = Field(default=None, gt=0, description="requests per second (None = all at time 0)")
@@ -33,10 +49,12 @@ class WorkloadConfig(BaseModel):
                                     "outstanding, the next sent when one finishes (a benchmark client's "
                                     "--max-concurrency); with qps, a request waits for its time and a free slot")
     trace: str | None = Field(default=None, description="a shipped trace name or a CSV path (lengths, arrivals)")
-    prompt_tokens: int | None = Field(default=None, ge=1)
-    output_tokens: int | None = Field(default=None, ge=1)
-    shared_prefix_tokens: int = Field(default=0, ge=0, description="tokens of a system prompt requests share")
-    num_prefixes: int = Field(default=1, ge=1, description="distinct shared prefixes (requests pick one at random)")
+    prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    output_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS, description="tokens of a system prompt "
+                                      "requests share")
+    num_prefixes: int = Field(default=1, ge=1, le=MAX_REQUESTS, description="distinct shared prefixes (requests "
+                              "pick one at random; at most one per request)")
     images_per_request: int = Field(default=0, ge=0, description="images in each prompt (multimodal models: each "
                                                                  "runs the vision tower and adds its image tokens)")
     retrieval_latency_s: float = Field(default=0.0, ge=0, description="RAG: mean time of the retrieval stage "
@@ -44,16 +62,17 @@ class WorkloadConfig(BaseModel):
                                                                      "request reaches the engine")
     retrieval_latency_cv: float = Field(default=0.0, ge=0, description="coefficient of variation of that time "
                                                                        "(lognormal)")
-    retrieved_tokens: int = Field(default=0, ge=0, description="RAG: tokens of retrieved context added to the prompt")
-    num_beams: int = Field(default=1, ge=1, description="beam search: beams per request (TensorRT-LLM's "
-                           "beam_width); each decodes as a sequence of its own over the shared prompt, and the "
-                           "request returns one sequence of output_tokens")
+    retrieved_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS, description="RAG: tokens of retrieved context "
+                                  "added to the prompt")
+    num_beams: int = Field(default=1, ge=1, le=MAX_NUM_SEQS, description="beam search: beams per request "
+                           "(TensorRT-LLM's beam_width); each decodes as a sequence of its own over the shared "
+                           "prompt, and the request returns one sequence of output_tokens")
 
 
 class ServingConfig(BaseModel):
     """One deployment under one load (see the module docstring for the names)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str
     hardware: str
@@ -65,7 +84,7 @@ class ServingConfig(BaseModel):
                                           "GPUs runs attention on its own sequences (TensorRT-LLM's "
                                           "enable_attention_dp); max_num_seqs and max_num_batched_tokens then count "
                                           "the whole replica")
-    num_replicas: int = Field(default=1, ge=1)
+    num_replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     cluster: str | None = Field(default=None, description="cluster id for TP collectives (default: the GPU's node)")
     scheduler: str = "vllm"
     router: Literal["round_robin", "least_outstanding", "shortest_queue"] = "round_robin"
@@ -78,23 +97,26 @@ class ServingConfig(BaseModel):
         "for an unquantized one), or a checkpoint quantized that way (none = a 16-bit copy); see "
         "perfcast.workload.quantization for how each scheme runs on the GPU")
     kv_cache_dtype: Literal["auto", "fp16", "bf16", "fp8"] = "auto"
-    max_num_seqs: int = Field(default=256, ge=1)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1,
+    max_num_seqs: int = Field(default=256, ge=1, le=MAX_NUM_SEQS)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS,
                                                description="token budget per iteration (default per scheduler)")
-    max_model_len: int | None = Field(default=None, ge=2, description="context limit (default: the model's)")
+    max_model_len: int | None = Field(default=None, ge=2, le=MAX_TOKENS, description="context limit (default: the "
+                                      "model's)")
     allow_long_max_model_len: bool = Field(default=False, description="accept a max_model_len above the model's "
                                            "context (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN): for a deployment "
                                            "known to run longer (e.g. RoPE scaled at serving time)")
     enable_chunked_prefill: bool = False
-    chunk_size: int = Field(default=512, ge=1, description="sarathi / chunked prefill: tokens per iteration")
-    block_size: int = Field(default=16, ge=1)
+    chunk_size: int = Field(default=512, ge=1, le=MAX_TOKENS, description="sarathi / chunked prefill: tokens per "
+                            "iteration")
+    block_size: int = Field(default=16, ge=1, le=MAX_TOKENS)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     watermark_frac: float = Field(default=0.01, ge=0, lt=1)
-    swap_space: float = Field(default=4 * 2**30, ge=0, description="CPU swap space per GPU (bytes)")
+    swap_space: float = Field(default=4 * 2**30, ge=0, le=MAX_SWAP_SPACE_BYTES, description="CPU swap space per GPU "
+                              "(bytes)")
     preemption_mode: Literal["recompute", "swap"] = "recompute"
     enable_prefix_caching: bool = False
-    num_prefill_replicas: int = Field(default=0, ge=0, description="disaggregated serving: the first N replicas "
-                                                                   "only prefill, then hand the KV cache over")
+    num_prefill_replicas: int = Field(default=0, ge=0, le=MAX_REPLICAS, description="disaggregated serving: the "
+                                      "first N replicas only prefill, then hand the KV cache over")
     kv_transfer_bandwidth_Bps: float = Field(default=50e9, gt=0, description="per GPU, prefill to decode pool")
     kv_transfer_latency_s: float = Field(default=100e-6, ge=0)
     speculative_model: str | None = Field(default=None, description="draft model for speculative decoding")

@@ -65,7 +65,7 @@ _ROLES = ("actor", "reference", "critic", "reward")
 class RLHFConfig(BaseModel):
     """One PPO iteration: the four models, the cluster, the batch and how each phase runs (lengths in tokens)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     actor: str = Field(description="policy model: generates, then is trained")
     critic: str = Field(description="value model: scores, then is trained")

@@ -16,7 +16,7 @@ emptied a space with no feasible plan).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,6 +41,16 @@ CONSTRAINTS: dict[str, str] = {
 }
 
 
+# the search prices plans in int64 and float64 numpy arrays: 2^24 sequences per step (8,000x Llama 3's 2,048) and
+# 2^24 tokens per sequence keep every product (tokens x hidden x layers) exact and far from int64's limit
+MAX_GLOBAL_BATCH = 2**24
+MAX_SEQ_LEN = 2**24
+# GPUs (and so any parallel degree) per plan: 2^24 is 160x the largest cluster built (~100,000 GPUs)
+MAX_GPUS = 2**24
+_Gpus = Annotated[int, Field(ge=1, le=MAX_GPUS)]
+_Degree = Annotated[int, Field(le=MAX_GPUS)]  # (checked >= 1 where the axes resolve)
+
+
 class SearchSpace(BaseModel):
     """What a training search explores (batch sizes in sequences, lengths in tokens).
 
@@ -49,19 +59,19 @@ class SearchSpace(BaseModel):
     to every plan (``sp`` only where ``tp > 1``).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str
     cluster: str
-    gpus: tuple[int, ...] = Field(min_length=1, description="GPU counts to try (each a whole number of nodes)")
-    seq_len: int = Field(gt=0)
-    global_batch: int = Field(gt=0, description="sequences per optimizer step")
-    tp: tuple[int, ...] | None = None
-    pp: tuple[int, ...] | None = None
-    cp: tuple[int, ...] | None = None
-    ep: tuple[int, ...] | None = None
-    vp: tuple[int, ...] | None = None
-    micro_batch: tuple[int, ...] | None = None
+    gpus: tuple[_Gpus, ...] = Field(min_length=1, description="GPU counts to try (each a whole number of nodes)")
+    seq_len: int = Field(gt=0, le=MAX_SEQ_LEN)
+    global_batch: int = Field(gt=0, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step")
+    tp: tuple[_Degree, ...] | None = None
+    pp: tuple[_Degree, ...] | None = None
+    cp: tuple[_Degree, ...] | None = None
+    ep: tuple[_Degree, ...] | None = None
+    vp: tuple[_Degree, ...] | None = None
+    micro_batch: tuple[Annotated[int, Field(le=MAX_GLOBAL_BATCH)], ...] | None = None
     recompute: tuple[Literal["none", "selective", "full"], ...] = RECOMPUTE  # type: ignore[assignment]
     zero: tuple[Literal[0, 1, 2, 3], ...] = (0, 1, 2, 3)
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"

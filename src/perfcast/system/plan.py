@@ -25,7 +25,7 @@ __all__ = ["ParallelPlan", "check_plan", "divisors"]
 class ParallelPlan(BaseModel):
     """One training configuration (batch sizes in sequences, lengths in tokens)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     tp: int = Field(default=1, ge=1)
     pp: int = Field(default=1, ge=1)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["PipelineResult", "ScheduleEvent", "simulate_pipeline"]
+from perfcast.errors import ConfigError
+
+__all__ = ["MAX_TRACED_PASSES", "PipelineResult", "ScheduleEvent", "simulate_pipeline"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,10 @@ def _order_interleaved(rank: int, p: int, m: int, v: int) -> list[tuple[str, int
 
 
 _MAX_SIMULATED_PASSES = 4096  # beyond this the steady-state closed form is used (cost must not grow with m)
+# a trace holds events for each forward and backward of each micro-batch on each stage, kept in memory and then
+# written as JSON: a million passes took 1.5 GB and 14 s and wrote 250 MB (gpt2, pp 2); 200,000 (50 MB) is about
+# what Perfetto's UI opens
+MAX_TRACED_PASSES = 200_000
 
 
 def _closed_form(fwd_s: list[float], bwd_s: list[float], p: int, m: int, v: int, send_s: float,
@@ -137,6 +143,10 @@ def simulate_pipeline(fwd_s: list[float], bwd_s: list[float], microbatches: int,
     if v > 1 and p > 1 and m % p:
         raise ValueError(f"the interleaved schedule needs micro-batches ({m}) to be a multiple of the "
                          f"pipeline depth ({p})")
+    if keep_events and 2 * p * v * m > MAX_TRACED_PASSES:
+        raise ConfigError(f"a trace of {m:,} micro-batches on {p * v} stages has {2 * p * v * m:,} forward and "
+                          f"backward passes; a trace holds at most {MAX_TRACED_PASSES:,} (use fewer micro-batches "
+                          "per step, or no trace)")
     if p == 1:
         total = m * sum(f + b for f, b in zip(fwd_s, bwd_s, strict=True))
         serial: list[ScheduleEvent] = []

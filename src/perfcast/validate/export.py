@@ -11,7 +11,8 @@ import json
 import math
 from pathlib import Path
 
-from perfcast.errors import ConfigError
+from perfcast.errors import ConfigError, DataError
+from perfcast.jsonio import read_json
 from perfcast.report.data import VALIDATION_SCHEMA_VERSION, ValidationFile, ValidationPoints, ValidationTable
 from perfcast.validate.report import ValidationReport
 
@@ -40,8 +41,8 @@ def validation_file(rep: ValidationReport) -> ValidationFile:
 
 def _written_by_validate(path: Path) -> bool:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = read_json(path, what="validation.json", error=DataError)
+    except DataError:
         return False
     return isinstance(raw, dict) and raw.get("produced_by") == "perfcast validate"
 

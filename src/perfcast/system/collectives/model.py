@@ -32,7 +32,7 @@ from perfcast.system.collectives.coefficients import CollectiveCoefficients, loa
 from perfcast.system.collectives.placement import Links, Placement, links, place
 from perfcast.system.collectives.types import CollectiveOp, CollectiveTime, bus_factor, parse_op
 
-__all__ = ["collective_time", "collective_times", "candidates"]
+__all__ = ["check_buffer_fits", "collective_time", "collective_times", "candidates"]
 
 
 def _s_per_byte(cost: Cost, sizes: np.ndarray) -> np.ndarray | float:
@@ -98,6 +98,17 @@ def _check_sizes(sizes: np.ndarray) -> None:
     if sizes.size and (not np.all(np.isfinite(sizes)) or np.any(sizes < 0)):
         bad = sizes[~np.isfinite(sizes) | (sizes < 0)][0]
         raise ConfigError(f"collective size {bad!r} bytes is invalid; sizes are finite and >= 0 bytes")
+
+
+def check_buffer_fits(size_bytes: float, cluster: Cluster) -> None:
+    """A collective a user asks for moves a buffer that one GPU holds: nccl-tests' size (module
+    :mod:`perfcast.system.collectives.types`) is each GPU's buffer, so it is at most the GPU's memory."""
+    _check_sizes(np.array([float(size_bytes)]))
+    hw = cluster.hardware()
+    if size_bytes > hw.memory_bytes:
+        raise ConfigError(f"a collective of {size_bytes:.4g} bytes needs a buffer larger than the "
+                          f"{hw.memory_bytes / 2**30:.0f} GiB of one {hw.id} ({cluster.id}); sizes are at most "
+                          f"{hw.memory_bytes:.4g} bytes")
 
 
 def collective_time(op: str | CollectiveOp, size_bytes: float, group_size: int, cluster: Cluster | str, *,
