@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from perfcast.catalog.hardware import Hardware
-from perfcast.compose.types import StepMemory
+from perfcast.compose.types import MemoryBreakdown
 from perfcast.workload.backward import SavedActivations, optimizer_state_bytes_per_param
 from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
 
@@ -78,7 +78,7 @@ def _working_set(op: Op, kv_cache: bool) -> float:
 
 
 def step_memory(w: Workload, hw: Hardware, *, ops: Sequence[Op] | None = None, gpus: int = 1,
-                layer_frac: float = 1.0, microbatches: int = 1, in_flight: float = 1.0) -> StepMemory:
+                layer_frac: float = 1.0, microbatches: int = 1, in_flight: float = 1.0) -> MemoryBreakdown:
     """One GPU's memory at the peak of a step of ``w`` (see the module docstring).
 
     ``ops``: the GPU's ops when they differ from ``w.ops`` (tensor-parallel shards). ``gpus``: GPUs of the
@@ -113,8 +113,6 @@ def step_memory(w: Workload, hw: Hardware, *, ops: Sequence[Op] | None = None, g
         opt = next((o.op for o in ops if o.phase is Phase.OPTIMIZER), "none")
         optimizer = trainable * optimizer_state_bytes_per_param(opt, w.dtype)
     comm = COMM_BUFFER_BYTES if gpus > 1 else 0.0
-    tensors = weights + kv + activations + grads + optimizer + comm
-    return StepMemory(weights_bytes=weights, kv_cache_bytes=kv, activations_bytes=activations,
-                      gradients_bytes=grads, optimizer_bytes=optimizer, comm_buffers_bytes=comm,
-                      context_bytes=CUDA_CONTEXT_BYTES, fragmentation_bytes=FRAGMENTATION_FRAC * tensors,
-                      capacity_bytes=hw.memory_bytes)
+    return MemoryBreakdown.build(weights=weights, kv_cache=kv, gradients=grads, optimizer=optimizer,
+                                 activations=activations, comm_buffers=comm, context=CUDA_CONTEXT_BYTES,
+                                 fragmentation_frac=FRAGMENTATION_FRAC, capacity=hw.memory_bytes)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from perfcast.kernel.predict import KernelTime
 from perfcast.workload.types import Op
 
-__all__ = ["OpTime", "StepMemory", "StepTime"]
+__all__ = ["MemoryBreakdown", "OpTime", "StepTime"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,32 +25,32 @@ class OpTime:
 
 
 @dataclass(frozen=True, slots=True)
-class StepMemory:
-    """Bytes one GPU holds at the peak of a predicted step, by part (see :mod:`perfcast.compose.memory`).
+class MemoryBreakdown:
+    """Bytes one GPU holds at the peak of a step, by part; ``capacity_bytes`` is the device memory.
 
-    ``weights_bytes``: the parameters as stored (quantized weights at their stored size);
-    ``kv_cache_bytes``: the K/V cache of prefill/decode; ``activations_bytes``: the live
-    activations (inference: the largest op's inputs and outputs; training: what autograd
-    saves plus that peak); ``gradients_bytes`` and ``optimizer_bytes``: training only;
-    ``comm_buffers_bytes``, ``context_bytes`` and ``fragmentation_bytes``: the framework's
-    overhead. ``capacity_bytes`` is the device memory.
+    One breakdown for every step perfcast prices: a predicted step (:mod:`perfcast.compose.memory`) and a
+    training step under a parallel plan (:mod:`perfcast.system.memory`). ``weights_bytes``: the parameters as
+    stored (quantized weights at their stored size); ``gradients_bytes`` and ``optimizer_bytes``: training
+    only; ``activations_bytes``: the live activations (inference: the largest op's inputs and outputs;
+    training: what autograd saves plus that peak); ``comm_buffers_bytes``, ``context_bytes`` and
+    ``fragmentation_bytes``: the framework's overhead; ``kv_cache_bytes``: the K/V cache of prefill/decode
+    (0 for a training step).
     """
 
     weights_bytes: float
-    kv_cache_bytes: float
-    activations_bytes: float
     gradients_bytes: float
     optimizer_bytes: float
+    activations_bytes: float
     comm_buffers_bytes: float
     context_bytes: float
     fragmentation_bytes: float
     capacity_bytes: float
+    kv_cache_bytes: float = 0.0
 
     @property
     def total_bytes(self) -> float:
         """Everything the GPU holds at the peak of the step."""
-        return (self.weights_bytes + self.kv_cache_bytes + self.activations_bytes + self.gradients_bytes
-                + self.optimizer_bytes + self.comm_buffers_bytes + self.context_bytes + self.fragmentation_bytes)
+        return sum(self.parts().values())
 
     @property
     def fits(self) -> bool:
@@ -58,11 +58,25 @@ class StepMemory:
         return self.total_bytes <= self.capacity_bytes
 
     def parts(self) -> dict[str, float]:
-        """The parts with unit-bearing keys (``weights_bytes`` ...), total excluded."""
+        """The parts with unit-bearing keys (``weights_bytes`` ...), total and capacity excluded."""
         return {"weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes,
-                "activations_bytes": self.activations_bytes, "gradients_bytes": self.gradients_bytes,
-                "optimizer_bytes": self.optimizer_bytes, "comm_buffers_bytes": self.comm_buffers_bytes,
+                "gradients_bytes": self.gradients_bytes, "optimizer_bytes": self.optimizer_bytes,
+                "activations_bytes": self.activations_bytes, "comm_buffers_bytes": self.comm_buffers_bytes,
                 "context_bytes": self.context_bytes, "fragmentation_bytes": self.fragmentation_bytes}
+
+    def as_dict(self) -> dict[str, float]:
+        """JSON-ready parts with unit-bearing keys, the total and the capacity."""
+        return {**self.parts(), "total_bytes": self.total_bytes, "capacity_bytes": self.capacity_bytes}
+
+    @classmethod
+    def build(cls, *, weights: float, gradients: float, optimizer: float, activations: float, capacity: float,
+              comm_buffers: float, context: float, fragmentation_frac: float,
+              kv_cache: float = 0.0) -> MemoryBreakdown:
+        """The breakdown of the tensors' bytes, with the context and the allocator's fragmentation allowance
+        (``fragmentation_frac`` of every tensor byte) added."""
+        tensors = weights + kv_cache + gradients + optimizer + activations + comm_buffers
+        return cls(weights, gradients, optimizer, activations, comm_buffers, context, fragmentation_frac * tensors,
+                   capacity, kv_cache)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +117,7 @@ class StepTime:
     avg_power_W: float = 0.0
     energy_by_group_J: dict[str, float] = field(default_factory=dict)
     quantization: str = "none"  # the weights' quantization, in words (Workload.quantization)
-    memory: StepMemory | None = None
+    memory: MemoryBreakdown | None = None
 
     @property
     def achieved_flops_per_s(self) -> float:

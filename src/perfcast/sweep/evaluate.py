@@ -40,7 +40,7 @@ from perfcast.sweep.space import RECOMPUTE, PlanArrays, SearchSpace
 from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.coefficients import TrainingCoefficients, load_training_coefficients
 from perfcast.system.layers import MicroBatchCosts, micro_batch_costs
-from perfcast.system.memory import MemoryBreakdown
+from perfcast.system.memory import training_memory
 from perfcast.system.training import LayerComm, layer_time, optimizer_time_s, split_layers
 
 __all__ = ["PlanScores", "Pricer", "evaluate_plans"]
@@ -389,7 +389,7 @@ def _memory(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, params: np.ndarr
     full = pl.rc == RECOMPUTE.index("full")
     max_act = np.where(held, act, 0.0).max(axis=1)
     acts = np.where(full, np.einsum("nk,nk->n", c, inp) * flight + max_act, np.einsum("nk,nk->n", c, act) * flight)
-    mem = MemoryBreakdown.build(weights=weights, gradients=grads, optimizer=optimizer,  # type: ignore[arg-type]
+    mem = training_memory(weights=weights, gradients=grads, optimizer=optimizer,  # type: ignore[arg-type]
                                 activations=acts, capacity=pricer.hw.memory_bytes)  # type: ignore[arg-type]
     return np.asarray(mem.total_bytes, dtype=float)
 

@@ -47,7 +47,7 @@ from perfcast.kernel.predict import predict_ops
 from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.coefficients import TrainingCoefficients, load_training_coefficients
 from perfcast.system.layers import LayerCost, MicroBatchCosts, micro_batch_costs
-from perfcast.system.memory import MemoryBreakdown
+from perfcast.system.memory import MemoryBreakdown, training_memory
 from perfcast.system.plan import ParallelPlan, check_plan
 from perfcast.system.schedule import PipelineResult, ScheduleEvent, simulate_pipeline
 from perfcast.workload.types import Op, OpKind, Phase
@@ -435,7 +435,7 @@ def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m
         acts = sum(s.checkpoint_bytes for s in own) * flight + max(s.max_layer_activation for s in own)
     else:
         acts = sum(s.activation_bytes for s in own) * flight
-    return MemoryBreakdown.build(weights=weights, gradients=grads, optimizer=optimizer, activations=acts,
+    return training_memory(weights=weights, gradients=grads, optimizer=optimizer, activations=acts,
                                  capacity=hw.memory_bytes)
 
 

@@ -9,13 +9,13 @@ from perfcast.catalog.models import load_model
 from perfcast.catalog.params import count_params
 from perfcast.compose.memory import COMM_BUFFER_BYTES, CUDA_CONTEXT_BYTES, FRAGMENTATION_FRAC
 from perfcast.compose.predict import StepRequest, predict
-from perfcast.compose.types import StepMemory
+from perfcast.compose.types import MemoryBreakdown
 from perfcast.workload.types import Mode
 
 pytestmark = pytest.mark.unit
 
 
-def _memory(**kw: object) -> StepMemory:
+def _memory(**kw: object) -> MemoryBreakdown:
     st = predict(StepRequest(**kw))  # type: ignore[arg-type]
     assert st.memory is not None
     return st.memory
