@@ -48,22 +48,23 @@ def invoke_main(args: list[str]) -> MainResult:
         return MainResult(code, out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace"))
 
 
-def user_error(res: Result | MainResult) -> str:
-    """Exit 2, no traceback, exactly one stderr line starting with ``error:``; returns that line."""
-    assert res.exit_code == 2, (res.stdout, res.stderr)
+def _one_line(res: Result | MainResult, code: int, prefix: str) -> str:
+    """Exit ``code``, no traceback, exactly one stderr line starting with ``prefix``; returns that line."""
+    assert res.exit_code == code, (res.stdout, res.stderr)
     assert "Traceback" not in res.stdout + res.stderr
     lines = res.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert len(lines) == 1 and lines[0].startswith(prefix), res.stderr
     return lines[0]
+
+
+def user_error(res: Result | MainResult) -> str:
+    """Exit 2, no traceback, exactly one stderr line starting with ``error:``; returns that line."""
+    return _one_line(res, 2, "error: ")
 
 
 def does_not_fit(res: Result | MainResult) -> str:
     """Exit 1 (it ran, the answer is no), no traceback, exactly one stderr line ``does not fit: ...``; returns it."""
-    assert res.exit_code == 1, (res.stdout, res.stderr)
-    assert "Traceback" not in res.stdout + res.stderr
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("does not fit: "), res.stderr
-    return lines[0]
+    return _one_line(res, 1, "does not fit: ")
 
 
 def parse_json(res: Result | MainResult) -> dict:

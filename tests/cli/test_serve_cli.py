@@ -173,3 +173,11 @@ def test_malformed_trace_names_file_and_line(tmp_path: Path) -> None:
 def test_serve_bad_input_is_one_error_line(args: list[str], fragment: str) -> None:
     line = user_error(invoke(with_flags(["serve"], BASE[1:], args)))
     assert fragment in line, line
+
+
+def test_a_single_request_at_a_rate_prints_the_rate_asked() -> None:
+    # one arrival has no gap, so no realized rate: the table says the rate asked (the fuzz found a crash here)
+    res = invoke(["serve", "-m", "llama-2-7b", "-H", "h100", "-n", "1", "--qps", "1", "--prompt-tokens", "64",
+                  "--output-tokens", "8"])
+    assert res.exit_code == 0, res.stderr
+    assert "1 requests/s asked" in " ".join(res.stdout.split())

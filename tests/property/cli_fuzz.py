@@ -548,7 +548,7 @@ def train_case(draw: st.DrawFn) -> Case:
     a.opt("--moe-skew", a.floats(0, 2), 0.1)
     a.opt("--capacity-factor", a.floats(0.5, 2), 0.05)
     a.opt("--framework", st.sampled_from(["eager", "compiled", "graph", "jax"]), 0.1)
-    a.output("--trace", "step.json", 0.15)
+    a.output(a.draw(st.sampled_from(["--trace-out", "--trace"])), "step.json", 0.15)  # --trace: its hidden alias
     a.switch("--json", 0.5)
     return a.case()
 

@@ -101,7 +101,10 @@ def _workload_line(w: dict[str, Any]) -> str:
     elif w["arrival"] == "trace":
         load = "the trace's arrival times"
     else:
-        load = f"{w['arrival']} arrivals, {w['offered_requests_per_s']:.4g} requests/s offered" + (
+        offered = w["offered_requests_per_s"]  # None: one request, no gap to realize a rate
+        rate = (f"{offered:.4g} requests/s offered" if offered is not None
+                else f"{w['qps']:.4g} requests/s asked (a single arrival realizes no rate)")
+        load = f"{w['arrival']} arrivals, {rate}" + (
             f" (gap CV {w['burstiness_cv']:g})" if w["burstiness_cv"] is not None else "")
     return f"{lengths}; {load}; {w['num_requests']:,} requests over {w['arrival_span_s']:,.0f} s"
 
