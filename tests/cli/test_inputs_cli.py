@@ -112,8 +112,11 @@ def test_what_perfcast_ships_is_within_the_bounds() -> None:
     (["accel", "--layer", "resnet50.conv1", "-b", "1000000000"], "a loop bound is 1 to 16,777,216"),
     (["train", "-m", "gpt2", "-c", "dgx-h100", "-s", "1024", "--pp", "2", "--global-batch", "10000000", "--trace",
       "t.json"], "a trace holds at most 200,000"),
+    (["serve", "-m", "llama-2-7b", "-H", "h100", "--prompt-tokens", "9", "--output-tokens", "9", "--seed", "-1"],
+     "--seed: Input should be greater than or equal to 0"),
+    (["accel", "--layer", "resnet50.conv1", "--seed", "-1"], "seed -1: give a non-negative integer"),
 ], ids=["serve -n", "serve replicas", "serve max-num-seqs", "serve swap", "collective bytes", "collective inf",
-        "accel samples", "accel batch", "train trace"])
+        "accel samples", "accel batch", "train trace", "serve seed", "accel seed"])
 def test_absurd_sizes_are_refused_with_their_bound(args: list[str], fragment: str, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -124,3 +127,17 @@ def test_absurd_sizes_are_refused_with_their_bound(args: list[str], fragment: st
 def test_a_trace_file_that_is_json_but_not_a_workload_is_one_line(tmp_path: Path) -> None:
     path = _write(tmp_path, "w.json", json.dumps([1, 2, 3]))
     assert "not a captured workload" in user_error(invoke(["predict", "--workload", str(path), "-H", "h100"]))
+
+
+def test_a_captured_op_without_the_shape_of_its_kind_is_one_line(tmp_path: Path) -> None:
+    # the fuzz's workload file: a vector op with one dim, which the kernel model reads as (rows, cols)
+    from perfcast.capture.io import WORKLOAD_SCHEMA_VERSION
+
+    op = {"name": "x", "op": "relu", "kind": "vector", "dims": [7], "dtype": "fp32", "flops": 7.0, "bytes_read": 28.0,
+          "bytes_written": 28.0, "count": 1, "phase": "fwd", "group": "mlp", "chain": None, "fused_bytes": None,
+          "weight_bytes": 0.0, "tp_split": "none", "params": 0, "meta": []}
+    path = _write(tmp_path, "w.json", json.dumps({
+        "schema_version": WORKLOAD_SCHEMA_VERSION, "model_id": "m", "mode": "inference", "batch_size": 1,
+        "seq_len": 1, "dtype": "fp32", "ops": [op]}))
+    line = user_error(invoke(["predict", "--workload", str(path), "-H", "a100-pcie-40gb"]))
+    assert "a vector op has 1 dims; it carries 2" in line

@@ -207,6 +207,8 @@ def search_mappings(arch: Architecture, problem: Problem, *, strategy: str = "ra
                           "mapper's ~40,000 mappings/s, and the descent after them counts up to 60x as many)")
     if strategy not in ("random", "exhaustive"):
         raise ConfigError(f"unknown search strategy {strategy!r}; use random or exhaustive")
+    if not 0 <= seed < 2**63:
+        raise ConfigError(f"seed {seed}: give a non-negative integer below 2**63 (numpy's generators take those)")
     start = time.perf_counter()
     model = BatchModel(arch, problem)
     if strategy == "random":

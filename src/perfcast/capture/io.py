@@ -43,6 +43,24 @@ def _scalar(value: Any) -> Any:
     return value
 
 
+# the shape each kind of op carries (what the kernel models read; perfcast.workload.graph builds them so):
+# GEMM (batch, m, k, n); VECTOR (rows, cols); ATTENTION (batch, heads, kv_heads, q_len, keys, head_dim,
+# causal); CONV (batch, in_ch, out_ch, kernel, in_hw, stride, padding, groups); POOL (batch, channels, in_hw,
+# kernel, stride); EMBEDDING (tokens, dim, vocab); COMM and HOST at least one size
+_DIMS = {OpKind.GEMM: 4, OpKind.VECTOR: 2, OpKind.ATTENTION: 7, OpKind.CONV: 8, OpKind.POOL: 5, OpKind.EMBEDDING: 3}
+
+
+def _dims(kind: OpKind, value: Any) -> tuple[int, ...]:
+    dims = tuple(int(d) for d in value)
+    want = _DIMS.get(kind)
+    if (len(dims) != want) if want is not None else not dims:
+        raise ValueError(f"a {kind.value} op has {len(dims)} dims; it carries "
+                         f"{want if want is not None else 'at least 1'}")
+    if any(d < 0 for d in dims):
+        raise ValueError(f"dims {list(dims)} has a negative size")
+    return dims
+
+
 def workload_from_dict(data: dict[str, Any], *, where: str = "workload") -> Workload:
     """The workload of a :func:`workload_to_dict` dict (DataError naming what is wrong)."""
     if data.get("schema_version") != WORKLOAD_SCHEMA_VERSION:
@@ -50,7 +68,7 @@ def workload_from_dict(data: dict[str, Any], *, where: str = "workload") -> Work
                         f"{WORKLOAD_SCHEMA_VERSION}; capture the model again with `perfcast capture`")
     try:
         ops = tuple(Op(name=_text(o["name"]), op=_text(o["op"]), kind=OpKind(o["kind"]),
-                       dims=tuple(int(d) for d in o["dims"]), dtype=DType(o["dtype"]), flops=float(o["flops"]),
+                       dims=_dims(OpKind(o["kind"]), o["dims"]), dtype=DType(o["dtype"]), flops=float(o["flops"]),
                        bytes_read=float(o["bytes_read"]), bytes_written=float(o["bytes_written"]),
                        count=int(o["count"]), phase=Phase(o["phase"]), group=str(o["group"]),
                        chain=None if o["chain"] is None else _text(o["chain"]),

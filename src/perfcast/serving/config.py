@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["MAX_NUM_SEQS", "MAX_REPLICAS", "MAX_REQUESTS", "MAX_SWAP_SPACE_BYTES", "MAX_TOKENS",
+__all__ = ["MAX_NUM_SEQS", "MAX_REPLICAS", "MAX_REQUESTS", "MAX_SEED", "MAX_SWAP_SPACE_BYTES", "MAX_TOKENS",
            "PRECISION_QUANTIZATION", "ServingConfig", "WorkloadConfig"]
 
 # Bounds on what one simulation is asked (the configs refuse beyond them in one line, naming the bound):
@@ -30,6 +30,8 @@ MAX_SWAP_SPACE_BYTES = 2.0**50
 # tokens of one request (and the token limits of the engine): lengths live in int64 numpy arrays and are multiplied
 # by bytes per token; 2^31 - 1 is 200x the longest context any model takes (10M tokens)
 MAX_TOKENS = 2**31 - 1
+# the workload seed: numpy's SeedSequence takes non-negative integers; the simulation derives seed + 1 .. seed + 3
+MAX_SEED = 2**63 - 4
 
 # a benchmark's precision label (as tables and MLPerf write it) -> ServingConfig.quantization
 PRECISION_QUANTIZATION: dict[str, str] = {"fp16": "none", "bf16": "none", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4"}
@@ -41,7 +43,8 @@ class WorkloadConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     num_requests: int = Field(default=200, ge=1, le=MAX_REQUESTS)
-    seed: int = 42
+    seed: int = Field(default=42, ge=0, le=MAX_SEED, description="seeds the lengths, arrivals and prefixes "
+                      "(numpy's SeedSequence takes non-negative integers)")
     arrival: Literal["poisson", "gamma", "fixed", "trace"] = "poisson"
     qps: float | None = Field(default=None, gt=0, description="requests per second (None = all at time 0)")
     burstiness_cv: float = Field(default=1.0, gt=0, description="gamma arrivals: coefficient of variation of gaps")
