@@ -173,3 +173,29 @@ def test_malformed_trace_names_file_and_line(tmp_path: Path) -> None:
 def test_serve_bad_input_is_one_error_line(args: list[str], fragment: str) -> None:
     line = user_error(invoke(with_flags(["serve"], BASE[1:], args)))
     assert fragment in line, line
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    # vLLM refuses a draft model without --num-speculative-tokens; perfcast ran without speculation
+    (["--speculative-model", "llama-3.2-1b"], "needs --num-speculative-tokens"),
+    (["--spec-acceptance-rate", "0.2"], "--spec-acceptance-rate 0.2"),
+    (["--burstiness", "4"], "add --arrival gamma"),  # poisson gaps: the burstiness was dropped
+    (["--chunk-size", "128"], "--chunk-size 128"),  # vllm without chunked prefill has no chunk
+    (["--scheduler", "orca", "--enable-chunked-prefill"], "scheduler orca has its own policy"),
+    (["--kv-transfer-bandwidth", "1"], "add --num-prefill-replicas"),
+    (["--num-prefixes", "8"], "add --shared-prefix-tokens"),
+    (["--retrieval-latency-cv", "2"], "add --retrieval-latency"),
+    (["--colocation", "shared"], "add --colocate-model"),
+    (["--colocate-memory-frac", "0.3"], "add --colocate-model"),
+])
+def test_a_serve_flag_that_would_have_no_effect_is_refused(args: list[str], fragment: str) -> None:
+    """Each of these ran before and printed the plain deployment's figures, the flag silently dropped."""
+    line = user_error(invoke([*BASE, *args]))
+    assert fragment in line, line
+
+
+def test_serve_flags_in_their_own_combination_still_run() -> None:
+    res = invoke([*BASE, "--arrival", "gamma", "--burstiness", "2", "--scheduler", "sarathi", "--chunk-size", "256",
+                  "--json"])
+    assert res.exit_code == 0, res.stderr
+    assert parse_json(res)["workload"]["burstiness_cv"] == 2.0

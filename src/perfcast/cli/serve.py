@@ -69,7 +69,9 @@ def serve(
                                         "highest Poisson QPS meeting the limits (or run --qps)."),
     qps: float | None = typer.Option(None, "--qps", help="Arrival rate (requests/s); none = all at once."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson | gamma | fixed | trace."),
-    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma arrivals: CV of the gaps."),
+    burstiness: float = typer.Option(1.0, "--burstiness",
+                                     help="Gamma arrivals (--arrival gamma): CV of the gaps (vLLM's --burstiness b "
+                                          "is a gamma shape: CV 1/sqrt(b))."),
     max_concurrency: int | None = typer.Option(None, "--max-concurrency",
                                                help="Closed loop: at most this many requests outstanding; the "
                                                     "next is sent when one finishes."),
@@ -161,6 +163,9 @@ def serve(
             "retrieval_latency_s": "retrieval-latency"}) from None
     if find_max_qps and workload is None and slo_ttft is None and slo_tpot is None:
         raise ConfigError("--find-max-qps needs --slo-ttft-p99 and/or --slo-tpot-p99")
+    if colocate_model is None and (colocation != "time_sliced" or colocate_memory_frac != 0.5):
+        raise ConfigError("--colocation and --colocate-memory-frac describe a second model on the same GPUs; add "
+                          "--colocate-model MODEL (without it they have no effect)")
     if colocate_model is not None and (find_max_qps or trace_out is not None):
         raise ConfigError("--colocate-model does not combine with --find-max-qps or --trace-out yet")
     _verdict_first(cfg, workload, num_requests, colocate_model, colocate_memory_frac, as_json)
