@@ -115,7 +115,8 @@ def train(
         fields: dict[str, Any] = dict(
             tp=tp, pp=pp, dp=dp, cp=cp, cp_kind=cp_kind, ep=ep, vp=vp, sp=sp, tp_comm_overlap=tp_overlap,
             zero=zero, recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
-            precision=precision, schedule=schedule if vp == 1 else "interleaved", uneven_stages=uneven_stages,
+            precision=precision, schedule="interleaved" if vp > 1 and schedule == "1f1b" else schedule,
+            uneven_stages=uneven_stages,
             lora_rank=lora_rank, lora_targets=tuple(t.strip() for t in lora_targets.split(",") if t.strip()),
             qlora=qlora, moe_skew=moe_skew, moe_capacity_factor=capacity_factor, framework=framework,
             fused_kernels=fused_kernels,
