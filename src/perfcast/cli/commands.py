@@ -238,11 +238,20 @@ def predict(
     if (model is None) == (workload is None):
         raise ConfigError("give either --model (a catalog model) or --workload (a captured workload JSON)")
     parallelism = _with_tp(parallelism, tp)
+    _check_node(parallelism, hardware)
+    if optimizer != "adam" and mode_v is not Mode.TRAINING:
+        raise ConfigError(f"--optimizer {optimizer} is the optimizer step of --mode training; --mode {mode} has none")
     if workload is not None:
         from perfcast.capture.io import load_workload
 
         if quantization != "auto":
             raise ConfigError("--quantization applies to catalog models (--model); a captured workload runs in --dtype")
+        given = [flag for flag, value, default in (("--batch-size", batch_size, 1), ("--seq-len", seq_len, 512),
+                                                   ("--attention", attention, None), ("--style", style, None),
+                                                   ("--microbatches", microbatches, None)) if value != default]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: a captured workload keeps the shapes and kernels it was captured "
+                              "with; capture it again with other example inputs")
         st = _predict_captured(load_workload(workload), hardware, mode_v, dtype, parallelism, optimizer, fused)
     else:
         st = run(StepRequest(model=model, hardware=hardware, mode=mode_v, batch_size=batch_size, seq_len=seq_len,
@@ -281,6 +290,23 @@ def predict(
         does_not_fit(f"out of memory: the step needs {st.memory.total_bytes / gib:.1f} GiB per GPU and "
                      f"{st.hardware_id} has {st.memory.capacity_bytes / gib:.1f} GiB; use more GPUs (--tp, "
                      "--parallelism ppN), a smaller batch or sequence, or a narrower --dtype")
+
+
+def _check_node(parallelism: str, hardware: str) -> None:
+    """``--parallelism`` spans GPUs of one node: its degree is at most the GPUs sharing the node's fabric (the
+    GPU's catalog node, as serve takes it)."""
+    from perfcast.compose.parallel import parse_parallelism
+    from perfcast.errors import ConfigError
+    from perfcast.system.cluster import cluster_for_gpu
+
+    par = parse_parallelism(parallelism)
+    if par.degree == 1:
+        return
+    node = cluster_for_gpu(hardware)
+    if par.degree > node.domain:
+        raise ConfigError(f"--parallelism {par} spans {par.degree} GPUs, more than the {node.domain} GPUs of one "
+                          f"{node.id} node; use a degree up to {node.domain} (more GPUs: perfcast train, perfcast "
+                          "serve --num-replicas)")
 
 
 def _with_tp(parallelism: str, tp: int | None) -> str:
