@@ -384,15 +384,17 @@ def predict_batch_cmd(
     res = predict_batch(table)
     path = write_predictions(res, output, force=True)  # checked before the work
     ok = sum(1 for s in res.prediction.status if s == "ok")
+    oom = sum(1 for s in res.prediction.status if s.startswith("out of memory"))
     targets: dict[str, dict[str, float | int]] = {}
     for t in res.targets:
         s = summarize(res.measured(t), res.prediction.pred[t], res.prediction.low[t], res.prediction.high[t])
         targets[t] = s.as_dict()
     if as_json:
         emit_json({"table": str(table), "kind": res.kind.name, "rows": len(res.rows), "predicted_rows": ok,
-                   "output": str(path), "targets": targets})
+                   "out_of_memory_rows": oom, "output": str(path), "targets": targets})
         return
-    sys.stdout.write(f"{res.kind.name}: {len(res.rows)} rows, {ok} predicted -> {path}\n")
+    also = f" ({oom} more out of memory: see their status)" if oom else ""
+    sys.stdout.write(f"{res.kind.name}: {len(res.rows)} rows, {ok} predicted{also} -> {path}\n")
     for t, d in targets.items():
         if d["predicted_rows"]:
             sys.stdout.write(f"  {t}: MAPE {100 * d['mape_frac']:.1f}% over {d['predicted_rows']} measured rows\n")
