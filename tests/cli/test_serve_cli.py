@@ -199,3 +199,32 @@ def test_serve_flags_in_their_own_combination_still_run() -> None:
                   "--json"])
     assert res.exit_code == 0, res.stderr
     assert parse_json(res)["workload"]["burstiness_cv"] == 2.0
+
+
+FIXED = ["serve", "-m", "llama-2-7b", "-H", "h100", "--prompt-tokens", "512", "--output-tokens", "128", "--json"]
+
+
+def test_a_short_run_above_what_the_deployment_sustains_says_overload() -> None:
+    """40 QPS on a deployment that completes ~28 requests/s saturated: 200 requests fit in its batch (TTFT p99
+    ~80 ms), 10,000 requests see a p99 of ~95 s. The short run's figures are printed with the verdict."""
+    data = parse_json(invoke([*FIXED, "--qps", "40", "-n", "200"]))
+    assert data["load_verdict"] == "overload"
+    assert 20 < data["saturated_requests_per_s"] < 40
+    assert data["steady_state"]["verdict"] == "overload" and data["ttft_s"]["p99"] < 1.0
+    text = invoke([*FIXED[:-1], "--qps", "40", "-n", "200"])
+    assert "OVERLOAD (40 requests/s asked" in text.stdout
+
+
+def test_a_load_the_deployment_sustains_says_so_with_its_steady_state_tail() -> None:
+    data = parse_json(invoke([*FIXED, "--qps", "10", "-n", "200"]))
+    assert data["load_verdict"] == "sustained"
+    steady = data["steady_state"]
+    assert steady["num_requests"] >= 1000 and set(steady["p99_s"]) == {"ttft", "tpot", "e2e"}
+    # an SLO the short run meets but the steady state does not is called out
+    slo = parse_json(invoke([*FIXED, "--qps", "20", "-n", "200", "--slo-ttft-p99", "0.05"]))
+    assert slo["load_verdict"] == "misses_slo" and slo["steady_state"]["reason"].startswith("ttft p99 above")
+
+
+def test_runs_without_a_rate_have_no_load_verdict() -> None:
+    for flags in ([], ["--max-concurrency", "8"]):
+        assert "load_verdict" not in parse_json(invoke([*FIXED, "-n", "50", *flags]))

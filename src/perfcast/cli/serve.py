@@ -193,6 +193,11 @@ def serve(
         data_extra = pair.as_dict()
     elif result is None or trace_out is not None:  # (the timeline needs the iterations kept)
         result = simulate_serving(cfg, keep_events=trace_out is not None)
+    steady = None
+    if search is None and mlperf is None and colocate_model is None:
+        from perfcast.serving.search import steady_state
+
+        steady = steady_state(cfg, result)
     if trace_out is not None:
         from perfcast.serving.timeline import write_serving_trace
 
@@ -210,6 +215,10 @@ def serve(
         if search.check is not None and search.max_qps > 0:
             data["steady_state"] = search.check.as_dict()
         missed = search.verdict
+    if steady is not None:  # the load of a plain run, judged in steady state
+        verdict = steady.check.verdict
+        data["load_verdict"] = {"meets": "sustained", "misses": "misses_slo"}.get(verdict, verdict)
+        data.update(steady.as_dict())
     if mlperf is not None:
         data.update({k if k.startswith("mlperf_") else f"mlperf_{k}": v for k, v in mlperf.as_dict().items()})
         if mlperf.qps_evaluated:
