@@ -168,7 +168,7 @@ def test_malformed_trace_names_file_and_line(tmp_path: Path) -> None:
     (["--qps", "-1"], "--qps"),
     (["--trace", "nope"], "arxiv_summarization"),
     (["--beam-width", "0"], "--beam-width"),
-    (["--beam-width", "2", "--speculative-model", "llama-3.2-1b", "--num-speculative-tokens", "3"], "beam search"),
+    (["--beam-width", "2", "--speculative-model", "llama-2-7b", "--num-speculative-tokens", "3"], "beam search"),
 ])
 def test_serve_bad_input_is_one_error_line(args: list[str], fragment: str) -> None:
     line = user_error(invoke(with_flags(["serve"], BASE[1:], args)))
