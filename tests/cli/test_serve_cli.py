@@ -228,3 +228,14 @@ def test_a_load_the_deployment_sustains_says_so_with_its_steady_state_tail() -> 
 def test_runs_without_a_rate_have_no_load_verdict() -> None:
     for flags in ([], ["--max-concurrency", "8"]):
         assert "load_verdict" not in parse_json(invoke([*FIXED, "-n", "50", *flags]))
+
+
+def test_serve_says_what_auto_resolved_to_for_the_weights_and_the_kv_cache() -> None:
+    """-q fp8 also stores the KV cache in fp8 (TensorRT-LLM's FP8 checkpoints), unlike vLLM's --quantization fp8
+    with kv_cache_dtype auto: the output names the cache's dtype instead of leaving it implied."""
+    plain = parse_json(invoke([*FIXED, "-n", "20"]))
+    assert plain["kv_cache_dtype"] == "fp16" and plain["weights_format"] == "none"
+    fp8 = parse_json(invoke([*FIXED, "-n", "20", "-q", "fp8"]))
+    assert fp8["kv_cache_dtype"] == "fp8" and fp8["weights_format"].startswith("fp8")
+    kept = parse_json(invoke([*FIXED, "-n", "20", "-q", "fp8", "--kv-cache-dtype", "fp16"]))
+    assert kept["kv_cache_dtype"] == "fp16" and kept["kv_blocks_per_engine"] < fp8["kv_blocks_per_engine"]

@@ -42,7 +42,9 @@ def serve(
                                      help="auto | none | w4a16 | w8a16 | w8a8 | fp8 | fp4 | mxfp4: the checkpoint's "
                                           "own (auto; with --workload the preset's precision where the GPU has "
                                           "it), a checkpoint quantized that way, or none for a 16-bit copy."),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto | fp16 | bf16 | fp8."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype",
+                                       help="auto | fp16 | bf16 | fp8 (auto: the activation dtype, as vLLM; fp8 with "
+                                            "--quantization fp8 or fp4, as TensorRT-LLM's FP8 checkpoints ship)."),
     max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Sequences per iteration at most."),
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
                                                       help="Tokens per iteration at most (default per scheduler)."),
@@ -209,6 +211,17 @@ def serve(
             writer.writeheader()
             writer.writerows(rows)
     data = data_extra or result.as_dict()
+    if not data_extra:  # what auto resolved to: the weights' format and the KV cache's dtype
+        from perfcast.catalog.hardware import load_hardware
+        from perfcast.catalog.models import load_model
+        from perfcast.dtypes import DType
+        from perfcast.serving.iteration import kv_cache_dtype as resolve_kv
+        from perfcast.workload.quantization import resolve_quantization
+
+        quant = resolve_quantization(load_model(cfg.model), cfg.quantization, load_hardware(cfg.hardware))
+        data["weights_format"] = quant.label
+        data["kv_cache_dtype"] = resolve_kv(None if cfg.kv_cache_dtype == "auto" else DType(cfg.kv_cache_dtype),
+                                            cfg.quantization, DType(result.dtype)).value
     missed = ""
     if search is not None:
         data.update(search.as_dict())

@@ -50,7 +50,8 @@ def print_serving(d: dict[str, Any], trace_out: Path | None, requests_out: Path 
         head.add_row("max QPS sustained", f"{d['max_qps']:.4g} requests/s within the SLO in steady state"
                      if d["max_qps"] else "none: no load meets the SLO")
     head.add_row("workload", _workload_line(d["workload"]))
-    head.add_row("dtype", d["dtype"] + ("" if d["quantization"] == "none" else f" ({d['quantization']} weights)"))
+    weights = d.get("weights_format", d["quantization"])
+    head.add_row("dtype", d["dtype"] + ("" if weights == "none" else f"; weights {weights}"))
     if "memory_usable_bytes" in d:
         head.add_row("memory per GPU", f"weights {_gib(d['memory_weights_bytes'])} + activations peak "
                      f"{_gib(d['memory_activations_peak_bytes'])} + KV cache {_gib(d['memory_kv_cache_bytes'])} of "
@@ -68,7 +69,8 @@ def print_serving(d: dict[str, Any], trace_out: Path | None, requests_out: Path 
     else:
         head.add_row("goodput", f"{d['goodput_requests_per_s']:.3g} requests/s "
                      f"({100 * d['slo_attainment_frac']:.1f}% meet the SLO)")
-    head.add_row("KV cache", f"{d['kv_blocks_per_engine']:,} blocks; utilization mean "
+    kv_dtype = f" of {d['kv_cache_dtype']}" if "kv_cache_dtype" in d else ""
+    head.add_row("KV cache", f"{d['kv_blocks_per_engine']:,} blocks{kv_dtype}; utilization mean "
                  f"{100 * d['kv_utilization_frac']['mean']:.1f}%, max {100 * d['kv_utilization_frac']['max']:.1f}%")
     head.add_row("preemptions", str(d["preemptions"]))
     if d.get("energy_J"):
