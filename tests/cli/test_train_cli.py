@@ -157,3 +157,10 @@ def test_train_text_says_which_precision_ran() -> None:
 ])
 def test_train_setting_without_effect_in_the_plan_is_refused(args: list[str], fragment: str) -> None:
     assert fragment in user_error(invoke([*SMALL, *args]))
+
+
+def test_train_says_when_the_config_names_no_dtype() -> None:
+    """GPT-3 2.7B is a paper's shapes, not a checkpoint: its fp32 default was labelled "the checkpoint's"."""
+    res = invoke(["train", "-m", "gpt3-2.7b", "-c", "dgx-a100", "--seq-len", "512", "--global-batch", "8"])
+    assert "the config names no torch_dtype" in " ".join(res.stdout.replace("│", " ").split())
+    assert "checkpoint's" not in res.stdout

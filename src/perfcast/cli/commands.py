@@ -282,7 +282,17 @@ def predict(
                                for o in st.top_ops(12)]
         emit_json(data)
     else:
-        _console().print(step_table(st, dtype_default=dtype is None))
+        note = None
+        if dtype is None and workload is not None:
+            note = "the captured model's"
+        elif dtype is None:
+            from perfcast.catalog.defaults import describe_default_dtype
+            from perfcast.catalog.hardware import load_hardware
+            from perfcast.catalog.models import load_model
+            from perfcast.dtypes import DType
+
+            note = describe_default_dtype(load_model(model), DType(st.dtype), load_hardware(hardware))
+        _console().print(step_table(st, dtype_note=note))
         if explain:
             _console().print(top_ops_table(st))
     if st.memory is not None and not st.memory.fits:
