@@ -56,7 +56,8 @@ def search(
     micro_batch: str | None = typer.Option(None, "--micro-batch", help="Micro-batch sizes (default 1,2,4,8)."),
     recompute: str | None = typer.Option(None, "--recompute", help="Recompute modes (default none,selective,full)."),
     zero: str | None = typer.Option(None, "--zero", help="ZeRO stages (default 0,1,2,3)."),
-    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8."),
+    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 (training searches price "
+                                                              "mixed-precision plans; bf16 whatever the checkpoint)."),
     sp: bool = typer.Option(True, "--sp/--no-sp", help="Sequence parallelism wherever tp > 1."),
     tp_overlap: bool = typer.Option(True, "--tp-overlap/--no-tp-overlap", help="Overlap TP collectives with GEMMs."),
     even_stages: bool = typer.Option(False, "--even-stages", help="Require pp*vp to divide the layers."),
@@ -130,7 +131,7 @@ def search(
         if price is not None and price <= 0:
             raise ConfigError(f"--price-per-gpu-hour must be positive (got {price})")
         result = search_training(space, objective=objective, top=top, backend=backend, price_per_gpu_hour_usd=price)
-        data = result.as_dict()
+        data = {**result.as_dict(), "precision": space.precision}
     if out is not None:
         out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     if as_json:
@@ -217,7 +218,8 @@ def _print_training(d: dict[str, Any]) -> None:
     con = _console()
     rejected = ", ".join(f"{k} {v:,}" for k, v in d["rejected"].items() if v)
     con.print(f"{d['model']} on {'/'.join(map(str, d['gpus']))} GPUs of {d['cluster']}, seq {d['seq_len']}, global "
-              f"batch {d['global_batch']}: {d['plans_evaluated']:,} plans evaluated of {d['plans_enumerated']:,} "
+              f"batch {d['global_batch']}, {d['precision']} (--precision): {d['plans_evaluated']:,} plans evaluated of "
+              f"{d['plans_enumerated']:,} "
               f"({d['plans_feasible']:,} fit; removed: {rejected or 'none'}) in {d['search_time_s']:.2f} s",
               markup=False)
     cost = any("cost_usd_per_step" in r for r in d["best"])
