@@ -239,3 +239,10 @@ def test_serve_says_what_auto_resolved_to_for_the_weights_and_the_kv_cache() -> 
     assert fp8["kv_cache_dtype"] == "fp8" and fp8["weights_format"].startswith("fp8")
     kept = parse_json(invoke([*FIXED, "-n", "20", "-q", "fp8", "--kv-cache-dtype", "fp16"]))
     assert kept["kv_cache_dtype"] == "fp16" and kept["kv_blocks_per_engine"] < fp8["kv_blocks_per_engine"]
+
+
+def test_find_max_qps_with_a_qps_and_trace_arrivals_without_a_trace_are_refused() -> None:
+    # the search set its own loads: the --qps asked for was dropped without a word
+    assert "searches the load" in user_error(invoke([*BASE, "--find-max-qps", "--slo-ttft-p99", "1"]))
+    line = user_error(invoke([*FIXED, "--arrival", "trace"]))
+    assert "--arrival trace takes the arrival times of a trace: give --trace" in line

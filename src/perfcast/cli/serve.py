@@ -163,6 +163,8 @@ def serve(
             "burstiness_cv": "burstiness", "kv_transfer_bandwidth_Bps": "kv-transfer-bandwidth",
             "concurrency": "max-concurrency", "num_beams": "beam-width",
             "retrieval_latency_s": "retrieval-latency"}) from None
+    if find_max_qps and qps is not None:
+        raise ConfigError(f"--qps {qps:g} sets one load; --find-max-qps searches the load (drop --qps)")
     if find_max_qps and workload is None and slo_ttft is None and slo_tpot is None:
         raise ConfigError("--find-max-qps needs --slo-ttft-p99 and/or --slo-tpot-p99")
     if colocate_model is None and (colocation != "time_sliced" or colocate_memory_frac != 0.5):

@@ -95,6 +95,9 @@ class WorkloadConfig(BaseModel):
                        "--shared-prefix-tokens N")
         _refuse_unused(self, "retrieval_latency_cv", self.retrieval_latency_s > 0, "spreads the retrieval stage's "
                        "time; add --retrieval-latency S")
+        if self.arrival == "trace" and self.trace is None:
+            raise ConfigError("--arrival trace takes the arrival times of a trace: give --trace (a shipped trace "
+                              "with arrival times, or a CSV path with an arrival column)")
         return self
 
 
