@@ -102,3 +102,9 @@ def test_the_training_search_names_the_precision_it_priced() -> None:
     assert parse_json(invoke([*SMALL, "--json"]))["precision"] == "bf16"
     assert parse_json(invoke([*SMALL, "--precision", "fp16", "--json"]))["precision"] == "fp16"
     assert "bf16 (--precision)" in " ".join(invoke(SMALL).stdout.split())
+
+
+def test_the_serving_search_refuses_a_cluster_of_another_gpu() -> None:
+    args = ["search", "--serve", "-m", "llama-2-7b", "-H", "a100", "--cluster", "dgx-h100", "--gpus", "2",
+            "--slo-ttft-p99", "1"]
+    assert "--cluster dgx-h100 is a node of h100-sxm-80gb, not a100-sxm-80gb" in user_error(invoke(args))

@@ -246,3 +246,10 @@ def test_find_max_qps_with_a_qps_and_trace_arrivals_without_a_trace_are_refused(
     assert "searches the load" in user_error(invoke([*BASE, "--find-max-qps", "--slo-ttft-p99", "1"]))
     line = user_error(invoke([*FIXED, "--arrival", "trace"]))
     assert "--arrival trace takes the arrival times of a trace: give --trace" in line
+
+
+def test_a_cluster_of_another_gpu_is_refused() -> None:
+    """A100s with the MI300X platform's xGMI fabric were priced without a word."""
+    line = user_error(invoke([*FIXED, "-H", "a100-sxm-80gb", "--tp", "2", "--cluster", "mi300x", "-n", "10"]))
+    assert "cluster mi300x is a node of mi300x, not a100-sxm-80gb" in line
+    assert parse_json(invoke([*FIXED, "-H", "a100", "--tp", "2", "--cluster", "dgx-a100", "-n", "10"]))

@@ -199,6 +199,14 @@ def _serve(model: str, hardware: str, gpus: int, cluster: str | None, slo_ttft: 
     except ValidationError as exc:
         raise flag_error(exc, default="config", skip=("workload",), renames={
             "slo_ttft_s": "slo-ttft-p99", "slo_tpot_s": "slo-tpot-p99"}) from None
+    if cluster is not None:  # one line now rather than the same refusal for every deployment tried
+        from perfcast.catalog.hardware import load_hardware
+        from perfcast.system.cluster import load_cluster
+
+        node, gpu = load_cluster(cluster), load_hardware(hardware).id
+        if node.gpu != gpu:
+            raise ConfigError(f"--cluster {node.id} is a node of {node.gpu}, not {gpu}; give a cluster of {gpu} "
+                              "(or drop --cluster for its own node)")
 
     with _progress(quiet=quiet) as prog:
         task = prog.add_task("deployments", total=None)

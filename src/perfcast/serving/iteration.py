@@ -178,6 +178,10 @@ class IterationModel:
         layers = self.cfg.num_layers
         if self.pp < 1 or self.pp > layers:
             raise ConfigError(f"pipeline stages ({self.pp}) must be between 1 and the {layers} layers of {self.cfg.id}")
+        if self.cluster is not None and self.cluster.gpu != self.hw.id:
+            raise ConfigError(f"cluster {self.cluster.id} is a node of {self.cluster.gpu}, not {self.hw.id}: its "
+                              f"fabric would price {self.hw.id}'s collectives; give a cluster of {self.hw.id} (or "
+                              "drop --cluster for its own node)")
         self.cl = self.cluster or cluster_for_gpu(self.hw.id)
         if self.tp > self.cl.domain:
             raise ConfigError(f"tensor parallelism {self.tp} exceeds the {self.cl.domain} GPUs of one "
