@@ -82,3 +82,15 @@ def test_bad_names() -> None:
     _one_line_error(_run("--layer", "resnet50.conv1", "--objective", "speed"), "objective")
     _one_line_error(_run("--layer", "resnet50.conv1", "--search", "exhaustive", "--samples", "5"), "--samples")
     _one_line_error(_run("--json"), "--layer is required")
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    # the given mapping was evaluated and the mapper's settings dropped
+    (["--mapping", str(MAPPING), "--seed", "3"], "--seed set the mapper's search"),
+    (["--mapping", str(MAPPING), "--objective", "energy", "--samples", "10"], "--samples, --objective set"),
+    (["--search", "exhaustive", "--seed", "5"], "--search exhaustive tries every mapping"),
+])
+def test_mapper_settings_without_a_search_are_refused(args: list[str], fragment: str) -> None:
+    res = _run("--layer", "resnet50.conv1", *args)
+    lines = res.stderr.splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and fragment in lines[0], res.stderr

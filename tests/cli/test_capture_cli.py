@@ -64,6 +64,10 @@ def test_capture_then_predict(model_file: Path, tmp_path: Path) -> None:
     step = json.loads(pred.stdout)
     assert step["step_time_s"] > 0
     assert step["energy_J"] > 0 and 0 < step["avg_power_W"] <= 400  # an A100 SXM's TDP
+    # the captured shapes are the workload's: -b 64 printed the captured batch's time under the user's 64
+    for flags in (["-b", "64"], ["-s", "4096"], ["--attention", "flash"]):
+        res = runner.invoke(app, ["predict", "--workload", str(out), "-H", "a100", *flags])
+        assert res.exit_code == 2 and "captured workload keeps the shapes" in res.stderr, res.stderr
 
 
 def test_bare_module_takes_input_shapes(model_file: Path) -> None:

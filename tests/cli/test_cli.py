@@ -313,6 +313,21 @@ def test_predict_batch_text(tmp_path: Path) -> None:
     assert (tmp_path / "out.csv.gz").stat().st_size > 0
 
 
+def test_predict_batch_row_that_does_not_fit_says_so(tmp_path: Path) -> None:
+    """Llama-2-7B at batch 64 x 4096 on a 16 GB T4 (FP32: ~300 GiB) was a row with status ok and a 17-minute step."""
+    row = ["T4", "Tesla T4", "NVIDIA", "llama-2-7b", "inference", "64", "4096", "false", "none", "1", "", "", "", "",
+           "test"]
+    table = write_e2e(tmp_path / "e2e.csv", [*E2E_ROWS[:1], row])
+    out = tmp_path / "pred.csv"
+    data = parse_json(invoke(["predict-batch", str(table), "-o", str(out), "--json"]))
+    assert data["predicted_rows"] == 1 and data["out_of_memory_rows"] == 1
+    with out.open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows[0]["status"] == "ok"
+    assert rows[1]["status"].startswith("out of memory: needs ") and "of 16.0 GiB" in rows[1]["status"]
+    assert float(rows[1]["pred_measured_ms"]) > 0  # the times are kept, as predict prints them with its verdict
+
+
 def test_predict_batch_refuses_to_overwrite(tmp_path: Path) -> None:
     table = write_e2e(tmp_path / "e2e.csv")
     out = tmp_path / "pred.csv"

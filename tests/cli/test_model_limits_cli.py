@@ -55,7 +55,7 @@ def test_llama_2_7b_at_100k_tokens_names_its_4096_positions() -> None:
 
 
 def test_yarn_scaling_extends_the_context_to_its_factor(tmp_path: Path) -> None:
-    path = _config(tmp_path, model_type="qwen2", max_position_embeddings=32768,
+    path = _config(tmp_path, model_type="qwen2", num_key_value_heads=4, max_position_embeddings=32768,
                    rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})
     ok = parse_json(invoke(["predict", "-m", path, "-H", "h100-sxm-80gb", "--mode", "prefill", "-s", "131072",
                             "--json"]))
@@ -96,3 +96,18 @@ def test_gpt_oss_120b_is_served_on_one_h100_by_default() -> None:
     assert data["weight_bytes_per_gpu"] < 0.9 * data["gpu_memory_bytes"]
     line = does_not_fit(invoke([*args[:-1], "-q", "none"]))  # a 16-bit copy needs four
     assert "GiB of weights per GPU" in line and "tp*pp=4" in line
+
+
+@pytest.mark.parametrize(("fields", "fragment"), [
+    # each was accepted: true as 1 layer (a 1.27 B "Llama-3-8B"), 32.5 as 32 layers, a string read as a number
+    ({"num_hidden_layers": True}, "num_hidden_layers=True is not a whole number (bool)"),
+    ({"num_hidden_layers": 32.5}, "num_hidden_layers=32.5 is not a whole number (float)"),
+    ({"hidden_size": "4096"}, "hidden_size='4096' is not a whole number (str)"),
+    # 32 query heads cannot share 7 KV heads evenly (transformers' repeat_kv fails); it was priced as 7.997 B
+    ({"num_attention_heads": 32, "num_key_value_heads": 7}, "num_attention_heads=32 is not a multiple of "
+                                                            "num_key_value_heads=7"),
+])
+def test_a_hand_written_config_with_a_malformed_count_is_one_error_line(tmp_path: Path, fields: dict[str, Any],
+                                                                       fragment: str) -> None:
+    config = _config(tmp_path, model_type="llama", **{"hidden_size": 4096, "num_attention_heads": 32, **fields})
+    assert fragment in user_error(invoke(["models", "show", config]))

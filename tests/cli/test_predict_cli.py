@@ -89,3 +89,16 @@ def test_predict_that_fits_says_so_per_gpu() -> None:
     assert tp8["memory_weights_bytes"] == pytest.approx(one["memory_weights_bytes"] / 8, rel=0.02)
     assert tp8["memory_comm_buffers_bytes"] > 0 == one["memory_comm_buffers_bytes"]
     assert "fits in memory" in invoke(["predict", "-m", "gpt2", "-H", "t4"]).stdout
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    # one node of H100s has 8 GPUs; tp16 and pp32 were priced over the device's NVLink as if it had 32
+    (["-H", "h100", "--parallelism", "tp16"], "more than the 8 GPUs of one dgx-h100 node"),
+    (["-H", "h100", "--parallelism", "pp32"], "more than the 8 GPUs"),
+    # settings that changed nothing in the combination given
+    (["--microbatches", "4"], "need parallelism ppN"),
+    (["--optimizer", "sgd"], "--mode inference has none"),
+    (["--mode", "training", "-q", "w4a16"], "applies to inference modes"),
+])
+def test_predict_limits_and_settings_without_effect_are_one_line(args: list[str], fragment: str) -> None:
+    assert fragment in user_error(invoke([*GPT2, *args]))

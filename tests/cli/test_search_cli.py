@@ -94,3 +94,17 @@ def test_serving_search_takes_tp_and_refuses_one_that_does_not_divide() -> None:
 ])
 def test_a_flag_of_the_other_kind_of_search_is_refused_not_ignored(args: list[str], needle: str) -> None:
     assert needle in user_error(invoke(["search", "-m", "llama-2-7b", "--gpus", "8", *args]))
+
+
+def test_the_training_search_names_the_precision_it_priced() -> None:
+    """train defaults to the checkpoint's dtype (fp16 for llama-2-70b); the search prices bf16 unless asked, and
+    says so instead of leaving it implied."""
+    assert parse_json(invoke([*SMALL, "--json"]))["precision"] == "bf16"
+    assert parse_json(invoke([*SMALL, "--precision", "fp16", "--json"]))["precision"] == "fp16"
+    assert "bf16 (--precision)" in " ".join(invoke(SMALL).stdout.split())
+
+
+def test_the_serving_search_refuses_a_cluster_of_another_gpu() -> None:
+    args = ["search", "--serve", "-m", "llama-2-7b", "-H", "a100", "--cluster", "dgx-h100", "--gpus", "2",
+            "--slo-ttft-p99", "1"]
+    assert "--cluster dgx-h100 is a node of h100-sxm-80gb, not a100-sxm-80gb" in user_error(invoke(args))

@@ -168,7 +168,7 @@ def test_malformed_trace_names_file_and_line(tmp_path: Path) -> None:
     (["--qps", "-1"], "--qps"),
     (["--trace", "nope"], "arxiv_summarization"),
     (["--beam-width", "0"], "--beam-width"),
-    (["--beam-width", "2", "--speculative-model", "llama-3.2-1b", "--num-speculative-tokens", "3"], "beam search"),
+    (["--beam-width", "2", "--speculative-model", "llama-2-7b", "--num-speculative-tokens", "3"], "beam search"),
 ])
 def test_serve_bad_input_is_one_error_line(args: list[str], fragment: str) -> None:
     line = user_error(invoke(with_flags(["serve"], BASE[1:], args)))
@@ -181,3 +181,83 @@ def test_a_single_request_at_a_rate_prints_the_rate_asked() -> None:
                   "--output-tokens", "8"])
     assert res.exit_code == 0, res.stderr
     assert "1 requests/s asked" in " ".join(res.stdout.split())
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    # vLLM refuses a draft model without --num-speculative-tokens; perfcast ran without speculation
+    (["--speculative-model", "llama-3.2-1b"], "needs --num-speculative-tokens"),
+    (["--spec-acceptance-rate", "0.2"], "--spec-acceptance-rate 0.2"),
+    (["--burstiness", "4"], "add --arrival gamma"),  # poisson gaps: the burstiness was dropped
+    (["--chunk-size", "128"], "--chunk-size 128"),  # vllm without chunked prefill has no chunk
+    (["--scheduler", "orca", "--enable-chunked-prefill"], "scheduler orca has its own policy"),
+    (["--kv-transfer-bandwidth", "1"], "add --num-prefill-replicas"),
+    (["--num-prefixes", "8"], "add --shared-prefix-tokens"),
+    (["--retrieval-latency-cv", "2"], "add --retrieval-latency"),
+    (["--colocation", "shared"], "add --colocate-model"),
+    (["--colocate-memory-frac", "0.3"], "add --colocate-model"),
+])
+def test_a_serve_flag_that_would_have_no_effect_is_refused(args: list[str], fragment: str) -> None:
+    """Each of these ran before and printed the plain deployment's figures, the flag silently dropped."""
+    line = user_error(invoke([*BASE, *args]))
+    assert fragment in line, line
+
+
+def test_serve_flags_in_their_own_combination_still_run() -> None:
+    res = invoke([*BASE, "--arrival", "gamma", "--burstiness", "2", "--scheduler", "sarathi", "--chunk-size", "256",
+                  "--json"])
+    assert res.exit_code == 0, res.stderr
+    assert parse_json(res)["workload"]["burstiness_cv"] == 2.0
+
+
+FIXED = ["serve", "-m", "llama-2-7b", "-H", "h100", "--prompt-tokens", "512", "--output-tokens", "128", "--json"]
+
+
+def test_a_short_run_above_what_the_deployment_sustains_says_overload() -> None:
+    """40 QPS on a deployment that completes ~28 requests/s saturated: 200 requests fit in its batch (TTFT p99
+    ~80 ms), 10,000 requests see a p99 of ~95 s. The short run's figures are printed with the verdict."""
+    data = parse_json(invoke([*FIXED, "--qps", "40", "-n", "200"]))
+    assert data["load_verdict"] == "overload"
+    assert 20 < data["saturated_requests_per_s"] < 40
+    assert data["steady_state"]["verdict"] == "overload" and data["ttft_s"]["p99"] < 1.0
+    text = invoke([*FIXED[:-1], "--qps", "40", "-n", "200"])
+    assert "OVERLOAD (40 requests/s asked" in text.stdout
+
+
+def test_a_load_the_deployment_sustains_says_so_with_its_steady_state_tail() -> None:
+    data = parse_json(invoke([*FIXED, "--qps", "10", "-n", "200"]))
+    assert data["load_verdict"] == "sustained"
+    steady = data["steady_state"]
+    assert steady["num_requests"] >= 1000 and set(steady["p99_s"]) == {"ttft", "tpot", "e2e"}
+    # an SLO the short run meets but the steady state does not is called out
+    slo = parse_json(invoke([*FIXED, "--qps", "20", "-n", "200", "--slo-ttft-p99", "0.05"]))
+    assert slo["load_verdict"] == "misses_slo" and slo["steady_state"]["reason"].startswith("ttft p99 above")
+
+
+def test_runs_without_a_rate_have_no_load_verdict() -> None:
+    for flags in ([], ["--max-concurrency", "8"]):
+        assert "load_verdict" not in parse_json(invoke([*FIXED, "-n", "50", *flags]))
+
+
+def test_serve_says_what_auto_resolved_to_for_the_weights_and_the_kv_cache() -> None:
+    """-q fp8 also stores the KV cache in fp8 (TensorRT-LLM's FP8 checkpoints), unlike vLLM's --quantization fp8
+    with kv_cache_dtype auto: the output names the cache's dtype instead of leaving it implied."""
+    plain = parse_json(invoke([*FIXED, "-n", "20"]))
+    assert plain["kv_cache_dtype"] == "fp16" and plain["weights_format"] == "none"
+    fp8 = parse_json(invoke([*FIXED, "-n", "20", "-q", "fp8"]))
+    assert fp8["kv_cache_dtype"] == "fp8" and fp8["weights_format"].startswith("fp8")
+    kept = parse_json(invoke([*FIXED, "-n", "20", "-q", "fp8", "--kv-cache-dtype", "fp16"]))
+    assert kept["kv_cache_dtype"] == "fp16" and kept["kv_blocks_per_engine"] < fp8["kv_blocks_per_engine"]
+
+
+def test_find_max_qps_with_a_qps_and_trace_arrivals_without_a_trace_are_refused() -> None:
+    # the search set its own loads: the --qps asked for was dropped without a word
+    assert "searches the load" in user_error(invoke([*BASE, "--find-max-qps", "--slo-ttft-p99", "1"]))
+    line = user_error(invoke([*FIXED, "--arrival", "trace"]))
+    assert "--arrival trace takes the arrival times of a trace: give --trace" in line
+
+
+def test_a_cluster_of_another_gpu_is_refused() -> None:
+    """A100s with the MI300X platform's xGMI fabric were priced without a word."""
+    line = user_error(invoke([*FIXED, "-H", "a100-sxm-80gb", "--tp", "2", "--cluster", "mi300x", "-n", "10"]))
+    assert "cluster mi300x is a node of mi300x, not a100-sxm-80gb" in line
+    assert parse_json(invoke([*FIXED, "-H", "a100", "--tp", "2", "--cluster", "dgx-a100", "-n", "10"]))

@@ -142,3 +142,25 @@ def test_train_precision_defaults_to_the_checkpoints(model: str, cluster: str, p
 def test_train_text_says_which_precision_ran() -> None:
     res = invoke(["train", "-m", "llama-2-7b", "-c", "dgx-a100", "--dp", "1", "--micro-batch", "1"])
     assert "fp16 (the checkpoint's)" in " ".join(res.stdout.split())
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    # each ran before and printed the plan's figures without the setting (or with another schedule than asked)
+    (["--tp", "1", "--dp", "8", "--tp-overlap"], "needs tp > 1"),
+    (["--cp-kind", "ulysses"], "needs cp > 1"),
+    (["--pp", "2", "--dp", "2", "--schedule", "interleaved"], "give vp > 1"),
+    (["--pp", "2", "--dp", "2", "--vp", "2", "--schedule", "gpipe"], "not gpipe"),
+    (["--schedule", "gpipe"], "needs pp > 1"),
+    (["--lora-targets", "q,v"], "give a lora rank > 0"),
+    (["--moe-skew", "1"], "llama-2-7b is dense"),
+    (["--capacity-factor", "1.25"], "llama-2-7b is dense"),
+])
+def test_train_setting_without_effect_in_the_plan_is_refused(args: list[str], fragment: str) -> None:
+    assert fragment in user_error(invoke([*SMALL, *args]))
+
+
+def test_train_says_when_the_config_names_no_dtype() -> None:
+    """GPT-3 2.7B is a paper's shapes, not a checkpoint: its fp32 default was labelled "the checkpoint's"."""
+    res = invoke(["train", "-m", "gpt3-2.7b", "-c", "dgx-a100", "--seq-len", "512", "--global-batch", "8"])
+    assert "the config names no torch_dtype" in " ".join(res.stdout.replace("│", " ").split())
+    assert "checkpoint's" not in res.stdout

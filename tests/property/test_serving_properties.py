@@ -47,6 +47,8 @@ def _run(c: dict, w: dict, **kw: bool) -> ServingResult | None:
     draft = "llama-3.2-1b" if c["num_speculative_tokens"] else None
     if c["num_prefill_replicas"] and (c["num_replicas"] < 2 or c["scheduler"] == "static"):
         c = c | {"num_prefill_replicas": 0}
+    if c["scheduler"] != "sarathi":  # the chunk is sarathi's budget (ServingConfig refuses it elsewhere)
+        c = c | {"chunk_size": ServingConfig.model_fields["chunk_size"].default}
     cfg = ServingConfig(model="llama-3.1-8b", hardware="a100-sxm-80gb", speculative_model=draft,
                         workload=WorkloadConfig(**w), **c)
     try:

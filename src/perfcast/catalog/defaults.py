@@ -10,7 +10,7 @@ from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig
 from perfcast.dtypes import DType
 
-__all__ = ["default_dtype"]
+__all__ = ["default_dtype", "describe_default_dtype"]
 
 
 def default_dtype(cfg: ModelConfig, hw: Hardware | None = None, *, engine: bool = False) -> DType:
@@ -36,3 +36,21 @@ def default_dtype(cfg: ModelConfig, hw: Hardware | None = None, *, engine: bool 
     if dtype is DType.BF16 and hw is not None and not hw.peak_flops_per_s.bf16:
         dtype = DType.FP16
     return dtype
+
+
+def describe_default_dtype(cfg: ModelConfig, dtype: DType, hw: Hardware | None = None) -> str:
+    """Why ``dtype`` is what :func:`default_dtype` chose for ``cfg`` (on ``hw``), in words for a report: "the
+    checkpoint's" only when the config names that dtype; a config that names none says so (a synthetic catalog
+    model, or a checkpoint whose config.json has no ``torch_dtype``, runs in transformers' fp32 default)."""
+    named = cfg.torch_dtype
+    if named == dtype.value:
+        return "the checkpoint's"
+    if named is not None:
+        if named == "bf16" and dtype is DType.FP16 and hw is not None and not hw.peak_flops_per_s.bf16:
+            return f"the checkpoint's bf16 run in fp16: {hw.id} has no bf16 math"
+        return f"the checkpoint's {named} run in {dtype.value}, as a serving engine runs it"
+    if cfg.hf_config.get("quantization_config"):
+        return "the quantized checkpoint's unquantized tensors"
+    if dtype is DType.FP32:
+        return "the config names no torch_dtype: transformers' fp32 default"
+    return f"the config names no torch_dtype: {dtype.value}, as a serving engine runs fp32"

@@ -321,6 +321,10 @@ class ModelConfig(_Frozen):
                 raise ValueError("chunked layers need attention_chunk_size")
         if any(not 0 <= i < layers for i in self.nope_layers):
             raise ValueError(f"nope_layers must be layer indices in [0, {layers})")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_attention_heads={self.num_heads} is not a multiple of num_key_value_heads="
+                             f"{self.num_kv_heads} (each KV head serves a whole group of query heads); use a divisor "
+                             f"of {self.num_heads}")
         return self
 
     @property
@@ -426,7 +430,9 @@ def from_hf_config(raw: dict[str, Any], *, model_id: str, meta: dict[str, Any] |
         )
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        where = ".".join(str(p) for p in err["loc"])
+        if not where:  # a check across fields: its message names them
+            raise CatalogError(f"{model_id}: {str(err['msg']).removeprefix('Value error, ')}") from None
         raise CatalogError(f"{model_id}: config field {where}: {err['msg']}") from None
 
 

@@ -832,6 +832,36 @@ def _check_layer_counts(raw: Raw) -> None:
                 raise ValueError(f"{key}={value} is not a layer count perfcast models (at most {_MAX_LAYERS})")
 
 
+# the shape keys every family reads as counts: a bool, a fraction or a string there is a malformed config
+# (transformers builds no layer from it), never a count to truncate (true is not 1 layer, 32.5 is not 32)
+_COUNT_KEYS = (
+    "num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers", "hidden_size", "n_embd",
+    "d_model", "n_embed", "num_attention_heads", "n_head", "num_heads", "n_heads", "num_key_value_heads",
+    "num_kv_heads", "head_dim", "d_kv", "kv_channels", "intermediate_size", "n_inner", "ffn_dim", "d_ff",
+    "ffn_hidden_size", "intermediate_size_mlp", "vocab_size", "max_position_embeddings", "n_positions",
+    "max_seq_len", "num_local_experts", "num_experts", "n_routed_experts", "n_shared_experts", "num_experts_per_tok",
+    "experts_per_token", "moe_intermediate_size", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
+    "qk_nope_head_dim", "v_head_dim", "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step",
+    "interleave_moe_layer_step", "sliding_window", "max_window_layers", "rotary_dim", "expansion_ratio",
+    "image_size", "patch_size", "num_channels",
+)
+
+
+def _check_counts(raw: Raw) -> None:
+    """Refuse a count key whose value is not a whole number (null stays the key's default or its "none")."""
+    for cfg in (raw, raw.get("text_config"), raw.get("vision_config")):
+        if not isinstance(cfg, dict):
+            continue
+        for key in _COUNT_KEYS:
+            value = cfg.get(key)
+            if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+                continue
+            if isinstance(value, float) and value.is_integer():
+                continue
+            raise ValueError(f"{key}={_short(value)} is not a whole number ({type(value).__name__}); a count is "
+                             "an integer such as 4096")
+
+
 _TORCH_DTYPES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
 
 
@@ -1004,6 +1034,7 @@ def normalize_hf(raw: dict[str, Any]) -> dict[str, Any]:
     KeyError/TypeError/ValueError/ArithmeticError for a malformed config.
     """
     _check_layer_counts(raw)
+    _check_counts(raw)
     family = _family_of(raw)
     _check_foreign_keys(raw, family)
     text = raw.get("text_config")

@@ -51,6 +51,15 @@ def accel(
     spec = acc.load_arch(arch)
     problem = acc.load_problem(layer, batch_size=batch_size)
     found = None
+    mapper = [flag for flag, value, default in (("--search", search, "random"), ("--samples", samples, 2000),
+                                                ("--objective", objective, "edp"), ("--seed", seed, 0))
+              if value != default]
+    if mapping is not None and mapper:
+        raise ConfigError(f"{', '.join(mapper)} set the mapper's search; --mapping evaluates the given mapping "
+                          "without one (drop them, or drop --mapping)")
+    if search == "exhaustive" and seed != 0:
+        raise ConfigError("--seed draws the random search's mappings; --search exhaustive tries every mapping of "
+                          "the pruned space in order (drop --seed)")
     if mapping is not None:
         chosen = acc.load_mapping(mapping)
         result = acc.evaluate(spec, problem, chosen)

@@ -238,11 +238,20 @@ def predict(
     if (model is None) == (workload is None):
         raise ConfigError("give either --model (a catalog model) or --workload (a captured workload JSON)")
     parallelism = _with_tp(parallelism, tp)
+    _check_node(parallelism, hardware)
+    if optimizer != "adam" and mode_v is not Mode.TRAINING:
+        raise ConfigError(f"--optimizer {optimizer} is the optimizer step of --mode training; --mode {mode} has none")
     if workload is not None:
         from perfcast.capture.io import load_workload
 
         if quantization != "auto":
             raise ConfigError("--quantization applies to catalog models (--model); a captured workload runs in --dtype")
+        given = [flag for flag, value, default in (("--batch-size", batch_size, 1), ("--seq-len", seq_len, 512),
+                                                   ("--attention", attention, None), ("--style", style, None),
+                                                   ("--microbatches", microbatches, None)) if value != default]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: a captured workload keeps the shapes and kernels it was captured "
+                              "with; capture it again with other example inputs")
         st = _predict_captured(load_workload(workload), hardware, mode_v, dtype, parallelism, optimizer, fused)
     else:
         st = run(StepRequest(model=model, hardware=hardware, mode=mode_v, batch_size=batch_size, seq_len=seq_len,
@@ -273,7 +282,17 @@ def predict(
                                for o in st.top_ops(12)]
         emit_json(data)
     else:
-        _console().print(step_table(st, dtype_default=dtype is None))
+        note = None
+        if dtype is None and workload is not None:
+            note = "the captured model's"
+        elif dtype is None:
+            from perfcast.catalog.defaults import describe_default_dtype
+            from perfcast.catalog.hardware import load_hardware
+            from perfcast.catalog.models import load_model
+            from perfcast.dtypes import DType
+
+            note = describe_default_dtype(load_model(model), DType(st.dtype), load_hardware(hardware))
+        _console().print(step_table(st, dtype_note=note))
         if explain:
             _console().print(top_ops_table(st))
     if st.memory is not None and not st.memory.fits:
@@ -281,6 +300,23 @@ def predict(
         does_not_fit(f"out of memory: the step needs {st.memory.total_bytes / gib:.1f} GiB per GPU and "
                      f"{st.hardware_id} has {st.memory.capacity_bytes / gib:.1f} GiB; use more GPUs (--tp, "
                      "--parallelism ppN), a smaller batch or sequence, or a narrower --dtype")
+
+
+def _check_node(parallelism: str, hardware: str) -> None:
+    """``--parallelism`` spans GPUs of one node: its degree is at most the GPUs sharing the node's fabric (the
+    GPU's catalog node, as serve takes it)."""
+    from perfcast.compose.parallel import parse_parallelism
+    from perfcast.errors import ConfigError
+    from perfcast.system.cluster import cluster_for_gpu
+
+    par = parse_parallelism(parallelism)
+    if par.degree == 1:
+        return
+    node = cluster_for_gpu(hardware)
+    if par.degree > node.domain:
+        raise ConfigError(f"--parallelism {par} spans {par.degree} GPUs, more than the {node.domain} GPUs of one "
+                          f"{node.id} node; use a degree up to {node.domain} (more GPUs: perfcast train, perfcast "
+                          "serve --num-replicas)")
 
 
 def _with_tp(parallelism: str, tp: int | None) -> str:
@@ -358,15 +394,17 @@ def predict_batch_cmd(
     res = predict_batch(table)
     path = write_predictions(res, output, force=True)  # checked before the work
     ok = sum(1 for s in res.prediction.status if s == "ok")
+    oom = sum(1 for s in res.prediction.status if s.startswith("out of memory"))
     targets: dict[str, dict[str, float | int]] = {}
     for t in res.targets:
         s = summarize(res.measured(t), res.prediction.pred[t], res.prediction.low[t], res.prediction.high[t])
         targets[t] = s.as_dict()
     if as_json:
         emit_json({"table": str(table), "kind": res.kind.name, "rows": len(res.rows), "predicted_rows": ok,
-                   "output": str(path), "targets": targets})
+                   "out_of_memory_rows": oom, "output": str(path), "targets": targets})
         return
-    sys.stdout.write(f"{res.kind.name}: {len(res.rows)} rows, {ok} predicted -> {path}\n")
+    also = f" ({oom} more out of memory: see their status)" if oom else ""
+    sys.stdout.write(f"{res.kind.name}: {len(res.rows)} rows, {ok} predicted{also} -> {path}\n")
     for t, d in targets.items():
         if d["predicted_rows"]:
             sys.stdout.write(f"  {t}: MAPE {100 * d['mape_frac']:.1f}% over {d['predicted_rows']} measured rows\n")

@@ -56,7 +56,8 @@ def search(
     micro_batch: str | None = typer.Option(None, "--micro-batch", help="Micro-batch sizes (default 1,2,4,8)."),
     recompute: str | None = typer.Option(None, "--recompute", help="Recompute modes (default none,selective,full)."),
     zero: str | None = typer.Option(None, "--zero", help="ZeRO stages (default 0,1,2,3)."),
-    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8."),
+    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 (training searches price "
+                                                              "mixed-precision plans; bf16 whatever the checkpoint)."),
     sp: bool = typer.Option(True, "--sp/--no-sp", help="Sequence parallelism wherever tp > 1."),
     tp_overlap: bool = typer.Option(True, "--tp-overlap/--no-tp-overlap", help="Overlap TP collectives with GEMMs."),
     even_stages: bool = typer.Option(False, "--even-stages", help="Require pp*vp to divide the layers."),
@@ -130,7 +131,7 @@ def search(
         if price is not None and price <= 0:
             raise ConfigError(f"--price-per-gpu-hour must be positive (got {price})")
         result = search_training(space, objective=objective, top=top, backend=backend, price_per_gpu_hour_usd=price)
-        data = result.as_dict()
+        data = {**result.as_dict(), "precision": space.precision}
     if out is not None:
         out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     if as_json:
@@ -198,6 +199,14 @@ def _serve(model: str, hardware: str, gpus: int, cluster: str | None, slo_ttft: 
     except ValidationError as exc:
         raise flag_error(exc, default="config", skip=("workload",), renames={
             "slo_ttft_s": "slo-ttft-p99", "slo_tpot_s": "slo-tpot-p99"}) from None
+    if cluster is not None:  # one line now rather than the same refusal for every deployment tried
+        from perfcast.catalog.hardware import load_hardware
+        from perfcast.system.cluster import load_cluster
+
+        node, gpu = load_cluster(cluster), load_hardware(hardware).id
+        if node.gpu != gpu:
+            raise ConfigError(f"--cluster {node.id} is a node of {node.gpu}, not {gpu}; give a cluster of {gpu} "
+                              "(or drop --cluster for its own node)")
 
     with _progress(quiet=quiet) as prog:
         task = prog.add_task("deployments", total=None)
@@ -217,7 +226,8 @@ def _print_training(d: dict[str, Any]) -> None:
     con = _console()
     rejected = ", ".join(f"{k} {v:,}" for k, v in d["rejected"].items() if v)
     con.print(f"{d['model']} on {'/'.join(map(str, d['gpus']))} GPUs of {d['cluster']}, seq {d['seq_len']}, global "
-              f"batch {d['global_batch']}: {d['plans_evaluated']:,} plans evaluated of {d['plans_enumerated']:,} "
+              f"batch {d['global_batch']}, {d['precision']} (--precision): {d['plans_evaluated']:,} plans evaluated of "
+              f"{d['plans_enumerated']:,} "
               f"({d['plans_feasible']:,} fit; removed: {rejected or 'none'}) in {d['search_time_s']:.2f} s",
               markup=False)
     cost = any("cost_usd_per_step" in r for r in d["best"])

@@ -42,7 +42,9 @@ def serve(
                                      help="auto | none | w4a16 | w8a16 | w8a8 | fp8 | fp4 | mxfp4: the checkpoint's "
                                           "own (auto; with --workload the preset's precision where the GPU has "
                                           "it), a checkpoint quantized that way, or none for a 16-bit copy."),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto | fp16 | bf16 | fp8."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype",
+                                       help="auto | fp16 | bf16 | fp8 (auto: the activation dtype, as vLLM; fp8 with "
+                                            "--quantization fp8 or fp4, as TensorRT-LLM's FP8 checkpoints ship)."),
     max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Sequences per iteration at most."),
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
                                                       help="Tokens per iteration at most (default per scheduler)."),
@@ -69,7 +71,9 @@ def serve(
                                         "highest Poisson QPS meeting the limits (or run --qps)."),
     qps: float | None = typer.Option(None, "--qps", help="Arrival rate (requests/s); none = all at once."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson | gamma | fixed | trace."),
-    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma arrivals: CV of the gaps."),
+    burstiness: float = typer.Option(1.0, "--burstiness",
+                                     help="Gamma arrivals (--arrival gamma): CV of the gaps (vLLM's --burstiness b "
+                                          "is a gamma shape: CV 1/sqrt(b))."),
     max_concurrency: int | None = typer.Option(None, "--max-concurrency",
                                                help="Closed loop: at most this many requests outstanding; the "
                                                     "next is sent when one finishes."),
@@ -159,8 +163,13 @@ def serve(
             "burstiness_cv": "burstiness", "kv_transfer_bandwidth_Bps": "kv-transfer-bandwidth",
             "concurrency": "max-concurrency", "num_beams": "beam-width",
             "retrieval_latency_s": "retrieval-latency"}) from None
+    if find_max_qps and qps is not None:
+        raise ConfigError(f"--qps {qps:g} sets one load; --find-max-qps searches the load (drop --qps)")
     if find_max_qps and workload is None and slo_ttft is None and slo_tpot is None:
         raise ConfigError("--find-max-qps needs --slo-ttft-p99 and/or --slo-tpot-p99")
+    if colocate_model is None and (colocation != "time_sliced" or colocate_memory_frac != 0.5):
+        raise ConfigError("--colocation and --colocate-memory-frac describe a second model on the same GPUs; add "
+                          "--colocate-model MODEL (without it they have no effect)")
     if colocate_model is not None and (find_max_qps or trace_out is not None):
         raise ConfigError("--colocate-model does not combine with --find-max-qps or --trace-out yet")
     _verdict_first(cfg, workload, num_requests, colocate_model, colocate_memory_frac, as_json)
@@ -188,6 +197,11 @@ def serve(
         data_extra = pair.as_dict()
     elif result is None or trace_out is not None:  # (the timeline needs the iterations kept)
         result = simulate_serving(cfg, keep_events=trace_out is not None)
+    steady = None
+    if search is None and mlperf is None and colocate_model is None:
+        from perfcast.serving.search import steady_state
+
+        steady = steady_state(cfg, result)
     if trace_out is not None:
         from perfcast.serving.timeline import write_serving_trace
 
@@ -199,12 +213,27 @@ def serve(
             writer.writeheader()
             writer.writerows(rows)
     data = data_extra or result.as_dict()
+    if not data_extra:  # what auto resolved to: the weights' format and the KV cache's dtype
+        from perfcast.catalog.hardware import load_hardware
+        from perfcast.catalog.models import load_model
+        from perfcast.dtypes import DType
+        from perfcast.serving.iteration import kv_cache_dtype as resolve_kv
+        from perfcast.workload.quantization import resolve_quantization
+
+        quant = resolve_quantization(load_model(cfg.model), cfg.quantization, load_hardware(cfg.hardware))
+        data["weights_format"] = quant.label
+        data["kv_cache_dtype"] = resolve_kv(None if cfg.kv_cache_dtype == "auto" else DType(cfg.kv_cache_dtype),
+                                            cfg.quantization, DType(result.dtype)).value
     missed = ""
     if search is not None:
         data.update(search.as_dict())
         if search.check is not None and search.max_qps > 0:
             data["steady_state"] = search.check.as_dict()
         missed = search.verdict
+    if steady is not None:  # the load of a plain run, judged in steady state
+        verdict = steady.check.verdict
+        data["load_verdict"] = {"meets": "sustained", "misses": "misses_slo"}.get(verdict, verdict)
+        data.update(steady.as_dict())
     if mlperf is not None:
         data.update({k if k.startswith("mlperf_") else f"mlperf_{k}": v for k, v in mlperf.as_dict().items()})
         if mlperf.qps_evaluated:

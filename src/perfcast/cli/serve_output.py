@@ -50,11 +50,14 @@ def print_serving(d: dict[str, Any], trace_out: Path | None, requests_out: Path 
         head.add_row("max QPS sustained", f"{d['max_qps']:.4g} requests/s within the SLO in steady state"
                      if d["max_qps"] else "none: no load meets the SLO")
     head.add_row("workload", _workload_line(d["workload"]))
-    head.add_row("dtype", d["dtype"] + ("" if d["quantization"] == "none" else f" ({d['quantization']} weights)"))
+    weights = d.get("weights_format", d["quantization"])
+    head.add_row("dtype", d["dtype"] + ("" if weights == "none" else f"; weights {weights}"))
     if "memory_usable_bytes" in d:
         head.add_row("memory per GPU", f"weights {_gib(d['memory_weights_bytes'])} + activations peak "
                      f"{_gib(d['memory_activations_peak_bytes'])} + KV cache {_gib(d['memory_kv_cache_bytes'])} of "
                      f"{_gib(d['memory_usable_bytes'])} usable")
+    if "load_verdict" in d:
+        head.add_row("steady state", _load_line(d))
     head.add_row("requests completed", f"{d['requests_completed']} of {d['requests_total']}")
     if d["requests_rejected"]:
         head.add_row("requests rejected", f"{d['requests_rejected']}: " + "; ".join(
@@ -66,7 +69,8 @@ def print_serving(d: dict[str, Any], trace_out: Path | None, requests_out: Path 
     else:
         head.add_row("goodput", f"{d['goodput_requests_per_s']:.3g} requests/s "
                      f"({100 * d['slo_attainment_frac']:.1f}% meet the SLO)")
-    head.add_row("KV cache", f"{d['kv_blocks_per_engine']:,} blocks; utilization mean "
+    kv_dtype = f" of {d['kv_cache_dtype']}" if "kv_cache_dtype" in d else ""
+    head.add_row("KV cache", f"{d['kv_blocks_per_engine']:,} blocks{kv_dtype}; utilization mean "
                  f"{100 * d['kv_utilization_frac']['mean']:.1f}%, max {100 * d['kv_utilization_frac']['max']:.1f}%")
     head.add_row("preemptions", str(d["preemptions"]))
     if d.get("energy_J"):
@@ -85,6 +89,28 @@ def print_serving(d: dict[str, Any], trace_out: Path | None, requests_out: Path 
     for p, what in ((trace_out, "timeline"), (requests_out, "per-request CSV")):
         if p is not None:
             con.print(f"{what} written to {p}")
+
+
+def _load_line(d: dict[str, Any]) -> str:
+    """Whether a plain run's load holds in steady state (``load_verdict``; perfcast.serving.search.steady_state)."""
+    c, verdict = d["steady_state"], d["load_verdict"]
+    if "saturated_requests_per_s" not in d:
+        return f"{verdict}: {c['reason']}"
+    mu = d["saturated_requests_per_s"]
+    load = f"{c['qps']:.4g} requests/s asked, {c['qps'] / mu:.0%} of the {mu:.4g} this deployment completes saturated"
+    p99 = ", ".join(f"{k.upper()} {_ms(v)}" for k, v in c["p99_s"].items())
+    run = (f"a steady-state run of {c['num_requests']:,} requests" if c["num_requests"] != d["requests_total"]
+           else "this run")
+    if verdict == "overload":
+        why = "" if not c["num_requests"] else f"; in {run} {c['reason']}"
+        return (f"OVERLOAD ({load}){why}: the latencies below hold for these {d['requests_total']:,} requests only "
+                "and grow with a longer run")
+    if verdict == "sustained":
+        return f"sustained ({load}): in {run} the queue does not grow" + (f"; p99 after its warm-up: {p99}"
+                                                                          if p99 else "")
+    if verdict == "misses_slo":
+        return f"misses the SLO in steady state ({load}): in {run} {c['reason']}; p99 after its warm-up: {p99}"
+    return f"unsettled ({load}): {c['reason']}"
 
 
 def _workload_line(w: dict[str, Any]) -> str:

@@ -102,11 +102,13 @@ def train(
             raise ConfigError(f"--tp {tp}: tensor parallelism cannot shard this captured graph: "
                               f"{captured.tp_error}; use --tp 1 (data/pipeline parallelism)")
         micro_batch, seq_len = captured.micro_batch, captured.tokens_per_sample
-    elif precision is None:
-        from perfcast.catalog.defaults import default_dtype
+    precision_note = "the captured model's"
+    if workload is None and precision is None:
+        from perfcast.catalog.defaults import default_dtype, describe_default_dtype
         from perfcast.catalog.models import load_model
 
-        precision = default_dtype(load_model(model), cl.hardware()).value
+        chosen = default_dtype(load_model(model), cl.hardware())
+        precision, precision_note = chosen.value, describe_default_dtype(load_model(model), chosen, cl.hardware())
     micro_batch = 1 if micro_batch is None else micro_batch
     seq_len = 2048 if seq_len is None else seq_len
     if dp is None:
@@ -115,7 +117,8 @@ def train(
         fields: dict[str, Any] = dict(
             tp=tp, pp=pp, dp=dp, cp=cp, cp_kind=cp_kind, ep=ep, vp=vp, sp=sp, tp_comm_overlap=tp_overlap,
             zero=zero, recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
-            precision=precision, schedule=schedule if vp == 1 else "interleaved", uneven_stages=uneven_stages,
+            precision=precision, schedule="interleaved" if vp > 1 and schedule == "1f1b" else schedule,
+            uneven_stages=uneven_stages,
             lora_rank=lora_rank, lora_targets=tuple(t.strip() for t in lora_targets.split(",") if t.strip()),
             qlora=qlora, moe_skew=moe_skew, moe_capacity_factor=capacity_factor, framework=framework,
             fused_kernels=fused_kernels,
@@ -142,7 +145,7 @@ def train(
             data["trace_path"] = str(trace)
         emit_json(data)
     else:
-        _print(result, trace, defaults)
+        _print(result, trace, defaults, precision_note)
     if not result.fits:
         does_not_fit(f"out of memory: the plan needs {_gib(result.memory.total_bytes)} per GPU and {result.gpu_id} "
                      f"has {_gib(result.memory.capacity_bytes)}; shard more (zero, tp, pp), recompute, or shrink the "
@@ -200,7 +203,7 @@ def _check_captured_plan(w: Any, micro_batch: int | None, seq_len: int | None, *
                           "capture it again with that length (--input-shape) or leave --seq-len out")
 
 
-def _print(result: Any, trace: Path | None, defaults: list[str]) -> None:
+def _print(result: Any, trace: Path | None, defaults: list[str], precision_note: str) -> None:
     con = _console()
     p = result.plan
     head = _table(title=f"{result.model_id} on {result.num_gpus} x {result.gpu_id} ({result.cluster_id})",
@@ -208,7 +211,7 @@ def _print(result: Any, trace: Path | None, defaults: list[str]) -> None:
     head.add_column("quantity", no_wrap=True)
     head.add_column("value")
     dp_note = f" (default: fills the {result.num_gpus} GPUs of the node(s))" if "dp" in defaults else ""
-    precision_note = " (the checkpoint's)" if "precision" in defaults else ""
+    precision_note = f" ({precision_note})" if "precision" in defaults else ""
     head.add_row("plan", f"tp {p.tp}, pp {p.pp}" + (f" (vp {p.vp})" if p.vp > 1 else "") +
                  f", dp {p.dp}{dp_note}, cp {p.cp}, ep {p.ep}; zero {p.zero}, recompute {p.recompute}, "
                  f"{p.precision}{precision_note}; "

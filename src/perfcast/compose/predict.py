@@ -20,6 +20,7 @@ from perfcast.compose.parallel import (
 )
 from perfcast.compose.types import StepTime
 from perfcast.dtypes import DType, parse_dtype
+from perfcast.errors import ConfigError
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.quantization import resolve_quantization
@@ -71,6 +72,12 @@ def predict(req: StepRequest, coeffs: Coefficients | None = None,
     co = coeffs or load_coefficients()
     par = parse_parallelism(req.parallelism)
     mode = Mode(req.mode)
+    if req.microbatches is not None and par.kind != "pp":
+        raise ConfigError(f"microbatches={req.microbatches} split the batch over pipeline stages: they need "
+                          f"parallelism ppN (got {par})")
+    if mode is Mode.TRAINING and req.quantization not in ("auto", "none"):
+        raise ConfigError(f"quantization {req.quantization} applies to inference modes; training runs in its dtype "
+                          "(QLoRA: perfcast train --lora-rank R --qlora)")
     base = WorkloadSpec(mode, req.batch_size, req.seq_len, style=req.style, attention=req.attention,
                         optimizer=req.optimizer, loss=req.loss, accumulate_grads=req.accumulate_grads,
                         quantization=resolve_quantization(cfg, req.quantization, hw))

@@ -17,10 +17,11 @@ def pct(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
 
-def step_table(st: StepTime, *, dtype_default: bool = False) -> Table:
-    """Summary of one step prediction (``dtype_default``: the dtype was the checkpoint's, not asked for)."""
+def step_table(st: StepTime, *, dtype_note: str | None = None) -> Table:
+    """Summary of one step prediction (``dtype_note``: why the dtype is what it is when it was not asked for,
+    e.g. "the checkpoint's")."""
     extra = ("" if not st.fused else ", fused") + ("" if st.parallelism == "none" else ", " + st.parallelism)
-    dtype = f"{st.dtype} (the checkpoint's)" if dtype_default else st.dtype
+    dtype = f"{st.dtype} ({dtype_note})" if dtype_note else st.dtype
     t = Table(title=f"{st.model_id} on {st.hardware_id}: {st.mode}, batch {st.batch_size}, seq {st.seq_len}, "
                     f"{dtype}{extra}", show_header=False)
     t.add_column("quantity")

@@ -9,9 +9,11 @@ units (seconds, bytes, tokens).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from perfcast.errors import ConfigError
 
 __all__ = ["MAX_NUM_SEQS", "MAX_REPLICAS", "MAX_REQUESTS", "MAX_SEED", "MAX_SWAP_SPACE_BYTES", "MAX_TOKENS",
            "PRECISION_QUANTIZATION", "ServingConfig", "WorkloadConfig"]
@@ -35,6 +37,22 @@ MAX_SEED = 2**63 - 4
 
 # a benchmark's precision label (as tables and MLPerf write it) -> ServingConfig.quantization
 PRECISION_QUANTIZATION: dict[str, str] = {"fp16": "none", "bf16": "none", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4"}
+
+
+# the flag that sets a field, where the two names differ beyond - and _
+_FLAGS = {"burstiness_cv": "--burstiness", "kv_transfer_bandwidth_Bps": "--kv-transfer-bandwidth",
+          "retrieval_latency_s": "--retrieval-latency"}
+
+
+def _refuse_unused(config: BaseModel, name: str, applies: bool, why: str) -> None:
+    """ConfigError when field ``name`` differs from its default where it has no effect (``applies`` False)."""
+    value: Any = getattr(config, name)
+    if applies or value == type(config).model_fields[name].default:
+        return
+    flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+    shown = f"{value / 1e9:g} GB/s" if name == "kv_transfer_bandwidth_Bps" else f"{value:g}" if isinstance(
+        value, float) else str(value)
+    raise ConfigError(f"{flag} {shown} ({name}) has no effect here: it {why}")
 
 
 class WorkloadConfig(BaseModel):
@@ -70,6 +88,20 @@ class WorkloadConfig(BaseModel):
     num_beams: int = Field(default=1, ge=1, le=MAX_NUM_SEQS, description="beam search: beams per request "
                            "(TensorRT-LLM's beam_width); each decodes as a sequence of its own over the shared "
                            "prompt, and the request returns one sequence of output_tokens")
+
+    @model_validator(mode="after")
+    def _options_take_effect(self) -> WorkloadConfig:
+        """A setting that only applies with another is refused without it (it would be ignored silently)."""
+        _refuse_unused(self, "burstiness_cv", self.arrival == "gamma", "shapes gamma arrivals only; add --arrival "
+                       "gamma (poisson gaps have CV 1)")
+        _refuse_unused(self, "num_prefixes", self.shared_prefix_tokens > 0, "counts shared system prompts; add "
+                       "--shared-prefix-tokens N")
+        _refuse_unused(self, "retrieval_latency_cv", self.retrieval_latency_s > 0, "spreads the retrieval stage's "
+                       "time; add --retrieval-latency S")
+        if self.arrival == "trace" and self.trace is None:
+            raise ConfigError("--arrival trace takes the arrival times of a trace: give --trace (a shipped trace "
+                              "with arrival times, or a CSV path with an arrival column)")
+        return self
 
 
 class ServingConfig(BaseModel):
@@ -131,3 +163,28 @@ class ServingConfig(BaseModel):
     slo_e2e_s: float | None = Field(default=None, gt=0, description="p99 end-to-end latency bound of a QPS search "
                                     "(MLPerf GPT-J server); not part of goodput")
     workload: WorkloadConfig = WorkloadConfig()
+
+    @model_validator(mode="after")
+    def _options_take_effect(self) -> ServingConfig:
+        """A setting that only applies with another is refused without it (it would be ignored silently, or the
+        deployment would not be the one asked for: a draft model that proposes no token decodes as without it)."""
+        if self.speculative_model is not None and self.num_speculative_tokens == 0:
+            raise ConfigError(f"--speculative-model {self.speculative_model} needs --num-speculative-tokens N (the "
+                              "tokens the draft proposes per step; vLLM requires it too): with 0 nothing is "
+                              "speculated")
+        if self.num_speculative_tokens and self.speculative_model is None:
+            raise ConfigError("--num-speculative-tokens needs --speculative-model (the draft model)")
+        _refuse_unused(self, "spec_acceptance_rate", self.speculative_model is not None,
+                       "applies to speculative decoding; add --speculative-model and --num-speculative-tokens")
+        chunked = self.scheduler == "sarathi" or (self.scheduler == "vllm" and self.enable_chunked_prefill)
+        _refuse_unused(self, "chunk_size", chunked, f"is the token budget of chunked prefill, which scheduler "
+                       f"{self.scheduler} does not run here; use --scheduler sarathi or --enable-chunked-prefill "
+                       "(vllm), or --max-num-batched-tokens")
+        if self.enable_chunked_prefill and self.scheduler not in ("vllm", "sarathi"):
+            raise ConfigError(f"--enable-chunked-prefill turns vllm's scheduler into chunked prefill; scheduler "
+                              f"{self.scheduler} has its own policy (drop the flag, or use --scheduler vllm)")
+        for name in ("kv_transfer_bandwidth_Bps", "kv_transfer_latency_s"):
+            _refuse_unused(self, name, self.num_prefill_replicas > 0, "is the prefill-to-decode link of "
+                           "disaggregated serving; add --num-prefill-replicas N")
+        return self
+

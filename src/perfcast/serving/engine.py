@@ -373,6 +373,7 @@ class _Deployment:
     dtype: DType
     model: IterationModel
     memory: ServingMemory
+    draft: IterationModel | None = None  # speculative decoding's draft model, on the same GPUs
 
 
 def _deployment(cfg: ServingConfig, *, serving: ServingCoefficients | None, memory_frac: float) -> _Deployment:
@@ -388,9 +389,32 @@ def _deployment(cfg: ServingConfig, *, serving: ServingCoefficients | None, memo
     kv_dtype = None if cfg.kv_cache_dtype == "auto" else DType(cfg.kv_cache_dtype)
     model = _iteration_model(model_cfg, cfg, dtype=dtype, quantization=cfg.quantization, kv_dtype=kv_dtype,
                              pp=cfg.pipeline_parallel_size, max_tokens=min(max(budget, 1), 65536), serving=serving)
+    draft = None
+    if cfg.speculative_model and cfg.num_speculative_tokens:
+        draft = _iteration_model(_draft_config(cfg.speculative_model, model_cfg), cfg, dtype=dtype,
+                                 quantization="none", kv_dtype=None, pp=1, max_tokens=min(max(budget, 1), 65536),
+                                 serving=serving)
     memory = memory_breakdown(model, usable_frac=cfg.gpu_memory_utilization * memory_frac,
-                              max_batched_tokens=budget, max_num_seqs=cfg.max_num_seqs, block_size=cfg.block_size)
-    return _Deployment(policy, max_len, budget, dtype, model, memory)
+                              max_batched_tokens=budget, max_num_seqs=cfg.max_num_seqs, block_size=cfg.block_size,
+                              draft=draft)
+    return _Deployment(policy, max_len, budget, dtype, model, memory, draft)
+
+
+_VOCAB_TOL = 0.01  # a draft's vocabulary within 1% of the target's: the same tokenizer, rows padded differently
+
+
+def _draft_config(name: str, target: ModelConfig) -> ModelConfig:
+    """The draft model of speculative decoding: a decoder LLM proposing tokens of the target's vocabulary."""
+    draft = load_model(name)
+    if draft.kind != "decoder" or draft.vision is not None:
+        kind = "multimodal" if draft.vision is not None else draft.kind
+        raise ConfigError(f"--speculative-model {draft.id} is not a text decoder (its kind: {kind}); a draft model "
+                          f"is a decoder-only LLM of {target.id}'s tokenizer")
+    if abs(draft.vocab_size - target.vocab_size) > _VOCAB_TOL * target.vocab_size:
+        raise ConfigError(f"--speculative-model {draft.id} has a {draft.vocab_size:,}-token vocabulary and "
+                          f"{target.id} {target.vocab_size:,}: a draft proposes tokens of the target's tokenizer "
+                          "(vLLM refuses a draft of another vocabulary); use a smaller model of the same family")
+    return draft
 
 
 def _extra_prompt_tokens(cfg: ServingConfig, model: IterationModel, max_len: int) -> int:
@@ -845,10 +869,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
                           "refuse it too); drop --speculative-model or use 1 beam")
     if cfg.num_speculative_tokens and not cfg.speculative_model:
         raise ConfigError("--num-speculative-tokens needs --speculative-model (the draft model)")
-    draft = None
-    if spec_k and cfg.speculative_model:
-        draft = _iteration_model(load_model(cfg.speculative_model), cfg, dtype=dtype, quantization="none",
-                                 kv_dtype=None, pp=1, max_tokens=min(max(budget, 1), 65536), serving=serving)
+    draft = dep.draft if spec_k else None
     spec_rng = np.random.default_rng(w.seed + 2)
     spec_lookahead: list[list[tuple[Request, int]]] = [[] for _ in engines]  # per engine: each row's lookahead
     spec_stats = [0, 0]  # decode steps with speculation, tokens they emitted

@@ -71,7 +71,7 @@ from perfcast.workload.sharding import check_tp, shard_tp
 from perfcast.workload.transforms import quantize_weights
 from perfcast.workload.types import Mode, Op, OpKind
 
-__all__ = ["IterationBreakdown", "IterationModel", "PrefillChunk", "weight_bytes_per_gpu"]
+__all__ = ["IterationBreakdown", "IterationModel", "PrefillChunk", "kv_cache_dtype", "weight_bytes_per_gpu"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +114,13 @@ def _grid(top: int) -> np.ndarray:
         x *= 1.03
         pts.append(min(top, int(round(x))))
     return np.unique(np.array(pts, dtype=np.int64))
+
+
+def kv_cache_dtype(kv_dtype: DType | None, quantization: str, dtype: DType) -> DType:
+    """The KV cache's format: ``kv_dtype`` when given, else FP8 when ``fp8`` or ``fp4`` is asked for explicitly
+    (TensorRT-LLM's FP8 and FP4 checkpoints ship an FP8 cache), else the activation ``dtype`` (vLLM's
+    ``kv_cache_dtype=auto``, a checkpoint's own quantization -- ``auto`` -- included)."""
+    return kv_dtype or (DType.FP8 if quantization in ("fp8", "fp4") else dtype)
 
 
 @dataclass
@@ -171,11 +178,15 @@ class IterationModel:
         layers = self.cfg.num_layers
         if self.pp < 1 or self.pp > layers:
             raise ConfigError(f"pipeline stages ({self.pp}) must be between 1 and the {layers} layers of {self.cfg.id}")
+        if self.cluster is not None and self.cluster.gpu != self.hw.id:
+            raise ConfigError(f"cluster {self.cluster.id} is a node of {self.cluster.gpu}, not {self.hw.id}: its "
+                              f"fabric would price {self.hw.id}'s collectives; give a cluster of {self.hw.id} (or "
+                              "drop --cluster for its own node)")
         self.cl = self.cluster or cluster_for_gpu(self.hw.id)
         if self.tp > self.cl.domain:
             raise ConfigError(f"tensor parallelism {self.tp} exceeds the {self.cl.domain} GPUs of one "
                               f"{self.cl.id} node")
-        self.kv = self.kv_dtype or (DType.FP8 if self.quantization in ("fp8", "fp4") else self.dtype)
+        self.kv = kv_cache_dtype(self.kv_dtype, self.quantization, self.dtype)
         cfg = self.cfg
         self.heads = cfg.num_heads // (1 if self.attention_dp else self.tp)
         self.kv_heads = max(1, cfg.num_kv_heads // (1 if self.attention_dp else self.tp))

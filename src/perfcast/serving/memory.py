@@ -61,30 +61,42 @@ def activation_peak_bytes(model: IterationModel, tokens: int, seqs: int) -> floa
 
 
 def memory_breakdown(model: IterationModel, *, usable_frac: float, max_batched_tokens: int, max_num_seqs: int,
-                     block_size: int) -> ServingMemory:
+                     block_size: int, draft: IterationModel | None = None) -> ServingMemory:
     """One GPU of ``model``'s deployment with ``usable_frac`` of its memory usable, a batch of at most
-    ``max_batched_tokens`` tokens and ``max_num_seqs`` sequences, and KV blocks of ``block_size`` tokens."""
+    ``max_batched_tokens`` tokens and ``max_num_seqs`` sequences, and KV blocks of ``block_size`` tokens.
+
+    A speculative-decoding ``draft`` model runs on the same GPUs (sharded over the same tensor-parallel group):
+    its weights count with the target's, the larger activation peak of the two, and each KV block holds the
+    draft's cache of its tokens beside the target's (vLLM splits the blocks between the two models' caches).
+    ``kv_bytes_per_token`` stays the target's."""
     hw, pp = model.hw, model.pp
     gpu = float(hw.memory_bytes)
     usable = gpu * usable_frac
     weights = model.weight_bytes / pp
     activations = activation_peak_bytes(model, max_batched_tokens, max_num_seqs)
     per_token = model.kv_bytes_per_token / pp  # one stage holds its layers' share of every token
-    block_bytes = per_token * block_size
+    cached_per_token = per_token
+    if draft is not None:
+        weights += draft.weight_bytes
+        activations = max(activations, activation_peak_bytes(draft, max_batched_tokens, max_num_seqs))
+        cached_per_token += draft.kv_bytes_per_token
+    block_bytes = cached_per_token * block_size
     where = f"tp={model.tp}, pp={pp}"
+    with_draft = "" if draft is None else f" (with the draft {draft.cfg.id})"
     if weights >= usable:
         need = math.ceil(weights / usable * model.tp)
-        verdict = (f"{model.cfg.id} needs {weights / GiB:.1f} GiB of weights per GPU at {where}, more than the "
-                   f"{usable / GiB:.1f} GiB usable on {hw.id}; use at least tp*pp={need}")
+        verdict = (f"{model.cfg.id}{with_draft} needs {weights / GiB:.1f} GiB of weights per GPU at {where}, more "
+                   f"than the {usable / GiB:.1f} GiB usable on {hw.id}; use at least tp*pp={need}")
     elif usable - weights - activations < block_bytes:
-        verdict = (f"{model.cfg.id} leaves no room for a KV cache at {where}: {weights / GiB:.1f} GiB of weights "
+        verdict = (f"{model.cfg.id}{with_draft} leaves no room for a KV cache at {where}: {weights / GiB:.1f} GiB "
+                   "of weights "
                    f"and a {activations / GiB:.1f} GiB activation peak per GPU of the {usable / GiB:.1f} GiB usable "
                    f"on {hw.id}; use more tensor or pipeline parallelism, a smaller batch token budget, or a "
                    "higher gpu_memory_utilization")
     else:
         blocks = kv_cache_capacity(gpu_memory_bytes=gpu, gpu_memory_utilization_frac=usable_frac,
                                    weight_bytes=weights, activation_peak_bytes=activations,
-                                   kv_bytes_per_token=per_token, block_size=block_size)
+                                   kv_bytes_per_token=cached_per_token, block_size=block_size)
         return ServingMemory(gpu, usable, weights, activations, blocks * block_bytes, blocks, per_token, block_size,
                              True, "fits")
     return ServingMemory(gpu, usable, weights, activations, 0.0, 0, per_token, block_size, False, verdict)

@@ -38,6 +38,10 @@ bursts of arrivals that a few hundred requests do not contain. So each load is j
    ``rel_tol`` relative width. With common random numbers (one seed, gaps rescaled) the loads see the
    same bursts, so the verdict is monotone in the load.
 
+A plain ``perfcast serve --qps`` run is judged by the same rules (:func:`steady_state`): its load against the
+saturated throughput, and its own run, or a steady-state run of that load when its own is too short to tell;
+a run of a few hundred requests can fill an empty deployment and leave before the queue of an overload grows.
+
 The answer therefore meets its SLO in a run ten times longer (its p99 is within its error bars of the
 steady state's), and it is below the saturated throughput. Requests refused at admission (longer than the
 context, ...) are counted by the simulation and left out of every figure here.
@@ -56,10 +60,10 @@ from perfcast.serving.arrivals import generate_requests
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.engine import ServingResult, simulate_serving
 
-__all__ = ["MAX_GROWTH", "MIN_REQUESTS", "MIN_WINDOW_LIFETIMES", "NUM_BATCHES", "OVERLOAD_TOL", "SERVED_TOL",
-           "STEADY_LIFETIMES", "WARMUP_LIFETIMES", "Z", "LoadCheck", "QPSSearch", "Saturation", "TailEstimate",
-           "check_load", "find_max_qps", "judge_load", "meets_slo", "saturation", "saturation_of", "steady_requests",
-           "window_lifetimes"]
+__all__ = ["MAX_CHECK_REQUESTS", "MAX_GROWTH", "MIN_REQUESTS", "MIN_WINDOW_LIFETIMES", "NUM_BATCHES", "OVERLOAD_TOL",
+           "SERVED_TOL", "STEADY_LIFETIMES", "WARMUP_LIFETIMES", "Z", "LoadCheck", "QPSSearch", "Saturation",
+           "SteadyState", "TailEstimate", "check_load", "find_max_qps", "judge_load", "meets_slo", "saturation",
+           "saturation_of", "steady_requests", "steady_state", "window_lifetimes"]
 
 STEADY_LIFETIMES = 30.0
 """Request lifetimes of arrivals measured per load (after the warm-up)."""
@@ -295,6 +299,8 @@ def judge_load(cfg: ServingConfig, qps: float, result: ServingResult, lifetime_s
     if open_:
         return LoadCheck(qps, "unsettled", f"{open_[0].metric} p99 within its error of {open_[0].slo_s:.4g} s",
                          **base)
+    if not tails:
+        return LoadCheck(qps, "meets", "admitted and served the load offered (no SLO to meet)", **base)
     return LoadCheck(qps, "meets", "every p99 below its SLO by more than its error", **base)
 
 
@@ -332,6 +338,68 @@ def check_load(cfg: ServingConfig, qps: float, sat: Saturation) -> tuple[LoadChe
         if check.verdict != "unsettled" or n >= MAX_GROWTH * first or not _may_settle(check):
             return check, result, load
         n *= 2
+
+
+MAX_CHECK_REQUESTS = 200_000
+"""Most requests :func:`steady_state` simulates (saturation run, steady-state run) to judge a plain run's load."""
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """A plain run's load judged in steady state (:func:`steady_state`): the verdict, the saturation it is judged
+    against (None when not checked) and the p99s (s) of the run judged, over its measured window."""
+
+    check: LoadCheck
+    saturation: Saturation | None = None
+    p99_s: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """``steady_state`` (the verdict, with ``p99_s``) and the saturation's keys."""
+        return {**(self.saturation.as_dict() if self.saturation else {}),
+                "steady_state": {**self.check.as_dict(), "p99_s": self.p99_s}}
+
+
+def _p99s(result: ServingResult, warmup_s: float) -> dict[str, float]:
+    """p99 TTFT, TPOT and end-to-end latency (s) of the completed requests that arrived after ``warmup_s``."""
+    done = np.array([s == "completed" for s in result.status], dtype=bool) & (result.arrival_s >= warmup_s)
+    if not done.any():
+        return {}
+    arrival, first, finish = result.arrival_s[done], result.first_token_s[done], result.finish_s[done]
+    output = result.output_tokens[done]
+    many = output >= 2
+    out = {"ttft": float(np.percentile(first - arrival, 99.0))}
+    if many.any():
+        out["tpot"] = float(np.percentile((finish[many] - first[many]) / (output[many] - 1), 99.0))
+    out["e2e"] = float(np.percentile(finish - arrival, 99.0))
+    return out
+
+
+def steady_state(cfg: ServingConfig, result: ServingResult) -> SteadyState | None:
+    """Whether the load of a plain run (``result``, open-loop arrivals at ``cfg.workload.qps``) holds in steady
+    state: the run judged by :func:`judge_load` against the deployment's :func:`saturation`, or, when it is too
+    short to tell (a few hundred requests fill an empty deployment and leave before its queue grows), the load
+    simulated in steady state by :func:`check_load`; with the p99s of the run judged after its warm-up. None for
+    a run with no rate to sustain (every request at once, a closed loop, trace arrival times). When either run
+    would exceed ``MAX_CHECK_REQUESTS`` the verdict is ``unsettled`` and says it was not checked."""
+    w = cfg.workload
+    if w.qps is None or w.concurrency is not None or w.arrival == "trace":
+        return None
+    engines = cfg.num_replicas * cfg.pipeline_parallel_size
+    bound = _SATURATION_ROUNDS * 2 * engines * cfg.max_num_seqs
+    if bound > MAX_CHECK_REQUESTS:
+        return SteadyState(LoadCheck(w.qps, "unsettled", f"not checked: its saturation run would simulate up to "
+                                     f"{bound:,} requests"))
+    sat = saturation(cfg)
+    check = judge_load(cfg, w.qps, result, sat.lifetime_s)
+    if check.verdict == "unsettled":
+        if w.qps < sat.requests_per_s and steady_requests(cfg, w.qps, sat) > MAX_CHECK_REQUESTS:
+            return SteadyState(LoadCheck(w.qps, "unsettled", f"not checked: a steady-state run would simulate "
+                                         f"more than {MAX_CHECK_REQUESTS:,} requests"), sat)
+        check, run, _ = check_load(cfg, w.qps, sat)
+        if run is None:  # at or above saturation: no run to measure
+            return SteadyState(check, sat)
+        result = run
+    return SteadyState(check, sat, _p99s(result, check.warmup_s))
 
 
 def meets_slo(cfg: ServingConfig) -> bool:

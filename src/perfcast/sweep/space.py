@@ -84,7 +84,8 @@ class SearchSpace(BaseModel):
              zero: int) -> ParallelPlan:
         """The full :class:`ParallelPlan` of one point of the space."""
         return ParallelPlan(
-            tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, sp=self.sp and tp > 1, tp_comm_overlap=self.tp_comm_overlap,
+            tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=vp, sp=self.sp and tp > 1,
+            tp_comm_overlap=self.tp_comm_overlap and tp > 1,
             zero=zero, recompute=recompute, micro_batch=micro_batch,  # type: ignore[arg-type]
             global_batch=self.global_batch, seq_len=self.seq_len, precision=self.precision,
             schedule="interleaved" if vp > 1 else "1f1b", uneven_stages=self.uneven_stages)

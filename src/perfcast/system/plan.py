@@ -152,3 +152,29 @@ def check_plan(plan: ParallelPlan, cfg: ModelConfig, cluster: Cluster, *, num_gp
         raise ConfigError("sequence parallelism shards along the TP group: it needs tp > 1")
     if plan.qlora and plan.lora_rank == 0:
         raise ConfigError("QLoRA trains LoRA adapters: give a lora rank > 0")
+    _check_settings_apply(plan, cfg)
+
+
+def _check_settings_apply(plan: ParallelPlan, cfg: ModelConfig) -> None:
+    """A setting that would have no effect with the rest of the plan is refused (priced without it, the step
+    would not be the one asked for): each names what it needs."""
+    defaults = ParallelPlan.model_fields
+    if plan.tp_comm_overlap and plan.tp == 1:
+        raise ConfigError("TP communication overlap hides tensor-parallel collectives: it needs tp > 1 (with tp=1 "
+                          "there are none)")
+    if plan.cp_kind != defaults["cp_kind"].default and plan.cp == 1:
+        raise ConfigError(f"cp_kind={plan.cp_kind} is how context parallelism splits attention: it needs cp > 1")
+    if plan.schedule == "interleaved" and plan.vp == 1:
+        raise ConfigError("the interleaved schedule runs virtual pipeline stages: give vp > 1 (with vp=1 it is "
+                          "1F1B)")
+    if plan.schedule == "gpipe" and plan.vp > 1:
+        raise ConfigError(f"vp={plan.vp} runs the interleaved 1F1B schedule (Megatron-LM), not gpipe; use schedule "
+                          "interleaved (or 1f1b), or vp=1 for GPipe")
+    if plan.schedule != defaults["schedule"].default and plan.pp == 1:
+        raise ConfigError(f"schedule {plan.schedule} orders pipeline stages: it needs pp > 1")
+    if plan.lora_targets != defaults["lora_targets"].default and plan.lora_rank == 0:
+        raise ConfigError(f"LoRA targets {','.join(plan.lora_targets)} need LoRA: give a lora rank > 0 (rank 0 "
+                          "trains every weight)")
+    if cfg.moe is None and (plan.moe_skew != defaults["moe_skew"].default or plan.moe_capacity_factor is not None):
+        what = "moe_skew" if plan.moe_skew else "the expert capacity factor"
+        raise ConfigError(f"{what} applies to mixture-of-experts models; {cfg.id} is dense")

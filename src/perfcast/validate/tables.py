@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from perfcast.compose.interval import load_intervals
+from perfcast.compose.types import MemoryBreakdown
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 
@@ -95,7 +96,7 @@ def _predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: obje
 
     targets = ("measured_ms", "measured_fw_ms", "measured_bw_ms")
     out = _empty(len(rows), targets)
-    cache: dict[tuple[object, ...], tuple[float, float, float]] = {}
+    cache: dict[tuple[object, ...], tuple[float, float, float, str]] = {}
     for i, r in enumerate(rows):
         out.groups.append(r.get("device", ""))
         with _row_status(out, i):
@@ -116,13 +117,24 @@ def _predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: obje
                 busy = st.device_busy_s or 1.0
                 fw = st.time_s * st.by_phase_s.get("fwd", 0.0) / busy
                 bw = st.time_s - fw if mode is Mode.TRAINING else 0.0
-                cache[key] = (st.time_s * 1e3, (fw if mode is Mode.TRAINING else st.time_s) * 1e3, bw * 1e3)
-            total, fw, bw = cache[key]
+                cache[key] = (st.time_s * 1e3, (fw if mode is Mode.TRAINING else st.time_s) * 1e3, bw * 1e3,
+                              _memory_status(st.memory))
+            total, fw, bw, out.status[i] = cache[key]
             out.pred["measured_ms"][i] = total
             out.pred["measured_fw_ms"][i] = fw
             out.pred["measured_bw_ms"][i] = bw
     _apply_interval(out, "step")
     return out
+
+
+def _memory_status(memory: MemoryBreakdown | None) -> str:
+    """A row's status from its step's memory: ``ok``, or the out-of-memory verdict (the times are kept: they are
+    for a configuration that does not fit, as ``perfcast predict`` prints them)."""
+    if memory is None or memory.fits:
+        return "ok"
+    gib = 2.0**30
+    return (f"out of memory: needs {memory.total_bytes / gib:.1f} GiB per GPU of {memory.capacity_bytes / gib:.1f} "
+            "GiB (times for a configuration that does not fit)")
 
 
 # -- NeuSight kernels --------------------------------------------------------------

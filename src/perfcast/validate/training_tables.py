@@ -121,7 +121,7 @@ def plan_for_row(row: dict[str, str], gpus_per_node: int) -> ParallelPlan:
         vp = 1
     text = f"{framework} {note}"
     compiled = "compile" in text
-    overlap_tp = "AsyncTP" in text or "async TP" in text or (megatron and tp > 1)
+    overlap_tp = ("AsyncTP" in text or "async TP" in text or megatron) and tp > 1
     return ParallelPlan(
         tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, uneven_stages=True, sp=megatron and tp > 1, tp_comm_overlap=overlap_tp,
         zero=3 if fsdp else (1 if megatron else 0),

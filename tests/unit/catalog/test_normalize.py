@@ -140,7 +140,8 @@ def test_a_rotary_models_context_is_its_max_position_embeddings() -> None:
     ({"rope_type": "default"}, 512),
 ])
 def test_rope_scaling_sets_the_extended_context(scaling: dict[str, Any], limit: int) -> None:
-    assert _load(model_type="qwen2", rope_scaling=scaling).max_positions == limit
+    # Qwen2Config's num_key_value_heads defaults to 32: a 4-head config names its own
+    assert _load(model_type="qwen2", num_key_value_heads=4, rope_scaling=scaling).max_positions == limit
 
 
 def test_transformers_5_rope_parameters_count_too() -> None:

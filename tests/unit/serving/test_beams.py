@@ -144,7 +144,7 @@ def test_memory_pressure_with_beams_preempts_and_completes() -> None:
 
 
 @pytest.mark.parametrize("kw", [{"enable_prefix_caching": True},
-                                {"speculative_model": "llama-3.2-1b", "num_speculative_tokens": 3}])
+                                {"speculative_model": "llama-2-7b", "num_speculative_tokens": 3}])
 def test_beams_with_prefix_caching_or_speculation_are_one_line_errors(kw: dict[str, object]) -> None:
     with pytest.raises(ConfigError, match="beam search") as err:
         simulate_serving(_cfg(n=2, prompt=100, output=10, beams=2, **kw))

@@ -51,3 +51,26 @@ def test_a_kv_cache_too_small_for_one_request_of_the_workload_does_not_fit() -> 
     assert "too few for one request of the workload: the smallest needs 3,000 + 1,000 tokens" in m.verdict
     # the same cache holds shorter requests
     assert serving_memory(_cfg(gpu_memory_utilization=0.17)).fits
+
+
+def test_a_speculative_draft_shares_the_gpus_weights_and_kv_cache() -> None:
+    """vLLM loads the draft beside the target and keeps both models' KV cache of every token; perfcast counted
+    neither (a Llama-2-70B draft 'fit' on one 80 GB GPU with a Llama-2-7B target)."""
+    plain = serving_memory(_cfg())
+    spec = serving_memory(_cfg(speculative_model="llama-2-7b", num_speculative_tokens=4))
+    assert spec.weights_bytes == pytest.approx(2 * plain.weights_bytes)
+    assert spec.kv_bytes_per_token == plain.kv_bytes_per_token  # the target's
+    # each block now holds the draft's cache of its tokens too (same shape: twice the bytes per block)
+    left = plain.usable_bytes - spec.weights_bytes - spec.activations_peak_bytes
+    assert spec.kv_blocks == int(left / (2 * 16 * plain.kv_bytes_per_token))
+    big = serving_memory(_cfg(speculative_model="llama-2-70b", num_speculative_tokens=4))
+    assert not big.fits and "(with the draft llama-2-70b)" in big.verdict
+
+
+@pytest.mark.parametrize(("draft", "fragment"), [
+    ("llama-3.2-1b", "has a 128,256-token vocabulary and llama-2-7b 32,000"),  # another tokenizer
+    ("bert-base", "is not a text decoder"),
+])
+def test_a_draft_that_cannot_propose_the_targets_tokens_is_refused(draft: str, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        serving_memory(_cfg(speculative_model=draft, num_speculative_tokens=4))
