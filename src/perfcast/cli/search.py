@@ -280,7 +280,9 @@ def _print_serve(d: dict[str, Any]) -> None:
                   f"{w['output_tokens']['max']:,.0f}); {w['arrival']} arrivals; each load simulated for "
                   f"{rule['warmup_lifetimes']:g} request lifetimes of warm-up (discarded) and "
                   f"{rule['steady_lifetimes_over_replicas']:g} over the replicas (at least "
-                  f"{rule['min_window_lifetimes']:g} each, {rule['min_requests_per_load']:,} requests)",
+                  f"{rule['min_window_lifetimes']:g} each, {rule['min_requests']:,} requests; near saturation at "
+                  f"least {rule['relaxation_warmup']:g} + {rule['relaxation_window']:g} relaxation times of the "
+                  "queue)",
                   markup=False)
     t = _table(title="best deployments by goodput per GPU (highest QPS sustained within the SLO, steady state)")
     for c in ("tp", "replicas", "scheduler", "chunk", "max seqs", "max QPS", "QPS/GPU", "TTFT p99", "TPOT p99",

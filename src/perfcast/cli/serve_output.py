@@ -139,7 +139,9 @@ def _print_search(d: dict[str, Any]) -> None:
     rule = d["steady_state_rule"]
     t = _table(title=f"QPS search: each load simulated for {rule['warmup_lifetimes']:g} + "
                      f"{rule['steady_lifetimes']:g} request lifetimes ({d['request_lifetime_s']:.3g} s each), the "
-                     f"first {rule['warmup_lifetimes']:g} discarded; saturated throughput "
+                     f"first {rule['warmup_lifetimes']:g} discarded (near saturation at least "
+                     f"{rule['relaxation_warmup']:g} + {rule['relaxation_window']:g} relaxation times of the queue); "
+                     "saturated throughput "
                      f"{d['saturated_requests_per_s']:.4g} requests/s")
     for c in ("QPS", "verdict", "requests", "arrivals", "served/offered", "p99 (+- its error)"):
         t.add_column(c, justify="left" if c in ("verdict", "p99 (+- its error)") else "right")

@@ -15,7 +15,13 @@ bursts of arrivals that a few hundred requests do not contain. So each load is j
    ``WARMUP_LIFETIMES * tau`` seconds fill the empty deployment and are discarded; the window after them
    holds ``STEADY_LIFETIMES`` independent request lifetimes over the deployment's replicas, so the p99 is
    measured over enough bursts: ``w = STEADY_LIFETIMES / replicas`` lifetimes of each (R replicas behind the
-   router see R independent streams of bursts), at least ``MIN_WINDOW_LIFETIMES``.
+   router see R independent streams of bursts), at least ``MIN_WINDOW_LIFETIMES``. Near saturation a queue
+   forgets its start only over its relaxation time (:func:`relaxation_s`, ``1 / (mu (1 - sqrt(rho))^2)``,
+   which grows as ``1 / (1 - rho)^2``), so the warm-up is at least ``RELAXATION_WARMUP`` and the window at
+   least ``RELAXATION_WINDOW`` relaxation times: at 96 % of the saturated throughput that is thousands of
+   request lifetimes, where a window of lifetimes saw a p99 TTFT ten times too small. A load whose steady
+   state would take more than ``MAX_CHECK_REQUESTS`` requests to measure is not simulated: it is not shown
+   to hold (``unsettled``).
 3. Exactly the load asked. Poisson (or gamma) gaps drawn for a run average ``1/qps`` only up to their
    sampling error, a few % over a few thousand requests, and the TPOT tail moves about three times as much
    as the load. Each load's rate is therefore passed to the arrival process divided by the seed's realized
@@ -61,9 +67,10 @@ from perfcast.serving.config import ServingConfig
 from perfcast.serving.engine import ServingResult, simulate_serving
 
 __all__ = ["MAX_CHECK_REQUESTS", "MAX_GROWTH", "MIN_REQUESTS", "MIN_WINDOW_LIFETIMES", "NUM_BATCHES", "OVERLOAD_TOL",
-           "SERVED_TOL", "STEADY_LIFETIMES", "WARMUP_LIFETIMES", "Z", "LoadCheck", "QPSSearch", "Saturation",
-           "SteadyState", "TailEstimate", "check_load", "find_max_qps", "judge_load", "meets_slo", "saturation",
-           "saturation_of", "steady_requests", "steady_state", "window_lifetimes"]
+           "RELAXATION_WARMUP", "RELAXATION_WINDOW", "SERVED_TOL", "STEADY_LIFETIMES", "WARMUP_LIFETIMES", "Z",
+           "LoadCheck", "QPSSearch", "Saturation", "SteadyState", "TailEstimate", "check_load", "find_max_qps",
+           "judge_load", "meets_slo", "relaxation_s", "saturation", "saturation_of", "steady_requests",
+           "steady_state", "steady_state_rule", "warmup_s", "window_lifetimes"]
 
 STEADY_LIFETIMES = 30.0
 """Request lifetimes of arrivals measured per load (after the warm-up)."""
@@ -85,6 +92,10 @@ SERVED_TOL = 0.02
 grow (the running batch counts too, so its noise is larger)."""
 MAX_GROWTH = 2
 """An unsettled load's request count doubles up to this many times its first count."""
+RELAXATION_WARMUP = 3.0
+"""Relaxation times of the queue (:func:`relaxation_s`) discarded at the start of a load, at least."""
+RELAXATION_WINDOW = 10.0
+"""Relaxation times of the queue a load's measured window spans, at least."""
 _MIN_PER_BATCH = 50  # measured requests per batch below which a p99 is not estimated
 _SATURATION_ROUNDS = 5  # closed-loop run: requests sent = this many times the concurrency
 
@@ -169,13 +180,19 @@ class QPSSearch:
     def as_dict(self) -> dict[str, Any]:
         """``max_qps``, the saturation, the rule's constants and every load (``qps_evaluated``)."""
         return {"max_qps": self.max_qps, **(self.saturation.as_dict() if self.saturation else {}),
-                "steady_state_rule": {"warmup_lifetimes": WARMUP_LIFETIMES,
-                                      "steady_lifetimes": window_lifetimes(self.config),
-                                      "min_requests": MIN_REQUESTS, "num_batches": NUM_BATCHES, "z": Z,
-                                      "overload_tol": OVERLOAD_TOL, "served_tol": SERVED_TOL,
-                                      "max_growth": MAX_GROWTH},
+                "steady_state_rule": steady_state_rule(self.config),
                 "qps_evaluated": [c.as_dict() for c in self.evaluated],
                 **({"qps_search_verdict": self.verdict} if self.verdict else {})}
+
+
+def steady_state_rule(cfg: ServingConfig | None = None) -> dict[str, float]:
+    """The rule's constants (module docstring), and ``steady_lifetimes``, the window of ``cfg``'s deployment."""
+    rule = {"warmup_lifetimes": WARMUP_LIFETIMES, "steady_lifetimes_over_replicas": STEADY_LIFETIMES,
+            "min_window_lifetimes": MIN_WINDOW_LIFETIMES, "relaxation_warmup": RELAXATION_WARMUP,
+            "relaxation_window": RELAXATION_WINDOW, "min_requests": MIN_REQUESTS,
+            "max_check_requests": MAX_CHECK_REQUESTS, "num_batches": NUM_BATCHES, "z": Z,
+            "overload_tol": OVERLOAD_TOL, "served_tol": SERVED_TOL, "max_growth": MAX_GROWTH}
+    return rule if cfg is None else {**rule, "steady_lifetimes": window_lifetimes(cfg)}
 
 
 def _with_load(cfg: ServingConfig, **load: Any) -> ServingConfig:
@@ -258,24 +275,24 @@ def _tails(cfg: ServingConfig, result: ServingResult, measured: np.ndarray) -> t
     return tuple(out)
 
 
-def judge_load(cfg: ServingConfig, qps: float, result: ServingResult, lifetime_s: float) -> LoadCheck:
-    """The steady-state verdict of ``result``, a simulation of load ``qps`` on ``cfg``'s deployment, whose
-    requests live about ``lifetime_s`` (see the module docstring)."""
+def judge_load(cfg: ServingConfig, qps: float, result: ServingResult, sat: Saturation) -> LoadCheck:
+    """The steady-state verdict of ``result``, a simulation of load ``qps`` on ``cfg``'s deployment, judged
+    after its warm-up (:func:`warmup_s`; see the module docstring)."""
     arrival = result.arrival_s
     served = np.array([not s.startswith("rejected") for s in result.status], dtype=bool)
     end_s = float(arrival[-1])
-    warmup_s = WARMUP_LIFETIMES * lifetime_s
-    measured = served & (arrival >= warmup_s)
-    base: dict[str, Any] = dict(num_requests=int(arrival.size), simulated_s=end_s, warmup_s=warmup_s,
+    start_s = warmup_s(qps, sat)
+    measured = served & (arrival >= start_s)
+    base: dict[str, Any] = dict(num_requests=int(arrival.size), simulated_s=end_s, warmup_s=start_s,
                                 measured_requests=int(measured.sum()))
-    window_s = end_s - warmup_s
+    window_s = end_s - start_s
     if window_s <= 0 or base["measured_requests"] < NUM_BATCHES * _MIN_PER_BATCH:
         return LoadCheck(qps, "unsettled", "too few requests after the warm-up", **base)
     offered = float(measured.sum()) / window_s
     # least-squares growth rates over the window of the requests waiting for their first token and of all
     # requests in the system: what the deployment does not take in, and does not finish, of the load (fitted
     # over the whole window, far steadier than counting between two instants)
-    times = np.linspace(warmup_s, end_s, 256)
+    times = np.linspace(start_s, end_s, 256)
     arrived = np.searchsorted(np.sort(arrival[served]), times, side="right").astype(float)
     started = np.searchsorted(np.sort(result.first_token_s[served]), times, side="right")
     finished = np.searchsorted(np.sort(result.finish_s[served]), times, side="right")
@@ -309,11 +326,31 @@ def window_lifetimes(cfg: ServingConfig) -> float:
     return max(STEADY_LIFETIMES / cfg.num_replicas, MIN_WINDOW_LIFETIMES)
 
 
+def relaxation_s(qps: float, sat: Saturation) -> float:
+    """How long the deployment's queue takes to forget its start at load ``qps`` (s): the relaxation time of
+    an M/M/1 queue of service rate ``mu`` (the saturated throughput), ``1 / (mu (1 - sqrt(rho))^2)`` with
+    ``rho = qps / mu`` (Morse 1955, "Stochastic properties of waiting lines"; Cohen, "The Single Server Queue",
+    II.2). Far from saturation it is shorter than a request's lifetime; near it, it grows as
+    ``1 / (1 - rho)^2`` and a window of lifetimes no longer holds the queue's bursts (at 96 % of the saturated
+    throughput, minutes of arrivals). 0 at or above saturation, where no steady state exists to wait for (the
+    load is overload)."""
+    mu = sat.requests_per_s
+    rho = qps / mu
+    return 0.0 if rho >= 1.0 else 1.0 / (mu * (1.0 - math.sqrt(rho)) ** 2)
+
+
+def warmup_s(qps: float, sat: Saturation) -> float:
+    """Arrival time (s) before which a load's requests are discarded: ``WARMUP_LIFETIMES`` request lifetimes,
+    or ``RELAXATION_WARMUP`` relaxation times of the queue when longer."""
+    return max(WARMUP_LIFETIMES * sat.lifetime_s, RELAXATION_WARMUP * relaxation_s(qps, sat))
+
+
 def steady_requests(cfg: ServingConfig, qps: float, sat: Saturation) -> int:
-    """Requests a load of ``qps`` is first simulated with: its warm-up and measured window of arrivals, at least
-    ``MIN_REQUESTS`` and the workload's own count."""
-    return max(MIN_REQUESTS, cfg.workload.num_requests,
-               math.ceil(qps * (WARMUP_LIFETIMES + window_lifetimes(cfg)) * sat.lifetime_s))
+    """Requests a load of ``qps`` is first simulated with: its warm-up and measured window of arrivals (the
+    window at least ``RELAXATION_WINDOW`` relaxation times of the queue), at least ``MIN_REQUESTS`` and the
+    workload's own count."""
+    window_s = max(window_lifetimes(cfg) * sat.lifetime_s, RELAXATION_WINDOW * relaxation_s(qps, sat))
+    return max(MIN_REQUESTS, cfg.workload.num_requests, math.ceil(qps * (warmup_s(qps, sat) + window_s)))
 
 
 def _may_settle(check: LoadCheck) -> bool:
@@ -330,18 +367,26 @@ def check_load(cfg: ServingConfig, qps: float, sat: Saturation) -> tuple[LoadChe
         return (LoadCheck(qps, "overload", f"at or above the saturated throughput {sat.requests_per_s:.4g} "
                                            "requests/s"), None, _with_load(cfg, qps=qps))
     first = steady_requests(cfg, qps, sat)
+    if first > MAX_CHECK_REQUESTS:
+        return (LoadCheck(qps, "unsettled", f"at {100 * qps / sat.requests_per_s:.1f} % of the saturated throughput "
+                          f"the queue relaxes over {relaxation_s(qps, sat):.3g} s: a steady state takes more than "
+                          f"{MAX_CHECK_REQUESTS:,} requests to measure, so this load is not shown to hold"),
+                None, _with_load(cfg, qps=qps))
     n = first
     while True:
         load = _with_load(cfg, qps=_rate_for(cfg, qps, n), num_requests=n)
         result = simulate_serving(load)
-        check = judge_load(cfg, qps, result, sat.lifetime_s)
-        if check.verdict != "unsettled" or n >= MAX_GROWTH * first or not _may_settle(check):
+        check = judge_load(cfg, qps, result, sat)
+        if (check.verdict != "unsettled" or n >= MAX_GROWTH * first or 2 * n > MAX_CHECK_REQUESTS
+                or not _may_settle(check)):
             return check, result, load
         n *= 2
 
 
 MAX_CHECK_REQUESTS = 200_000
-"""Most requests :func:`steady_state` simulates (saturation run, steady-state run) to judge a plain run's load."""
+"""Most requests one load is simulated with to judge it in steady state (a search's load, a plain run's load),
+and the saturation run of :func:`steady_state`: near saturation the queue's relaxation asks for more, and such
+a load is ``unsettled`` (not shown to hold)."""
 
 
 @dataclass(frozen=True)
@@ -390,13 +435,10 @@ def steady_state(cfg: ServingConfig, result: ServingResult) -> SteadyState | Non
         return SteadyState(LoadCheck(w.qps, "unsettled", f"not checked: its saturation run would simulate up to "
                                      f"{bound:,} requests"))
     sat = saturation(cfg)
-    check = judge_load(cfg, w.qps, result, sat.lifetime_s)
+    check = judge_load(cfg, w.qps, result, sat)
     if check.verdict == "unsettled":
-        if w.qps < sat.requests_per_s and steady_requests(cfg, w.qps, sat) > MAX_CHECK_REQUESTS:
-            return SteadyState(LoadCheck(w.qps, "unsettled", f"not checked: a steady-state run would simulate "
-                                         f"more than {MAX_CHECK_REQUESTS:,} requests"), sat)
         check, run, _ = check_load(cfg, w.qps, sat)
-        if run is None:  # at or above saturation: no run to measure
+        if run is None:  # at or above saturation, or too near it to measure: no run
             return SteadyState(check, sat)
         result = run
     return SteadyState(check, sat, _p99s(result, check.warmup_s))

@@ -24,14 +24,7 @@ from perfcast.catalog.models import load_model
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.engine import serving_memory
-from perfcast.serving.search import (
-    MIN_REQUESTS,
-    MIN_WINDOW_LIFETIMES,
-    STEADY_LIFETIMES,
-    WARMUP_LIFETIMES,
-    LoadCheck,
-    find_max_qps,
-)
+from perfcast.serving.search import LoadCheck, find_max_qps, steady_state_rule
 from perfcast.system.cluster import cluster_for_gpu, load_cluster
 from perfcast.workload.sharding import check_tp
 
@@ -95,10 +88,7 @@ class ServingSearch:
                 "simulations": self.simulations, "best": [c.as_dict() for c in self.feasible[:top]],
                 "infeasible": [c.as_dict() for c in self.candidates if not c.max_qps],
                 "search_time_s": self.search_time_s, "workload": self.workload,
-                "steady_state_rule": {"warmup_lifetimes": WARMUP_LIFETIMES,
-                                      "steady_lifetimes_over_replicas": STEADY_LIFETIMES,
-                                      "min_window_lifetimes": MIN_WINDOW_LIFETIMES,
-                                      "min_requests_per_load": MIN_REQUESTS}}
+                "steady_state_rule": steady_state_rule()}
 
 
 def _tp_choices(base: ServingConfig, gpus: int) -> list[int]:

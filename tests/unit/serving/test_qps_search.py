@@ -18,7 +18,9 @@ from perfcast.serving.search import (
     check_load,
     find_max_qps,
     judge_load,
+    relaxation_s,
     saturation,
+    steady_requests,
     window_lifetimes,
 )
 
@@ -48,7 +50,7 @@ def test_the_answer_still_meets_its_slo_simulated_ten_times_longer(slo: dict[str
         if bound is not None:
             assert getattr(m, key).p99 <= bound, (key, getattr(m, key).p99)
     # and its queue does not grow over the long run: it is a steady state
-    steady = judge_load(cfg, found.max_qps, longer, found.saturation.lifetime_s)
+    steady = judge_load(cfg, found.max_qps, longer, found.saturation)
     assert steady.met, steady.reason
     # every load above the answer that was judged does not hold
     assert all(c.qps > found.max_qps for c in found.evaluated if not c.met)
@@ -74,7 +76,10 @@ def test_each_load_is_simulated_for_tens_of_request_lifetimes_at_exactly_its_rat
     sat = saturation(cfg)
     check, result, load = check_load(cfg, 0.5 * sat.requests_per_s, sat)
     assert result is not None and check.met
-    assert check.simulated_s >= 30 * sat.lifetime_s and check.warmup_s == pytest.approx(2 * sat.lifetime_s)
+    assert check.simulated_s >= 30 * sat.lifetime_s
+    # the warm-up: two lifetimes, or three relaxation times of the queue when longer
+    relax = 1.0 / (sat.requests_per_s * (1.0 - math.sqrt(0.5)) ** 2)
+    assert check.warmup_s == pytest.approx(max(2 * sat.lifetime_s, 3 * relax))
     assert check.num_requests == result.arrival_s.size >= 1000
     # replicas behind a router are independent streams of bursts: the window is shared out, down to a floor
     assert window_lifetimes(SMALL) == 30 and window_lifetimes(SMALL.model_copy(update={"num_replicas": 2})) == 15
@@ -84,6 +89,21 @@ def test_each_load_is_simulated_for_tens_of_request_lifetimes_at_exactly_its_rat
     stream = generate_requests(num_requests=n, seed=42, arrival="poisson", qps=load.workload.qps,
                                prompt_tokens=1, output_tokens=1)
     assert (n - 1) / stream.arrival_s[-1] == pytest.approx(0.5 * sat.requests_per_s, rel=1e-9)
+
+
+def test_near_saturation_the_window_holds_the_queues_relaxation() -> None:
+    # at 96 % of the saturated throughput an M/M/1 queue relaxes over 1 / (mu (1 - sqrt(0.96))^2) = 2,475 / mu:
+    # far longer than tens of request lifetimes, so the load is simulated for ten of those
+    cfg = SMALL.model_copy(update={"slo_ttft_s": 100.0})
+    sat = saturation(cfg)
+    qps = 0.96 * sat.requests_per_s
+    relax = relaxation_s(qps, sat)
+    assert relax == pytest.approx(1.0 / (sat.requests_per_s * (1.0 - math.sqrt(0.96)) ** 2))
+    assert relax > 30 * sat.lifetime_s
+    assert steady_requests(cfg, qps, sat) >= qps * 13 * relax
+    # closer still, a steady state takes more requests than a check simulates: not shown to hold, not simulated
+    check, result, _ = check_load(cfg, 0.999 * sat.requests_per_s, sat)
+    assert check.verdict == "unsettled" and result is None and "relaxes over" in check.reason
 
 
 def test_no_load_meeting_the_slo_is_an_answer_not_an_error() -> None:
