@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import invoke, parse_json, user_error, with_flags
+from cli_helpers import does_not_fit, invoke, parse_json, user_error, with_flags
 from typer.testing import Result
 
 pytestmark = pytest.mark.cli
@@ -261,3 +261,13 @@ def test_a_cluster_of_another_gpu_is_refused() -> None:
     line = user_error(invoke([*FIXED, "-H", "a100-sxm-80gb", "--tp", "2", "--cluster", "mi300x", "-n", "10"]))
     assert "cluster mi300x is a node of mi300x, not a100-sxm-80gb" in line
     assert parse_json(invoke([*FIXED, "-H", "a100", "--tp", "2", "--cluster", "dgx-a100", "-n", "10"]))
+
+
+def test_a_context_whose_batch_leaves_no_kv_room_names_max_model_len() -> None:
+    # Llama-4-Scout's 10M-token context sets the token budget without chunked prefill: its activation peak alone
+    # exceeds the GPU, and the answer says which flag lowers it (it named only more parallelism before)
+    args = ["serve", "-m", "llama-4-scout", "-H", "h100", "--tp", "8", "--prompt-tokens", "1000", "--output-tokens",
+            "100", "-n", "10"]
+    line = does_not_fit(invoke(args))
+    assert "a batch of 10,485,760 tokens" in line and "--max-model-len" in line
+    assert invoke([*args, "--max-model-len", "32768"]).exit_code == 0

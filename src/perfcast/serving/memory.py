@@ -89,10 +89,11 @@ def memory_breakdown(model: IterationModel, *, usable_frac: float, max_batched_t
                    f"than the {usable / GiB:.1f} GiB usable on {hw.id}; use at least tp*pp={need}")
     elif usable - weights - activations < block_bytes:
         verdict = (f"{model.cfg.id}{with_draft} leaves no room for a KV cache at {where}: {weights / GiB:.1f} GiB "
-                   "of weights "
-                   f"and a {activations / GiB:.1f} GiB activation peak per GPU of the {usable / GiB:.1f} GiB usable "
-                   f"on {hw.id}; use more tensor or pipeline parallelism, a smaller batch token budget, or a "
-                   "higher gpu_memory_utilization")
+                   f"of weights and a {activations / GiB:.1f} GiB activation peak (a batch of "
+                   f"{max_batched_tokens:,} tokens) per GPU of the {usable / GiB:.1f} GiB usable on {hw.id}; use "
+                   "more tensor or pipeline parallelism, a smaller --max-num-batched-tokens (without chunked "
+                   "prefill it is at least the context: lower --max-model-len or --enable-chunked-prefill), or a "
+                   "higher --gpu-memory-utilization")
     else:
         blocks = kv_cache_capacity(gpu_memory_bytes=gpu, gpu_memory_utilization_frac=usable_frac,
                                    weight_bytes=weights, activation_peak_bytes=activations,
