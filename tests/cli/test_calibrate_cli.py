@@ -40,7 +40,8 @@ def test_calibrate_writes_where_the_catalog_reads_with_no_environment_variable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PERFCAST_CATALOG")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert "local-cpu" in user_error(invoke(["predict", "-m", "bert-base", "-H", "local-cpu", "-s", "64"]))
+    before = user_error(invoke(["predict", "-m", "bert-base", "-H", "local-cpu", "-s", "64"]))
+    assert "not been calibrated yet" in before and "perfcast calibrate" in before
     data = parse_json(invoke(["calibrate", "--quick", "--threads", "1", "--json"]))
     assert data["file"] == str(tmp_path / ".perfcast" / "catalog" / "hardware" / "local-cpu.yaml")
     pred = parse_json(invoke(["predict", "-m", "bert-base", "-H", "local-cpu", "-s", "64", "--json"]))

@@ -13,13 +13,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfcast.catalog.cpu import CpuEfficiency
+from perfcast.catalog.cpu import LOCAL_CPU_ID, CpuEfficiency
 from perfcast.catalog.hardware import Hardware, PeakFlops
 from perfcast.catalog.paths import catalog_dirs, user_catalog_roots
 
 __all__ = ["LOCAL_CPU_ID", "TDP_PER_CORE_W", "MachineInfo", "build_hardware", "default_path", "probe_machine"]
 
-LOCAL_CPU_ID = "local-cpu"
 # A server core's share of its package TDP (Xeon Platinum 8480+: 350 W / 56 cores). The OS does not report
 # a TDP, so the entry's tdp_W is this estimate times the cores, and says so in its notes.
 TDP_PER_CORE_W = 6.25

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CpuEfficiency"]
+__all__ = ["LOCAL_CPU_ID", "CpuEfficiency"]
+
+LOCAL_CPU_ID = "local-cpu"  # the entry `perfcast calibrate` writes for the machine it runs on
 
 
 class CpuEfficiency(BaseModel):

@@ -15,10 +15,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from perfcast.catalog.cpu import CpuEfficiency
+from perfcast.catalog.cpu import LOCAL_CPU_ID, CpuEfficiency
 from perfcast.catalog.paths import catalog_dirs, normalize_name
 from perfcast.dtypes import DType
-from perfcast.errors import CatalogError, UnknownNameError, UnsupportedError
+from perfcast.errors import CatalogError, ConfigError, UnknownNameError, UnsupportedError
 from perfcast.yamlio import load_model_file
 
 __all__ = ["Fabric", "Hardware", "Interconnect", "PeakFlops", "list_hardware", "load_hardware"]
@@ -205,6 +205,9 @@ def load_hardware(name: str | Path) -> Hardware:
         _catalog_for.cache_clear()  # (e.g. `perfcast calibrate` wrote local-cpu.yaml): read it again
         by_id, names = _catalog()
         key = names.get(normalize_name(text))
+    if key is None and normalize_name(text) == LOCAL_CPU_ID:
+        raise ConfigError(f"unknown hardware {text!r}: this machine has not been calibrated yet; `perfcast "
+                          "calibrate` measures its CPU and writes local-cpu where the catalog reads it")
     if key is None:
         raise UnknownNameError("hardware", text, by_id.keys(), list_command="perfcast hardware list")
     return by_id[key]
