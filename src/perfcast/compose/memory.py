@@ -77,6 +77,11 @@ def _working_set(op: Op, kv_cache: bool) -> float:
     return max(0.0, op.bytes_read - op.weight_bytes) + op.bytes_written
 
 
+# step_memory per op list (held, so its id stays its own) and the step's other inputs: a warm predict of the same
+# request (the workload builder returns the same op tuple) does not walk the ops again
+_MEMO: dict[tuple[object, ...], tuple[Sequence[Op], MemoryBreakdown]] = {}
+
+
 def step_memory(w: Workload, hw: Hardware, *, ops: Sequence[Op] | None = None, gpus: int = 1,
                 layer_frac: float = 1.0, microbatches: int = 1, in_flight: float = 1.0) -> MemoryBreakdown:
     """One GPU's memory at the peak of a step of ``w`` (see the module docstring).
@@ -87,6 +92,20 @@ def step_memory(w: Workload, hw: Hardware, *, ops: Sequence[Op] | None = None, g
     holds (training).
     """
     ops = w.ops if ops is None else ops
+    key = (id(ops), w.mode, w.seq_len, w.dtype, hw.id, hw.memory_bytes, gpus, layer_frac, microbatches, in_flight)
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is ops:
+        return hit[1]
+    memory = _step_memory(w, hw, ops, gpus=gpus, layer_frac=layer_frac, microbatches=microbatches,
+                          in_flight=in_flight)
+    if len(_MEMO) > 1024:
+        _MEMO.clear()
+    _MEMO[key] = (ops, memory)
+    return memory
+
+
+def _step_memory(w: Workload, hw: Hardware, ops: Sequence[Op], *, gpus: int, layer_frac: float, microbatches: int,
+                 in_flight: float) -> MemoryBreakdown:
     forward = [o for o in ops if o.phase is Phase.FORWARD and o.kind not in (OpKind.COMM, OpKind.HOST)]
     experts = _experts_per_scope(forward)
     kv_mode = w.mode in (Mode.PREFILL, Mode.DECODE)
