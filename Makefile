@@ -1,7 +1,7 @@
 # perfcast: two entry points that work on a fresh clone with nothing installed by hand.
 #   make suite   create .venv, install perfcast with its torch extra (CPU torch, transformers: scenario R6 measures
 #                this CPU and, the first time, calibrates it), run the scenario suite
-#   make test    create .venv, install perfcast with its test extras, run the tests
+#   make test    create .venv, install perfcast with its test extras, run ruff, mypy and the tests
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -36,6 +36,8 @@ suite: $(SUITESTAMP)
 	$(BIN)/perfcast suite
 
 test: $(TESTSTAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
