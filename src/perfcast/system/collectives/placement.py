@@ -65,7 +65,7 @@ def place(cluster: Cluster, group_size: int, gpus_per_node: int | None = None) -
     if gpus_per_node is not None and (g < 1 or g != gpus_per_node):
         raise ConfigError(f"gpus_per_node must be a positive whole number (got {gpus_per_node})")
     if n > cluster.num_gpus:
-        need = math.ceil(n / cluster.gpus_per_node)
+        need = -(-n // cluster.gpus_per_node)  # whole-number ceiling: a float quotient overflows for huge n
         raise ConfigError(f"a group of {n} GPUs does not fit {cluster.id} with {cluster.nodes} node(s) x "
                           f"{cluster.gpus_per_node} GPUs = {cluster.num_gpus} GPUs; use at least {need} nodes")
     if g > domain:
