@@ -231,3 +231,17 @@ def test_shapes_agree_with_vidur(vidur: dict[str, object]) -> None:
     assert cfg.rotary_frac == pytest.approx(vidur["partial_rotary_factor"])
     assert cfg.norm == {"rms_norm": "rmsnorm", "layer_norm": "layernorm"}[str(vidur["norm"])]
     assert (cfg.num_norms_per_layer == 2) == vidur["post_attn_norm"]
+
+
+def test_hf_config_defaults_are_sourced_data_for_supported_types() -> None:
+    """The transformers config-class defaults are a data file: every family names its source and holds a mapping
+    of defaults, and every family is a model_type (or a vision tower) the normalizers read."""
+    from perfcast.catalog.normalize import supported_model_types
+
+    path = MODELS_DIR.parent / "hf_config_defaults.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    towers = {"clip_vision_model", "llama4_vision_model"}
+    assert set(data) <= set(supported_model_types()) | towers
+    for family, entry in data.items():
+        assert set(entry) == {"source", "defaults"}, family
+        assert entry["source"].strip() and isinstance(entry["defaults"], dict) and entry["defaults"], family

@@ -30,12 +30,16 @@ image classifiers (``resnet``) keep their stages in ``resnet`` (see
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from perfcast.catalog.diffusion import normalize_unet, normalize_vae
 from perfcast.catalog.quantization import parse_quantization_config
-from perfcast.errors import UnsupportedError
+from perfcast.errors import CatalogError, UnsupportedError
+from perfcast.yamlio import read_yaml
 
 __all__ = ["normalize_hf", "supported_model_types"]
 
@@ -43,104 +47,18 @@ _UNBOUNDED_POSITIONS = 1 << 20  # relative / no position limit
 
 Raw = dict[str, Any]
 
-# transformers config-class defaults for the keys the normalizers read, applied
-# when a key is absent (an explicit null keeps its meaning). Values from
-# transformers 5.x ``configuration_<family>.py``; remote-code families from the
-# configuration file shipped with the checkpoint.
-_DEFAULTS: dict[str, Raw] = {
-    "gpt2": {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
-             "activation_function": "gelu_new", "tie_word_embeddings": True},
-    "opt": {"vocab_size": 50272, "hidden_size": 768, "num_hidden_layers": 12, "ffn_dim": 3072,
-            "max_position_embeddings": 2048, "num_attention_heads": 12, "activation_function": "relu",
-            "do_layer_norm_before": True, "_remove_final_layer_norm": False, "enable_bias": True,
-            "tie_word_embeddings": True},
-    "bert": {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-             "intermediate_size": 3072, "hidden_act": "gelu", "max_position_embeddings": 512,
-             "type_vocab_size": 2, "tie_word_embeddings": True},
-    "llama": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "hidden_act": "silu", "max_position_embeddings": 2048,
-              "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False},
-    "mistral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-                "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_act": "silu",
-                "max_position_embeddings": 4096 * 32, "tie_word_embeddings": False, "sliding_window": 4096},
-    "mixtral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-                "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_act": "silu",
-                "max_position_embeddings": 4096 * 32, "tie_word_embeddings": False, "sliding_window": None,
-                "num_experts_per_tok": 2, "num_local_experts": 8},
-    # Qwen (v1) remote code, configuration_qwen.py of Qwen/Qwen-7B
-    "qwen": {"vocab_size": 151936, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-             "max_position_embeddings": 8192, "kv_channels": 128, "intermediate_size": 22016,
-             "no_bias": True, "tie_word_embeddings": False},
-    "qwen2": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "num_key_value_heads": 32, "hidden_act": "silu",
-              "max_position_embeddings": 32768, "tie_word_embeddings": False, "use_sliding_window": False,
-              "sliding_window": 4096, "max_window_layers": 28},
-    "qwen3": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "hidden_act": "silu",
-              "max_position_embeddings": 32768, "tie_word_embeddings": False, "attention_bias": False,
-              "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28},
-    "qwen3_moe": {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
-                  "num_attention_heads": 32, "num_key_value_heads": 4, "hidden_act": "silu",
-                  "max_position_embeddings": 32768, "tie_word_embeddings": False, "attention_bias": False,
-                  "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28,
-                  "decoder_sparse_step": 1, "moe_intermediate_size": 768, "num_experts_per_tok": 8,
-                  "num_experts": 128, "mlp_only_layers": []},
-    "llama4_text": {"vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192,
-                    "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40,
-                    "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu",
-                    "max_position_embeddings": 4096 * 32, "tie_word_embeddings": False, "num_experts_per_tok": 1,
-                    "num_local_experts": 16, "interleave_moe_layer_step": 1, "use_qk_norm": True,
-                    "no_rope_layer_interval": 4, "attention_chunk_size": 8192, "attention_bias": False},
-    "llama4_vision_model": {"hidden_size": 768, "num_hidden_layers": 34, "num_attention_heads": 16,
-                            "num_channels": 3, "intermediate_size": 5632, "image_size": 448, "patch_size": 14,
-                            "pixel_shuffle_ratio": 0.5, "projector_input_dim": 4096,
-                            "projector_output_dim": 4096, "hidden_act": "gelu",
-                            "multi_modal_projector_bias": False},
-    "deepseek_v3": {"vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432,
-                    "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
-                    "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256,
-                    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128,
-                    "qk_nope_head_dim": 128, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
-                    "moe_layer_freq": 1, "topk_method": "noaux_tc", "hidden_act": "silu",
-                    "max_position_embeddings": 4096, "tie_word_embeddings": False, "attention_bias": False},
-    "gpt_oss": {"num_hidden_layers": 36, "num_local_experts": 128, "vocab_size": 201088, "hidden_size": 2880,
-                "intermediate_size": 2880, "head_dim": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
-                "sliding_window": 128, "tie_word_embeddings": False, "hidden_act": "silu",
-                "max_position_embeddings": 131072, "num_experts_per_tok": 4, "attention_bias": True},
-    "phi": {"vocab_size": 51200, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 24,
-            "num_attention_heads": 32, "hidden_act": "gelu_new", "max_position_embeddings": 2048,
-            "tie_word_embeddings": False, "qk_layernorm": False},
-    "gptj": {"vocab_size": 50400, "n_positions": 2048, "n_embd": 4096, "n_layer": 28, "n_head": 16,
-             "rotary_dim": 64, "activation_function": "gelu_new", "tie_word_embeddings": False},
-    "gpt_neox": {"vocab_size": 50432, "hidden_size": 6144, "num_hidden_layers": 44, "num_attention_heads": 64,
-                 "intermediate_size": 24576, "hidden_act": "gelu",
-                 "max_position_embeddings": 2048, "use_parallel_residual": True, "attention_bias": True,
-                 "tie_word_embeddings": False},
-    "falcon": {"vocab_size": 65024, "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71,
-               "alibi": False, "new_decoder_architecture": False, "multi_query": True, "parallel_attn": True,
-               "bias": False, "max_position_embeddings": 2048, "activation": "gelu", "tie_word_embeddings": True},
-    "mpt": {"d_model": 2048, "n_heads": 16, "n_layers": 24, "expansion_ratio": 4, "max_seq_len": 2048,
-            "vocab_size": 50368, "learned_pos_emb": True, "no_bias": True, "tie_word_embeddings": True},
-    # InternLM remote code, configuration_internlm.py of internlm/internlm-7b
-    "internlm": {"vocab_size": 103168, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-                 "num_attention_heads": 32, "hidden_act": "silu", "max_position_embeddings": 2048,
-                 "bias": True, "tie_word_embeddings": False},
-    # InternLM2 remote code, configuration_internlm2.py of internlm/internlm2-7b
-    "internlm2": {"vocab_size": 103168, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-                  "num_attention_heads": 32, "hidden_act": "silu", "max_position_embeddings": 2048,
-                  "bias": True, "tie_word_embeddings": False},
-    "nemotron": {"vocab_size": 256000, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 32,
-                 "num_attention_heads": 48, "hidden_act": "relu2", "max_position_embeddings": 4096,
-                 "attention_bias": False, "mlp_bias": False,
-                 "tie_word_embeddings": False},
-    "clip_vision_model": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
-                          "num_attention_heads": 12, "num_channels": 3, "image_size": 224, "patch_size": 32,
-                          "hidden_act": "quick_gelu"},
-    "llava": {"vision_feature_select_strategy": "default", "multimodal_projector_bias": True},
-    "resnet": {"num_channels": 3, "embedding_size": 64, "hidden_sizes": [256, 512, 1024, 2048],
-               "depths": [3, 4, 6, 3], "layer_type": "bottleneck", "hidden_act": "relu",
-               "downsample_in_first_stage": False, "downsample_in_bottleneck": False},
-}
+
+@functools.cache
+def _defaults() -> dict[str, Raw]:
+    """Hugging Face config-class defaults per model_type, for the keys the normalizers read, applied when a key
+    is absent (an explicit null keeps its meaning): ``catalog/data/hf_config_defaults.yaml``, each family with
+    its source (transformers 5.x ``configuration_<family>.py``; remote-code families the configuration file
+    shipped with the checkpoint)."""
+    path = Path(str(resources.files("perfcast.catalog") / "data" / "hf_config_defaults.yaml"))
+    data = read_yaml(path, what="Hugging Face config defaults", error=CatalogError)
+    return {family: dict(entry["defaults"]) for family, entry in data.items()}
+
+
 # ResNet checkpoints are evaluated on 224 px center crops (the image processor of microsoft/resnet-*: resize
 # the short side to 224 / crop_pct 0.875 = 256, crop 224); ResNetConfig itself has no image size
 _RESNET_IMAGE_SIZE_PX = 224
@@ -148,7 +66,7 @@ _RESNET_IMAGE_SIZE_PX = 224
 
 def _with_defaults(raw: Raw, family: str) -> Raw:
     """``raw`` with the family's transformers defaults filled in for absent keys."""
-    return {**_DEFAULTS.get(family, {}), **raw}
+    return {**_defaults().get(family, {}), **raw}
 
 
 def _first(raw: dict[str, Any], *keys: str, default: Any = None) -> Any:
