@@ -27,29 +27,13 @@ from typing import Any
 import numpy as np
 
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
+from perfcast.validate.dotted import get_path, set_path
 from perfcast.validate.groundtruth import find_groundtruth
 from perfcast.validate.kernel_tables import KernelRows, load_kernel_rows, predict_kernel_rows
 from perfcast.validate.optimize import fit_least_squares
 from perfcast.validate.vidur_tables import load_vidur_rows, predict_vidur_rows, rows_ops
 
-__all__ = ["FitStage", "collective_interval_residuals", "fit_coefficients", "set_path"]
-
-
-def set_path(raw: dict[str, Any], dotted: str, value: float) -> None:
-    """Set ``raw[a][b][c] = value`` for ``dotted = "a.b.c"``."""
-    keys = dotted.split(".")
-    node = raw
-    for k in keys[:-1]:
-        node = node[k]
-    node[keys[-1]] = float(value)
-
-
-def get_path(raw: dict[str, Any], dotted: str) -> float:
-    node: Any = raw
-    for k in dotted.split("."):
-        node = node[k]
-    return float(node)
-
+__all__ = ["FitStage", "collective_interval_residuals", "fit_coefficients"]
 
 _SOFT_L1_SCALE = 0.15
 MATRIX_TO_SIMT_ENERGY = 0.7

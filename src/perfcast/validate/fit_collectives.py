@@ -31,7 +31,7 @@ from perfcast.validate.collective_tables import (
     published_collective_rows,
     vidur_network_rows,
 )
-from perfcast.validate.fit import get_path, set_path
+from perfcast.validate.dotted import get_path, set_path
 from perfcast.validate.groundtruth import find_groundtruth, read_rows
 from perfcast.validate.optimize import fit_least_squares
 
