@@ -35,6 +35,7 @@ RANK: dict[str, float] = {
     **{b: 0.5 for b in BASE},
     "errors": 0,  # the error tree imports nothing from perfcast; the other base modules may raise its errors
     "jsonio": 0.4,  # the bounded reader of data files (size, nesting, finite numbers); yamlio reads through it
+    "results": 0.6,  # result values one package produces and report reads (scenario rows, validation.json)
     "catalog": 1,
     "workload": 2,
     "capture": 2.5,  # the user's model as workload IR: catalog, workload and base modules only

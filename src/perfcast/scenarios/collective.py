@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from perfcast.errors import PerfcastError
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import CollectiveRun, CollectiveScenario
 from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.collectives import collective_time, parse_op

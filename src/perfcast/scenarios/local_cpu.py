@@ -9,7 +9,7 @@ a note says so. Each row has ``measured_s``, ``predicted_s`` and ``error_frac`` 
 from __future__ import annotations
 
 from perfcast.errors import ConfigError, PerfcastError
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import LocalCpuScenario
 from perfcast.validate.local import LocalCase, load_local_cpu, validate_local
 

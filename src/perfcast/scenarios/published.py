@@ -21,7 +21,7 @@ import numpy as np
 
 from perfcast.errors import PerfcastError
 from perfcast.kernel.coefficients import load_coefficients
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import OperatorTableScenario, ServingTableScenario
 from perfcast.serving.engine import simulate_serving
 from perfcast.validate.groundtruth import find_groundtruth, read_rows

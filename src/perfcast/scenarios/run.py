@@ -15,8 +15,8 @@ from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
 from perfcast.compose.predict import StepRequest, predict
 from perfcast.errors import PerfcastError
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.collective import run_collective_scenario
-from perfcast.scenarios.result import ScenarioResult
 from perfcast.scenarios.schema import (
     AccelScenario,
     CollectiveScenario,

@@ -24,7 +24,7 @@ from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.compose.coefficients import load_compose_coefficients
 from perfcast.errors import PerfcastError
 from perfcast.kernel.coefficients import load_coefficients
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import TrainingRun, TrainingScenario
 from perfcast.system.layers import micro_batch_costs
 from perfcast.system.plan import ParallelPlan
