@@ -42,7 +42,7 @@ __all__ = ["ScenarioResult", "run_scenario"]
 def _measured(sc: LatencyScenario) -> dict[tuple[str, str, str, int, int, bool], float]:
     if not sc.groundtruth:
         return {}
-    from perfcast.validate.groundtruth import find_groundtruth
+    from perfcast.groundtruth.files import find_groundtruth
 
     root = find_groundtruth(required=False)
     if root is None or not (root / sc.groundtruth).exists():
