@@ -10,6 +10,9 @@ their name by :func:`perfcast.catalog.synthetic.parse_synthetic_gpt`.
 fields (``hidden_size``, ``num_heads``, ``num_kv_heads``, ``head_dim`` ...) that
 the workload builders read. The field meanings follow HF conventions; where HF
 families disagree the normalizer in :func:`from_hf_config` decides and says why.
+This module reads the catalog's files; the schema is :mod:`perfcast.catalog.architecture` (the fields) and
+:mod:`perfcast.catalog.model_config` (``ModelConfig``, :func:`from_hf_config`, :func:`check_context`), whose names
+it re-exports.
 """
 
 from __future__ import annotations
