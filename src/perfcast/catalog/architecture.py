@@ -1,9 +1,9 @@
-"""A model's architecture as plain typed fields: :class:`Architecture` and its parts (MoE layers, latent
+"""A model's architecture as plain typed fields: :class:`ModelArchitecture` and its parts (MoE layers, latent
 attention, a vision tower, a ResNet).
 
-:mod:`perfcast.catalog.params` counts the parameters of an :class:`Architecture`, and
-:class:`perfcast.catalog.model_config.ModelConfig` (an :class:`Architecture` with those counts) calls it: the fields
-live here so that the two import in one direction.
+:mod:`perfcast.catalog.params` counts the parameters of a :class:`ModelArchitecture`, and
+:class:`perfcast.catalog.model_config.ModelConfig` (a :class:`ModelArchitecture` with those counts) calls it: the
+fields live here so that the two import in one direction.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from perfcast.catalog.diffusion import UNetConfig, VAEDecoderConfig
 from perfcast.catalog.quantization import QuantizationConfig
 
-__all__ = ["Architecture", "AttentionLayerType", "MLAConfig", "MoEConfig", "ResNetConfig", "VisionConfig"]
+__all__ = ["AttentionLayerType", "MLAConfig", "MoEConfig", "ModelArchitecture", "ResNetConfig", "VisionConfig"]
 
 AttentionLayerType = Literal["full", "sliding", "chunked"]
 
@@ -168,7 +168,7 @@ class ResNetConfig(_Frozen):
         return (first, *(2 for _ in self.depths[1:]))
 
 
-class Architecture(_Frozen):
+class ModelArchitecture(_Frozen):
     """A model architecture, normalized from its Hugging Face config.
 
     Sizes are counts (elements); ``num_layers`` is the decoder stack for decoder
@@ -281,7 +281,7 @@ class Architecture(_Frozen):
     hf_config: dict[str, Any] = Field(default_factory=dict, repr=False)
 
     @model_validator(mode="after")
-    def _check_layers(self) -> Architecture:
+    def _check_layers(self) -> ModelArchitecture:
         layers = self.num_layers
         if (self.kind == "cnn") != (self.resnet is not None):
             raise ValueError("kind cnn and a resnet architecture go together (a cnn model needs `resnet`)")

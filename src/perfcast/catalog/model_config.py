@@ -1,8 +1,8 @@
 """A catalog model: :class:`ModelConfig`, normalized from a Hugging Face ``config.json`` by
 :func:`from_hf_config`, and the context check every layer applies to it.
 
-The fields and their meanings are :class:`perfcast.catalog.architecture.Architecture`'s; this module adds the
-parameter counts (:mod:`perfcast.catalog.params`). The catalog's files are read by
+The fields and their meanings are those of :class:`perfcast.catalog.architecture.ModelArchitecture`; this module
+adds the parameter counts (:mod:`perfcast.catalog.params`). The catalog's files are read by
 :mod:`perfcast.catalog.models`.
 """
 
@@ -12,15 +12,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from perfcast.catalog.architecture import Architecture
+from perfcast.catalog.architecture import ModelArchitecture
 from perfcast.catalog.params import count_params
 from perfcast.errors import CatalogError, ConfigError, UnsupportedError
 
 __all__ = ["ModelConfig", "check_context", "from_hf_config"]
 
 
-class ModelConfig(Architecture):
-    """A model architecture, normalized from its Hugging Face config (fields: :class:`Architecture`), with its
+class ModelConfig(ModelArchitecture):
+    """A model architecture, normalized from its Hugging Face config (fields: :class:`ModelArchitecture`), with its
     parameter counts."""
 
     def num_params(self) -> int:
