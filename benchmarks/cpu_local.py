@@ -23,7 +23,7 @@ from pathlib import Path
 
 from perfcast.calibrate.write import calibrate_to
 from perfcast.errors import PerfcastError
-from perfcast.validate.local import FULL_CASES, load_local_cpu, validate_local
+from perfcast.groundtruth.local import FULL_CASES, load_local_cpu, validate_local
 
 TARGET_MAPE_FRAC = 0.10
 

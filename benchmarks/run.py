@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     import perfcast
     import_in_process_s = time.perf_counter() - t0
-    from perfcast.validate.groundtruth import find_groundtruth
+    from perfcast.groundtruth.files import find_groundtruth
 
     gt = find_groundtruth(required=False)
     cli = perfcast_command()

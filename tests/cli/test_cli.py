@@ -18,7 +18,7 @@ from cli_helpers import invoke, parse_json, user_error
 from typer.testing import CliRunner
 
 from perfcast.cli import app
-from perfcast.validate.groundtruth import find_groundtruth
+from perfcast.groundtruth.files import find_groundtruth
 
 pytestmark = pytest.mark.cli
 

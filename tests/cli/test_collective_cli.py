@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from cli_helpers import invoke, parse_json, user_error, with_flags
 
+from perfcast.groundtruth.files import find_groundtruth
 from perfcast.system.cluster import list_clusters
 from perfcast.system.collectives import collective_time, load_collective_coefficients
-from perfcast.validate.groundtruth import find_groundtruth
 
 pytestmark = pytest.mark.cli
 

@@ -10,8 +10,8 @@ import pytest
 
 from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.paths import normalize_name
+from perfcast.groundtruth.files import find_groundtruth
 from perfcast.system.cluster import Cluster, list_clusters, load_cluster
-from perfcast.validate.groundtruth import find_groundtruth
 from perfcast.yamlio import safe_load
 
 pytestmark = pytest.mark.contract

@@ -12,7 +12,7 @@ import yaml
 
 from perfcast.catalog import Hardware, load_hardware
 from perfcast.catalog.paths import normalize_name
-from perfcast.validate.groundtruth import find_groundtruth
+from perfcast.groundtruth.files import find_groundtruth
 
 pytestmark = pytest.mark.contract
 

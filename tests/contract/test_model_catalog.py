@@ -20,7 +20,7 @@ import yaml
 from perfcast.catalog import list_models, load_model
 from perfcast.catalog.paths import normalize_name
 from perfcast.errors import UnknownNameError
-from perfcast.validate.groundtruth import find_groundtruth
+from perfcast.groundtruth.files import find_groundtruth
 
 pytestmark = pytest.mark.contract
 

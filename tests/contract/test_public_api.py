@@ -1,16 +1,17 @@
-"""Contract: the public surface (``perfcast.__all__``), the import direction between layers, no pickle,
-and versioned JSON data files.
+"""Contract: the public surface (``perfcast.__all__``), the import direction between packages, no import cycle
+between files, no pickle, and versioned JSON data files.
 
-Layers (style guide section 2; an arrow means "may import", a layer never imports one above it)::
+Packages in order, bottom to top (:data:`RANK` gives each its rank and the reason for it). A package imports only
+packages of a lower rank; packages of one rank do not import each other::
 
-    errors < units, dtypes, jsonio, yamlio, registry  (base)
-      < catalog < workload < kernel < compose < system < serving
-      < scenarios, validate, report, sweep              (top tier: may use any layer, never the CLI)
-      < cli                                             (nothing imports it)
+    errors < jsonio < units, dtypes, yamlio, registry  (base)
+      < results < catalog < workload < kernel, accel, capture < compose, calibrate < system < serving
+      < groundtruth < validate, sweep < scenarios < report  (report: result types only)
+      < cli                                               (nothing imports it)
 
 ``perfcast/__init__.py`` is the public facade and re-exports from every layer; it is not a layer.
 Imports are read with ``ast`` from the whole module (including imports inside functions and under
-``TYPE_CHECKING``), so a lazy import cannot hide a wrong-way dependency.
+``TYPE_CHECKING``), so a lazy import cannot hide a wrong-way dependency or a cycle.
 """
 
 from __future__ import annotations
@@ -30,27 +31,31 @@ pytestmark = pytest.mark.contract
 
 SRC = Path(perfcast.__file__).resolve().parent
 
-BASE = {"errors", "units", "dtypes", "jsonio", "yamlio", "registry"}
-RANK: dict[str, float] = {
-    **{b: 0.5 for b in BASE},
-    "errors": 0,  # the error tree imports nothing from perfcast; the other base modules may raise its errors
-    "jsonio": 0.4,  # the bounded reader of data files (size, nesting, finite numbers); yamlio reads through it
-    "catalog": 1,
-    "workload": 2,
-    "capture": 2.5,  # the user's model as workload IR: catalog, workload and base modules only
-    "kernel": 3,
-    "accel": 3,  # spatial accelerators: workload and catalog only
-    "compose": 4,
-    "system": 5,
-    "serving": 6,
-    "scenarios": 7,
-    "validate": 7,
-    "calibrate": 7,  # microbenchmarks of this CPU -> a hardware entry (catalog, kernel)
-    "report": 7,
-    "sweep": 7,
-    "cli": 8,
+RANK: dict[str, int] = {
+    "errors": 0,  # the error tree; imports nothing from perfcast
+    "jsonio": 1,  # the bounded reader of data files (size, nesting, finite numbers); raises errors
+    "units": 2,  # SI constants, parse/format "80GB": base, on errors
+    "dtypes": 2,  # dtype names and sizes: base, on errors
+    "yamlio": 2,  # YAML read through jsonio's bounds: base
+    "registry": 2,  # generic Registry[T]: base, on errors
+    "results": 3,  # values one package produces and report reads (scenario rows, validation.json): plain data
+    "catalog": 4,  # hardware and model schemas and their loaders, on base modules only
+    "workload": 5,  # op IR and graph builders from catalog models
+    "kernel": 6,  # per-op time of workload ops on catalog hardware
+    "accel": 6,  # spatial accelerators: workload and catalog only
+    "capture": 6,  # the user's torch/ONNX model as workload IR: catalog and workload only
+    "compose": 7,  # one device's step from kernel times
+    "calibrate": 7,  # microbenchmarks of this CPU fitted to kernel's CPU model -> a catalog hardware entry
+    "system": 8,  # many devices (plans, collectives, pipeline schedules, memory) on compose
+    "serving": 9,  # the serving simulator, on system and below
+    "groundtruth": 10,  # the measured tables (and this CPU) and their predictions by every layer below
+    "validate": 11,  # error metrics and fitting over groundtruth's predictions; only the CLI imports it
+    "sweep": 11,  # design-space search over system and serving plans
+    "scenarios": 12,  # the suite: runs the layers, groundtruth's tables and sweep's searches
+    "report": 13,  # tables, JSON, HTML of result types only (results, <layer>.types); never calls a predictor
+    "cli": 14,  # one Typer app, a thin shell over everything; nothing imports it
 }
-TOP_TIER = 7
+BASE = {name for name, rank in RANK.items() if rank <= RANK["registry"]}
 
 
 def _module_name(path: Path) -> str:
@@ -72,15 +77,16 @@ def _layer(module: str) -> str:
 
 
 @cache
-def _imports(path: Path) -> tuple[str, ...]:
-    """Every module ``path`` imports (absolute names), wherever the import statement is."""
+def _import_statements(path: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(absolute module, names imported from it) of every import statement in ``path``, wherever it is;
+    ``import a.b`` is ``("a.b", ())``."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     me = _module_name(path)
     package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
-    out: list[str] = []
+    out: list[tuple[str, tuple[str, ...]]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out.extend(alias.name for alias in node.names)
+            out.extend((alias.name, ()) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -88,9 +94,17 @@ def _imports(path: Path) -> tuple[str, ...]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            out.append(target)
-            # ``from perfcast import x`` may name a submodule
-            out.extend(f"{target}.{alias.name}" for alias in node.names if target == "perfcast")
+            out.append((target, tuple(alias.name for alias in node.names)))
+    return tuple(out)
+
+
+def _imports(path: Path) -> tuple[str, ...]:
+    """Every module ``path`` imports (absolute names), wherever the import statement is."""
+    out: list[str] = []
+    for target, names in _import_statements(path):
+        out.append(target)
+        if target == "perfcast":  # ``from perfcast import x`` may name a submodule
+            out.extend(f"{target}.{name}" for name in names)
     return tuple(out)
 
 
@@ -174,10 +188,9 @@ def test_a_layer_only_imports_layers_below_it(path: Path) -> None:
                 bad.append(target)  # the facade imports every layer
             continue
         assert other in RANK, f"{me} imports {target}: unknown layer {other!r}"
-        allowed = RANK[other] < RANK[mine] or (RANK[mine] == TOP_TIER and RANK[other] == TOP_TIER)
-        if not allowed:
-            bad.append(target)
-    assert not bad, f"{me} (layer {mine}) imports from layers at or above it: {bad}"
+        if RANK[other] >= RANK[mine]:
+            bad.append(f"{target} ({other}, rank {RANK[other]})")
+    assert not bad, f"{me} ({mine}, rank {RANK[mine]}) imports from packages of its rank or above: {bad}"
 
 
 @pytest.mark.parametrize(("layer", "forbidden"), [
@@ -204,11 +217,116 @@ def test_nothing_imports_the_cli() -> None:
     assert not offenders
 
 
-def test_no_lower_layer_imports_validate() -> None:
-    """validate/ imports the layers it checks; no predicting layer depends on it."""
+def test_only_the_cli_imports_validate() -> None:
+    """validate/ imports the layers it checks; no other package depends on it (architecture.md)."""
     offenders = [(m, t) for p, m in zip(MODULES, MODULE_IDS, strict=True)
-                 if RANK.get(_layer(m), 0) < TOP_TIER for t in _perfcast_imports(p) if _layer(t) == "validate"]
+                 if _layer(m) not in ("validate", "cli") for t in _perfcast_imports(p) if _layer(t) == "validate"]
     assert not offenders
+
+
+def _is_result_type(module: str) -> bool:
+    """Base modules, the shared result values, and a layer's own ``types`` module."""
+    return _layer(module) in BASE or _layer(module) == "results" or module.endswith(".types")
+
+
+def test_report_imports_only_result_types() -> None:
+    """report/ formats values; it never calls a predictor, a validation or a scenario (style guide, package layout)."""
+    offenders = [(m, t) for p, m in zip(MODULES, MODULE_IDS, strict=True) if _layer(m) == "report"
+                 for t in _perfcast_imports(p) if _layer(t) != "report" and not _is_result_type(t)]
+    assert not offenders
+
+
+# -- file-level import cycles ---------------------------------------------------------------------------------------
+# The serving modules import each other in a ring today (engine, search, mlperf, traces, arrivals, energy). The
+# house-serving branch removes it: delete this constant, and its use in test_no_file_imports_itself_through_others,
+# when that branch lands.
+_SERVING_CYCLE_REMOVED_BY_HOUSE_SERVING = frozenset({
+    "perfcast.serving.arrivals", "perfcast.serving.energy", "perfcast.serving.engine", "perfcast.serving.mlperf",
+    "perfcast.serving.search", "perfcast.serving.traces",
+})
+
+
+def _imported_modules(path: Path, known: set[str]) -> set[str]:
+    """The perfcast modules ``path`` imports: ``from a.b import c`` is ``a.b.c`` when that is a module, else ``a.b``
+    (its ``__init__``); a package's ``__init__`` run only as the parent of an imported module is not counted."""
+    out: set[str] = set()
+    for target, names in _import_statements(path):
+        out.update({f"{target}.{n}" if f"{target}.{n}" in known else target for n in names} if names else {target})
+    return out & known
+
+
+def _import_graph() -> dict[str, set[str]]:
+    known = set(MODULE_IDS)
+    return {m: _imported_modules(p, known) for p, m in zip(MODULES, MODULE_IDS, strict=True)}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (``[a, b, ..., a]``) per strongly connected component of more than one module or with a
+    self-import (Tarjan's algorithm), in a stable order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_cycle_through(sorted(c)[0], set(c), graph) for c in sorted(components)]
+
+
+def _cycle_through(start: str, component: set[str], graph: dict[str, set[str]]) -> list[str]:
+    """The shortest import path from ``start`` back to itself inside its component (breadth first)."""
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & component):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [*reversed(path), start]
+                if w not in came_from:
+                    came_from[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"{start} is in a component without a cycle through it")
+
+
+def test_cycles_finds_a_cycle_and_its_path() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}, "f": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c", "a"], ["e", "e"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_file_imports_itself_through_others() -> None:
+    """No module imports (directly or through others, at module level or inside a function) a module that imports
+    it back: every file-level import graph of src/perfcast is acyclic but the serving ring being removed."""
+    cycles = [c for c in _cycles(_import_graph()) if not set(c) <= _SERVING_CYCLE_REMOVED_BY_HOUSE_SERVING]
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
 # -- data formats ---------------------------------------------------------------------------------------------------

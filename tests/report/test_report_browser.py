@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from perfcast.cli import app
+from perfcast.groundtruth.files import find_groundtruth
 from perfcast.report.html import is_perfcast_report
 from perfcast.validate.export import write_validation
-from perfcast.validate.groundtruth import find_groundtruth
 from perfcast.validate.metrics import summarize
 from perfcast.validate.report import GroupReport, TableReport, ValidationReport, _points, run_validation
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from perfcast.groundtruth.files import find_groundtruth
+from perfcast.groundtruth.predict_batch import predict_batch
 from perfcast.validate.fit_collectives import leave_one_cluster_out, load_collective_rows
-from perfcast.validate.groundtruth import find_groundtruth
-from perfcast.validate.predict_batch import predict_batch
 
 pytestmark = pytest.mark.validation
 
@@ -72,7 +72,7 @@ def test_table_mape_in_sample(table: str, target: str) -> None:
 
 
 def test_every_visible_row_in_sample(rows: tuple) -> None:
-    from perfcast.validate.collective_tables import predict_collective_rows
+    from perfcast.groundtruth.collective_tables import predict_collective_rows
 
     data, _ = rows
     pred = predict_collective_rows(data)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from perfcast.errors import ConfigError
+from perfcast.groundtruth.predict_batch import predict_batch, write_predictions
+from perfcast.groundtruth.serving_tables import inference_config
 from perfcast.serving.mlperf import load_benchmark
-from perfcast.validate.predict_batch import predict_batch, write_predictions
-from perfcast.validate.serving_tables import inference_config
 
 pytestmark = pytest.mark.validation
 

@@ -9,7 +9,7 @@ import csv
 import pytest
 
 from perfcast.compose.predict import StepRequest, predict
-from perfcast.validate.groundtruth import find_groundtruth
+from perfcast.groundtruth.files import find_groundtruth
 from perfcast.workload.types import Mode
 
 pytestmark = pytest.mark.validation

@@ -14,8 +14,8 @@ import csv
 import numpy as np
 import pytest
 
-from perfcast.validate.groundtruth import find_groundtruth
-from perfcast.validate.serving_tables import inference_config, predict_inference_rows
+from perfcast.groundtruth.files import find_groundtruth
+from perfcast.groundtruth.serving_tables import inference_config, predict_inference_rows
 
 pytestmark = pytest.mark.validation
 

@@ -18,10 +18,10 @@ import csv
 import numpy as np
 import pytest
 
+from perfcast.groundtruth.files import find_groundtruth
+from perfcast.groundtruth.predict_batch import predict_batch
+from perfcast.groundtruth.training_tables import cluster_for_gpu, counts_recompute, plan_for_row, predict_row
 from perfcast.validate.fit_training import fit_deferred, fp8_recipe_unmodeled, training_cases
-from perfcast.validate.groundtruth import find_groundtruth
-from perfcast.validate.predict_batch import predict_batch
-from perfcast.validate.training_tables import cluster_for_gpu, counts_recompute, plan_for_row, predict_row
 
 pytestmark = pytest.mark.validation
 
@@ -107,7 +107,7 @@ def test_tflops_follow_each_sources_convention() -> None:
 
 
 def predict_batch_row(row: dict[str, str]) -> float:
-    from perfcast.validate.tables import predict_published_training
+    from perfcast.groundtruth.tables import predict_published_training
 
     return float(predict_published_training([row]).pred["tflops_per_gpu"][0])
 

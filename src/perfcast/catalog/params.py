@@ -1,4 +1,5 @@
-"""Parameter counts of a :class:`ModelConfig`, from the architecture alone.
+"""Parameter counts of a model (a :class:`~perfcast.catalog.architecture.ModelArchitecture`), from the
+architecture alone.
 
 What is counted (every weight and bias tensor of the inference model as
 ``transformers`` builds it, in elements):
@@ -46,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfcast.catalog.models import ModelConfig, MoEConfig, ResNetConfig, VisionConfig
+from perfcast.catalog.architecture import ModelArchitecture, MoEConfig, ResNetConfig, VisionConfig
 
 __all__ = ["ParamCount", "count_params"]
 
@@ -66,12 +67,12 @@ def _linear(fan_in: int, fan_out: int, bias: bool) -> int:
     return fan_in * fan_out + (fan_out if bias else 0)
 
 
-def _norm(cfg: ModelConfig, width: int) -> int:
+def _norm(cfg: ModelArchitecture, width: int) -> int:
     """One norm over ``width`` elements: weight, plus bias for a biased LayerNorm."""
     return width * (2 if cfg.norm == "layernorm" and cfg.norm_bias else 1)
 
 
-def _attention(cfg: ModelConfig) -> int:
+def _attention(cfg: ModelArchitecture) -> int:
     """One (self- or cross-) attention block."""
     h, heads = cfg.hidden_size, cfg.num_heads
     if cfg.mla is not None:
@@ -98,18 +99,18 @@ def _attention(cfg: ModelConfig) -> int:
     return params
 
 
-def _mlp(cfg: ModelConfig, width: int, *, gated: bool, bias: bool) -> int:
+def _mlp(cfg: ModelArchitecture, width: int, *, gated: bool, bias: bool) -> int:
     """One feed-forward block of inner ``width``: (gate,) up, down."""
     h = cfg.hidden_size
     up = _linear(h, width, bias) * (2 if gated else 1)
     return up + _linear(width, h, bias)
 
 
-def _expert(cfg: ModelConfig, moe: MoEConfig, width: int) -> int:
+def _expert(cfg: ModelArchitecture, moe: MoEConfig, width: int) -> int:
     return _mlp(cfg, width, gated=moe.gated, bias=moe.expert_bias)
 
 
-def _ffn(cfg: ModelConfig, index: int) -> tuple[int, int]:
+def _ffn(cfg: ModelArchitecture, index: int) -> tuple[int, int]:
     """(total, active) parameters of layer ``index``'s MLP or MoE block."""
     moe = cfg.moe
     if moe is None or not moe.is_moe_layer(index):
@@ -122,7 +123,7 @@ def _ffn(cfg: ModelConfig, index: int) -> tuple[int, int]:
     return common + moe.num_experts * routed, common + moe.experts_per_token * routed
 
 
-def _stack(cfg: ModelConfig, num_layers: int, *, cross_attention: bool) -> tuple[int, int]:
+def _stack(cfg: ModelArchitecture, num_layers: int, *, cross_attention: bool) -> tuple[int, int]:
     """(total, active) parameters of ``num_layers`` blocks."""
     per_layer = _attention(cfg) + cfg.num_norms_per_layer * _norm(cfg, cfg.hidden_size)
     if cross_attention:
@@ -157,7 +158,7 @@ def _conv_bn(in_ch: int, out_ch: int, kernel: int) -> int:
 
 
 def _resnet(net: ResNetConfig) -> ParamCount:
-    """A ResNet; see :class:`perfcast.catalog.models.ResNetConfig` for the blocks."""
+    """A ResNet; see :class:`perfcast.catalog.architecture.ResNetConfig` for the blocks."""
     stem = _conv_bn(net.num_channels, net.embedding_size, 7)
     total = stem
     in_ch = net.embedding_size
@@ -177,7 +178,7 @@ def _resnet(net: ResNetConfig) -> ParamCount:
     return ParamCount(total=total, active=total, embedding=stem)
 
 
-def count_params(cfg: ModelConfig) -> ParamCount:
+def count_params(cfg: ModelArchitecture) -> ParamCount:
     """Count the parameters of ``cfg``: total, active per text token, embeddings, vision tower."""
     if cfg.resnet is not None:
         return _resnet(cfg.resnet)

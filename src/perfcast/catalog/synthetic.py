@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from perfcast.catalog.models import ModelConfig, from_hf_config
+from perfcast.catalog.model_config import ModelConfig, from_hf_config
 from perfcast.catalog.paths import normalize_name
 
 __all__ = ["SC21_HEADS_BY_HIDDEN", "parse_synthetic_gpt"]

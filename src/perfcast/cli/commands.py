@@ -387,8 +387,8 @@ def predict_batch_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (summary)."),
 ) -> None:
     """Predict every row of a table; writes the rows plus pred_X, pred_X_low, pred_X_high and status."""
+    from perfcast.groundtruth.predict_batch import predict_batch, write_predictions
     from perfcast.validate.metrics import summarize
-    from perfcast.validate.predict_batch import predict_batch, write_predictions
 
     check_output_paths(output, force=force)
     res = predict_batch(table)
@@ -411,8 +411,8 @@ def predict_batch_cmd(
 
 
 def _validate_local(as_json: bool) -> None:
+    from perfcast.groundtruth.local import validate_local
     from perfcast.report.text import pct
-    from perfcast.validate.local import validate_local
 
     if as_json:
         emit_json(validate_local().as_dict())
@@ -540,8 +540,8 @@ def fit(
         collectives_output.write_text(cc.to_json(), encoding="utf-8")
     trc = None
     if "training" in chosen and training_output is not None:
+        from perfcast.groundtruth.files import find_groundtruth
         from perfcast.validate.fit_training import fit_training, training_cases
-        from perfcast.validate.groundtruth import find_groundtruth
 
         gt = find_groundtruth()
         assert gt is not None

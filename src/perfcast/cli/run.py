@@ -28,7 +28,7 @@ def _latency_table(rows: list[dict[str, object]], title: str) -> object:
 def _detail_tables(r: object) -> list[object]:
     from perfcast.report.results import collective_tables, serving_table, training_table
     from perfcast.report.scenario_tables import kind_tables
-    from perfcast.scenarios.result import ScenarioResult
+    from perfcast.results.scenario import ScenarioResult
 
     assert isinstance(r, ScenarioResult)
     if r.kind == "training":
@@ -72,7 +72,7 @@ def run_file(
 
 
 def _print_result(r: object) -> None:
-    from perfcast.scenarios.result import ScenarioResult
+    from perfcast.results.scenario import ScenarioResult
 
     assert isinstance(r, ScenarioResult)
     h = r.headline()

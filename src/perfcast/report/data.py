@@ -2,7 +2,8 @@
 
 - ``results.json`` (written by ``perfcast suite --out DIR``): a list of scenario objects with ``id``, ``title``,
   ``kind``, ``status``, ``error``, ``metrics``, ``notes`` and ``rows`` (a dict per prediction).
-- ``validation.json`` (written by ``perfcast validate --out DIR``): :class:`ValidationFile`.
+- ``validation.json`` (written by ``perfcast validate --out DIR``):
+  :class:`~perfcast.results.validation.ValidationFile`.
 - ``*.search.json`` (written by ``perfcast search --json --out F.json``): a plan search with ``objective``,
   ``plans_evaluated``, ``plans_feasible``, ``best`` and ``pareto`` (lists of plan dicts with
   ``tflops_per_gpu``, ``memory_per_gpu_gib``, ``step_time_s``, the degrees ...) and a ``reference`` plan
@@ -18,49 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from perfcast.errors import DataError
 from perfcast.jsonio import read_json
+from perfcast.results.validation import VALIDATION_SCHEMA_VERSION, ValidationFile
 
-__all__ = ["VALIDATION_SCHEMA_VERSION", "ReportInputs", "SearchData", "ValidationFile", "ValidationPoints",
-           "ValidationTable", "read_inputs", "read_results", "read_search", "read_validation", "search_of_row",
-           "search_of_rows"]
-
-VALIDATION_SCHEMA_VERSION = 1
-
-Summary = dict[str, float | int | None]
-
-
-class ValidationPoints(BaseModel):
-    """Predicted and measured values of a table's rows (in the table's unit), evenly sampled to at most a few
-    thousand; ``total`` counts every row with both."""
-
-    device: list[str]
-    predicted: list[float]
-    measured: list[float]
-    total: int
-
-
-class ValidationTable(BaseModel):
-    """One table's (or split's) errors: overall and per device, as ``perfcast validate --json`` reports them."""
-
-    table: str
-    kind: str
-    target: str
-    note: str = ""
-    status: str = "ok"
-    overall: Summary
-    groups: dict[str, Summary] = {}
-    points: ValidationPoints | None = None
-
-
-class ValidationFile(BaseModel):
-    """``validation.json``: every validated table."""
-
-    schema_version: int
-    produced_by: str
-    tables: list[ValidationTable]
+__all__ = ["ReportInputs", "SearchData", "read_inputs", "read_results", "read_search", "read_validation",
+           "search_of_row", "search_of_rows"]
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfcast.report.data import ValidationFile, ValidationTable
 from perfcast.report.html_page import Page, esc, fmt_pct, num, table_html
+from perfcast.results.validation import ValidationFile, ValidationTable
 
 __all__ = ["NO_VALIDATION", "add_validation", "error_figure", "scatter_figure"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from perfcast.errors import ConfigError
-from perfcast.scenarios.run import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 
 __all__ = ["collective_tables", "serving_table", "training_table", "write_results"]
 

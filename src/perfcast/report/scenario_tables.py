@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 
 __all__ = ["kind_tables"]
 

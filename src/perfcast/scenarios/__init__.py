@@ -2,7 +2,7 @@
 ``training``, ``collective``, ``serving``, ``rlhf``, ``diffusion``, ``serving_table``, ``operator_table``,
 ``search``, ``accel``; see :mod:`perfcast.scenarios.schema`)."""
 
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.run import run_scenario
 from perfcast.scenarios.schema import (
     CollectiveScenario,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from perfcast.accel import evaluate, load_arch, load_mapping, load_problem, search_mappings
 from perfcast.errors import PerfcastError
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import AccelReference, AccelRun, AccelScenario
 
 __all__ = ["accel_row", "run_accel_scenario"]

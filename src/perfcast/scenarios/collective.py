@@ -5,7 +5,7 @@ A row: ``cluster, op, size_bytes, group_size, gpus_per_node, time_s, algbw_Bps,
 busbw_Bps, algorithm, protocol``, and ``ratio_to_all_reduce`` where the scenario
 also predicts an all-reduce of the same size on the same placement. Where a
 VIDUR network table (``groundtruth``, read with
-:func:`perfcast.validate.collective_tables.vidur_network_rows`) measured the same
+:func:`perfcast.groundtruth.collective_tables.vidur_network_rows`) measured the same
 collective, the row adds ``measured_time_s`` and ``error_frac``; several
 measurements of one run are summarised by their median. The scenario's notes give
 the error over every measured row of each table (as ``perfcast validate`` prices them).
@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from perfcast.errors import PerfcastError
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import CollectiveRun, CollectiveScenario
 from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.collectives import collective_time, parse_op
 
 if TYPE_CHECKING:
-    from perfcast.validate.collective_tables import CollectiveRows
+    from perfcast.groundtruth.collective_tables import CollectiveRows
 
 __all__ = ["MeasuredKey", "measured_collectives", "run_collective_scenario"]
 
@@ -38,8 +38,8 @@ def _tables(tables: list[str]) -> list[tuple[str, CollectiveRows]]:
     """The VIDUR network tables found, parsed (none without the ground truth)."""
     if not tables:
         return []
-    from perfcast.validate.collective_tables import vidur_network_rows
-    from perfcast.validate.groundtruth import find_groundtruth
+    from perfcast.groundtruth.collective_tables import vidur_network_rows
+    from perfcast.groundtruth.files import find_groundtruth
 
     root = find_groundtruth(required=False)
     if root is None:
@@ -68,7 +68,7 @@ def measured_collectives(tables: list[tuple[str, CollectiveRows]]) -> dict[Measu
 
 def _whole_tables(tables: list[tuple[str, CollectiveRows]]) -> list[str]:
     """One line per table: the error over every measured row, predicted as ``perfcast validate`` does."""
-    from perfcast.validate.collective_tables import predict_collective_rows
+    from perfcast.groundtruth.collective_tables import predict_collective_rows
 
     notes = []
     for name, rows in tables:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from perfcast.catalog.models import load_model
 from perfcast.compose.predict import StepRequest, predict
 from perfcast.errors import ConfigError, PerfcastError
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import DiffusionRun, DiffusionScenario
 from perfcast.workload.types import Mode
 

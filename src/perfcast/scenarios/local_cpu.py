@@ -9,9 +9,9 @@ a note says so. Each row has ``measured_s``, ``predicted_s`` and ``error_frac`` 
 from __future__ import annotations
 
 from perfcast.errors import ConfigError, PerfcastError
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.groundtruth.local import LocalCase, load_local_cpu, validate_local
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import LocalCpuScenario
-from perfcast.validate.local import LocalCase, load_local_cpu, validate_local
 
 __all__ = ["run_local_cpu_scenario"]
 

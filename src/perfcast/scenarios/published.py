@@ -2,11 +2,11 @@
 
 - ``serving_table`` (R9): each selected row of a published serving-throughput table
   (TensorRT-LLM offline maximum throughput) is simulated with
-  :func:`perfcast.validate.serving_tables.inference_config` (``num_requests`` requests
+  :func:`perfcast.groundtruth.serving_tables.inference_config` (``num_requests`` requests
   arriving at once) and its row shows ``measured_throughput_tokens_per_s`` beside
   ``throughput_tokens_per_s`` with ``error_frac`` = predicted / measured - 1.
 - ``operator_table`` (R10): VIDUR's per-operator GPU kernel times are predicted row by
-  row (:func:`perfcast.validate.vidur_tables.predict_vidur_rows`) and summed per (GPU,
+  row (:func:`perfcast.groundtruth.vidur_tables.predict_vidur_rows`) and summed per (GPU,
   operator): a row per pair with ``measured_time_s`` and ``predicted_time_s`` (the
   totals over the table's rows that measured that operator), ``error_frac`` of the
   totals, and the per-row ``mape_frac`` and ``median_ape_frac``.
@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from perfcast.errors import PerfcastError
+from perfcast.groundtruth.files import find_groundtruth, read_rows
+from perfcast.groundtruth.serving_tables import inference_config
+from perfcast.groundtruth.vidur_tables import VIDUR_OPS, load_vidur_rows, predict_vidur_rows
 from perfcast.kernel.coefficients import load_coefficients
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import OperatorTableScenario, ServingTableScenario
 from perfcast.serving.engine import simulate_serving
-from perfcast.validate.groundtruth import find_groundtruth, read_rows
-from perfcast.validate.serving_tables import inference_config
-from perfcast.validate.vidur_tables import VIDUR_OPS, load_vidur_rows, predict_vidur_rows
 
 __all__ = ["run_operator_table_scenario", "run_serving_table_scenario"]
 

@@ -12,7 +12,7 @@ does not fit has ``fits_in_memory`` false (the scenario's status is then ``oom``
 from __future__ import annotations
 
 from perfcast.errors import PerfcastError
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import RLHFRun, RLHFScenario
 from perfcast.serving.rlhf import RLHFResult, simulate_rlhf_iteration
 from perfcast.system.memory import CUDA_CONTEXT_BYTES, FRAGMENTATION_FRAC

@@ -15,8 +15,8 @@ from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
 from perfcast.compose.predict import StepRequest, predict
 from perfcast.errors import PerfcastError
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.collective import run_collective_scenario
-from perfcast.scenarios.result import ScenarioResult
 from perfcast.scenarios.schema import (
     AccelScenario,
     CollectiveScenario,
@@ -42,7 +42,7 @@ __all__ = ["ScenarioResult", "run_scenario"]
 def _measured(sc: LatencyScenario) -> dict[tuple[str, str, str, int, int, bool], float]:
     if not sc.groundtruth:
         return {}
-    from perfcast.validate.groundtruth import find_groundtruth
+    from perfcast.groundtruth.files import find_groundtruth
 
     root = find_groundtruth(required=False)
     if root is None or not (root / sc.groundtruth).exists():

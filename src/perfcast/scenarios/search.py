@@ -12,7 +12,7 @@ matches or trails the published one.
 from __future__ import annotations
 
 from perfcast.errors import PerfcastError
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import SearchScenario
 from perfcast.sweep.search import PlanRow, search_training
 

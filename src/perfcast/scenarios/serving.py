@@ -26,7 +26,7 @@ import math
 from typing import Any
 
 from perfcast.errors import PerfcastError
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import ServingRun, ServingScenario
 from perfcast.scenarios.serving_curves import latency_quantiles, load_curve, sweepable
 from perfcast.serving.colocation import simulate_colocated

@@ -24,7 +24,7 @@ from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.compose.coefficients import load_compose_coefficients
 from perfcast.errors import PerfcastError
 from perfcast.kernel.coefficients import load_coefficients
-from perfcast.scenarios.result import ScenarioResult
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import TrainingRun, TrainingScenario
 from perfcast.system.layers import micro_batch_costs
 from perfcast.system.plan import ParallelPlan
@@ -148,7 +148,7 @@ def _run_row(run: TrainingRun) -> dict[str, object]:
 
 def _table_rows(sc: TrainingScenario) -> tuple[list[dict[str, str]], str]:
     """The ground-truth rows ``table_rows`` selects, or none and why."""
-    from perfcast.validate.groundtruth import find_groundtruth
+    from perfcast.groundtruth.files import find_groundtruth
 
     assert sc.groundtruth is not None and sc.table_rows is not None
     root = find_groundtruth(required=False)
@@ -163,7 +163,7 @@ def _table_rows(sc: TrainingScenario) -> tuple[list[dict[str, str]], str]:
 
 def _measured_target(row: dict[str, str]) -> tuple[str, float] | None:
     """The first measured column of a training.csv row, as (the predicted row key it compares with, value)."""
-    from perfcast.validate.training_tables import counts_recompute
+    from perfcast.groundtruth.training_tables import counts_recompute
 
     for column in ("tflops_per_gpu", "tokens_per_s_per_gpu", "mfu", "hfu", "step_time_s"):
         try:
@@ -178,7 +178,7 @@ def _measured_target(row: dict[str, str]) -> tuple[str, float] | None:
 
 
 def _table_row(row: dict[str, str], table: str) -> dict[str, object]:
-    from perfcast.validate.training_tables import model_for_row, predict_row
+    from perfcast.groundtruth.training_tables import model_for_row, predict_row
 
     label = (row.get("model") or row.get("model_id") or "").split(" (")[0]
     try:

@@ -1,4 +1,5 @@
-"""Validation: ground-truth tables, prediction of every row, error metrics, fitting.
+"""Validation: error metrics of the predicted ground-truth tables, fitting of coefficients, validation.json.
 
-No layer imports this package; it imports the layers it checks.
+The tables are read and predicted by :mod:`perfcast.groundtruth`. No layer imports this package; it imports the
+layers it checks.
 """

@@ -1,6 +1,6 @@
 """``perfcast validate --out DIR``: the validation as ``DIR/validation.json`` for the HTML report.
 
-The file (:class:`perfcast.report.data.ValidationFile`) has, per table report, the error summary overall and per
+The file (:class:`perfcast.results.validation.ValidationFile`) has, per table report, the error summary overall and per
 device (as ``--json`` prints it) and the predicted and measured values of its rows, sampled evenly to at most
 :data:`perfcast.validate.report.MAX_POINTS` (``points.total`` counts them all; the summaries use every row).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from perfcast.errors import ConfigError, DataError
 from perfcast.jsonio import read_json
-from perfcast.report.data import VALIDATION_SCHEMA_VERSION, ValidationFile, ValidationPoints, ValidationTable
+from perfcast.results.validation import VALIDATION_SCHEMA_VERSION, ValidationFile, ValidationPoints, ValidationTable
 from perfcast.validate.report import ValidationReport
 
 __all__ = ["VALIDATION_FILE", "check_validation_path", "validation_file", "write_validation"]

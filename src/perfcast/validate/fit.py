@@ -26,30 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from perfcast.groundtruth.files import find_groundtruth
+from perfcast.groundtruth.kernel_tables import KernelRows, load_kernel_rows, predict_kernel_rows
+from perfcast.groundtruth.vidur_tables import load_vidur_rows, predict_vidur_rows, rows_ops
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
-from perfcast.validate.groundtruth import find_groundtruth
-from perfcast.validate.kernel_tables import KernelRows, load_kernel_rows, predict_kernel_rows
+from perfcast.validate.dotted import get_path, set_path
 from perfcast.validate.optimize import fit_least_squares
-from perfcast.validate.vidur_tables import load_vidur_rows, predict_vidur_rows, rows_ops
 
-__all__ = ["FitStage", "collective_interval_residuals", "fit_coefficients", "set_path"]
-
-
-def set_path(raw: dict[str, Any], dotted: str, value: float) -> None:
-    """Set ``raw[a][b][c] = value`` for ``dotted = "a.b.c"``."""
-    keys = dotted.split(".")
-    node = raw
-    for k in keys[:-1]:
-        node = node[k]
-    node[keys[-1]] = float(value)
-
-
-def get_path(raw: dict[str, Any], dotted: str) -> float:
-    node: Any = raw
-    for k in dotted.split("."):
-        node = node[k]
-    return float(node)
-
+__all__ = ["FitStage", "collective_interval_residuals", "fit_coefficients"]
 
 _SOFT_L1_SCALE = 0.15
 MATRIX_TO_SIMT_ENERGY = 0.7
@@ -161,7 +145,7 @@ def _predict_kernels(rows: KernelRows, coeffs: Coefficients) -> np.ndarray:
 
 
 def _predict_attention(rows: Any, coeffs: Coefficients) -> np.ndarray:
-    from perfcast.validate.attention_tables import predict_attention_rows
+    from perfcast.groundtruth.attention_tables import predict_attention_rows
 
     return predict_attention_rows(rows, coeffs)
 
@@ -214,7 +198,7 @@ def fit_coefficients(groundtruth: Path | None = None, *, base: Coefficients | No
             data, desc = _vidur_data(root, gpus=tensor_gpus, per_group=per_group, seed=seed)
             stage = TENSOR_STAGE
         elif name == "attention":
-            from perfcast.validate.attention_tables import load_attention_rows
+            from perfcast.groundtruth.attention_tables import load_attention_rows
 
             path = sorted((root / "vidur" / "legacy" / "compute").glob("*/attention_*.csv*"))[0]
             arows = load_attention_rows(path)
@@ -265,7 +249,7 @@ def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *,
     recorded in ``collective_coeffs``, default the packaged collective coefficients).
     """
     from perfcast.compose.interval import INTERVAL_SCHEMA_VERSION
-    from perfcast.validate.predict_batch import predict_batch
+    from perfcast.groundtruth.predict_batch import predict_batch
 
     root = groundtruth or find_groundtruth()
     assert root is not None
@@ -304,7 +288,7 @@ def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *,
     add("step", np.concatenate(eres), "neusight e2e.csv + e2e_extra.csv (never fitted on), 2.5-97.5% quantiles",
         (0.025, 0.975))
 
-    from perfcast.validate.attention_tables import load_attention_rows, predict_attention_rows
+    from perfcast.groundtruth.attention_tables import load_attention_rows, predict_attention_rows
 
     apath = sorted((root / "vidur" / "legacy" / "compute").glob("*/attention_*.csv*"))[0]
     arows = load_attention_rows(apath)
@@ -358,8 +342,8 @@ def fit_host(coeffs: Coefficients, groundtruth: Path | None = None, *, exclude_d
     with this fitted on the other devices only).
     """
     from perfcast.compose.coefficients import ComposeCoefficients, load_compose_coefficients
-    from perfcast.validate.groundtruth import read_rows
-    from perfcast.validate.tables import _predict_e2e
+    from perfcast.groundtruth.files import read_rows
+    from perfcast.groundtruth.tables import predict_e2e
 
     root = groundtruth or find_groundtruth()
     assert root is not None
@@ -377,7 +361,7 @@ def fit_host(coeffs: Coefficients, groundtruth: Path | None = None, *, exclude_d
         return ComposeCoefficients.model_validate(r)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        pred = _predict_e2e(rows, coeffs, make(x)).pred["measured_ms"]
+        pred = predict_e2e(rows, coeffs, make(x)).pred["measured_ms"]
         return np.log(pred / measured)
 
     x, mse = fit_least_squares(residuals, [get_path(raw, p) for p in names], [k for _, k in HOST_PARAMS])

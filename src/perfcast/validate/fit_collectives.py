@@ -24,15 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from perfcast.system.collectives import CollectiveCoefficients, load_collective_coefficients
-from perfcast.validate.collective_tables import (
+from perfcast.groundtruth.collective_tables import (
     CollectiveRows,
     predict_collective_rows,
     published_collective_rows,
     vidur_network_rows,
 )
-from perfcast.validate.fit import get_path, set_path
-from perfcast.validate.groundtruth import find_groundtruth, read_rows
+from perfcast.groundtruth.files import find_groundtruth, read_rows
+from perfcast.system.collectives import CollectiveCoefficients, load_collective_coefficients
+from perfcast.validate.dotted import get_path, set_path
 from perfcast.validate.optimize import fit_least_squares
 
 __all__ = ["COLLECTIVE_PARAMS", "PRIOR_ONLY", "fit_collectives", "leave_one_cluster_out", "load_collective_rows"]

@@ -4,7 +4,7 @@ Each row contributes one residual: the log ratio of predicted to published
 throughput, in whichever quantity the row publishes (TFLOP/s per GPU, tokens/s
 per GPU, HFU or MFU: all are inverse step times under one plan). Rows whose
 plan the source did not publish are left out (see
-:mod:`perfcast.validate.training_tables`), and so are rows whose FP8 recipe
+:mod:`perfcast.groundtruth.training_tables`), and so are rows whose FP8 recipe
 perfcast does not model (torchao's row-wise scaling, which ran slower than BF16
 in torchtitan's December 2024 table): fitting the per-tensor FP8 efficiency on
 them would bias it. Rows of a source whose conventions perfcast does not read
@@ -24,13 +24,13 @@ import numpy as np
 
 from perfcast.catalog.models import ModelConfig
 from perfcast.errors import PerfcastError
+from perfcast.groundtruth.training_tables import cluster_for_gpu, counts_recompute, model_for_row, plan_for_row
 from perfcast.kernel.coefficients import Coefficients
 from perfcast.system.cluster import Cluster
 from perfcast.system.coefficients import TRAINING_SCHEMA_VERSION, TrainingCoefficients
 from perfcast.system.plan import ParallelPlan
 from perfcast.system.training import TrainingResult, simulate_training
 from perfcast.validate.optimize import fit_least_squares
-from perfcast.validate.training_tables import cluster_for_gpu, counts_recompute, model_for_row, plan_for_row
 
 __all__ = ["TrainingCase", "fit_deferred", "fit_training", "fp8_recipe_unmodeled", "logo_training", "training_cases"]
 

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
+from perfcast.groundtruth.files import find_groundtruth
+from perfcast.groundtruth.predict_batch import BatchResult, predict_batch
+from perfcast.groundtruth.tables import TablePrediction
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
-from perfcast.validate.groundtruth import find_groundtruth
 from perfcast.validate.metrics import ErrorSummary, summarize
-from perfcast.validate.predict_batch import BatchResult, predict_batch
-from perfcast.validate.tables import TablePrediction
 
 __all__ = ["MAX_POINTS", "Points", "TableReport", "ValidationReport", "default_tables", "run_validation"]
 
@@ -161,9 +161,9 @@ def _summaries(res: BatchResult, target: str, mask: np.ndarray | None = None,
 
 def _vidur_logo(paths: list[Path], root: Path, coeffs: Coefficients, log: Callable[[str], None]
                 ) -> list[TableReport]:
+    from perfcast.groundtruth.files import read_rows
+    from perfcast.groundtruth.tables import predict_table, recognize
     from perfcast.validate.fit import fit_coefficients
-    from perfcast.validate.groundtruth import read_rows
-    from perfcast.validate.tables import predict_table, recognize
 
     gpus = sorted({p.parent.parent.name for p in paths})
     reports = []
@@ -233,9 +233,9 @@ def _held_out_reports(res: BatchResult, groups: list[str],
 def _collective_loco(paths: list[Path], root: Path, name: Callable[[Path], str],
                      log: Callable[[str], None]) -> list[TableReport]:
     """Collective tables predicted leave-one-cluster-out (refits on the other clusters' visible rows)."""
+    from perfcast.groundtruth.tables import predict_published_collectives, predict_vidur_network
     from perfcast.system.collectives import load_collective_coefficients
     from perfcast.validate.fit_collectives import fit_collectives, load_collective_rows
-    from perfcast.validate.tables import predict_published_collectives, predict_vidur_network
 
     rows, labels = load_collective_rows(root)
     clusters = sorted({str(g) for g in rows.group})
@@ -260,8 +260,8 @@ def _collective_loco(paths: list[Path], root: Path, name: Callable[[Path], str],
 def _training_logo(paths: list[Path], name: Callable[[Path], str], coeffs: Coefficients,
                    log: Callable[[str], None]) -> list[TableReport]:
     """Published training tables predicted leave-one-GPU-out (refits on the other GPUs' rows)."""
+    from perfcast.groundtruth.tables import predict_published_training
     from perfcast.validate.fit_training import TrainingCase, fit_training, training_cases
-    from perfcast.validate.tables import predict_published_training
 
     reports = []
     for p in paths:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from perfcast.validate.local import LocalCase, LocalResult, LocalValidation
+from perfcast.groundtruth.local import LocalCase, LocalResult, LocalValidation
 
 pytestmark = pytest.mark.unit
 

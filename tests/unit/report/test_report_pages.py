@@ -11,7 +11,6 @@ import pytest
 
 from perfcast.errors import DataError
 from perfcast.report.data import (
-    VALIDATION_SCHEMA_VERSION,
     ReportInputs,
     SearchData,
     read_inputs,
@@ -24,6 +23,7 @@ from perfcast.report.html_page import fmt_bytes, fmt_pct, fmt_seconds, fmt_value
 from perfcast.report.html_search import NO_SEARCH, pareto_figure, plan_text
 from perfcast.report.html_training import STEP_PARTS, step_figure
 from perfcast.report.html_validation import NO_VALIDATION
+from perfcast.results.validation import VALIDATION_SCHEMA_VERSION
 from perfcast.validate.export import validation_file
 from perfcast.validate.metrics import summarize
 from perfcast.validate.report import MAX_POINTS, GroupReport, Points, TableReport, ValidationReport, _points

@@ -6,8 +6,8 @@ from functools import cache
 
 import pytest
 
+from perfcast.groundtruth.files import find_groundtruth
 from perfcast.scenarios import ScenarioResult, load_scenario, run_scenario
-from perfcast.validate.groundtruth import find_groundtruth
 
 pytestmark = pytest.mark.unit
 
@@ -69,7 +69,7 @@ def test_r2_times_grow_with_the_group() -> None:
 def test_r11_compares_with_vidur_as_validate_prices_it() -> None:
     import csv
 
-    from perfcast.validate.collective_tables import predict_collective_rows, vidur_network_rows
+    from perfcast.groundtruth.collective_tables import predict_collective_rows, vidur_network_rows
 
     res = result("R11")
     measured = [r for r in res.rows if r.get("measured_time_s") is not None]

@@ -7,8 +7,8 @@ import pytest
 
 from perfcast.errors import ConfigError
 from perfcast.report.results import serving_table
+from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios import load_scenario, run_scenario
-from perfcast.scenarios.result import ScenarioResult
 from perfcast.scenarios.schema import scenario_from_dict
 
 

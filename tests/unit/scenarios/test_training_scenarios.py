@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from perfcast.errors import ConfigError
+from perfcast.groundtruth.files import find_groundtruth
 from perfcast.scenarios import (
     CollectiveScenario,
     ScenarioResult,
@@ -18,7 +19,6 @@ from perfcast.scenarios import (
     run_scenario,
 )
 from perfcast.scenarios.training import BREAKDOWN_KEYS
-from perfcast.validate.groundtruth import find_groundtruth
 
 pytestmark = pytest.mark.unit
 
@@ -174,7 +174,7 @@ def test_r8_compares_with_the_published_figure() -> None:
 
 @needs_groundtruth
 def test_r7_predicts_the_sc21_rows_as_validate_does() -> None:
-    from perfcast.validate.training_tables import predict_row
+    from perfcast.groundtruth.training_tables import predict_row
 
     res = result("R7")
     assert res.status == "ok" and len(res.rows) == 10
@@ -194,7 +194,7 @@ def test_r7_predicts_the_sc21_rows_as_validate_does() -> None:
 
 
 def test_r7_without_ground_truth_is_an_error_saying_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import perfcast.validate.groundtruth as gt
+    import perfcast.groundtruth.files as gt
 
     monkeypatch.setattr(gt, "find_groundtruth", lambda required=True: None)
     res = run_scenario(load_scenario("R7"))

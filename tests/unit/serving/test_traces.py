@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from perfcast.errors import ConfigError, UnknownNameError
+from perfcast.groundtruth.files import find_groundtruth
 from perfcast.serving.traces import TRACE_NAMES, Trace, load_trace
-from perfcast.validate.groundtruth import find_groundtruth
 
 pytestmark = pytest.mark.unit
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from perfcast.errors import ConfigError
+from perfcast.groundtruth.files import read_header, read_rows
+from perfcast.groundtruth.tables import TableKind, TablePrediction, predict_table, recognize, target_columns
 from perfcast.kernel.coefficients import Coefficients
-from perfcast.validate.groundtruth import read_header, read_rows
-from perfcast.validate.tables import TableKind, TablePrediction, predict_table, recognize, target_columns
 
 __all__ = ["BatchResult", "predict_batch", "write_predictions"]
 

@@ -17,12 +17,12 @@ import numpy as np
 
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.dtypes import DType
+from perfcast.groundtruth.files import read_rows
 from perfcast.kernel.coefficients import Coefficients
 from perfcast.kernel.conv import conv_times
 from perfcast.kernel.gemm import gemm_times
 from perfcast.kernel.power import datapath, sustained_clock_frac
 from perfcast.kernel.vector import vector_times
-from perfcast.validate.groundtruth import read_rows
 
 __all__ = ["KernelRows", "VECTOR_IO", "load_kernel_rows", "predict_kernel_rows"]
 

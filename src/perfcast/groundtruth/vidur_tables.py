@@ -17,9 +17,9 @@ import numpy as np
 
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.dtypes import DType
+from perfcast.groundtruth.files import read_rows
 from perfcast.kernel.coefficients import Coefficients
 from perfcast.kernel.predict import predict_ops
-from perfcast.validate.groundtruth import read_rows
 from perfcast.workload.graph import Graph
 from perfcast.workload.types import Op
 

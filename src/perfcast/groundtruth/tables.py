@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from perfcast.system.coefficients import TrainingCoefficients
     from perfcast.system.collectives import CollectiveCoefficients
 
-__all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_published_collectives",
+__all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_e2e", "predict_published_collectives",
            "predict_published_inference", "predict_published_training", "predict_table", "predict_vidur_network",
-           "recognize"]
+           "recognize", "target_columns"]
 
 
 @dataclass
@@ -90,7 +90,9 @@ def _apply_interval(p: TablePrediction, kind: str, inverse: frozenset[str] | set
 
 
 # -- NeuSight end-to-end ----------------------------------------------------------
-def _predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: object = None) -> TablePrediction:
+def predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: object = None) -> TablePrediction:
+    """NeuSight end-to-end rows, one model step each; ``compose`` is the compose coefficients to price the steps
+    with (None: the default ones; ``perfcast fit`` passes its candidates)."""
     from perfcast.compose.predict import StepRequest, predict
     from perfcast.workload.types import Mode
 
@@ -140,7 +142,7 @@ def _memory_status(memory: MemoryBreakdown | None) -> str:
 # -- NeuSight kernels --------------------------------------------------------------
 def _kernel_predictor(kind: str) -> Callable[[list[dict[str, str]], Coefficients], TablePrediction]:
     from perfcast.catalog.hardware import load_hardware
-    from perfcast.validate.kernel_tables import KernelRows, predict_kernel_rows
+    from perfcast.groundtruth.kernel_tables import KernelRows, predict_kernel_rows
 
     cols = {"gemm": ("batch", "m_rows", "k_reduction", "n_cols"), "vector": ("rows", "cols"),
             "conv": ("batch", "in_channels", "out_channels", "kernel_size", "input_hw", "stride", "padding")}[kind]
@@ -169,7 +171,7 @@ def _kernel_predictor(kind: str) -> Callable[[list[dict[str, str]], Coefficients
                     d.append(1.0)
                 op = r.get("op", "conv")
                 if kind == "vector":
-                    from perfcast.validate.kernel_tables import VECTOR_IO
+                    from perfcast.groundtruth.kernel_tables import VECTOR_IO
 
                     if op not in VECTOR_IO:
                         raise ConfigError(f"vector op {op!r} not modelled; known: {', '.join(VECTOR_IO)}")
@@ -194,8 +196,8 @@ def _kernel_predictor(kind: str) -> Callable[[list[dict[str, str]], Coefficients
 
 # -- VIDUR per-op tables -------------------------------------------------------------
 def _predict_vidur(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
+    from perfcast.groundtruth.vidur_tables import VIDUR_OPS, block_ops
     from perfcast.kernel.predict import predict_ops
-    from perfcast.validate.vidur_tables import VIDUR_OPS, block_ops
 
     targets = tuple(f"time_stats.{op}.median" for op in VIDUR_OPS)
     present = [t for t in targets if t in rows[0]] if rows else []
@@ -230,8 +232,8 @@ def _predict_vidur(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePre
 
 # -- VIDUR attention kernels -------------------------------------------------------------
 def _predict_vidur_attention(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
+    from perfcast.groundtruth.attention_tables import attention_op, row_geometry
     from perfcast.kernel.predict import predict_ops
-    from perfcast.validate.attention_tables import attention_op, row_geometry
 
     targets = ("time_stats.attn_prefill.median", "time_stats.attn_decode.median")
     out = _empty(len(rows), targets)
@@ -275,7 +277,7 @@ def _predict_published_gemm(rows: list[dict[str, str]], coeffs: Coefficients) ->
 def predict_vidur_network(rows: list[dict[str, str]], coeffs: Coefficients | None = None,
                           collective_coeffs: CollectiveCoefficients | None = None) -> TablePrediction:
     """VIDUR ``network/<cluster>/{all_reduce,send_recv}.csv``: ``time_stats.<op>.median`` (ms) per row."""
-    from perfcast.validate.collective_tables import predict_collective_rows, vidur_network_rows
+    from perfcast.groundtruth.collective_tables import predict_collective_rows, vidur_network_rows
 
     targets = ("time_stats.all_reduce.median", "time_stats.send_recv.median")
     out = _empty(len(rows), targets)
@@ -296,8 +298,8 @@ def predict_vidur_network(rows: list[dict[str, str]], coeffs: Coefficients | Non
 def predict_published_collectives(rows: list[dict[str, str]], coeffs: Coefficients | None = None,
                                   collective_coeffs: CollectiveCoefficients | None = None) -> TablePrediction:
     """Published collectives: busbw and algbw (GB/s, 10^9 B/s) and time_us per row."""
+    from perfcast.groundtruth.collective_tables import predict_collective_rows, published_collective_rows
     from perfcast.system.collectives import bus_factor, parse_op
-    from perfcast.validate.collective_tables import predict_collective_rows, published_collective_rows
 
     out = _empty(len(rows), ("busbw_GBps", "algbw_GBps", "time_us"))
     crows = published_collective_rows(rows)
@@ -319,7 +321,7 @@ def predict_published_collectives(rows: list[dict[str, str]], coeffs: Coefficien
 def predict_published_training(rows: list[dict[str, str]], coeffs: Coefficients | None = None,
                                training: TrainingCoefficients | None = None) -> TablePrediction:
     """Published training throughput: tokens/s and TFLOP/s per GPU, MFU, HFU and step time per row."""
-    from perfcast.validate.training_tables import TRAINING_TARGETS, predict_training_rows
+    from perfcast.groundtruth.training_tables import TRAINING_TARGETS, predict_training_rows
 
     out = _empty(len(rows), TRAINING_TARGETS)
     pred, status, groups = predict_training_rows(rows, coeffs, training)
@@ -332,7 +334,7 @@ def predict_published_training(rows: list[dict[str, str]], coeffs: Coefficients 
 # -- published serving throughput ----------------------------------------------------------------
 def predict_published_inference(rows: list[dict[str, str]], coeffs: Coefficients | None = None) -> TablePrediction:
     """Published serving throughput (output tokens/s of the instance), each row's load simulated."""
-    from perfcast.validate.serving_tables import predict_inference_rows
+    from perfcast.groundtruth.serving_tables import predict_inference_rows
 
     out = _empty(len(rows), ("value",))
     pred, status, groups = predict_inference_rows(rows)
@@ -344,7 +346,7 @@ def predict_published_inference(rows: list[dict[str, str]], coeffs: Coefficients
 
 TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("neusight_e2e", frozenset({"device", "model", "mode", "batch_size", "seq_len", "measured_ms"}),
-              ("measured_ms", "measured_fw_ms", "measured_bw_ms"), "step", _predict_e2e),
+              ("measured_ms", "measured_fw_ms", "measured_bw_ms"), "step", predict_e2e),
     TableKind("neusight_model_ops", frozenset({"node_name", "fx_op", "latency_ms"}),
               ("latency_ms", "fw_latency_ms", "bw_latency_ms", "acc_latency_ms"), "kernel", None,
               "per-fx-node latencies of isolated nodes are not predicted yet; predict the kernels or the model"),

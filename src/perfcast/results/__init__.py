@@ -1,0 +1,5 @@
+"""Result values that one package produces and another reads: a scenario's rows (:mod:`.scenario`, produced by
+``perfcast.scenarios``) and the ``validation.json`` file (:mod:`.validation`, written by ``perfcast.validate``).
+
+``perfcast.report`` formats them without importing their producers. This package imports nothing from perfcast.
+"""
