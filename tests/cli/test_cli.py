@@ -446,3 +446,16 @@ def test_fit_unknown_stage() -> None:
 def test_fit_host_stage_needs_an_output() -> None:
     line = user_error(invoke(["fit", "--stages", "host"]))
     assert "--compose-out " in line
+
+
+def test_predict_batch_row_with_an_infinite_count_is_a_malformed_row(tmp_path: Path) -> None:
+    """The 10,000-case fuzz: a batch size of ``inf`` escaped as an OverflowError from ``int(float(...))``."""
+    row = ["T4", "Tesla T4", "NVIDIA", "gpt2", "inference", "inf", "128", "false", "none", "1", "", "", "", "",
+           "test"]
+    table = write_e2e(tmp_path / "e2e.csv", [*E2E_ROWS[:1], row])
+    out = tmp_path / "pred.csv"
+    data = parse_json(invoke(["predict-batch", str(table), "-o", str(out), "--json"]))
+    assert data["predicted_rows"] == 1
+    with out.open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows[1]["status"].startswith("unsupported: malformed row") and rows[1]["pred_measured_ms"] == ""

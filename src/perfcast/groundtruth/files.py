@@ -17,7 +17,11 @@ from pathlib import Path
 
 from perfcast.errors import ConfigError, DataError
 
-__all__ = ["find_groundtruth", "open_table", "read_rows", "read_header"]
+__all__ = ["MALFORMED_ROW_ERRORS", "find_groundtruth", "open_table", "read_header", "read_rows"]
+
+# what reading one row's cells can raise (a missing column, a cell that is not a number, a count of inf or 0 where
+# it divides): the row gets an "unsupported: malformed row" status and the table goes on
+MALFORMED_ROW_ERRORS = (KeyError, ValueError, ZeroDivisionError, OverflowError)
 
 
 def find_groundtruth(required: bool = True) -> Path | None:

@@ -64,6 +64,7 @@ from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, PerfcastError
+from perfcast.groundtruth.files import MALFORMED_ROW_ERRORS
 from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import PRECISION_QUANTIZATION, ServingConfig, WorkloadConfig
 from perfcast.serving.engine import simulate_serving
@@ -261,7 +262,7 @@ def predict_inference_rows(rows: list[dict[str, str]], serving: ServingCoefficie
         except PerfcastError as exc:
             status[i] = f"unsupported: {exc}"
             continue
-        except (KeyError, ValueError) as exc:
+        except MALFORMED_ROW_ERRORS as exc:
             status[i] = f"unsupported: malformed row ({exc})"
             continue
         metric = (row.get("metric") or "").strip()

@@ -18,6 +18,7 @@ import numpy as np
 from perfcast.compose.interval import load_intervals
 from perfcast.compose.types import MemoryBreakdown
 from perfcast.errors import ConfigError, PerfcastError
+from perfcast.groundtruth.files import MALFORMED_ROW_ERRORS
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def _row_status(out: TablePrediction, i: int) -> Iterator[None]:
         yield
     except PerfcastError as exc:
         out.status[i] = f"unsupported: {exc}"
-    except (KeyError, ValueError, ZeroDivisionError) as exc:
+    except MALFORMED_ROW_ERRORS as exc:
         out.status[i] = f"unsupported: malformed row ({exc})"
 
 

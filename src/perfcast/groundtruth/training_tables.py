@@ -53,6 +53,7 @@ import numpy as np
 
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.errors import ConfigError
+from perfcast.groundtruth.files import MALFORMED_ROW_ERRORS
 from perfcast.kernel.coefficients import Coefficients
 from perfcast.system.cluster import cluster_for_gpu
 from perfcast.system.coefficients import TrainingCoefficients
@@ -179,7 +180,7 @@ def predict_training_rows(rows: list[dict[str, str]], coeffs: Coefficients | Non
         except PerfcastError as exc:
             status[i] = f"unsupported: {exc}"
             continue
-        except (KeyError, ValueError, ZeroDivisionError) as exc:
+        except MALFORMED_ROW_ERRORS as exc:
             status[i] = f"unsupported: malformed row ({exc})"
             continue
         if not res.fits:
