@@ -8,7 +8,8 @@ import csv
 
 import pytest
 
-from perfcast.compose.predict import StepRequest, predict
+from perfcast.compose.predict import StepRequest
+from perfcast.system.predict import predict
 from perfcast.validate.groundtruth import find_groundtruth
 from perfcast.workload.types import Mode
 

@@ -130,8 +130,7 @@ class Pricer:
     def _comm(self, gpus: int) -> LayerComm:
         c = self._comms.get(gpus)
         if c is None:
-            c = self._comms[gpus] = LayerComm(self.cluster_for(gpus), self.space.plan(
-                tp=1, pp=1, dp=1, cp=1, ep=1, vp=1, micro_batch=1, recompute="none", zero=0))
+            c = self._comms[gpus] = LayerComm(self.cluster_for(gpus))
         return c
 
     # -- per shape ------------------------------------------------------------------------------------------

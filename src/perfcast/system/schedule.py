@@ -1,4 +1,4 @@
-"""Pipeline schedules, simulated: GPipe, 1F1B and interleaved 1F1B.
+"""Pipeline schedules, simulated: GPipe, 1F1B and interleaved 1F1B (and a forward-only pass, for inference).
 
 Each pipeline rank runs its forward (F) and backward (B) passes of every
 micro-batch in the order its schedule prescribes; an F of stage ``s`` can start
@@ -100,7 +100,7 @@ MAX_TRACED_PASSES = 200_000
 
 
 def _closed_form(fwd_s: list[float], bwd_s: list[float], p: int, m: int, v: int, send_s: float,
-                 schedule: str) -> PipelineResult:
+                 schedule: str, forward_only: bool = False) -> PipelineResult:
     """Steady-state makespan of long pipelines: fill and drain once, the slowest rank paces the rest.
 
     GPipe runs all forwards, then all backwards, each phase paced by its own
@@ -111,7 +111,9 @@ def _closed_form(fwd_s: list[float], bwd_s: list[float], p: int, m: int, v: int,
     """
     per_rank = [sum(fwd_s[c * p + r] + bwd_s[c * p + r] for c in range(v)) for r in range(p)]
     busy = [x * m for x in per_rank]
-    if schedule == "gpipe":
+    if forward_only:
+        total = (m - 1) * max(fwd_s) + sum(fwd_s) + (p * v - 1) * send_s
+    elif schedule == "gpipe":
         total = ((m - 1) * max(fwd_s) + sum(fwd_s) + (m - 1) * max(bwd_s) + sum(bwd_s)
                  + 2 * (p * v - 1) * send_s)
     else:
@@ -123,13 +125,15 @@ def _closed_form(fwd_s: list[float], bwd_s: list[float], p: int, m: int, v: int,
 
 
 def simulate_pipeline(fwd_s: list[float], bwd_s: list[float], microbatches: int, *, schedule: str = "1f1b",
-                      chunks: int = 1, send_s: float = 0.0, keep_events: bool = False) -> PipelineResult:
+                      chunks: int = 1, send_s: float = 0.0, keep_events: bool = False,
+                      forward_only: bool = False) -> PipelineResult:
     """Simulate one step of a pipeline.
 
     ``fwd_s[s]``/``bwd_s[s]`` are the times of one micro-batch's forward/backward
     on virtual stage ``s`` (``p * chunks`` virtual stages; with ``chunks`` > 1
     stage ``s`` lives on rank ``s % p``). ``send_s`` is the activation send
-    between consecutive stages. Pipelines with more than a few thousand passes
+    between consecutive stages. ``forward_only`` (inference) runs the forward
+    passes alone, in micro-batch order (``bwd_s`` is then ignored). Pipelines with more than a few thousand passes
     (and no request for events) use the steady-state closed form.
     """
     v = chunks
@@ -161,8 +165,10 @@ def simulate_pipeline(fwd_s: list[float], bwd_s: list[float], microbatches: int,
                     t += bwd_s[c]
         return PipelineResult(time_s=total, busy_s=[total], bubble_frac=0.0, events=serial)
     if not keep_events and 2 * p * v * m > _MAX_SIMULATED_PASSES:
-        return _closed_form(fwd_s, bwd_s, p, m, v, send_s, schedule)
-    if schedule == "interleaved" and v > 1:
+        return _closed_form(fwd_s, bwd_s, p, m, v, send_s, schedule, forward_only)
+    if forward_only:
+        orders = [[("F", mb, c) for mb in range(m) for c in range(v)] for _ in range(p)]
+    elif schedule == "interleaved" and v > 1:
         orders = [_order_interleaved(r, p, m, v) for r in range(p)]
     elif schedule == "gpipe":
         orders = [_order_gpipe(m) for _ in range(p)]

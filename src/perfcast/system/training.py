@@ -180,9 +180,8 @@ class TrainingResult:
 class LayerComm:
     """Collective times on a cluster for groups laid out tp-fastest (Megatron's rank order)."""
 
-    def __init__(self, cluster: Cluster, plan: ParallelPlan) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.plan = plan
         self._memo: dict[tuple[str, float, int, int], float] = {}
 
     def per_node(self, stride: int, size: int) -> int:
@@ -505,7 +504,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     cc = compose or load_compose_coefficients()
     tc = training or load_training_coefficients()
     costs = micro_batch_costs(cfg, plan, hw, co, cc, forward=forward)
-    comm = LayerComm(cl, plan)
+    comm = LayerComm(cl)
     grad_bytes = 4.0 if plan.grad_reduce_dtype == "fp32" else 2.0
     times = {part.label: layer_time(part, plan, comm, tc, grad_bytes=grad_bytes) for part in costs.parts}
     stages = _stages(costs, times, plan)

@@ -91,7 +91,8 @@ def _apply_interval(p: TablePrediction, kind: str, inverse: frozenset[str] | set
 
 # -- NeuSight end-to-end ----------------------------------------------------------
 def _predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: object = None) -> TablePrediction:
-    from perfcast.compose.predict import StepRequest, predict
+    from perfcast.compose.predict import StepRequest
+    from perfcast.system.predict import predict
     from perfcast.workload.types import Mode
 
     targets = ("measured_ms", "measured_fw_ms", "measured_bw_ms")

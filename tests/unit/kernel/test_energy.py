@@ -15,13 +15,14 @@ import json
 import pytest
 
 from perfcast.catalog.hardware import list_hardware, load_hardware
-from perfcast.compose.predict import StepRequest, predict
+from perfcast.compose.predict import StepRequest
 from perfcast.dtypes import DType
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.energy import ENERGY_STATUS, op_energy, ops_energy, power_model
 from perfcast.kernel.power import datapath, energy_per_flop_J, full_power_peak, sustained_clock_frac
 from perfcast.kernel.predict import KernelTime, predict_ops
 from perfcast.system.plan import ParallelPlan
+from perfcast.system.predict import predict
 from perfcast.system.training import simulate_training
 from perfcast.workload.graph import Graph
 from perfcast.workload.types import Op
