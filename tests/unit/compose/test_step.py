@@ -269,8 +269,9 @@ def test_intervals_with_wrong_schema_are_data_error(tmp_path: Path) -> None:
 
 
 def test_compose_coefficients_with_wrong_schema_are_data_error(tmp_path: Path) -> None:
+    """Another schema version is refused by name, the version 1 files (with their link ``comm`` part) too."""
     raw = json.loads(load_compose_coefficients().to_json())
-    raw["schema_version"] = 2
+    raw["schema_version"] = 1
     path = tmp_path / "compose.json"
     path.write_text(json.dumps(raw), encoding="utf-8")
     with pytest.raises(DataError, match="schema_version"):
