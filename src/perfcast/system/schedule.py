@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 from perfcast.errors import ConfigError
 
-__all__ = ["MAX_TRACED_PASSES", "PipelineResult", "ScheduleEvent", "simulate_pipeline"]
+__all__ = ["MAX_TRACED_PASSES", "PipelineResult", "ScheduleEvent", "simulate_pipeline", "steady_state_s"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,20 @@ _MAX_SIMULATED_PASSES = 4096  # beyond this the steady-state closed form is used
 MAX_TRACED_PASSES = 200_000
 
 
+def steady_state_s(slowest_s: npt.ArrayLike, chain_s: npt.ArrayLike, microbatches: npt.ArrayLike,
+                   chunks: npt.ArrayLike, pp: npt.ArrayLike, send_s: npt.ArrayLike) -> np.ndarray:
+    """Makespan of a long 1F1B / interleaved 1F1B pipeline (``pp > 1``; arrays of pipelines or scalars).
+
+    The slowest rank's work per micro-batch (``slowest_s``: forward and backward of all its ``chunks``) plus
+    the two sends on the dependency loop between ranks paces the ``microbatches``; filling and draining add
+    ``1 / chunks`` of the other stages' work (``chain_s`` is one micro-batch through every stage) and the
+    sends along the pipeline.
+    """
+    slowest, chain, send = (np.asarray(x, dtype=float) for x in (slowest_s, chain_s, send_s))
+    m, v, p = np.asarray(microbatches), np.asarray(chunks), np.asarray(pp)
+    return m * (slowest + 2 * send) + (chain - slowest) / v + 2 * (p - 1) * send
+
+
 def _closed_form(fwd_s: list[float], bwd_s: list[float], p: int, m: int, v: int, send_s: float,
                  schedule: str, forward_only: bool = False) -> PipelineResult:
     """Steady-state makespan of long pipelines: fill and drain once, the slowest rank paces the rest.
@@ -117,10 +134,8 @@ def _closed_form(fwd_s: list[float], bwd_s: list[float], p: int, m: int, v: int,
         total = ((m - 1) * max(fwd_s) + sum(fwd_s) + (m - 1) * max(bwd_s) + sum(bwd_s)
                  + 2 * (p * v - 1) * send_s)
     else:
-        slowest = max(per_rank)
         chain = sum(f + b for f, b in zip(fwd_s, bwd_s, strict=True))
-        pace = slowest + (2 * send_s if p > 1 else 0.0)
-        total = m * pace + (chain - slowest) / v + 2 * (p - 1) * send_s
+        total = float(steady_state_s(max(per_rank), chain, m, v, p, send_s))
     return PipelineResult(time_s=total, busy_s=busy, bubble_frac=(total - max(busy)) / total if total > 0 else 0.0)
 
 

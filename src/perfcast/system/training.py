@@ -19,6 +19,10 @@ How a step is put together (all times per GPU, seconds):
    ranks, overlapped with the last micro-batch's backward; what does not fit
    behind it is exposed. The Adam step runs on the local (sharded) parameters.
 
+The overlaps, the data-parallel tail, the step's sum and the memory per GPU
+are :mod:`perfcast.system.step`'s formulas, which the vectorized search
+(:mod:`perfcast.sweep.evaluate`) applies to arrays of plans.
+
 Throughput follows Megatron-LM's conventions: model FLOPs are
 ``3 x (matmul + non-causal attention FLOPs of the forward)`` per token (the
 ``72 B s L h^2 (1 + s/6h + V/12hL)`` formula of Narayanan et al. for GPT);
@@ -50,6 +54,14 @@ from perfcast.system.layers import LayerCost, MicroBatchCosts, micro_batch_costs
 from perfcast.system.memory import MemoryBreakdown, training_memory
 from perfcast.system.plan import ParallelPlan, check_plan
 from perfcast.system.schedule import PipelineResult, ScheduleEvent, simulate_pipeline
+from perfcast.system.step import (
+    data_parallel_exposed_s,
+    in_flight_microbatches,
+    memory_parts_bytes,
+    overlapped_s,
+    step_time_s,
+    zero3_layer_s,
+)
 from perfcast.workload.types import Op, OpKind, Phase
 
 __all__ = ["FLOPS_CONVENTION", "LORA_FLOPS_CONVENTION", "TP_OVERLAP_EFFICIENCY", "LayerComm", "LayerTime",
@@ -229,11 +241,6 @@ def _device_s(kernel_s: float, fp8_s: float, kernels: float, tc: TrainingCoeffic
         kernels * tc.kernel_gap_s
 
 
-def _overlapped(comm_s: float, window_s: float, tc: TrainingCoefficients) -> float:
-    """Exposed time of a collective overlapped with ``window_s`` of compute (interference included)."""
-    return max(0.0, comm_s - window_s) + tc.overlap_interference * min(comm_s, window_s)
-
-
 def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: TrainingCoefficients, *,
                 grad_bytes: float) -> LayerTime:
     """Seconds of one layer kind's forward and backward under ``plan`` (compute, recompute and the TP/CP/EP
@@ -269,10 +276,10 @@ def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: Trainin
                 else:
                     t = comm.calls("all_reduce", size, calls, tp, 1)
                 hidden = TP_OVERLAP_EFFICIENCY * gemm if plan.tp_comm_overlap else 0.0
-                e, name = _overlapped(t, hidden, tc), "tp_comm_s"
+                e, name = float(overlapped_s(t, hidden, tc.overlap_interference)), "tp_comm_s"
             elif kind == "cp_ring_send_recv":
                 t = comm.calls("send_recv", size, calls, 2, tp)
-                e, name = _overlapped(t, attn, tc), "cp_comm_s"
+                e, name = float(overlapped_s(t, attn, tc.overlap_interference)), "cp_comm_s"
             elif kind == "cp_all_to_all":
                 t = comm.calls("all_to_all", size, calls, cp, tp)
                 e, name = t, "cp_comm_s"
@@ -293,8 +300,8 @@ def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: Trainin
         ag = comm.time("all_gather", part.params * 2.0, shards, tp)
         rs = comm.time("reduce_scatter", part.trainable_params * grad_bytes, shards, tp)
         if plan.dp_overlap:
-            f_new = f_total + _overlapped(ag, f_total, tc)
-            b_new = b_total + _overlapped(ag + rs, b_total, tc)
+            f_arr, b_arr = zero3_layer_s(f_total, b_total, ag, rs, tc.overlap_interference)
+            f_new, b_new = float(f_arr), float(b_arr)
         else:
             f_new, b_new = f_total + ag, b_total + ag + rs
         add("fsdp_comm_s", 2 * ag + rs, (f_new - f_total) + (b_new - b_total))
@@ -397,45 +404,22 @@ def optimizer_time_s(params: float, plan: ParallelPlan, hw: Hardware, coeffs: Co
     return predict_ops([op], hw, coeffs)[0].time_s
 
 
-def _in_flight(plan: ParallelPlan, rank: int, m: int) -> float:
-    """Micro-batches (in units of a rank's whole layer set) whose activations a rank holds at its peak."""
-    p, v = plan.pp, plan.vp
-    if p == 1:
-        return 1.0
-    if plan.effective_schedule == "gpipe":
-        return float(m)
-    if plan.effective_schedule == "interleaved":
-        chunks = min(m * v, (p - rank - 1) * 2 + (v - 1) * p + 1)
-        return chunks / v
-    return float(min(m, p - rank))
-
-
-def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m: int, grad_bytes: float,
-            e_act: float) -> MemoryBreakdown:
+def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m: int,
+            grad_bytes: float) -> MemoryBreakdown:
     own = [stages[c * plan.pp + rank] for c in range(plan.vp)]
-    params = sum(s.params for s in own)
-    trainable = sum(s.trainable for s in own)
-    quant_el = sum(s.quantized_elements for s in own)
-    quant_b = sum(s.quantized_bytes for s in own)
-    shards = plan.dp * plan.cp
-    weight_e = 2.0 if plan.precision != "fp32" else 4.0
-    if plan.zero == 3:
-        in_flight_layers = 2.0 * max(s.max_layer_params for s in own)
-        weights = (params - quant_el) * weight_e / shards + quant_b / shards + in_flight_layers * weight_e
-    else:
-        weights = (params - quant_el) * weight_e + quant_b
-    if plan.precision == "fp8":
-        weights += (params - quant_el) * 1.0 / (shards if plan.zero == 3 else 1)  # FP8 weight copies
-    grads = trainable * grad_bytes / (shards if plan.zero >= 2 else 1)
-    opt_per_param = 12.0 if plan.optimizer == "adam" else 4.0
-    optimizer = trainable * opt_per_param / (shards if plan.zero >= 1 else 1)
-    flight = _in_flight(plan, rank, m)
-    if plan.recompute == "full":
-        acts = sum(s.checkpoint_bytes for s in own) * flight + max(s.max_layer_activation for s in own)
-    else:
-        acts = sum(s.activation_bytes for s in own) * flight
-    return training_memory(weights=weights, gradients=grads, optimizer=optimizer, activations=acts,
-                                 capacity=hw.memory_bytes)
+    flight = in_flight_microbatches(plan.pp, plan.vp, m, rank, gpipe=plan.effective_schedule == "gpipe")
+    weights, grads, optimizer, acts = memory_parts_bytes(
+        params=sum(s.params for s in own), trainable=sum(s.trainable for s in own),
+        quantized_elements=sum(s.quantized_elements for s in own),
+        quantized_bytes=sum(s.quantized_bytes for s in own), max_layer_params=max(s.max_layer_params for s in own),
+        saved_activation_bytes=sum(s.activation_bytes for s in own),
+        checkpoint_bytes=sum(s.checkpoint_bytes for s in own),
+        max_layer_activation_bytes=max(s.max_layer_activation for s in own), in_flight=flight,
+        full_recompute=plan.recompute == "full", zero=plan.zero, shards=plan.dp * plan.cp,
+        weight_bytes_per_param=2.0 if plan.precision != "fp32" else 4.0, grad_bytes=grad_bytes,
+        optimizer_bytes_per_param=12.0 if plan.optimizer == "adam" else 4.0, fp8=plan.precision == "fp8")
+    return training_memory(weights=float(weights), gradients=float(grads), optimizer=float(optimizer),
+                           activations=float(acts), capacity=hw.memory_bytes)
 
 
 # -- energy -------------------------------------------------------------------------------------------
@@ -537,22 +521,20 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
         layers = max(1, sum(s.layers for s in own))
         window_b = sum(s.bwd_s for s in own) if plan.dp_overlap else 0.0
         window_f = sum(s.fwd_s for s in own) if plan.dp_overlap else 0.0
+        ar = rs = ag = 0.0
         if plan.zero == 0:
-            t = comm.time("all_reduce", trainable * grad_bytes, shards, plan.tp)
-            dp_total[r] = t
-            dp_exposed[r] = max(_overlapped(t, window_b, tc), t / layers) if t > 0 else 0.0
+            ar = comm.time("all_reduce", trainable * grad_bytes, shards, plan.tp)
         elif plan.zero in (1, 2):
             rs = comm.time("reduce_scatter", trainable * grad_bytes, shards, plan.tp)
             ag = comm.time("all_gather", params * 2.0, shards, plan.tp) if trainable > 0 else 0.0
-            dp_total[r] = rs + ag
-            exp_rs = max(_overlapped(rs, window_b, tc), rs / layers) if rs > 0 else 0.0
-            exp_ag = max(_overlapped(ag, window_f, tc), ag / layers) if ag > 0 else 0.0
-            dp_exposed[r] = exp_rs + exp_ag
+        dp_total[r] = ar if plan.zero == 0 else rs + ag
+        dp_exposed[r] = float(data_parallel_exposed_s(plan.zero, ar, rs, ag, window_b, window_f, layers,
+                                                      tc.overlap_interference))
         opt_s[r] = optimizer_time_s(trainable / (shards if plan.zero >= 1 else 1), plan, hw, co)
     tail = [dp_exposed[r] + opt_s[r] for r in range(p)]
     crit = max(range(p), key=lambda r: pipe.busy_s[r] + tail[r])
     overhead = cc.host.step_overhead_s
-    step = pipe.time_s + max(tail) + overhead
+    step = float(step_time_s(pipe.time_s, dp_exposed, opt_s, overhead))
 
     # breakdown on the critical rank: its busy time split into parts, plus the bubble
     own = [stages[c * p + crit] for c in range(v)]
@@ -599,8 +581,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     train_dtype = DType.FP8 if plan.precision == "fp8" else (DType.FP32 if plan.precision == "fp32" else DType.BF16)
     peak = hw.peak(train_dtype)
     energy = training_energy(costs, breakdown, hf * tokens / gpus, train_dtype, hw, co)
-    e_act = 2.0
-    mems = [_memory(stages, r, plan, hw, m, grad_bytes, e_act) for r in {0, p - 1}]
+    mems = [_memory(stages, r, plan, hw, m, grad_bytes) for r in {0, p - 1}]
     memory = max(mems, key=lambda mb: mb.total_bytes)
     low, high = interval_for(step, kind="training")
     return TrainingResult(
