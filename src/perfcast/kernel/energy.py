@@ -20,6 +20,12 @@ Between kernels (host gaps, pipeline bubbles, waits) a device draws its static
 power only; during exposed communication it draws static plus active power
 (communication kernels keep it clocked; link energy is small beside it).
 
+:func:`perfcast.kernel.predict.predict_ops` prices every op's energy beside its time
+(``KernelTime.energy_J``/``dynamic_J``, one instance, cached with the time); a step sums what it
+priced with :func:`step_energy_J`, the rule compose's step, the training step and serving share:
+static power of every device for the whole wall time, the ops' dynamic energy, active power during
+exposed communication, capped at TDP.
+
 Status: a prior. The energies per FLOP are the fitted coefficients of the clock
 model (fitted on kernel *times*, where throttling shows); no measured power or
 energy of a run is in the ground truth, so ``leakage_frac`` (static and idle
@@ -31,6 +37,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
@@ -42,10 +51,13 @@ from perfcast.kernel.power import (
     sustained_clock_frac,
     voltage_frac,
 )
-from perfcast.kernel.predict import KernelTime
 from perfcast.workload.types import Op, OpKind
 
-__all__ = ["ENERGY_STATUS", "OpEnergy", "PowerModel", "op_energy", "ops_energy", "power_model"]
+if TYPE_CHECKING:  # predict_ops prices energy with this module: no import back at run time
+    from perfcast.kernel.predict import KernelTime
+
+__all__ = ["ENERGY_STATUS", "OpEnergy", "PowerModel", "dynamic_energy_J", "energy_arrays", "op_energy", "ops_energy",
+           "power_model", "step_energy_J"]
 
 ENERGY_STATUS = ("prior: power model of the sustained-clock fit (energy per FLOP fitted on kernel times); "
                  "static/idle share, active share and DRAM energy per bit are literature priors; "
@@ -125,6 +137,41 @@ def power_model(hw: Hardware, coeffs: Coefficients | None = None) -> PowerModel:
     return pm
 
 
+def energy_arrays(ops: Sequence[Op], time_s: np.ndarray, bounds: Sequence[str], flops: np.ndarray,
+                  bytes_: np.ndarray, hw: Hardware,
+                  coeffs: Coefficients) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Energy, its static and dynamic parts (joules) and whether the TDP cap bound it, for one instance of each
+    op that runs
+    ``time_s`` bound by ``bounds`` doing ``flops`` and moving ``bytes_`` (see the module docstring; arrays)."""
+    pm = power_model(hw, coeffs)
+    n = len(ops)
+    t = np.asarray(time_s, dtype=float)
+    matrix = np.array([op.kind in _MATRIX_KINDS for op in ops], dtype=bool)
+    compute = np.array([b == "compute" for b in bounds], dtype=bool)
+    # clock fraction, its voltage and the energy per FLOP per (datapath, compute-bound) pair
+    x, v2, ef = np.ones(n), np.ones(n), np.zeros(n)
+    pairs: dict[tuple[str, bool], list[int]] = {}
+    for i, op in enumerate(ops):
+        pairs.setdefault((datapath(hw, op.dtype) if matrix[i] else "simt", bool(compute[i])), []).append(i)
+    for (path, bound), idx in pairs.items():
+        xi = sustained_clock_frac(hw, path, coeffs) if bound else 1.0
+        x[idx], v2[idx], ef[idx] = xi, pm.voltage_frac(xi) ** 2, energy_per_flop_J(hw, path, coeffs)
+    dram = np.where(matrix, np.maximum(bytes_, flops / pm.flop_per_dram_byte), bytes_)
+    static = pm.static_W * t
+    total = static + pm.active_W * x * v2 * t + flops * ef * v2 + dram * pm.dram_J_per_byte
+    cap = pm.tdp_W * t
+    limited = total > cap
+    total = np.where(limited, cap, total)
+    comm = np.array([b == "comm" for b in bounds], dtype=bool)
+    host = np.array([b == "host" for b in bounds], dtype=bool)
+    total = np.where(comm, pm.comm_W * t, np.where(host, pm.idle_W * t, total))
+    dynamic = np.where(host, 0.0, total - static)
+    off = (t <= 0) | comm | host
+    limited = limited & ~off
+    idle = t <= 0
+    return (np.where(idle, 0.0, total), np.where(idle, 0.0, static), np.where(idle, 0.0, dynamic), limited)
+
+
 def op_energy(op: Op, kernel: KernelTime, hw: Hardware, coeffs: Coefficients | None = None) -> OpEnergy:
     """Energy of one instance of ``op`` whose predicted time is ``kernel`` (see the module docstring)."""
     return ops_energy([op], [kernel], hw, coeffs)[0]
@@ -132,38 +179,34 @@ def op_energy(op: Op, kernel: KernelTime, hw: Hardware, coeffs: Coefficients | N
 
 def ops_energy(ops: Sequence[Op], kernels: Sequence[KernelTime], hw: Hardware,
                coeffs: Coefficients | None = None) -> list[OpEnergy]:
-    """Energy of one instance of each op (``kernels`` from :func:`perfcast.kernel.predict_ops`)."""
+    """Energy of one instance of each op at the time ``kernels`` give (any time: a measured one, a scaled one;
+    :func:`perfcast.kernel.predict.predict_ops` already attaches it to the times it predicts)."""
     co = coeffs or load_coefficients()
     pm = power_model(hw, co)
-    e_flop: dict[str, float] = {}
+    t = np.array([k.time_s for k in kernels], dtype=float)
+    energy, static, dynamic, limited = energy_arrays(ops, t, [k.bound for k in kernels],
+                                             np.array([k.flops for k in kernels], dtype=float),
+                                             np.array([k.bytes for k in kernels], dtype=float), hw, co)
     out = []
-    zero = OpEnergy(0.0, 0.0, 0.0, 0.0, False)
-    for op, kt in zip(ops, kernels, strict=True):
-        t = kt.time_s
-        if t <= 0:
-            out.append(zero)
-            continue
-        if kt.bound == "comm":
-            e = pm.comm_W * t
-            out.append(OpEnergy(e, pm.static_W * t, e - pm.static_W * t, pm.comm_W, False))
-            continue
-        if kt.bound == "host":
-            out.append(OpEnergy(pm.idle_W * t, pm.idle_W * t, 0.0, pm.idle_W, False))
-            continue
-        path = datapath(hw, op.dtype) if op.kind in _MATRIX_KINDS else "simt"
-        ef = e_flop.get(path)
-        if ef is None:
-            ef = e_flop[path] = energy_per_flop_J(hw, path, co)
-        x = sustained_clock_frac(hw, path, co) if kt.bound == "compute" else 1.0
-        dram = kt.bytes
-        if op.kind in _MATRIX_KINDS:
-            dram = max(dram, kt.flops / pm.flop_per_dram_byte)
-        v2 = pm.voltage_frac(x) ** 2
-        static = pm.static_W * t
-        total = static + pm.active_W * x * v2 * t + kt.flops * ef * v2 + dram * pm.dram_J_per_byte
-        cap = pm.tdp_W * t
-        limited = total > cap
-        if limited:
-            total = cap
-        out.append(OpEnergy(total, static, total - static, total / t, limited))
+    for i, k in enumerate(kernels):
+        e, ti = float(energy[i]), float(t[i])
+        avg = 0.0 if ti <= 0 else (pm.comm_W if k.bound == "comm" else pm.idle_W if k.bound == "host" else e / ti)
+        out.append(OpEnergy(e, float(static[i]), float(dynamic[i]), avg, bool(limited[i])))
     return out
+
+
+def dynamic_energy_J(kernels: Sequence[KernelTime], counts: Sequence[float]) -> float:
+    """The dynamic energy of priced ops, ``counts[i]`` instances of ``kernels[i]`` (joules): what a step adds
+    to its devices' static power (:func:`step_energy_J`)."""
+    total = 0.0
+    for k, c in zip(kernels, counts, strict=True):
+        total += k.dynamic_J * c
+    return total
+
+
+def step_energy_J(pm: PowerModel, *, wall_s: float, dynamic_J: float, comm_s: float, devices: float = 1.0) -> float:
+    """Energy of ``devices`` over ``wall_s`` seconds (joules): static power throughout (host gaps, bubbles and
+    waits included), the priced ops' ``dynamic_J`` (:func:`dynamic_energy_J`), active power during ``comm_s``
+    of exposed communication per device; capped at TDP."""
+    total = devices * pm.static_W * wall_s + dynamic_J + devices * pm.active_W * comm_s
+    return min(total, devices * pm.tdp_W * wall_s)

@@ -118,6 +118,16 @@ def test_a_power_limited_op_is_capped_and_flagged() -> None:
     assert not op_energy(gemm, kt, hw).power_limited
 
 
+def test_predict_ops_prices_energy_beside_time() -> None:
+    """The kernel layer prices each op's energy with its time: what ops_energy gives at that time, bit for bit."""
+    hw = load_hardware("h100-sxm-80gb")
+    ops = [t.op for t in predict(StepRequest("gpt2", hw, mode="training", batch_size=2, seq_len=256)).ops]
+    kernels = predict_ops(ops, hw)
+    for kt, e in zip(kernels, ops_energy(ops, kernels, hw), strict=True):
+        assert (kt.energy_J, kt.dynamic_J) == (e.energy_J, e.dynamic_J)
+    assert all(kt.dynamic_J > 0 for kt in kernels if kt.time_s > 0 and kt.bound not in ("host", "comm"))
+
+
 def test_step_energy_adds_its_ops_and_idle_gaps() -> None:
     step = predict(StepRequest("gpt2", "a100-sxm-80gb", batch_size=4, seq_len=512))
     hw = load_hardware("a100-sxm-80gb")
