@@ -56,14 +56,14 @@ from perfcast.workload.types import Op, OpKind
 if TYPE_CHECKING:  # predict_ops prices energy with this module: no import back at run time
     from perfcast.kernel.predict import KernelTime
 
-__all__ = ["ENERGY_STATUS", "OpEnergy", "PowerModel", "dynamic_energy_J", "energy_arrays", "op_energy", "ops_energy",
-           "power_model", "step_energy_J"]
+__all__ = ["ENERGY_STATUS", "MATRIX_KINDS", "OpEnergy", "PowerModel", "dynamic_energy_J", "energy_arrays",
+           "op_energy", "ops_energy", "power_model", "step_energy_J"]
 
 ENERGY_STATUS = ("prior: power model of the sustained-clock fit (energy per FLOP fitted on kernel times); "
                  "static/idle share, active share and DRAM energy per bit are literature priors; "
                  "no measured power in the ground truth")
 
-_MATRIX_KINDS = (OpKind.GEMM, OpKind.ATTENTION, OpKind.CONV)
+MATRIX_KINDS = (OpKind.GEMM, OpKind.ATTENTION, OpKind.CONV)  # run on the matrix datapaths; the rest is memory-bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +146,7 @@ def energy_arrays(ops: Sequence[Op], time_s: np.ndarray, bounds: Sequence[str], 
     pm = power_model(hw, coeffs)
     n = len(ops)
     t = np.asarray(time_s, dtype=float)
-    matrix = np.array([op.kind in _MATRIX_KINDS for op in ops], dtype=bool)
+    matrix = np.array([op.kind in MATRIX_KINDS for op in ops], dtype=bool)
     compute = np.array([b == "compute" for b in bounds], dtype=bool)
     # clock fraction, its voltage and the energy per FLOP per (datapath, compute-bound) pair
     x, v2, ef = np.ones(n), np.ones(n), np.zeros(n)

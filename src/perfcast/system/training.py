@@ -45,9 +45,8 @@ from perfcast.compose.interval import interval_for
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
-from perfcast.kernel.energy import ENERGY_STATUS, power_model
-from perfcast.kernel.power import datapath, energy_per_flop_J, memory_kind, sustained_clock_frac
-from perfcast.kernel.predict import predict_ops
+from perfcast.kernel.energy import ENERGY_STATUS, power_model, step_energy_J
+from perfcast.kernel.predict import KernelTime, predict_ops
 from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.coefficients import TrainingCoefficients, load_training_coefficients
 from perfcast.system.layers import LayerCost, MicroBatchCosts, micro_batch_costs
@@ -65,7 +64,8 @@ from perfcast.system.step import (
 from perfcast.workload.types import Op, OpKind, Phase
 
 __all__ = ["FLOPS_CONVENTION", "LORA_FLOPS_CONVENTION", "TP_OVERLAP_EFFICIENCY", "LayerComm", "LayerTime",
-           "TrainingResult", "layer_time", "optimizer_time_s", "simulate_training", "split_layers", "training_energy"]
+           "TrainingResult", "layer_time", "optimizer_kernel", "optimizer_time_s", "simulate_training", "split_layers",
+           "training_energy"]
 
 TP_OVERLAP_EFFICIENCY = 0.8  # share of the GEMM time behind which overlapped TP collectives hide
 _ADAM_BYTES = (16.0, 14.0)  # read: fp32 master, fp32 grad, two fp32 moments; write: master, moments, bf16 copy
@@ -338,10 +338,19 @@ class _Stage:
     checkpoint_bytes: float = 0.0
     max_layer_activation: float = 0.0
     max_layer_params: float = 0.0
+    matrix_kernel_s: float = 0.0
+    other_kernel_s: float = 0.0
+    matrix_J: float = 0.0
+    other_J: float = 0.0
     exposed: dict[str, float] = field(default_factory=dict)
     total: dict[str, float] = field(default_factory=dict)
 
-    def add(self, part: LayerCost, lt: LayerTime, n: int = 1) -> None:
+    def add(self, part: LayerCost, lt: LayerTime, n: int = 1, recompute: str = "none") -> None:
+        matrix_s, other_s, matrix_J, other_J = _part_kernels(part, recompute)
+        self.matrix_kernel_s += matrix_s * n
+        self.other_kernel_s += other_s * n
+        self.matrix_J += matrix_J * n
+        self.other_J += other_J * n
         self.fwd_s += lt.fwd_s * n
         self.bwd_s += lt.bwd_s * n
         self.compute_s += lt.compute_s * n
@@ -372,7 +381,7 @@ def _stages(costs: MicroBatchCosts, times: dict[str, LayerTime], plan: ParallelP
     stages = [_Stage() for _ in range(n_virtual)]
     embed, head = costs.part("embed"), costs.part("head")
     if embed is not None:
-        stages[0].add(embed, times["embed"])
+        stages[0].add(embed, times["embed"], recompute=plan.recompute)
     pos = 0
     for s, c in enumerate(counts):
         # runs of the same layer kind are added at once
@@ -381,11 +390,11 @@ def _stages(costs: MicroBatchCosts, times: dict[str, LayerTime], plan: ParallelP
             j = i
             while j < pos + c and sequence[j] is sequence[i]:
                 j += 1
-            stages[s].add(sequence[i], times[sequence[i].label], j - i)
+            stages[s].add(sequence[i], times[sequence[i].label], j - i, plan.recompute)
             i = j
         pos += c
     if head is not None:
-        stages[-1].add(head, times["head"])
+        stages[-1].add(head, times["head"], recompute=plan.recompute)
     return stages
 
 
@@ -394,14 +403,20 @@ def _stages(costs: MicroBatchCosts, times: dict[str, LayerTime], plan: ParallelP
 
 def optimizer_time_s(params: float, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients) -> float:
     """Seconds of the optimizer step over ``params`` parameters held by one GPU (a memory-bound pass)."""
+    return optimizer_kernel(params, plan, hw, coeffs).time_s
+
+
+def optimizer_kernel(params: float, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients) -> KernelTime:
+    """The optimizer step over ``params`` parameters held by one GPU, priced by the kernel layer (time and
+    energy)."""
     if params <= 0:
-        return 0.0
+        return KernelTime(0.0, "memory", 0.0, 0.0)
     rd, wr = _ADAM_BYTES if plan.optimizer == "adam" else _SGD_BYTES
     p = int(math.ceil(params))
     op = Op(name=f"optimizer.{plan.optimizer}", op=plan.optimizer, kind=OpKind.VECTOR, dims=(1, p), dtype=DType.FP32,
             flops=12.0 * p, bytes_read=rd * p, bytes_written=wr * p, phase=Phase.OPTIMIZER, group="optimizer",
             meta=(("inputs", 4), ("outputs", 3)))
-    return predict_ops([op], hw, coeffs)[0].time_s
+    return predict_ops([op], hw, coeffs)[0]
 
 
 def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m: int,
@@ -427,35 +442,49 @@ def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m
 _COMM_PARTS = ("tp_comm_s", "cp_comm_s", "ep_comm_s", "fsdp_comm_s", "dp_comm_s", "pp_send_s")
 
 
-def training_energy(costs: MicroBatchCosts, breakdown_s: dict[str, float], flops_per_gpu: float, dtype: DType,
-                    hw: Hardware, coeffs: Coefficients) -> dict[str, float]:
-    """Energy of one GPU over one step, joules, by part: ``matrix_J``, ``memory_bound_J``, ``comm_J``, ``idle_J``.
+def _part_kernels(part: LayerCost, recompute: str) -> tuple[float, float, float, float]:
+    """Kernel seconds and dynamic joules of one micro-batch of ``part``, matrix ops and the others, its
+    recomputed forward (full) or attention (selective) included."""
+    matrix_s = part.fwd_matrix_s + part.bwd_matrix_s
+    other_s = part.fwd_s + part.bwd_s - matrix_s
+    matrix_J = part.fwd_matrix_J + part.bwd_matrix_J
+    other_J = part.fwd_other_J + part.bwd_other_J
+    if part.label not in ("embed", "head"):
+        if recompute == "full":
+            matrix_s, other_s = matrix_s + part.fwd_matrix_s, other_s + part.fwd_s - part.fwd_matrix_s
+            matrix_J, other_J = matrix_J + part.fwd_matrix_J, other_J + part.fwd_other_J
+        elif recompute == "selective":
+            matrix_s, matrix_J = matrix_s + part.attention_fwd_s, matrix_J + part.attention_fwd_J
+    return matrix_s, other_s, matrix_J, other_J
 
-    The kernels' busy time (compute, recompute, optimizer) splits into matrix time (GEMMs and attention,
-    their share of one micro-batch's kernel time) at the sustained clock of the training precision's
-    datapath, doing ``flops_per_gpu`` and moving ``flops / flop_per_dram_byte`` bytes, and memory-bound
-    time streaming DRAM at the fitted vector efficiency. Exposed communication draws static + active
-    power; bubbles and step overhead static power only; collectives hidden behind compute add nothing
-    (their link energy is small beside the kernels'). A prior model: :data:`ENERGY_STATUS`.
+
+def training_energy(own: list[_Stage], microbatches: int, optimizer: KernelTime, breakdown_s: dict[str, float],
+                    step_s: float, hw: Hardware, coeffs: Coefficients) -> dict[str, float]:
+    """Energy of one GPU (a pipeline rank holding the stages ``own``) over one step, joules, by part:
+    ``matrix_J``, ``memory_bound_J``, ``comm_J``, ``idle_J``.
+
+    The sum of what the step's ops were priced at by the kernel layer (``KernelTime.dynamic_J``: every
+    micro-batch's forward, backward and recompute, and the optimizer step) on top of the GPU's static power
+    over the step and its active power over exposed communication
+    (:func:`perfcast.kernel.energy.step_energy_J`, the rule ``predict`` uses). The parts: the matrix ops
+    (GEMMs, attention, convolutions) and the others with the static power over their kernel time, exposed
+    communication, and the static power of the rest of the step (bubbles, overhead, the gaps and the
+    sustained-run slowdown the training coefficients add to the kernels). A prior model: :data:`ENERGY_STATUS`.
     """
     pm = power_model(hw, coeffs)
-    matrix = kernel = 0.0
-    for part in costs.parts:
-        matrix += part.count * (part.fwd_gemm_s + part.bwd_gemm_s + part.attention_fwd_s + part.attention_bwd_s)
-        kernel += part.count * (part.fwd_s + part.bwd_s)
-    share = min(1.0, matrix / kernel) if kernel > 0 else 0.0
-    compute = breakdown_s.get("compute_s", 0.0) + breakdown_s.get("recompute_s", 0.0)
-    t_matrix = compute * share
-    t_memory = compute - t_matrix + breakdown_s.get("optimizer_s", 0.0)
-    path = datapath(hw, dtype)
-    x = sustained_clock_frac(hw, path, coeffs)
-    e_matrix = pm.busy_energy_J(t_matrix, flops_per_gpu, flops_per_gpu / pm.flop_per_dram_byte,
-                                energy_per_flop_J(hw, path, coeffs), x)
-    stream = hw.memory_bandwidth_Bps * coeffs.vector.memory_efficiency[memory_kind(hw)]
-    e_memory = pm.busy_energy_J(t_memory, 0.0, t_memory * stream, 0.0)
+    m = microbatches
+    matrix_s = m * sum(s.matrix_kernel_s for s in own)
+    other_s = m * sum(s.other_kernel_s for s in own) + optimizer.time_s
+    matrix_J = m * sum(s.matrix_J for s in own)
+    other_J = m * sum(s.other_J for s in own) + optimizer.dynamic_J
     comm = sum(breakdown_s.get(k, 0.0) for k in _COMM_PARTS)
-    idle = breakdown_s.get("bubble_s", 0.0) + breakdown_s.get("overhead_s", 0.0)
-    return {"matrix_J": e_matrix, "memory_bound_J": e_memory, "comm_J": pm.comm_W * comm, "idle_J": pm.idle_W * idle}
+    total = step_energy_J(pm, wall_s=step_s, dynamic_J=matrix_J + other_J, comm_s=comm)
+    parts = {"matrix_J": pm.static_W * matrix_s + matrix_J, "memory_bound_J": pm.static_W * other_s + other_J,
+             "comm_J": pm.comm_W * comm, "idle_J": pm.idle_W * max(0.0, step_s - matrix_s - other_s - comm)}
+    summed = sum(parts.values())
+    if summed > total:  # capped at TDP
+        parts = {k: v * total / summed for k, v in parts.items()}
+    return parts
 
 
 # -- the step -----------------------------------------------------------------------------------------
@@ -514,6 +543,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     dp_exposed = [0.0] * p
     dp_total = [0.0] * p
     opt_s = [0.0] * p
+    opt_k: list[KernelTime] = []
     for r in range(p):
         own = [stages[c * p + r] for c in range(v)]
         trainable = sum(s.trainable for s in own)
@@ -530,7 +560,8 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
         dp_total[r] = ar if plan.zero == 0 else rs + ag
         dp_exposed[r] = float(data_parallel_exposed_s(plan.zero, ar, rs, ag, window_b, window_f, layers,
                                                       tc.overlap_interference))
-        opt_s[r] = optimizer_time_s(trainable / (shards if plan.zero >= 1 else 1), plan, hw, co)
+        opt_k.append(optimizer_kernel(trainable / (shards if plan.zero >= 1 else 1), plan, hw, co))
+        opt_s[r] = opt_k[r].time_s
     tail = [dp_exposed[r] + opt_s[r] for r in range(p)]
     crit = max(range(p), key=lambda r: pipe.busy_s[r] + tail[r])
     overhead = cc.host.step_overhead_s
@@ -580,7 +611,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
         hf = mf + costs.attention_flops_per_token / 3.0
     train_dtype = DType.FP8 if plan.precision == "fp8" else (DType.FP32 if plan.precision == "fp32" else DType.BF16)
     peak = hw.peak(train_dtype)
-    energy = training_energy(costs, breakdown, hf * tokens / gpus, train_dtype, hw, co)
+    energy = training_energy([stages[c * p + crit] for c in range(v)], m, opt_k[crit], breakdown, step, hw, co)
     mems = [_memory(stages, r, plan, hw, m, grad_bytes) for r in {0, p - 1}]
     memory = max(mems, key=lambda mb: mb.total_bytes)
     low, high = interval_for(step, kind="training")

@@ -15,6 +15,7 @@ import json
 import pytest
 
 from perfcast.catalog.hardware import list_hardware, load_hardware
+from perfcast.catalog.models import load_model
 from perfcast.compose.predict import StepRequest
 from perfcast.dtypes import DType
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
@@ -158,6 +159,26 @@ def test_training_energy_scales_with_the_work_of_a_step() -> None:
     assert power_model(hw).static_W < small.avg_power_per_gpu_W <= hw.tdp_W
     assert small.energy_per_step_J == pytest.approx(small.energy_per_gpu_J * 8)
     assert sum(small.energy_breakdown_J.values()) == pytest.approx(small.energy_per_gpu_J)
+
+
+def test_training_energy_sums_the_ops_the_step_priced() -> None:
+    """One GPU, two micro-batches, no recompute: static power over the step plus every priced op's dynamic energy
+    (per micro-batch, and the optimizer step) plus active power over the exposed communication (none here)."""
+    from perfcast.compose.coefficients import load_compose_coefficients
+    from perfcast.system.layers import micro_batch_costs
+    from perfcast.system.training import optimizer_kernel
+
+    plan = ParallelPlan(micro_batch=2, global_batch=4, seq_len=512)
+    res = simulate_training("gpt2", "dgx-a100", plan)
+    hw = load_hardware("a100-sxm-80gb")
+    co = load_coefficients()
+    costs = micro_batch_costs(load_model("gpt2"), plan, hw, co, load_compose_coefficients())
+    per_mb = sum(p.count * (p.fwd_matrix_J + p.fwd_other_J + p.bwd_matrix_J + p.bwd_other_J) for p in costs.parts)
+    trainable = sum(p.count * p.trainable_params for p in costs.parts)
+    dynamic = 2 * per_mb + optimizer_kernel(trainable, plan, hw, co).dynamic_J
+    pm = power_model(hw)
+    assert res.breakdown_s["dp_comm_s"] == 0.0
+    assert res.energy_per_gpu_J == pytest.approx(pm.static_W * res.step_time_s + dynamic, rel=1e-9)
 
 
 def test_pipeline_bubbles_lower_the_mean_power() -> None:
