@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
@@ -107,13 +108,28 @@ class PowerModel:
     def busy_energy_J(self, time_s: float, flops: float, dram_bytes: float, e_flop_J: float,
                       clock_frac: float = 1.0) -> float:
         """Energy of ``time_s`` seconds of kernels doing ``flops`` (at ``e_flop_J`` per FLOP at boost voltage)
-        and moving ``dram_bytes``, capped at TDP; joules."""
+        and moving ``dram_bytes`` at ``clock_frac`` of boost, capped at TDP; joules. The formula every op is
+        priced with (:func:`energy_arrays`), for a kernel priced outside :func:`perfcast.kernel.predict_ops`."""
         if time_s <= 0:
             return 0.0
-        v2 = self.voltage_frac(clock_frac) ** 2
-        e = (self.static_W + self.active_W * clock_frac * v2) * time_s + flops * e_flop_J * v2 + \
-            dram_bytes * self.dram_J_per_byte
-        return min(e, self.tdp_W * time_s)
+        energy, _, _ = self.kernel_energy_J(time_s, flops, dram_bytes, e_flop_J, clock_frac,
+                                            self.voltage_frac(clock_frac) ** 2)
+        return float(energy)
+
+    def kernel_energy_J(self, time_s: npt.ArrayLike, flops: npt.ArrayLike, dram_bytes: npt.ArrayLike,
+                        e_flop_J: npt.ArrayLike, clock_frac: npt.ArrayLike,
+                        voltage2_frac: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Energy of kernels (arrays or scalars), its static part (joules) and whether the TDP cap bound it:
+        static power for ``time_s``, active power scaled by the clock and the squared voltage, the math units'
+        and the DRAM's energy; capped at TDP."""
+        t = np.asarray(time_s, dtype=float)
+        x, v2 = np.asarray(clock_frac, dtype=float), np.asarray(voltage2_frac, dtype=float)
+        static = self.static_W * t
+        total = static + self.active_W * x * v2 * t + np.asarray(flops) * e_flop_J * v2 + \
+            np.asarray(dram_bytes) * self.dram_J_per_byte
+        cap = self.tdp_W * t
+        limited = total > cap
+        return np.where(limited, cap, total), static, limited
 
 
 _MODELS: dict[tuple[int, int], tuple[Hardware, Coefficients, PowerModel]] = {}
@@ -141,8 +157,8 @@ def energy_arrays(ops: Sequence[Op], time_s: np.ndarray, bounds: Sequence[str], 
                   bytes_: np.ndarray, hw: Hardware,
                   coeffs: Coefficients) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Energy, its static and dynamic parts (joules) and whether the TDP cap bound it, for one instance of each
-    op that runs
-    ``time_s`` bound by ``bounds`` doing ``flops`` and moving ``bytes_`` (see the module docstring; arrays)."""
+    op that runs ``time_s`` bound by ``bounds`` doing ``flops`` and moving ``bytes_`` (see the module docstring;
+    arrays): the clock, voltage and energy per FLOP of its datapath priced by :meth:`PowerModel.kernel_energy_J`."""
     pm = power_model(hw, coeffs)
     n = len(ops)
     t = np.asarray(time_s, dtype=float)
@@ -157,11 +173,7 @@ def energy_arrays(ops: Sequence[Op], time_s: np.ndarray, bounds: Sequence[str], 
         xi = sustained_clock_frac(hw, path, coeffs) if bound else 1.0
         x[idx], v2[idx], ef[idx] = xi, pm.voltage_frac(xi) ** 2, energy_per_flop_J(hw, path, coeffs)
     dram = np.where(matrix, np.maximum(bytes_, flops / pm.flop_per_dram_byte), bytes_)
-    static = pm.static_W * t
-    total = static + pm.active_W * x * v2 * t + flops * ef * v2 + dram * pm.dram_J_per_byte
-    cap = pm.tdp_W * t
-    limited = total > cap
-    total = np.where(limited, cap, total)
+    total, static, limited = pm.kernel_energy_J(t, flops, dram, ef, x, v2)
     comm = np.array([b == "comm" for b in bounds], dtype=bool)
     host = np.array([b == "host" for b in bounds], dtype=bool)
     total = np.where(comm, pm.comm_W * t, np.where(host, pm.idle_W * t, total))
