@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perfcast.catalog.hardware import Hardware
+from perfcast.dtypes import DType
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.power import (
     datapath,
@@ -58,7 +59,7 @@ if TYPE_CHECKING:  # predict_ops prices energy with this module: no import back 
     from perfcast.kernel.predict import KernelTime
 
 __all__ = ["ENERGY_STATUS", "MATRIX_KINDS", "OpEnergy", "PowerModel", "dynamic_energy_J", "energy_arrays",
-           "op_energy", "ops_energy", "power_model", "step_energy_J"]
+           "kernel_dynamic_J", "op_energy", "ops_energy", "power_model", "step_energy_J"]
 
 ENERGY_STATUS = ("prior: power model of the sustained-clock fit (energy per FLOP fitted on kernel times); "
                  "static/idle share, active share and DRAM energy per bit are literature priors; "
@@ -153,22 +154,23 @@ def power_model(hw: Hardware, coeffs: Coefficients | None = None) -> PowerModel:
     return pm
 
 
-def energy_arrays(ops: Sequence[Op], time_s: np.ndarray, bounds: Sequence[str], flops: np.ndarray,
-                  bytes_: np.ndarray, hw: Hardware,
+def energy_arrays(kinds: Sequence[OpKind], dtypes: Sequence[DType], time_s: np.ndarray, bounds: Sequence[str],
+                  flops: np.ndarray, bytes_: np.ndarray, hw: Hardware,
                   coeffs: Coefficients) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Energy, its static and dynamic parts (joules) and whether the TDP cap bound it, for one instance of each
-    op that runs ``time_s`` bound by ``bounds`` doing ``flops`` and moving ``bytes_`` (see the module docstring;
+    op (of kind ``kinds[i]`` in ``dtypes[i]``) that runs ``time_s`` bound by ``bounds`` doing ``flops`` and moving
+    ``bytes_`` (see the module docstring;
     arrays): the clock, voltage and energy per FLOP of its datapath priced by :meth:`PowerModel.kernel_energy_J`."""
     pm = power_model(hw, coeffs)
-    n = len(ops)
+    n = len(kinds)
     t = np.asarray(time_s, dtype=float)
-    matrix = np.array([op.kind in MATRIX_KINDS for op in ops], dtype=bool)
+    matrix = np.array([k in MATRIX_KINDS for k in kinds], dtype=bool)
     compute = np.array([b == "compute" for b in bounds], dtype=bool)
     # clock fraction, its voltage and the energy per FLOP per (datapath, compute-bound) pair
     x, v2, ef = np.ones(n), np.ones(n), np.zeros(n)
     pairs: dict[tuple[str, bool], list[int]] = {}
-    for i, op in enumerate(ops):
-        pairs.setdefault((datapath(hw, op.dtype) if matrix[i] else "simt", bool(compute[i])), []).append(i)
+    for i, dtype in enumerate(dtypes):
+        pairs.setdefault((datapath(hw, dtype) if matrix[i] else "simt", bool(compute[i])), []).append(i)
     for (path, bound), idx in pairs.items():
         xi = sustained_clock_frac(hw, path, coeffs) if bound else 1.0
         x[idx], v2[idx], ef[idx] = xi, pm.voltage_frac(xi) ** 2, energy_per_flop_J(hw, path, coeffs)
@@ -196,7 +198,8 @@ def ops_energy(ops: Sequence[Op], kernels: Sequence[KernelTime], hw: Hardware,
     co = coeffs or load_coefficients()
     pm = power_model(hw, co)
     t = np.array([k.time_s for k in kernels], dtype=float)
-    energy, static, dynamic, limited = energy_arrays(ops, t, [k.bound for k in kernels],
+    energy, static, dynamic, limited = energy_arrays([o.kind for o in ops], [o.dtype for o in ops], t,
+                                                     [k.bound for k in kernels],
                                              np.array([k.flops for k in kernels], dtype=float),
                                              np.array([k.bytes for k in kernels], dtype=float), hw, co)
     out = []
@@ -205,6 +208,17 @@ def ops_energy(ops: Sequence[Op], kernels: Sequence[KernelTime], hw: Hardware,
         avg = 0.0 if ti <= 0 else (pm.comm_W if k.bound == "comm" else pm.idle_W if k.bound == "host" else e / ti)
         out.append(OpEnergy(e, float(static[i]), float(dynamic[i]), avg, bool(limited[i])))
     return out
+
+
+def kernel_dynamic_J(kind: OpKind, dtype: DType, *, time_s: float, flops: float, bytes_: float, bound: str,
+                     hw: Hardware, coeffs: Coefficients | None = None) -> float:
+    """Dynamic energy of a kernel priced outside :func:`perfcast.kernel.predict.predict_ops` (a time from the
+    kernel layer's rates, e.g. an attention call evaluated per iteration), joules: the formula every op is
+    priced with. The energy is linear in the time, FLOPs and bytes below the TDP cap, so kernels of one kind and
+    bound can be priced once from their summed time, FLOPs and bytes."""
+    _, _, dynamic, _ = energy_arrays([kind], [dtype], np.array([time_s]), [bound], np.array([flops]),
+                                     np.array([bytes_]), hw, coeffs or load_coefficients())
+    return float(dynamic[0])
 
 
 def dynamic_energy_J(kernels: Sequence[KernelTime], counts: Sequence[float]) -> float:

@@ -161,7 +161,8 @@ def _with_energy(ops: Sequence[Op], times: np.ndarray, bounds: list[str], hw: Ha
     """The ops' times with the energy of each instance beside them (:func:`perfcast.kernel.energy.energy_arrays`)."""
     flops = np.array([o.flops for o in ops], dtype=float)
     nbytes = np.array([o.bytes for o in ops], dtype=float)
-    energy, _, dynamic, _ = energy_arrays(ops, times, bounds, flops, nbytes, hw, co)
+    energy, _, dynamic, _ = energy_arrays([o.kind for o in ops], [o.dtype for o in ops], times, bounds, flops, nbytes,
+                                          hw, co)
     return [KernelTime(time_s=float(times[i]), bound=bounds[i], flops=ops[i].flops, bytes=ops[i].bytes,
                        energy_J=float(energy[i]), dynamic_J=float(dynamic[i])) for i in range(len(ops))]
 

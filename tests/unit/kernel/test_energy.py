@@ -129,6 +129,23 @@ def test_predict_ops_prices_energy_beside_time() -> None:
     assert all(kt.dynamic_J > 0 for kt in kernels if kt.time_s > 0 and kt.bound not in ("host", "comm"))
 
 
+def test_a_kernel_priced_by_hand_gets_the_same_energy() -> None:
+    """kernel_dynamic_J (a time from rates, as serving prices attention) is predict_ops' dynamic energy for the
+    same time, FLOPs and bytes; summed kernels of one kind and bound price as their sum."""
+    from perfcast.kernel.energy import kernel_dynamic_J
+
+    hw = load_hardware("h100-sxm-80gb")
+    ops = [t.op for t in predict(StepRequest("gpt2", hw, batch_size=2, seq_len=256)).ops]
+    attn = next(o for o in ops if o.kind.value == "gemm" and o.op == "bmm")  # attention scores, eager
+    kt = predict_ops([attn], hw)[0]
+    one = kernel_dynamic_J(attn.kind, attn.dtype, time_s=kt.time_s, flops=kt.flops, bytes_=kt.bytes, bound=kt.bound,
+                           hw=hw)
+    assert one == kt.dynamic_J
+    two = kernel_dynamic_J(attn.kind, attn.dtype, time_s=2 * kt.time_s, flops=2 * kt.flops, bytes_=2 * kt.bytes,
+                           bound=kt.bound, hw=hw)
+    assert two == pytest.approx(2 * one, rel=1e-12)
+
+
 def test_step_energy_adds_its_ops_and_idle_gaps() -> None:
     step = predict(StepRequest("gpt2", "a100-sxm-80gb", batch_size=4, seq_len=512))
     hw = load_hardware("a100-sxm-80gb")
