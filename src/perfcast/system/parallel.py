@@ -132,7 +132,8 @@ def predict_pipeline_parallel(build: Callable[[int], Workload], cfg: ModelConfig
     # each stage's device time carries the one-GPU step's host overhead (launch gaps, step overhead) pro rata
     scale = full.time_s / full.device_busy_s if full.device_busy_s > 0 else 1.0
     per_stage = split_layers(layers, n)
-    fwd, bwd, opt, params = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
+    fwd, bwd, params = [0.0] * n, [0.0] * n, [0.0] * n
+    opt_s = 0.0
     for t, stage in zip(full.ops, _stage_of(full.ops, n), strict=True):
         shares = [(s, k / layers) for s, k in enumerate(per_stage)] if stage < 0 else [(stage, 1.0)]
         for s, share in shares:
@@ -142,14 +143,13 @@ def predict_pipeline_parallel(build: Callable[[int], Workload], cfg: ModelConfig
             elif t.op.phase is Phase.BACKWARD:
                 bwd[s] += t.total_s * share * scale
             else:
-                opt[s] += t.total_s * share * scale
+                opt_s += t.total_s * share * scale
     training = w.mode is Mode.TRAINING
     act_bytes = (batch // m) * w.seq_len * cfg.hidden_size * w.dtype.bytes
     send = node.comm.time("send_recv", act_bytes, 2, 1)
     pipe = simulate_pipeline(fwd, bwd, m, schedule="1f1b", send_s=send, forward_only=not training)
     # the optimizer runs on every stage over its own parameters once the pipeline drains
     total_params = sum(params)
-    opt_s = sum(opt)
     tail = max(opt_s * p / total_params for p in params) if total_params > 0 else opt_s
     sends = (2 if training else 1) * m * send
     return replace(_stretched(full, pipe.time_s + tail, sends), parallelism=f"pp{n}", batch_size=batch)

@@ -47,7 +47,6 @@ def test_tp4_all_reduce_is_nccls_choice_on_the_node() -> None:
     comm = LayerComm(cluster_for_gpu(hw).with_nodes(1))
     one = comm.time("all_reduce", 16 * 512 * 1024 * 4.0, 4, 1)  # tokens x hidden x fp32
     assert st.comm_s == pytest.approx((2 * 24 + 1) * one, rel=1e-12)
-    assert st.time_s == pytest.approx(st.time_s - st.comm_s + (2 * 24 + 1) * one, rel=1e-12)
     assert st.low_s < st.time_s < st.high_s
 
 
