@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the real imports, for type checkers; at run time names load on first use
     from perfcast.catalog.hardware import Hardware, list_hardware, load_hardware
     from perfcast.catalog.models import ModelConfig, list_models, load_model
-    from perfcast.compose.predict import StepRequest, predict
+    from perfcast.compose.predict import StepRequest
     from perfcast.compose.step import predict_step
     from perfcast.compose.types import OpTime, StepTime
     from perfcast.dtypes import DType
@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the real imports, for type checkers; at run time names load
     )
     from perfcast.kernel.predict import KernelTime, predict_kernel, predict_ops
     from perfcast.scenarios.run import run_scenario
+    from perfcast.system.predict import predict
     from perfcast.workload.build import WorkloadSpec, build_workload
     from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
 
@@ -36,7 +37,7 @@ _WHERE = {
     "Hardware": "perfcast.catalog.hardware", "list_hardware": "perfcast.catalog.hardware",
     "load_hardware": "perfcast.catalog.hardware", "ModelConfig": "perfcast.catalog.models",
     "list_models": "perfcast.catalog.models", "load_model": "perfcast.catalog.models",
-    "StepRequest": "perfcast.compose.predict", "predict": "perfcast.compose.predict",
+    "StepRequest": "perfcast.compose.predict", "predict": "perfcast.system.predict",
     "predict_step": "perfcast.compose.step", "OpTime": "perfcast.compose.types", "StepTime": "perfcast.compose.types",
     "DType": "perfcast.dtypes", "CatalogError": "perfcast.errors", "ConfigError": "perfcast.errors",
     "DataError": "perfcast.errors", "PerfcastError": "perfcast.errors", "UnknownNameError": "perfcast.errors",

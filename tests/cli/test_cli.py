@@ -104,7 +104,7 @@ def test_predict_json() -> None:
 
 
 def test_predict_json_matches_the_api() -> None:
-    from perfcast.compose.predict import StepRequest, predict
+    from perfcast import StepRequest, predict
     from perfcast.workload.types import Mode
 
     data = parse_json(invoke(["predict", "-m", "bert-base", "-H", "t4", "--mode", "training", "-b", "2", "-s", "64",

@@ -26,8 +26,9 @@ from pydantic import ValidationError
 from typer.testing import CliRunner, Result
 
 from perfcast.cli import app
-from perfcast.compose.predict import StepRequest, predict
+from perfcast.compose.predict import StepRequest
 from perfcast.errors import PerfcastError
+from perfcast.system.predict import predict
 
 pytestmark = pytest.mark.property
 

@@ -8,8 +8,9 @@ import csv
 
 import pytest
 
-from perfcast.compose.predict import StepRequest, predict
+from perfcast.compose.predict import StepRequest
 from perfcast.groundtruth.files import find_groundtruth
+from perfcast.system.predict import predict
 from perfcast.workload.types import Mode
 
 pytestmark = pytest.mark.validation

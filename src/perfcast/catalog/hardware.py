@@ -189,7 +189,7 @@ def list_hardware() -> list[Hardware]:
     return [by_id[k] for k in sorted(by_id)]
 
 
-def load_hardware(name: str | Path) -> Hardware:
+def load_hardware(name: str | Path | Hardware) -> Hardware:
     """Look up a device by id, alias (case-insensitive) or path to a YAML file."""
     if isinstance(name, Hardware):
         return name

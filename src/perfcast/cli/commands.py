@@ -225,10 +225,10 @@ def predict(
 ) -> None:
     """Predict one step of a model on one device (or a 4-GPU node with --parallelism)."""
     from perfcast.compose.predict import StepRequest
-    from perfcast.compose.predict import predict as run
     from perfcast.errors import ConfigError
     from perfcast.kernel.energy import ENERGY_STATUS
     from perfcast.report.text import step_table, top_ops_table
+    from perfcast.system.predict import predict as run
     from perfcast.workload.types import Mode
 
     try:
@@ -305,23 +305,23 @@ def predict(
 def _check_node(parallelism: str, hardware: str) -> None:
     """``--parallelism`` spans GPUs of one node: its degree is at most the GPUs sharing the node's fabric (the
     GPU's catalog node, as serve takes it)."""
-    from perfcast.compose.parallel import parse_parallelism
+    from perfcast.catalog.hardware import load_hardware
+    from perfcast.compose.predict import parse_parallelism
     from perfcast.errors import ConfigError
-    from perfcast.system.cluster import cluster_for_gpu
+    from perfcast.system.parallel import node_for
 
     par = parse_parallelism(parallelism)
     if par.degree == 1:
         return
-    node = cluster_for_gpu(hardware)
-    if par.degree > node.domain:
-        raise ConfigError(f"--parallelism {par} spans {par.degree} GPUs, more than the {node.domain} GPUs of one "
-                          f"{node.id} node; use a degree up to {node.domain} (more GPUs: perfcast train, perfcast "
-                          "serve --num-replicas)")
+    try:
+        node_for(load_hardware(hardware), par.degree)
+    except ConfigError as exc:
+        raise ConfigError(f"--parallelism {par}: {exc}") from None
 
 
 def _with_tp(parallelism: str, tp: int | None) -> str:
     """``--parallelism`` after ``--tp N`` (tensor parallelism is asked with --tp in every command)."""
-    from perfcast.compose.parallel import parse_parallelism
+    from perfcast.compose.predict import parse_parallelism
     from perfcast.errors import ConfigError
 
     if tp is None:
@@ -347,10 +347,13 @@ def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str | None, paral
     from perfcast.catalog.hardware import load_hardware
     from perfcast.compose.energy import with_energy
     from perfcast.compose.memory import step_memory
-    from perfcast.compose.parallel import StepOptions, parse_parallelism, predict_data_parallel
+    from perfcast.compose.predict import parse_parallelism
     from perfcast.dtypes import parse_dtype
     from perfcast.errors import ConfigError
     from perfcast.kernel.coefficients import load_coefficients
+    from perfcast.system.coefficients import load_training_coefficients
+    from perfcast.system.parallel import NodeStep, node_for, predict_data_parallel
+    from perfcast.system.training import LayerComm
     from perfcast.workload.types import Mode
 
     hw = load_hardware(hardware)
@@ -370,8 +373,8 @@ def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str | None, paral
     memory = step_memory(step_w, hw, gpus=par.degree)
     if par.kind == "dp":  # each GPU runs the captured batch
         co = load_coefficients()
-        step = predict_data_parallel(lambda _: step_w, step_w.batch_size * par.degree, par.degree, hw, co,
-                                     StepOptions(fused=fused))
+        node = NodeStep(hw, co, LayerComm(node_for(hw, par.degree)), load_training_coefficients(), fused=fused)
+        step = predict_data_parallel(lambda _: step_w, step_w.batch_size * par.degree, par.degree, node)
         return replace(with_energy(step, hw, co, gpus=par.degree), memory=memory)
     from perfcast.compose.step import predict_step
 

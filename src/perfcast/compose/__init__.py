@@ -1,5 +1,5 @@
 """Layer 2: one device's step time from its kernels (fusion, launch and host overhead, intervals),
-and a first model of 4-GPU data/tensor/pipeline parallelism."""
+the step request; a step over several GPUs is system's (perfcast.system.predict)."""
 
 from perfcast.compose.predict import StepRequest, predict
 from perfcast.compose.step import predict_step

@@ -1,7 +1,9 @@
-"""Composition coefficients (layer 2): host-side costs of launching kernels, and node links.
+"""Composition coefficients (layer 2): host-side costs of launching kernels.
 
 Like the kernel coefficients they are a versioned JSON file (``compose/coefficients.json``)
-naming what they were fitted on; ``perfcast fit`` writes them.
+naming what they were fitted on; ``perfcast fit`` writes them. Schema 2 dropped version 1's ``comm``
+(link efficiencies of predict's own parallel model): links between GPUs are the collectives'
+(``system/collectives.json``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from perfcast.jsonio import CanonicalJson, versioned_loader
 
 __all__ = ["COMPOSE_SCHEMA_VERSION", "ComposeCoefficients", "load_compose_coefficients"]
 
-COMPOSE_SCHEMA_VERSION = 1
+COMPOSE_SCHEMA_VERSION = 2
 
 
 class _Model(BaseModel):
@@ -32,13 +34,6 @@ class HostCoefficients(_Model):
     step_overhead_s: float = Field(description="fixed cost of one step (Python call, allocator)")
 
 
-class CommCoefficients(_Model):
-    """Links between the GPUs of a node (a first model; the distributed layer refines collectives)."""
-
-    link_efficiency: dict[str, float] = Field(description="achieved fraction of per-direction link bandwidth")
-    latency_s: dict[str, float] = Field(description="per-hop latency by fabric, seconds")
-
-
 class ComposeCoefficients(_Model, CanonicalJson):
     """All layer-2 coefficients."""
 
@@ -46,7 +41,6 @@ class ComposeCoefficients(_Model, CanonicalJson):
     produced_by: str
     fitted_on: dict[str, str]
     host: HostCoefficients
-    comm: CommCoefficients
 
 
 _LOAD = versioned_loader("perfcast.compose", "coefficients.json", ComposeCoefficients,

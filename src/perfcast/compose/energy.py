@@ -1,12 +1,11 @@
-"""Energy of one step: its ops' energy plus what the GPUs draw while they wait.
+"""Energy of one step: the sum of what its ops were priced at, plus what the GPUs draw while they wait.
 
-Every GPU of the step draws its static power for the whole wall time (host
-gaps, pipeline bubbles and waits included); on top of that come the ops'
-dynamic energies (:mod:`perfcast.kernel.energy`), once per copy of the op list
-the step runs (each data- or tensor-parallel GPU runs one; a pipeline runs one
-per micro-batch, spread over its stages), and the active power of exposed
-communication. The mean power of a GPU is capped at its TDP. A prior model
-(no measured power to fit it on): :data:`perfcast.kernel.energy.ENERGY_STATUS`.
+Every op's energy was priced with its time by the kernel layer (``KernelTime.dynamic_J``,
+:mod:`perfcast.kernel.energy`); the step adds them up, once per copy of the op list it runs (each data- or
+tensor-parallel GPU runs one; a pipeline runs one per micro-batch, spread over its stages), and
+:func:`perfcast.kernel.energy.step_energy_J` puts every GPU's static power over the wall time (host gaps,
+pipeline bubbles and waits included) and active power over exposed communication, capped at TDP. A prior
+model (no measured power to fit it on): :data:`perfcast.kernel.energy.ENERGY_STATUS`.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from dataclasses import replace
 from perfcast.catalog.hardware import Hardware
 from perfcast.compose.types import StepTime
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
-from perfcast.kernel.energy import ops_energy, power_model
+from perfcast.kernel.energy import dynamic_energy_J, power_model, step_energy_J
 
 __all__ = ["with_energy"]
 
@@ -28,20 +27,15 @@ def with_energy(step: StepTime, hw: Hardware, coeffs: Coefficients | None = None
     ``copies`` is how many times the step's op list runs across the GPUs (default ``gpus``).
     ``step.ops`` must be kept (``predict_step(..., keep_ops=True)``, the default).
     """
-    co = coeffs or load_coefficients()
-    pm = power_model(hw, co)
+    pm = power_model(hw, coeffs or load_coefficients())
     n = copies if copies is not None else float(gpus)
     times = step.ops
-    energies = ops_energy([t.op for t in times], [t.kernel for t in times], hw, co)
-    dynamic = 0.0
+    dynamic = dynamic_energy_J([t.kernel for t in times], [t.op.count for t in times])
     by_group: dict[str, float] = {}
-    for t, e in zip(times, energies, strict=True):
-        c = t.op.count
-        dynamic += e.dynamic_J * c
+    for t in times:
         g = t.op.group or "other"
-        by_group[g] = by_group.get(g, 0.0) + e.energy_J * c * n
+        by_group[g] = by_group.get(g, 0.0) + t.kernel.energy_J * t.op.count * n
     wall = step.time_s
-    total = gpus * pm.static_W * wall + n * dynamic + gpus * pm.active_W * step.comm_s
-    total = min(total, gpus * pm.tdp_W * wall)
+    total = step_energy_J(pm, wall_s=wall, dynamic_J=n * dynamic, comm_s=step.comm_s, devices=gpus)
     avg = total / (gpus * wall) if wall > 0 else 0.0
     return replace(step, energy_J=total, avg_power_W=avg, energy_by_group_J=by_group)

@@ -1,8 +1,13 @@
-"""One call from (model, hardware, mode, batch, sequence, ...) to a StepTime."""
+"""A step request, and one call from (model, hardware, mode, batch, sequence, ...) to one GPU's StepTime.
+
+A request spanning GPUs (``dpN``, ``tpN``, ``ppN``) is priced a layer up, by :func:`perfcast.system.predict.predict`
+(system's collectives and pipeline schedules); this module reads the request and prices one GPU's step.
+"""
 
 from __future__ import annotations
 
-import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from perfcast.catalog.defaults import default_dtype
@@ -11,23 +16,38 @@ from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.compose.coefficients import ComposeCoefficients
 from perfcast.compose.energy import with_energy
 from perfcast.compose.memory import step_memory
-from perfcast.compose.parallel import (
-    StepOptions,
-    parse_parallelism,
-    predict_data_parallel,
-    predict_pipeline_parallel,
-    predict_tensor_parallel,
-)
+from perfcast.compose.step import predict_step
 from perfcast.compose.types import StepTime
 from perfcast.dtypes import DType, parse_dtype
 from perfcast.errors import ConfigError
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.quantization import resolve_quantization
-from perfcast.workload.sharding import shard_tp
 from perfcast.workload.types import Mode, Workload
 
-__all__ = ["StepRequest", "predict"]
+__all__ = ["Parallelism", "PreparedStep", "StepRequest", "parse_parallelism", "predict", "prepare"]
+
+
+@dataclass(frozen=True, slots=True)
+class Parallelism:
+    """A parsed ``none`` / ``dpN`` / ``tpN`` / ``ppN`` request: ``kind`` and the number of GPUs ``degree``."""
+
+    kind: str
+    degree: int
+
+    def __str__(self) -> str:
+        return "none" if self.kind == "none" else f"{self.kind}{self.degree}"
+
+
+def parse_parallelism(text: str) -> Parallelism:
+    """Read ``none``, ``dp4``, ``tp2``, ``pp4`` (raises ConfigError)."""
+    t = (text or "none").strip().lower()
+    if t in ("none", "", "1"):
+        return Parallelism("none", 1)
+    m = re.fullmatch(r"(dp|tp|pp)(\d+)", t)
+    if not m or int(m.group(2)) < 1:
+        raise ConfigError(f"unknown parallelism {text!r}; use none, dpN, tpN or ppN (e.g. dp4, tp4, pp4)")
+    return Parallelism(m.group(1), int(m.group(2)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,19 +82,24 @@ class StepRequest:
     quantization: str = "auto"
 
 
-def predict(req: StepRequest, coeffs: Coefficients | None = None,
-            compose: ComposeCoefficients | None = None) -> StepTime:
-    """Predict one step (see :class:`StepRequest`), with its energy over all its GPUs, mean power per GPU and
-    one GPU's memory (``StepTime.memory``; :mod:`perfcast.compose.memory`). A step that does not fit is still
-    predicted: ``memory.fits`` says whether it does."""
+@dataclass(frozen=True)
+class PreparedStep:
+    """A request resolved against the catalogs: the model, the device, the kernel coefficients, the mode and
+    ``build(batch)``, the workload of ``batch`` sequences in the request's dtype and style."""
+
+    cfg: ModelConfig
+    hw: Hardware
+    coeffs: Coefficients
+    mode: Mode
+    build: Callable[[int], Workload]
+
+
+def prepare(req: StepRequest, coeffs: Coefficients | None = None) -> PreparedStep:
+    """Resolve ``req``'s model, device, dtype and quantization (raises ConfigError on a request that mixes
+    what does not apply: quantizing a training step)."""
     cfg = load_model(req.model)
     hw = load_hardware(req.hardware) if not isinstance(req.hardware, Hardware) else req.hardware
-    co = coeffs or load_coefficients()
-    par = parse_parallelism(req.parallelism)
     mode = Mode(req.mode)
-    if req.microbatches is not None and par.kind != "pp":
-        raise ConfigError(f"microbatches={req.microbatches} split the batch over pipeline stages: they need "
-                          f"parallelism ppN (got {par})")
     if mode is Mode.TRAINING and req.quantization not in ("auto", "none"):
         raise ConfigError(f"quantization {req.quantization} applies to inference modes; training runs in its dtype "
                           "(QLoRA: perfcast train --lora-rank R --qlora)")
@@ -89,26 +114,23 @@ def predict(req: StepRequest, coeffs: Coefficients | None = None,
     def build(batch: int) -> Workload:
         return build_workload(cfg, replace(base, batch_size=batch, dtype=dtype))
 
-    opts = StepOptions(fused=req.fused, framework=req.framework, compose=compose)
-    n = par.degree
-    if par.kind == "dp":
-        step = predict_data_parallel(build, req.batch_size, n, hw, co, opts)
-        memory = step_memory(build(req.batch_size // n), hw, gpus=n)
-    elif par.kind == "tp":
-        w = build(req.batch_size)
-        step = predict_tensor_parallel(w, cfg, n, hw, co, opts)
-        memory = step_memory(w, hw, ops=shard_tp(w.ops, n), gpus=n)
-    elif par.kind == "pp":
-        step = predict_pipeline_parallel(build, cfg, req.batch_size, n, req.microbatches, hw, co, opts)
-        m = req.microbatches or n
-        layers = cfg.num_layers + (cfg.num_decoder_layers or 0)
-        # the most loaded stage: a full share of the layers (1F1B: up to n micro-batches in flight)
-        memory = step_memory(build(req.batch_size // m), hw, gpus=n, layer_frac=math.ceil(layers / n) / layers,
-                             microbatches=m, in_flight=min(m, n) if mode is Mode.TRAINING else 1)
-        # one op list per micro-batch, spread over the stages
-        return replace(with_energy(step, hw, co, gpus=n, copies=m), memory=memory)
-    else:
-        w = build(req.batch_size)
-        step = opts.step(w, hw, co)
-        memory = step_memory(w, hw)
-    return replace(with_energy(step, hw, co, gpus=n), memory=memory)
+    return PreparedStep(cfg, hw, coeffs or load_coefficients(), mode, build)
+
+
+def predict(req: StepRequest, coeffs: Coefficients | None = None,
+            compose: ComposeCoefficients | None = None) -> StepTime:
+    """Predict one GPU's step (see :class:`StepRequest`), with its energy, mean power and memory
+    (``StepTime.memory``; :mod:`perfcast.compose.memory`). A step that does not fit is still predicted:
+    ``memory.fits`` says whether it does. A request over several GPUs (``dpN``, ``tpN``, ``ppN``) is
+    :func:`perfcast.system.predict.predict`'s (``perfcast.predict``)."""
+    par = parse_parallelism(req.parallelism)
+    if par.kind != "none":
+        raise ConfigError(f"parallelism {par} spans {par.degree} GPUs: perfcast.predict (perfcast.system.predict) "
+                          "prices it with the collectives and pipeline schedules of a node")
+    if req.microbatches is not None:
+        raise ConfigError(f"microbatches={req.microbatches} split the batch over pipeline stages: they need "
+                          "parallelism ppN (got none)")
+    step = prepare(req, coeffs)
+    w = step.build(req.batch_size)
+    st = predict_step(w, step.hw, coeffs=step.coeffs, fused=req.fused, framework=req.framework, compose=compose)
+    return replace(with_energy(st, step.hw, step.coeffs), memory=step_memory(w, step.hw))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from perfcast.kernel.predict import KernelTime
+from perfcast.kernel.types import KernelTime
 from perfcast.workload.types import Op
 
 __all__ = ["MemoryBreakdown", "OpTime", "StepTime"]

@@ -94,7 +94,8 @@ def _apply_interval(p: TablePrediction, kind: str, inverse: frozenset[str] | set
 def predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: object = None) -> TablePrediction:
     """NeuSight end-to-end rows, one model step each; ``compose`` is the compose coefficients to price the steps
     with (None: the default ones; ``perfcast fit`` passes its candidates)."""
-    from perfcast.compose.predict import StepRequest, predict
+    from perfcast.compose.predict import StepRequest
+    from perfcast.system.predict import predict
     from perfcast.workload.types import Mode
 
     targets = ("measured_ms", "measured_fw_ms", "measured_bw_ms")

@@ -20,6 +20,12 @@ Between kernels (host gaps, pipeline bubbles, waits) a device draws its static
 power only; during exposed communication it draws static plus active power
 (communication kernels keep it clocked; link energy is small beside it).
 
+:func:`perfcast.kernel.predict.predict_ops` prices every op's energy beside its time
+(``KernelTime.energy_J``/``dynamic_J``, one instance, cached with the time); a step sums what it
+priced with :func:`step_energy_J`, the rule compose's step, the training step and serving share:
+static power of every device for the whole wall time, the ops' dynamic energy, active power during
+exposed communication, capped at TDP.
+
 Status: a prior. The energies per FLOP are the fitted coefficients of the clock
 model (fitted on kernel *times*, where throttling shows); no measured power or
 energy of a run is in the ground truth, so ``leakage_frac`` (static and idle
@@ -32,7 +38,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 from perfcast.catalog.hardware import Hardware
+from perfcast.dtypes import DType
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.power import (
     datapath,
@@ -42,16 +52,17 @@ from perfcast.kernel.power import (
     sustained_clock_frac,
     voltage_frac,
 )
-from perfcast.kernel.predict import KernelTime
+from perfcast.kernel.types import KernelTime
 from perfcast.workload.types import Op, OpKind
 
-__all__ = ["ENERGY_STATUS", "OpEnergy", "PowerModel", "op_energy", "ops_energy", "power_model"]
+__all__ = ["ENERGY_STATUS", "MATRIX_KINDS", "OpEnergy", "PowerModel", "dynamic_energy_J", "energy_arrays",
+           "kernel_dynamic_J", "op_energy", "ops_energy", "power_model", "step_energy_J"]
 
 ENERGY_STATUS = ("prior: power model of the sustained-clock fit (energy per FLOP fitted on kernel times); "
                  "static/idle share, active share and DRAM energy per bit are literature priors; "
                  "no measured power in the ground truth")
 
-_MATRIX_KINDS = (OpKind.GEMM, OpKind.ATTENTION, OpKind.CONV)
+MATRIX_KINDS = (OpKind.GEMM, OpKind.ATTENTION, OpKind.CONV)  # run on the matrix datapaths; the rest is memory-bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +106,28 @@ class PowerModel:
     def busy_energy_J(self, time_s: float, flops: float, dram_bytes: float, e_flop_J: float,
                       clock_frac: float = 1.0) -> float:
         """Energy of ``time_s`` seconds of kernels doing ``flops`` (at ``e_flop_J`` per FLOP at boost voltage)
-        and moving ``dram_bytes``, capped at TDP; joules."""
+        and moving ``dram_bytes`` at ``clock_frac`` of boost, capped at TDP; joules. The formula every op is
+        priced with (:func:`energy_arrays`), for a kernel priced outside :func:`perfcast.kernel.predict_ops`."""
         if time_s <= 0:
             return 0.0
-        v2 = self.voltage_frac(clock_frac) ** 2
-        e = (self.static_W + self.active_W * clock_frac * v2) * time_s + flops * e_flop_J * v2 + \
-            dram_bytes * self.dram_J_per_byte
-        return min(e, self.tdp_W * time_s)
+        energy, _, _ = self.kernel_energy_J(time_s, flops, dram_bytes, e_flop_J, clock_frac,
+                                            self.voltage_frac(clock_frac) ** 2)
+        return float(energy)
+
+    def kernel_energy_J(self, time_s: npt.ArrayLike, flops: npt.ArrayLike, dram_bytes: npt.ArrayLike,
+                        e_flop_J: npt.ArrayLike, clock_frac: npt.ArrayLike,
+                        voltage2_frac: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Energy of kernels (arrays or scalars), its static part (joules) and whether the TDP cap bound it:
+        static power for ``time_s``, active power scaled by the clock and the squared voltage, the math units'
+        and the DRAM's energy; capped at TDP."""
+        t = np.asarray(time_s, dtype=float)
+        x, v2 = np.asarray(clock_frac, dtype=float), np.asarray(voltage2_frac, dtype=float)
+        static = self.static_W * t
+        total = static + self.active_W * x * v2 * t + np.asarray(flops) * e_flop_J * v2 + \
+            np.asarray(dram_bytes) * self.dram_J_per_byte
+        cap = self.tdp_W * t
+        limited = total > cap
+        return np.where(limited, cap, total), static, limited
 
 
 _MODELS: dict[tuple[int, int], tuple[Hardware, Coefficients, PowerModel]] = {}
@@ -125,6 +151,38 @@ def power_model(hw: Hardware, coeffs: Coefficients | None = None) -> PowerModel:
     return pm
 
 
+def energy_arrays(kinds: Sequence[OpKind], dtypes: Sequence[DType], time_s: np.ndarray, bounds: Sequence[str],
+                  flops: np.ndarray, bytes_: np.ndarray, hw: Hardware,
+                  coeffs: Coefficients) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Energy, its static and dynamic parts (joules) and whether the TDP cap bound it, for one instance of each
+    op (of kind ``kinds[i]`` in ``dtypes[i]``) that runs ``time_s`` bound by ``bounds`` doing ``flops`` and moving
+    ``bytes_`` (see the module docstring;
+    arrays): the clock, voltage and energy per FLOP of its datapath priced by :meth:`PowerModel.kernel_energy_J`."""
+    pm = power_model(hw, coeffs)
+    n = len(kinds)
+    t = np.asarray(time_s, dtype=float)
+    matrix = np.array([k in MATRIX_KINDS for k in kinds], dtype=bool)
+    compute = np.array([b == "compute" for b in bounds], dtype=bool)
+    # clock fraction, its voltage and the energy per FLOP per (datapath, compute-bound) pair
+    x, v2, ef = np.ones(n), np.ones(n), np.zeros(n)
+    pairs: dict[tuple[str, bool], list[int]] = {}
+    for i, dtype in enumerate(dtypes):
+        pairs.setdefault((datapath(hw, dtype) if matrix[i] else "simt", bool(compute[i])), []).append(i)
+    for (path, bound), idx in pairs.items():
+        xi = sustained_clock_frac(hw, path, coeffs) if bound else 1.0
+        x[idx], v2[idx], ef[idx] = xi, pm.voltage_frac(xi) ** 2, energy_per_flop_J(hw, path, coeffs)
+    dram = np.where(matrix, np.maximum(bytes_, flops / pm.flop_per_dram_byte), bytes_)
+    total, static, limited = pm.kernel_energy_J(t, flops, dram, ef, x, v2)
+    comm = np.array([b == "comm" for b in bounds], dtype=bool)
+    host = np.array([b == "host" for b in bounds], dtype=bool)
+    total = np.where(comm, pm.comm_W * t, np.where(host, pm.idle_W * t, total))
+    dynamic = np.where(host, 0.0, total - static)
+    off = (t <= 0) | comm | host
+    limited = limited & ~off
+    idle = t <= 0
+    return (np.where(idle, 0.0, total), np.where(idle, 0.0, static), np.where(idle, 0.0, dynamic), limited)
+
+
 def op_energy(op: Op, kernel: KernelTime, hw: Hardware, coeffs: Coefficients | None = None) -> OpEnergy:
     """Energy of one instance of ``op`` whose predicted time is ``kernel`` (see the module docstring)."""
     return ops_energy([op], [kernel], hw, coeffs)[0]
@@ -132,38 +190,46 @@ def op_energy(op: Op, kernel: KernelTime, hw: Hardware, coeffs: Coefficients | N
 
 def ops_energy(ops: Sequence[Op], kernels: Sequence[KernelTime], hw: Hardware,
                coeffs: Coefficients | None = None) -> list[OpEnergy]:
-    """Energy of one instance of each op (``kernels`` from :func:`perfcast.kernel.predict_ops`)."""
+    """Energy of one instance of each op at the time ``kernels`` give (any time: a measured one, a scaled one;
+    :func:`perfcast.kernel.predict.predict_ops` already attaches it to the times it predicts)."""
     co = coeffs or load_coefficients()
     pm = power_model(hw, co)
-    e_flop: dict[str, float] = {}
+    t = np.array([k.time_s for k in kernels], dtype=float)
+    energy, static, dynamic, limited = energy_arrays([o.kind for o in ops], [o.dtype for o in ops], t,
+                                                     [k.bound for k in kernels],
+                                             np.array([k.flops for k in kernels], dtype=float),
+                                             np.array([k.bytes for k in kernels], dtype=float), hw, co)
     out = []
-    zero = OpEnergy(0.0, 0.0, 0.0, 0.0, False)
-    for op, kt in zip(ops, kernels, strict=True):
-        t = kt.time_s
-        if t <= 0:
-            out.append(zero)
-            continue
-        if kt.bound == "comm":
-            e = pm.comm_W * t
-            out.append(OpEnergy(e, pm.static_W * t, e - pm.static_W * t, pm.comm_W, False))
-            continue
-        if kt.bound == "host":
-            out.append(OpEnergy(pm.idle_W * t, pm.idle_W * t, 0.0, pm.idle_W, False))
-            continue
-        path = datapath(hw, op.dtype) if op.kind in _MATRIX_KINDS else "simt"
-        ef = e_flop.get(path)
-        if ef is None:
-            ef = e_flop[path] = energy_per_flop_J(hw, path, co)
-        x = sustained_clock_frac(hw, path, co) if kt.bound == "compute" else 1.0
-        dram = kt.bytes
-        if op.kind in _MATRIX_KINDS:
-            dram = max(dram, kt.flops / pm.flop_per_dram_byte)
-        v2 = pm.voltage_frac(x) ** 2
-        static = pm.static_W * t
-        total = static + pm.active_W * x * v2 * t + kt.flops * ef * v2 + dram * pm.dram_J_per_byte
-        cap = pm.tdp_W * t
-        limited = total > cap
-        if limited:
-            total = cap
-        out.append(OpEnergy(total, static, total - static, total / t, limited))
+    for i, k in enumerate(kernels):
+        e, ti = float(energy[i]), float(t[i])
+        avg = 0.0 if ti <= 0 else (pm.comm_W if k.bound == "comm" else pm.idle_W if k.bound == "host" else e / ti)
+        out.append(OpEnergy(e, float(static[i]), float(dynamic[i]), avg, bool(limited[i])))
     return out
+
+
+def kernel_dynamic_J(kind: OpKind, dtype: DType, *, time_s: float, flops: float, bytes_: float, bound: str,
+                     hw: Hardware, coeffs: Coefficients | None = None) -> float:
+    """Dynamic energy of a kernel priced outside :func:`perfcast.kernel.predict.predict_ops` (a time from the
+    kernel layer's rates, e.g. an attention call evaluated per iteration), joules: the formula every op is
+    priced with. The energy is linear in the time, FLOPs and bytes below the TDP cap, so kernels of one kind and
+    bound can be priced once from their summed time, FLOPs and bytes."""
+    _, _, dynamic, _ = energy_arrays([kind], [dtype], np.array([time_s]), [bound], np.array([flops]),
+                                     np.array([bytes_]), hw, coeffs or load_coefficients())
+    return float(dynamic[0])
+
+
+def dynamic_energy_J(kernels: Sequence[KernelTime], counts: Sequence[float]) -> float:
+    """The dynamic energy of priced ops, ``counts[i]`` instances of ``kernels[i]`` (joules): what a step adds
+    to its devices' static power (:func:`step_energy_J`)."""
+    total = 0.0
+    for k, c in zip(kernels, counts, strict=True):
+        total += k.dynamic_J * c
+    return total
+
+
+def step_energy_J(pm: PowerModel, *, wall_s: float, dynamic_J: float, comm_s: float, devices: float = 1.0) -> float:
+    """Energy of ``devices`` over ``wall_s`` seconds (joules): static power throughout (host gaps, bubbles and
+    waits included), the priced ops' ``dynamic_J`` (:func:`dynamic_energy_J`), active power during ``comm_s``
+    of exposed communication per device; capped at TDP."""
+    total = devices * pm.static_W * wall_s + dynamic_J + devices * pm.active_W * comm_s
+    return min(total, devices * pm.tdp_W * wall_s)

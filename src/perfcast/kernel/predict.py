@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -14,25 +13,13 @@ from perfcast.kernel.attention import attention_times
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.conv import conv_times
 from perfcast.kernel.cpu import cpu_op_times
+from perfcast.kernel.energy import energy_arrays
 from perfcast.kernel.gemm import gemm_times
+from perfcast.kernel.types import KernelTime
 from perfcast.kernel.vector import vector_times
 from perfcast.workload.types import Op, OpKind
 
 __all__ = ["KernelTime", "predict_kernel", "predict_ops"]
-
-
-@dataclass(frozen=True, slots=True)
-class KernelTime:
-    """Predicted device time of one op instance.
-
-    ``bound`` is what limits it: ``compute`` (math units), ``memory`` (DRAM),
-    ``latency`` (launch floor), ``host`` (a synchronization) or ``comm``.
-    """
-
-    time_s: float
-    bound: str
-    flops: float
-    bytes: float
 
 
 def predict_kernel(op: Op, hardware: Hardware | str, coeffs: Coefficients | None = None) -> KernelTime:
@@ -84,8 +71,7 @@ def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: 
     n = len(ops)
     if hw.cpu is not None:  # a calibrated CPU: its own fitted rates (kernel/cpu.py), no GPU coefficients
         cpu_times, cpu_bounds = cpu_op_times(ops, hw)
-        return [KernelTime(time_s=float(cpu_times[i]), bound=cpu_bounds[i], flops=ops[i].flops, bytes=ops[i].bytes)
-                for i in range(n)]
+        return _with_energy(ops, np.asarray(cpu_times, dtype=float), list(cpu_bounds), hw, co)
     times = np.zeros(n)
     bounds = ["latency"] * n
     kmin = co.launch.kernel_min_s
@@ -147,8 +133,18 @@ def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: 
         elif kind is OpKind.COMM:
             for i in idx:
                 bounds[i] = "comm"
-    return [KernelTime(time_s=float(times[i]), bound=bounds[i], flops=ops[i].flops, bytes=ops[i].bytes)
-            for i in range(n)]
+    return _with_energy(ops, times, bounds, hw, co)
+
+
+def _with_energy(ops: Sequence[Op], times: np.ndarray, bounds: list[str], hw: Hardware,
+                 co: Coefficients) -> list[KernelTime]:
+    """The ops' times with the energy of each instance beside them (:func:`perfcast.kernel.energy.energy_arrays`)."""
+    flops = np.array([o.flops for o in ops], dtype=float)
+    nbytes = np.array([o.bytes for o in ops], dtype=float)
+    energy, _, dynamic, _ = energy_arrays([o.kind for o in ops], [o.dtype for o in ops], times, bounds, flops, nbytes,
+                                          hw, co)
+    return [KernelTime(time_s=float(times[i]), bound=bounds[i], flops=ops[i].flops, bytes=ops[i].bytes,
+                       energy_J=float(energy[i]), dynamic_J=float(dynamic[i])) for i in range(len(ops))]
 
 
 def _bound(compute: float, memory: float, total: float, kmin: float) -> str:

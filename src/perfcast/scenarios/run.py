@@ -13,7 +13,7 @@ from pathlib import Path
 
 from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
-from perfcast.compose.predict import StepRequest, predict
+from perfcast.compose.predict import StepRequest
 from perfcast.errors import PerfcastError
 from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.collective import run_collective_scenario
@@ -34,6 +34,7 @@ from perfcast.scenarios.schema import (
 from perfcast.scenarios.search import run_search_scenario
 from perfcast.scenarios.serving import run_serving_scenario
 from perfcast.scenarios.training import run_training_scenario
+from perfcast.system.predict import predict
 from perfcast.workload.types import Mode
 
 __all__ = ["ScenarioResult", "run_scenario"]

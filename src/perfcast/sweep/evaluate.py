@@ -13,7 +13,10 @@ so that nothing is re-derived per plan:
    (ZeRO-3 gathers, gradient reductions, pipeline sends) are computed once per
    distinct (operation, bytes, group, stride) and gathered back into arrays.
 4. Stage sums, the pipeline makespan, the data-parallel tail and the memory
-   per GPU are numpy arithmetic over all plans at once.
+   per GPU are numpy arithmetic over all plans at once, with the formulas the
+   exact predictor calls on one plan (:mod:`perfcast.system.step`,
+   :func:`perfcast.system.schedule.steady_state_s`): one step formula, two
+   callers.
 
 Two differences from the exact predictor, both measured by the search that
 re-ranks its best plans with :func:`simulate_training`: the pipeline makespan is
@@ -41,6 +44,14 @@ from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.coefficients import TrainingCoefficients, load_training_coefficients
 from perfcast.system.layers import MicroBatchCosts, micro_batch_costs
 from perfcast.system.memory import training_memory
+from perfcast.system.schedule import steady_state_s
+from perfcast.system.step import (
+    data_parallel_exposed_s,
+    in_flight_microbatches,
+    memory_parts_bytes,
+    step_time_s,
+    zero3_layer_s,
+)
 from perfcast.system.training import LayerComm, layer_time, optimizer_time_s, split_layers
 
 __all__ = ["PlanScores", "Pricer", "evaluate_plans"]
@@ -130,8 +141,7 @@ class Pricer:
     def _comm(self, gpus: int) -> LayerComm:
         c = self._comms.get(gpus)
         if c is None:
-            c = self._comms[gpus] = LayerComm(self.cluster_for(gpus), self.space.plan(
-                tp=1, pp=1, dp=1, cp=1, ep=1, vp=1, micro_batch=1, recompute="none", zero=0))
+            c = self._comms[gpus] = LayerComm(self.cluster_for(gpus))
         return c
 
     # -- per shape ------------------------------------------------------------------------------------------
@@ -247,11 +257,6 @@ def _per_distinct(fn: Callable[..., float], *columns: np.ndarray) -> np.ndarray:
     return values[inverse.ravel()].reshape(columns[0].shape)
 
 
-def _overlapped(comm_s: np.ndarray, window_s: np.ndarray, interference: float) -> np.ndarray:
-    """Exposed time of collectives overlapped with compute windows (as the training module's)."""
-    return np.maximum(0.0, comm_s - window_s) + interference * np.minimum(comm_s, window_s)
-
-
 def _gather_shapes(pricer: Pricer, pl: PlanArrays) -> tuple[np.ndarray, list[_Shape]]:
     keys = np.stack([pl.gpus, pl.tp, pl.cp, pl.ep, pl.mb], axis=1)
     rows, inverse = np.unique(keys, axis=0, return_inverse=True)
@@ -306,8 +311,9 @@ def evaluate_plans(pricer: Pricer, pl: PlanArrays) -> PlanScores:
         for k in range(n_parts):
             ag[z3, k] = pricer.collective("all_gather", params[z3, k] * 2.0, *args)
             rs[z3, k] = pricer.collective("reduce_scatter", trainable[z3, k] * gb, *args)
-        fwd = np.where(z3[:, None], fwd + _overlapped(ag, fwd, oi), fwd)
-        bwd = np.where(z3[:, None], bwd + _overlapped(ag + rs, bwd, oi), bwd)
+        f3, b3 = zero3_layer_s(fwd, bwd, ag, rs, oi)
+        fwd = np.where(z3[:, None], f3, fwd)
+        bwd = np.where(z3[:, None], b3, bwd)
         # the first layer's gather of each pass cannot be prefetched
         first_max = np.where(first, params, 0.0).max(axis=1)
         ag0[z3] = pricer.collective("all_gather", first_max[z3] * 2.0, *args)
@@ -328,7 +334,7 @@ def evaluate_plans(pricer: Pricer, pl: PlanArrays) -> PlanScores:
     chain = np.einsum("nk,nk->n", total, fwd + bwd) + ag0
     slowest = work.max(axis=1)
     p, v = pl.pp, pl.vp
-    pipe = np.where(multi, m * (slowest + 2 * send) + (chain - slowest) / v + 2 * (p - 1) * send, m * chain)
+    pipe = np.where(multi, steady_state_s(slowest, chain, m, v, p, send), m * chain)
 
     # data-parallel gradient reduction (ZeRO-1/2: and the parameter gather) and the optimizer, per rank class
     trn_c = np.einsum("nck,nk->nc", counts, trainable)
@@ -341,22 +347,18 @@ def evaluate_plans(pricer: Pricer, pl: PlanArrays) -> PlanScores:
 
     grp, stride, gpus = per_class(shards), per_class(pl.tp), per_class(pl.gpus)
     zero = per_class(pl.zero)
-    dp_exposed = np.zeros((n, classes))
+    ar, rs_t, ag_t = np.zeros((n, classes)), np.zeros((n, classes)), np.zeros((n, classes))
     z0 = zero == 0
     if z0.any():
-        t = pricer.collective("all_reduce", trn_c[z0] * gb, grp[z0], stride[z0], gpus[z0])
-        dp_exposed[z0] = np.where(t > 0, np.maximum(_overlapped(t, b_rank[z0], oi), t / lay_c[z0]), 0.0)
+        ar[z0] = pricer.collective("all_reduce", trn_c[z0] * gb, grp[z0], stride[z0], gpus[z0])
     z12 = (zero == 1) | (zero == 2)
     if z12.any():
-        rs_t = pricer.collective("reduce_scatter", trn_c[z12] * gb, grp[z12], stride[z12], gpus[z12])
-        ag_t = np.where(trn_c[z12] > 0,
-                        pricer.collective("all_gather", par_c[z12] * 2.0, grp[z12], stride[z12], gpus[z12]), 0.0)
-        exp_rs = np.where(rs_t > 0, np.maximum(_overlapped(rs_t, b_rank[z12], oi), rs_t / lay_c[z12]), 0.0)
-        exp_ag = np.where(ag_t > 0, np.maximum(_overlapped(ag_t, f_rank[z12], oi), ag_t / lay_c[z12]), 0.0)
-        dp_exposed[z12] = exp_rs + exp_ag
+        rs_t[z12] = pricer.collective("reduce_scatter", trn_c[z12] * gb, grp[z12], stride[z12], gpus[z12])
+        ag_t[z12] = np.where(trn_c[z12] > 0,
+                             pricer.collective("all_gather", par_c[z12] * 2.0, grp[z12], stride[z12], gpus[z12]), 0.0)
+    dp_exposed = data_parallel_exposed_s(zero, ar, rs_t, ag_t, b_rank, f_rank, lay_c, oi)
     opt = pricer.optimizer_s(trn_c / np.where(zero >= 1, grp, 1))
-    tail = (dp_exposed + opt).max(axis=1)
-    step = pipe + tail + pricer.compose.host.step_overhead_s
+    step = step_time_s(pipe, dp_exposed, opt, pricer.compose.host.step_overhead_s)
 
     tokens = space.global_batch * (1 if pricer.cfg.kind == "cnn" else space.seq_len)
     tflops = mf * tokens / step / pl.gpus / 1e12
@@ -371,25 +373,17 @@ def _memory(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, params: np.ndarr
     space = pricer.space
     c = counts[:, rank, :]
     held = c > 0
-    par = np.einsum("nk,nk->n", c, params)
-    trn = np.einsum("nk,nk->n", c, trainable)
-    shards = pl.dp * pl.cp
-    z3 = pl.zero == 3
-    weight_e = 4.0 if space.precision == "fp32" else 2.0
-    max_layer_params = np.where(held, params, 0.0).max(axis=1)
-    weights = np.where(z3, par * weight_e / shards + 2.0 * max_layer_params * weight_e, par * weight_e)
-    if space.precision == "fp8":
-        weights = weights + par / np.where(z3, shards, 1)  # FP8 weight copies
-    grads = trn * pricer.grad_bytes / np.where(pl.zero >= 2, shards, 1)
-    optimizer = trn * 12.0 / np.where(pl.zero >= 1, shards, 1)  # Adam: fp32 master + two moments
-    p, v = pl.pp, pl.vp
-    r = 0 if rank == 0 else p - 1
-    interleaved = np.minimum(m * v, (p - r - 1) * 2 + (v - 1) * p + 1) / v
-    flight = np.where(p == 1, 1.0, np.where(v > 1, interleaved, np.minimum(m, p - r)))
-    full = pl.rc == RECOMPUTE.index("full")
-    max_act = np.where(held, act, 0.0).max(axis=1)
-    acts = np.where(full, np.einsum("nk,nk->n", c, inp) * flight + max_act, np.einsum("nk,nk->n", c, act) * flight)
+    zeros = np.zeros(len(pl))
+    weights, grads, optimizer, acts = memory_parts_bytes(
+        params=np.einsum("nk,nk->n", c, params), trainable=np.einsum("nk,nk->n", c, trainable),
+        quantized_elements=zeros, quantized_bytes=zeros, max_layer_params=np.where(held, params, 0.0).max(axis=1),
+        saved_activation_bytes=np.einsum("nk,nk->n", c, act), checkpoint_bytes=np.einsum("nk,nk->n", c, inp),
+        max_layer_activation_bytes=np.where(held, act, 0.0).max(axis=1),
+        in_flight=in_flight_microbatches(pl.pp, pl.vp, m, 0 if rank == 0 else pl.pp - 1),
+        full_recompute=pl.rc == RECOMPUTE.index("full"), zero=pl.zero, shards=pl.dp * pl.cp,
+        weight_bytes_per_param=4.0 if space.precision == "fp32" else 2.0, grad_bytes=pricer.grad_bytes,
+        optimizer_bytes_per_param=12.0,  # Adam: fp32 master + two moments
+        fp8=space.precision == "fp8")
     mem = training_memory(weights=weights, gradients=grads, optimizer=optimizer,  # type: ignore[arg-type]
-                                activations=acts, capacity=pricer.hw.memory_bytes)  # type: ignore[arg-type]
+                          activations=acts, capacity=pricer.hw.memory_bytes)  # type: ignore[arg-type]
     return np.asarray(mem.total_bytes, dtype=float)
-

@@ -180,7 +180,7 @@ def load_cluster(name: str | Path | Cluster, *, nodes: int | None = None) -> Clu
     return c
 
 
-def cluster_for_gpu(gpu_id: str) -> Cluster:
+def cluster_for_gpu(gpu_id: str | Hardware) -> Cluster:
     """A catalog cluster of this GPU (a full DGX/HGX-style node first), or a cluster of the same
     generation (compute capability) carrying it in place of its own GPU."""
     hw = load_hardware(gpu_id)

@@ -19,6 +19,7 @@ from perfcast.catalog.models import ModelConfig
 from perfcast.compose.coefficients import ComposeCoefficients
 from perfcast.dtypes import DType
 from perfcast.kernel.coefficients import Coefficients
+from perfcast.kernel.energy import MATRIX_KINDS
 from perfcast.kernel.predict import predict_ops
 from perfcast.system.plan import ParallelPlan
 from perfcast.workload.backward import SavedActivations, backward_ops
@@ -37,7 +38,9 @@ class LayerCost:
     """Costs of one instance of a part (a layer, or the embedding / head) for one micro-batch on one GPU.
 
     Times in seconds; ``fwd_comm``/``bwd_comm`` map a collective (``tp_all_reduce``,
-    ``ep_all_to_all``...) to ``[bytes, calls]`` one instance issues per phase.
+    ``ep_all_to_all``...) to ``[bytes, calls]`` one instance issues per phase. ``*_matrix_s`` is the kernel
+    time of the matrix ops (GEMMs, attention, convolutions); ``*_matrix_J`` and ``*_other_J`` the dynamic
+    energy the kernel layer priced for the matrix ops and the others (``KernelTime.dynamic_J``), joules.
     """
 
     label: str
@@ -65,6 +68,13 @@ class LayerCost:
     attention_bwd_s: float = 0.0
     activation_bytes: float = 0.0
     input_bytes: float = 0.0
+    fwd_matrix_s: float = 0.0
+    bwd_matrix_s: float = 0.0
+    fwd_matrix_J: float = 0.0
+    fwd_other_J: float = 0.0
+    bwd_matrix_J: float = 0.0
+    bwd_other_J: float = 0.0
+    attention_fwd_J: float = 0.0
 
 
 @dataclass
@@ -245,8 +255,15 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
             continue
         kt = next(it)
         t = kt.time_s * per
+        joules = kt.dynamic_J * per
         fp8 = op.kind is OpKind.GEMM and op.dtype is DType.FP8
+        matrix = op.kind in MATRIX_KINDS
         if fwd:
+            if matrix:
+                part.fwd_matrix_s += t
+                part.fwd_matrix_J += joules
+            else:
+                part.fwd_other_J += joules
             part.fwd_s += t
             part.fwd_kernels += per
             part.fwd_host_s += fwd_launch * per
@@ -257,6 +274,7 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
                 part.fwd_gemm_s += t
             if op.kind is OpKind.ATTENTION:
                 part.attention_fwd_s += t
+                part.attention_fwd_J += joules
             part.activation_bytes += saved.add(op) * per
             if op.kind is OpKind.GEMM and op.op == "linear" and not op.get("tied", False):
                 _, _, k, nn = op.dims
@@ -274,6 +292,11 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
                 part.quantized_elements += op.dims[1] * per
             part.trainable_params += op.params * per
         else:
+            if matrix:
+                part.bwd_matrix_s += t
+                part.bwd_matrix_J += joules
+            else:
+                part.bwd_other_J += joules
             part.bwd_s += t
             part.bwd_kernels += per
             if fp8:

@@ -1,4 +1,4 @@
-"""Pipeline schedules, simulated: GPipe, 1F1B and interleaved 1F1B.
+"""Pipeline schedules, simulated: GPipe, 1F1B and interleaved 1F1B (and a forward-only pass, for inference).
 
 Each pipeline rank runs its forward (F) and backward (B) passes of every
 micro-batch in the order its schedule prescribes; an F of stage ``s`` can start
@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 from perfcast.errors import ConfigError
 
-__all__ = ["MAX_TRACED_PASSES", "PipelineResult", "ScheduleEvent", "simulate_pipeline"]
+__all__ = ["MAX_TRACED_PASSES", "PipelineResult", "ScheduleEvent", "simulate_pipeline", "steady_state_s"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +102,22 @@ _MAX_SIMULATED_PASSES = 4096  # beyond this the steady-state closed form is used
 MAX_TRACED_PASSES = 200_000
 
 
+def steady_state_s(slowest_s: npt.ArrayLike, chain_s: npt.ArrayLike, microbatches: npt.ArrayLike,
+                   chunks: npt.ArrayLike, pp: npt.ArrayLike, send_s: npt.ArrayLike) -> np.ndarray:
+    """Makespan of a long 1F1B / interleaved 1F1B pipeline (``pp > 1``; arrays of pipelines or scalars).
+
+    The slowest rank's work per micro-batch (``slowest_s``: forward and backward of all its ``chunks``) plus
+    the two sends on the dependency loop between ranks paces the ``microbatches``; filling and draining add
+    ``1 / chunks`` of the other stages' work (``chain_s`` is one micro-batch through every stage) and the
+    sends along the pipeline.
+    """
+    slowest, chain, send = (np.asarray(x, dtype=float) for x in (slowest_s, chain_s, send_s))
+    m, v, p = np.asarray(microbatches), np.asarray(chunks), np.asarray(pp)
+    return m * (slowest + 2 * send) + (chain - slowest) / v + 2 * (p - 1) * send
+
+
 def _closed_form(fwd_s: list[float], bwd_s: list[float], p: int, m: int, v: int, send_s: float,
-                 schedule: str) -> PipelineResult:
+                 schedule: str, forward_only: bool = False) -> PipelineResult:
     """Steady-state makespan of long pipelines: fill and drain once, the slowest rank paces the rest.
 
     GPipe runs all forwards, then all backwards, each phase paced by its own
@@ -111,25 +128,27 @@ def _closed_form(fwd_s: list[float], bwd_s: list[float], p: int, m: int, v: int,
     """
     per_rank = [sum(fwd_s[c * p + r] + bwd_s[c * p + r] for c in range(v)) for r in range(p)]
     busy = [x * m for x in per_rank]
-    if schedule == "gpipe":
+    if forward_only:
+        total = (m - 1) * max(fwd_s) + sum(fwd_s) + (p * v - 1) * send_s
+    elif schedule == "gpipe":
         total = ((m - 1) * max(fwd_s) + sum(fwd_s) + (m - 1) * max(bwd_s) + sum(bwd_s)
                  + 2 * (p * v - 1) * send_s)
     else:
-        slowest = max(per_rank)
         chain = sum(f + b for f, b in zip(fwd_s, bwd_s, strict=True))
-        pace = slowest + (2 * send_s if p > 1 else 0.0)
-        total = m * pace + (chain - slowest) / v + 2 * (p - 1) * send_s
+        total = float(steady_state_s(max(per_rank), chain, m, v, p, send_s))
     return PipelineResult(time_s=total, busy_s=busy, bubble_frac=(total - max(busy)) / total if total > 0 else 0.0)
 
 
 def simulate_pipeline(fwd_s: list[float], bwd_s: list[float], microbatches: int, *, schedule: str = "1f1b",
-                      chunks: int = 1, send_s: float = 0.0, keep_events: bool = False) -> PipelineResult:
+                      chunks: int = 1, send_s: float = 0.0, keep_events: bool = False,
+                      forward_only: bool = False) -> PipelineResult:
     """Simulate one step of a pipeline.
 
     ``fwd_s[s]``/``bwd_s[s]`` are the times of one micro-batch's forward/backward
     on virtual stage ``s`` (``p * chunks`` virtual stages; with ``chunks`` > 1
     stage ``s`` lives on rank ``s % p``). ``send_s`` is the activation send
-    between consecutive stages. Pipelines with more than a few thousand passes
+    between consecutive stages. ``forward_only`` (inference) runs the forward
+    passes alone, in micro-batch order (``bwd_s`` is then ignored). Pipelines with more than a few thousand passes
     (and no request for events) use the steady-state closed form.
     """
     v = chunks
@@ -161,8 +180,10 @@ def simulate_pipeline(fwd_s: list[float], bwd_s: list[float], microbatches: int,
                     t += bwd_s[c]
         return PipelineResult(time_s=total, busy_s=[total], bubble_frac=0.0, events=serial)
     if not keep_events and 2 * p * v * m > _MAX_SIMULATED_PASSES:
-        return _closed_form(fwd_s, bwd_s, p, m, v, send_s, schedule)
-    if schedule == "interleaved" and v > 1:
+        return _closed_form(fwd_s, bwd_s, p, m, v, send_s, schedule, forward_only)
+    if forward_only:
+        orders = [[("F", mb, c) for mb in range(m) for c in range(v)] for _ in range(p)]
+    elif schedule == "interleaved" and v > 1:
         orders = [_order_interleaved(r, p, m, v) for r in range(p)]
     elif schedule == "gpipe":
         orders = [_order_gpipe(m) for _ in range(p)]

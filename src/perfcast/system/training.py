@@ -19,6 +19,10 @@ How a step is put together (all times per GPU, seconds):
    ranks, overlapped with the last micro-batch's backward; what does not fit
    behind it is exposed. The Adam step runs on the local (sharded) parameters.
 
+The overlaps, the data-parallel tail, the step's sum and the memory per GPU
+are :mod:`perfcast.system.step`'s formulas, which the vectorized search
+(:mod:`perfcast.sweep.evaluate`) applies to arrays of plans.
+
 Throughput follows Megatron-LM's conventions: model FLOPs are
 ``3 x (matmul + non-causal attention FLOPs of the forward)`` per token (the
 ``72 B s L h^2 (1 + s/6h + V/12hL)`` formula of Narayanan et al. for GPT);
@@ -41,19 +45,27 @@ from perfcast.compose.interval import interval_for
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
-from perfcast.kernel.energy import ENERGY_STATUS, power_model
-from perfcast.kernel.power import datapath, energy_per_flop_J, memory_kind, sustained_clock_frac
-from perfcast.kernel.predict import predict_ops
+from perfcast.kernel.energy import ENERGY_STATUS, power_model, step_energy_J
+from perfcast.kernel.predict import KernelTime, predict_ops
 from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.coefficients import TrainingCoefficients, load_training_coefficients
 from perfcast.system.layers import LayerCost, MicroBatchCosts, micro_batch_costs
 from perfcast.system.memory import MemoryBreakdown, training_memory
 from perfcast.system.plan import ParallelPlan, check_plan
 from perfcast.system.schedule import PipelineResult, ScheduleEvent, simulate_pipeline
+from perfcast.system.step import (
+    data_parallel_exposed_s,
+    in_flight_microbatches,
+    memory_parts_bytes,
+    overlapped_s,
+    step_time_s,
+    zero3_layer_s,
+)
 from perfcast.workload.types import Op, OpKind, Phase
 
 __all__ = ["FLOPS_CONVENTION", "LORA_FLOPS_CONVENTION", "TP_OVERLAP_EFFICIENCY", "LayerComm", "LayerTime",
-           "TrainingResult", "layer_time", "optimizer_time_s", "simulate_training", "split_layers", "training_energy"]
+           "TrainingResult", "layer_time", "optimizer_kernel", "optimizer_time_s", "simulate_training", "split_layers",
+           "training_energy"]
 
 TP_OVERLAP_EFFICIENCY = 0.8  # share of the GEMM time behind which overlapped TP collectives hide
 _ADAM_BYTES = (16.0, 14.0)  # read: fp32 master, fp32 grad, two fp32 moments; write: master, moments, bf16 copy
@@ -180,9 +192,8 @@ class TrainingResult:
 class LayerComm:
     """Collective times on a cluster for groups laid out tp-fastest (Megatron's rank order)."""
 
-    def __init__(self, cluster: Cluster, plan: ParallelPlan) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.plan = plan
         self._memo: dict[tuple[str, float, int, int], float] = {}
 
     def per_node(self, stride: int, size: int) -> int:
@@ -230,11 +241,6 @@ def _device_s(kernel_s: float, fp8_s: float, kernels: float, tc: TrainingCoeffic
         kernels * tc.kernel_gap_s
 
 
-def _overlapped(comm_s: float, window_s: float, tc: TrainingCoefficients) -> float:
-    """Exposed time of a collective overlapped with ``window_s`` of compute (interference included)."""
-    return max(0.0, comm_s - window_s) + tc.overlap_interference * min(comm_s, window_s)
-
-
 def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: TrainingCoefficients, *,
                 grad_bytes: float) -> LayerTime:
     """Seconds of one layer kind's forward and backward under ``plan`` (compute, recompute and the TP/CP/EP
@@ -270,10 +276,10 @@ def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: Trainin
                 else:
                     t = comm.calls("all_reduce", size, calls, tp, 1)
                 hidden = TP_OVERLAP_EFFICIENCY * gemm if plan.tp_comm_overlap else 0.0
-                e, name = _overlapped(t, hidden, tc), "tp_comm_s"
+                e, name = float(overlapped_s(t, hidden, tc.overlap_interference)), "tp_comm_s"
             elif kind == "cp_ring_send_recv":
                 t = comm.calls("send_recv", size, calls, 2, tp)
-                e, name = _overlapped(t, attn, tc), "cp_comm_s"
+                e, name = float(overlapped_s(t, attn, tc.overlap_interference)), "cp_comm_s"
             elif kind == "cp_all_to_all":
                 t = comm.calls("all_to_all", size, calls, cp, tp)
                 e, name = t, "cp_comm_s"
@@ -294,8 +300,8 @@ def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: Trainin
         ag = comm.time("all_gather", part.params * 2.0, shards, tp)
         rs = comm.time("reduce_scatter", part.trainable_params * grad_bytes, shards, tp)
         if plan.dp_overlap:
-            f_new = f_total + _overlapped(ag, f_total, tc)
-            b_new = b_total + _overlapped(ag + rs, b_total, tc)
+            f_arr, b_arr = zero3_layer_s(f_total, b_total, ag, rs, tc.overlap_interference)
+            f_new, b_new = float(f_arr), float(b_arr)
         else:
             f_new, b_new = f_total + ag, b_total + ag + rs
         add("fsdp_comm_s", 2 * ag + rs, (f_new - f_total) + (b_new - b_total))
@@ -332,10 +338,19 @@ class _Stage:
     checkpoint_bytes: float = 0.0
     max_layer_activation: float = 0.0
     max_layer_params: float = 0.0
+    matrix_kernel_s: float = 0.0
+    other_kernel_s: float = 0.0
+    matrix_J: float = 0.0
+    other_J: float = 0.0
     exposed: dict[str, float] = field(default_factory=dict)
     total: dict[str, float] = field(default_factory=dict)
 
-    def add(self, part: LayerCost, lt: LayerTime, n: int = 1) -> None:
+    def add(self, part: LayerCost, lt: LayerTime, n: int = 1, recompute: str = "none") -> None:
+        matrix_s, other_s, matrix_J, other_J = _part_kernels(part, recompute)
+        self.matrix_kernel_s += matrix_s * n
+        self.other_kernel_s += other_s * n
+        self.matrix_J += matrix_J * n
+        self.other_J += other_J * n
         self.fwd_s += lt.fwd_s * n
         self.bwd_s += lt.bwd_s * n
         self.compute_s += lt.compute_s * n
@@ -366,7 +381,7 @@ def _stages(costs: MicroBatchCosts, times: dict[str, LayerTime], plan: ParallelP
     stages = [_Stage() for _ in range(n_virtual)]
     embed, head = costs.part("embed"), costs.part("head")
     if embed is not None:
-        stages[0].add(embed, times["embed"])
+        stages[0].add(embed, times["embed"], recompute=plan.recompute)
     pos = 0
     for s, c in enumerate(counts):
         # runs of the same layer kind are added at once
@@ -375,11 +390,11 @@ def _stages(costs: MicroBatchCosts, times: dict[str, LayerTime], plan: ParallelP
             j = i
             while j < pos + c and sequence[j] is sequence[i]:
                 j += 1
-            stages[s].add(sequence[i], times[sequence[i].label], j - i)
+            stages[s].add(sequence[i], times[sequence[i].label], j - i, plan.recompute)
             i = j
         pos += c
     if head is not None:
-        stages[-1].add(head, times["head"])
+        stages[-1].add(head, times["head"], recompute=plan.recompute)
     return stages
 
 
@@ -388,55 +403,38 @@ def _stages(costs: MicroBatchCosts, times: dict[str, LayerTime], plan: ParallelP
 
 def optimizer_time_s(params: float, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients) -> float:
     """Seconds of the optimizer step over ``params`` parameters held by one GPU (a memory-bound pass)."""
+    return optimizer_kernel(params, plan, hw, coeffs).time_s
+
+
+def optimizer_kernel(params: float, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients) -> KernelTime:
+    """The optimizer step over ``params`` parameters held by one GPU, priced by the kernel layer (time and
+    energy)."""
     if params <= 0:
-        return 0.0
+        return KernelTime(0.0, "memory", 0.0, 0.0)
     rd, wr = _ADAM_BYTES if plan.optimizer == "adam" else _SGD_BYTES
     p = int(math.ceil(params))
     op = Op(name=f"optimizer.{plan.optimizer}", op=plan.optimizer, kind=OpKind.VECTOR, dims=(1, p), dtype=DType.FP32,
             flops=12.0 * p, bytes_read=rd * p, bytes_written=wr * p, phase=Phase.OPTIMIZER, group="optimizer",
             meta=(("inputs", 4), ("outputs", 3)))
-    return predict_ops([op], hw, coeffs)[0].time_s
+    return predict_ops([op], hw, coeffs)[0]
 
 
-def _in_flight(plan: ParallelPlan, rank: int, m: int) -> float:
-    """Micro-batches (in units of a rank's whole layer set) whose activations a rank holds at its peak."""
-    p, v = plan.pp, plan.vp
-    if p == 1:
-        return 1.0
-    if plan.effective_schedule == "gpipe":
-        return float(m)
-    if plan.effective_schedule == "interleaved":
-        chunks = min(m * v, (p - rank - 1) * 2 + (v - 1) * p + 1)
-        return chunks / v
-    return float(min(m, p - rank))
-
-
-def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m: int, grad_bytes: float,
-            e_act: float) -> MemoryBreakdown:
+def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m: int,
+            grad_bytes: float) -> MemoryBreakdown:
     own = [stages[c * plan.pp + rank] for c in range(plan.vp)]
-    params = sum(s.params for s in own)
-    trainable = sum(s.trainable for s in own)
-    quant_el = sum(s.quantized_elements for s in own)
-    quant_b = sum(s.quantized_bytes for s in own)
-    shards = plan.dp * plan.cp
-    weight_e = 2.0 if plan.precision != "fp32" else 4.0
-    if plan.zero == 3:
-        in_flight_layers = 2.0 * max(s.max_layer_params for s in own)
-        weights = (params - quant_el) * weight_e / shards + quant_b / shards + in_flight_layers * weight_e
-    else:
-        weights = (params - quant_el) * weight_e + quant_b
-    if plan.precision == "fp8":
-        weights += (params - quant_el) * 1.0 / (shards if plan.zero == 3 else 1)  # FP8 weight copies
-    grads = trainable * grad_bytes / (shards if plan.zero >= 2 else 1)
-    opt_per_param = 12.0 if plan.optimizer == "adam" else 4.0
-    optimizer = trainable * opt_per_param / (shards if plan.zero >= 1 else 1)
-    flight = _in_flight(plan, rank, m)
-    if plan.recompute == "full":
-        acts = sum(s.checkpoint_bytes for s in own) * flight + max(s.max_layer_activation for s in own)
-    else:
-        acts = sum(s.activation_bytes for s in own) * flight
-    return training_memory(weights=weights, gradients=grads, optimizer=optimizer, activations=acts,
-                                 capacity=hw.memory_bytes)
+    flight = in_flight_microbatches(plan.pp, plan.vp, m, rank, gpipe=plan.effective_schedule == "gpipe")
+    weights, grads, optimizer, acts = memory_parts_bytes(
+        params=sum(s.params for s in own), trainable=sum(s.trainable for s in own),
+        quantized_elements=sum(s.quantized_elements for s in own),
+        quantized_bytes=sum(s.quantized_bytes for s in own), max_layer_params=max(s.max_layer_params for s in own),
+        saved_activation_bytes=sum(s.activation_bytes for s in own),
+        checkpoint_bytes=sum(s.checkpoint_bytes for s in own),
+        max_layer_activation_bytes=max(s.max_layer_activation for s in own), in_flight=flight,
+        full_recompute=plan.recompute == "full", zero=plan.zero, shards=plan.dp * plan.cp,
+        weight_bytes_per_param=2.0 if plan.precision != "fp32" else 4.0, grad_bytes=grad_bytes,
+        optimizer_bytes_per_param=12.0 if plan.optimizer == "adam" else 4.0, fp8=plan.precision == "fp8")
+    return training_memory(weights=float(weights), gradients=float(grads), optimizer=float(optimizer),
+                           activations=float(acts), capacity=hw.memory_bytes)
 
 
 # -- energy -------------------------------------------------------------------------------------------
@@ -444,35 +442,49 @@ def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m
 _COMM_PARTS = ("tp_comm_s", "cp_comm_s", "ep_comm_s", "fsdp_comm_s", "dp_comm_s", "pp_send_s")
 
 
-def training_energy(costs: MicroBatchCosts, breakdown_s: dict[str, float], flops_per_gpu: float, dtype: DType,
-                    hw: Hardware, coeffs: Coefficients) -> dict[str, float]:
-    """Energy of one GPU over one step, joules, by part: ``matrix_J``, ``memory_bound_J``, ``comm_J``, ``idle_J``.
+def _part_kernels(part: LayerCost, recompute: str) -> tuple[float, float, float, float]:
+    """Kernel seconds and dynamic joules of one micro-batch of ``part``, matrix ops and the others, its
+    recomputed forward (full) or attention (selective) included."""
+    matrix_s = part.fwd_matrix_s + part.bwd_matrix_s
+    other_s = part.fwd_s + part.bwd_s - matrix_s
+    matrix_J = part.fwd_matrix_J + part.bwd_matrix_J
+    other_J = part.fwd_other_J + part.bwd_other_J
+    if part.label not in ("embed", "head"):
+        if recompute == "full":
+            matrix_s, other_s = matrix_s + part.fwd_matrix_s, other_s + part.fwd_s - part.fwd_matrix_s
+            matrix_J, other_J = matrix_J + part.fwd_matrix_J, other_J + part.fwd_other_J
+        elif recompute == "selective":
+            matrix_s, matrix_J = matrix_s + part.attention_fwd_s, matrix_J + part.attention_fwd_J
+    return matrix_s, other_s, matrix_J, other_J
 
-    The kernels' busy time (compute, recompute, optimizer) splits into matrix time (GEMMs and attention,
-    their share of one micro-batch's kernel time) at the sustained clock of the training precision's
-    datapath, doing ``flops_per_gpu`` and moving ``flops / flop_per_dram_byte`` bytes, and memory-bound
-    time streaming DRAM at the fitted vector efficiency. Exposed communication draws static + active
-    power; bubbles and step overhead static power only; collectives hidden behind compute add nothing
-    (their link energy is small beside the kernels'). A prior model: :data:`ENERGY_STATUS`.
+
+def training_energy(own: list[_Stage], microbatches: int, optimizer: KernelTime, breakdown_s: dict[str, float],
+                    step_s: float, hw: Hardware, coeffs: Coefficients) -> dict[str, float]:
+    """Energy of one GPU (a pipeline rank holding the stages ``own``) over one step, joules, by part:
+    ``matrix_J``, ``memory_bound_J``, ``comm_J``, ``idle_J``.
+
+    The sum of what the step's ops were priced at by the kernel layer (``KernelTime.dynamic_J``: every
+    micro-batch's forward, backward and recompute, and the optimizer step) on top of the GPU's static power
+    over the step and its active power over exposed communication
+    (:func:`perfcast.kernel.energy.step_energy_J`, the rule ``predict`` uses). The parts: the matrix ops
+    (GEMMs, attention, convolutions) and the others with the static power over their kernel time, exposed
+    communication, and the static power of the rest of the step (bubbles, overhead, the gaps and the
+    sustained-run slowdown the training coefficients add to the kernels). A prior model: :data:`ENERGY_STATUS`.
     """
     pm = power_model(hw, coeffs)
-    matrix = kernel = 0.0
-    for part in costs.parts:
-        matrix += part.count * (part.fwd_gemm_s + part.bwd_gemm_s + part.attention_fwd_s + part.attention_bwd_s)
-        kernel += part.count * (part.fwd_s + part.bwd_s)
-    share = min(1.0, matrix / kernel) if kernel > 0 else 0.0
-    compute = breakdown_s.get("compute_s", 0.0) + breakdown_s.get("recompute_s", 0.0)
-    t_matrix = compute * share
-    t_memory = compute - t_matrix + breakdown_s.get("optimizer_s", 0.0)
-    path = datapath(hw, dtype)
-    x = sustained_clock_frac(hw, path, coeffs)
-    e_matrix = pm.busy_energy_J(t_matrix, flops_per_gpu, flops_per_gpu / pm.flop_per_dram_byte,
-                                energy_per_flop_J(hw, path, coeffs), x)
-    stream = hw.memory_bandwidth_Bps * coeffs.vector.memory_efficiency[memory_kind(hw)]
-    e_memory = pm.busy_energy_J(t_memory, 0.0, t_memory * stream, 0.0)
+    m = microbatches
+    matrix_s = m * sum(s.matrix_kernel_s for s in own)
+    other_s = m * sum(s.other_kernel_s for s in own) + optimizer.time_s
+    matrix_J = m * sum(s.matrix_J for s in own)
+    other_J = m * sum(s.other_J for s in own) + optimizer.dynamic_J
     comm = sum(breakdown_s.get(k, 0.0) for k in _COMM_PARTS)
-    idle = breakdown_s.get("bubble_s", 0.0) + breakdown_s.get("overhead_s", 0.0)
-    return {"matrix_J": e_matrix, "memory_bound_J": e_memory, "comm_J": pm.comm_W * comm, "idle_J": pm.idle_W * idle}
+    total = step_energy_J(pm, wall_s=step_s, dynamic_J=matrix_J + other_J, comm_s=comm)
+    parts = {"matrix_J": pm.static_W * matrix_s + matrix_J, "memory_bound_J": pm.static_W * other_s + other_J,
+             "comm_J": pm.comm_W * comm, "idle_J": pm.idle_W * max(0.0, step_s - matrix_s - other_s - comm)}
+    summed = sum(parts.values())
+    if summed > total:  # capped at TDP
+        parts = {k: v * total / summed for k, v in parts.items()}
+    return parts
 
 
 # -- the step -----------------------------------------------------------------------------------------
@@ -505,7 +517,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     cc = compose or load_compose_coefficients()
     tc = training or load_training_coefficients()
     costs = micro_batch_costs(cfg, plan, hw, co, cc, forward=forward)
-    comm = LayerComm(cl, plan)
+    comm = LayerComm(cl)
     grad_bytes = 4.0 if plan.grad_reduce_dtype == "fp32" else 2.0
     times = {part.label: layer_time(part, plan, comm, tc, grad_bytes=grad_bytes) for part in costs.parts}
     stages = _stages(costs, times, plan)
@@ -531,6 +543,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     dp_exposed = [0.0] * p
     dp_total = [0.0] * p
     opt_s = [0.0] * p
+    opt_k: list[KernelTime] = []
     for r in range(p):
         own = [stages[c * p + r] for c in range(v)]
         trainable = sum(s.trainable for s in own)
@@ -538,22 +551,21 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
         layers = max(1, sum(s.layers for s in own))
         window_b = sum(s.bwd_s for s in own) if plan.dp_overlap else 0.0
         window_f = sum(s.fwd_s for s in own) if plan.dp_overlap else 0.0
+        ar = rs = ag = 0.0
         if plan.zero == 0:
-            t = comm.time("all_reduce", trainable * grad_bytes, shards, plan.tp)
-            dp_total[r] = t
-            dp_exposed[r] = max(_overlapped(t, window_b, tc), t / layers) if t > 0 else 0.0
+            ar = comm.time("all_reduce", trainable * grad_bytes, shards, plan.tp)
         elif plan.zero in (1, 2):
             rs = comm.time("reduce_scatter", trainable * grad_bytes, shards, plan.tp)
             ag = comm.time("all_gather", params * 2.0, shards, plan.tp) if trainable > 0 else 0.0
-            dp_total[r] = rs + ag
-            exp_rs = max(_overlapped(rs, window_b, tc), rs / layers) if rs > 0 else 0.0
-            exp_ag = max(_overlapped(ag, window_f, tc), ag / layers) if ag > 0 else 0.0
-            dp_exposed[r] = exp_rs + exp_ag
-        opt_s[r] = optimizer_time_s(trainable / (shards if plan.zero >= 1 else 1), plan, hw, co)
+        dp_total[r] = ar if plan.zero == 0 else rs + ag
+        dp_exposed[r] = float(data_parallel_exposed_s(plan.zero, ar, rs, ag, window_b, window_f, layers,
+                                                      tc.overlap_interference))
+        opt_k.append(optimizer_kernel(trainable / (shards if plan.zero >= 1 else 1), plan, hw, co))
+        opt_s[r] = opt_k[r].time_s
     tail = [dp_exposed[r] + opt_s[r] for r in range(p)]
     crit = max(range(p), key=lambda r: pipe.busy_s[r] + tail[r])
     overhead = cc.host.step_overhead_s
-    step = pipe.time_s + max(tail) + overhead
+    step = float(step_time_s(pipe.time_s, dp_exposed, opt_s, overhead))
 
     # breakdown on the critical rank: its busy time split into parts, plus the bubble
     own = [stages[c * p + crit] for c in range(v)]
@@ -599,9 +611,8 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
         hf = mf + costs.attention_flops_per_token / 3.0
     train_dtype = DType.FP8 if plan.precision == "fp8" else (DType.FP32 if plan.precision == "fp32" else DType.BF16)
     peak = hw.peak(train_dtype)
-    energy = training_energy(costs, breakdown, hf * tokens / gpus, train_dtype, hw, co)
-    e_act = 2.0
-    mems = [_memory(stages, r, plan, hw, m, grad_bytes, e_act) for r in {0, p - 1}]
+    energy = training_energy([stages[c * p + crit] for c in range(v)], m, opt_k[crit], breakdown, step, hw, co)
+    mems = [_memory(stages, r, plan, hw, m, grad_bytes) for r in {0, p - 1}]
     memory = max(mems, key=lambda mb: mb.total_bytes)
     low, high = interval_for(step, kind="training")
     return TrainingResult(

@@ -8,8 +8,9 @@ import pytest
 from perfcast.catalog.models import load_model
 from perfcast.catalog.params import count_params
 from perfcast.compose.memory import COMM_BUFFER_BYTES, CUDA_CONTEXT_BYTES, FRAGMENTATION_FRAC
-from perfcast.compose.predict import StepRequest, predict
+from perfcast.compose.predict import StepRequest
 from perfcast.compose.types import MemoryBreakdown
+from perfcast.system.predict import predict
 from perfcast.workload.types import Mode
 
 pytestmark = pytest.mark.unit

@@ -1,5 +1,5 @@
-"""Unit tests of layer 2 (``perfcast.compose``): one device's step, its parts and interval, simple
-4-GPU parallelism, and the ``predict`` entry point."""
+"""Unit tests of layer 2 (``perfcast.compose``): one device's step, its parts and interval, the step request
+and the one-GPU ``predict`` (a request over several GPUs: tests/unit/system/test_parallel_predict.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import pytest
 from perfcast.catalog.hardware import load_hardware
 from perfcast.compose.coefficients import load_compose_coefficients
 from perfcast.compose.interval import load_intervals
-from perfcast.compose.parallel import link_bandwidth_Bps, parse_parallelism, ring_allreduce_s
-from perfcast.compose.predict import StepRequest, predict
+from perfcast.compose.predict import StepRequest, parse_parallelism, predict
 from perfcast.compose.step import predict_step, simulate_queue
 from perfcast.compose.types import OpTime, StepTime
 from perfcast.dtypes import DType
@@ -242,66 +241,6 @@ def test_newer_gpu_is_faster_on_a_big_step() -> None:
     assert t("h100-sxm-80gb") < t("a100-sxm-80gb") < t("v100-sxm2-32gb")
 
 
-def test_dp4_inference_is_faster_than_one_gpu() -> None:
-    one = predict(StepRequest(model="gpt2-large", hardware="a100-sxm-80gb", batch_size=8, seq_len=1024))
-    dp4 = predict(StepRequest(model="gpt2-large", hardware="a100-sxm-80gb", batch_size=8, seq_len=1024,
-                              parallelism="dp4"))
-    assert dp4.parallelism == "dp4" and dp4.batch_size == 8
-    assert dp4.time_s < one.time_s
-    assert dp4.comm_s == 0.0  # inference: no gradients to all-reduce
-
-
-def test_dp4_training_pays_an_exposed_all_reduce() -> None:
-    req = dict(model="gpt2-large", hardware="a100-pcie-40gb", mode=Mode.TRAINING, batch_size=8, seq_len=512)
-    dp4 = predict(StepRequest(**req, parallelism="dp4"))
-    per_gpu = predict(StepRequest(**{**req, "batch_size": 2}))
-    assert dp4.comm_s > 0
-    assert dp4.time_s == pytest.approx(per_gpu.time_s + dp4.comm_s, rel=1e-9)
-    assert dp4.low_s < dp4.time_s < dp4.high_s
-
-
-def test_tp4_shards_the_work_and_adds_all_reduces() -> None:
-    req = dict(model="gpt2-large", hardware="a100-sxm-80gb", mode=Mode.INFERENCE, batch_size=8, seq_len=1024)
-    one = predict(StepRequest(**req))
-    tp4 = predict(StepRequest(**req, parallelism="tp4"))
-    assert tp4.parallelism == "tp4"
-    assert tp4.comm_s > 0
-    assert tp4.device_busy_s < one.device_busy_s
-    assert tp4.low_s < tp4.time_s < tp4.high_s
-
-
-def test_tp_not_dividing_heads_is_config_error() -> None:
-    """GPT-2 XL has 25 heads: tp4 cannot split them; the message lists the degrees that can."""
-    message = r"tp=4 must divide num_attention_heads=25 \(gpt2-xl\); use tp in \{1, 5, 25\}"
-    with pytest.raises(ConfigError, match=message):
-        predict(StepRequest(model="gpt2-xl", hardware="a100-sxm-80gb", batch_size=1, seq_len=128, parallelism="tp4"))
-
-
-def test_pp4_runs_microbatches_through_stages() -> None:
-    req = dict(model="gpt2-large", hardware="a100-pcie-40gb", mode=Mode.TRAINING, batch_size=8, seq_len=512)
-    pp4 = predict(StepRequest(**req, parallelism="pp4"))
-    assert pp4.parallelism == "pp4" and pp4.batch_size == 8
-    assert pp4.comm_s > 0
-    assert pp4.low_s < pp4.time_s < pp4.high_s
-    one = predict(StepRequest(**req))
-    # (m + p - 1) stage slots of a quarter of the layers each, m = 4 micro-batches of 2: less than the
-    # whole batch on one GPU, more than a quarter of it
-    assert one.time_s / 4 < pp4.time_s < one.time_s
-
-
-def test_pp_needs_enough_layers_and_divisible_microbatches() -> None:
-    with pytest.raises(ConfigError, match="pp2 needs at least 2 layers"):
-        predict(StepRequest(model="opt-toy-1layer", hardware="a100-pcie-40gb", batch_size=2, seq_len=32,
-                            parallelism="pp2"))
-    with pytest.raises(ConfigError, match="divisible by 4"):
-        predict(StepRequest(model="gpt2", hardware="a100-pcie-40gb", batch_size=6, seq_len=32, parallelism="pp4"))
-
-
-def test_dp_needs_a_divisible_batch() -> None:
-    with pytest.raises(ConfigError, match=r"dp4 needs a batch divisible by 4 \(got 6\)"):
-        predict(StepRequest(model="gpt2", hardware="a100-pcie-40gb", batch_size=6, seq_len=32, parallelism="dp4"))
-
-
 @pytest.mark.parametrize(("text", "kind", "degree"), [("none", "none", 1), ("", "none", 1), ("1", "none", 1),
                                                       ("DP4", "dp", 4), (" tp2 ", "tp", 2), ("pp8", "pp", 8)])
 def test_parse_parallelism(text: str, kind: str, degree: int) -> None:
@@ -313,26 +252,6 @@ def test_parse_parallelism(text: str, kind: str, degree: int) -> None:
 def test_parse_parallelism_rejects(text: str) -> None:
     with pytest.raises(ConfigError, match="use none, dpN, tpN or ppN"):
         parse_parallelism(text)
-
-
-def test_ring_all_reduce_formula() -> None:
-    """Ring all-reduce over n GPUs: 2(n-1)/n of the buffer crosses each link, plus 2(n-1) hops of latency.
-    1 GiB over 4 GPUs: 1.5 GiB per link."""
-    hw = load_hardware("a100-sxm-80gb")
-    bw, lat = link_bandwidth_Bps(hw)
-    size = 2.0**30
-    assert ring_allreduce_s(size, 4, hw) == pytest.approx(2 * 3 / 4 * size / bw + 2 * 3 * lat)
-    assert ring_allreduce_s(size, 1, hw) == 0.0
-    assert ring_allreduce_s(0.0, 8, hw) == 0.0
-
-
-def test_link_bandwidth_is_half_the_bidirectional_figure_times_efficiency() -> None:
-    hw = load_hardware("a100-sxm-80gb")
-    cc = load_compose_coefficients()
-    bw, _ = link_bandwidth_Bps(hw, cc)
-    fabric = hw.interconnect.fabric.value
-    assert bw == pytest.approx(hw.interconnect.fabric_bidir_bandwidth_Bps / 2 * cc.comm.link_efficiency[fabric])
-    assert bw < hw.interconnect.fabric_bidir_bandwidth_Bps / 2
 
 
 # -- intervals and composition coefficients are versioned files -------------------------------------------------
@@ -350,8 +269,9 @@ def test_intervals_with_wrong_schema_are_data_error(tmp_path: Path) -> None:
 
 
 def test_compose_coefficients_with_wrong_schema_are_data_error(tmp_path: Path) -> None:
+    """Another schema version is refused by name, the version 1 files (with their link ``comm`` part) too."""
     raw = json.loads(load_compose_coefficients().to_json())
-    raw["schema_version"] = 2
+    raw["schema_version"] = 1
     path = tmp_path / "compose.json"
     path.write_text(json.dumps(raw), encoding="utf-8")
     with pytest.raises(DataError, match="schema_version"):

@@ -15,13 +15,15 @@ import json
 import pytest
 
 from perfcast.catalog.hardware import list_hardware, load_hardware
-from perfcast.compose.predict import StepRequest, predict
+from perfcast.catalog.models import load_model
+from perfcast.compose.predict import StepRequest
 from perfcast.dtypes import DType
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.energy import ENERGY_STATUS, op_energy, ops_energy, power_model
 from perfcast.kernel.power import datapath, energy_per_flop_J, full_power_peak, sustained_clock_frac
 from perfcast.kernel.predict import KernelTime, predict_ops
 from perfcast.system.plan import ParallelPlan
+from perfcast.system.predict import predict
 from perfcast.system.training import simulate_training
 from perfcast.workload.graph import Graph
 from perfcast.workload.types import Op
@@ -117,6 +119,33 @@ def test_a_power_limited_op_is_capped_and_flagged() -> None:
     assert not op_energy(gemm, kt, hw).power_limited
 
 
+def test_predict_ops_prices_energy_beside_time() -> None:
+    """The kernel layer prices each op's energy with its time: what ops_energy gives at that time, bit for bit."""
+    hw = load_hardware("h100-sxm-80gb")
+    ops = [t.op for t in predict(StepRequest("gpt2", hw, mode="training", batch_size=2, seq_len=256)).ops]
+    kernels = predict_ops(ops, hw)
+    for kt, e in zip(kernels, ops_energy(ops, kernels, hw), strict=True):
+        assert (kt.energy_J, kt.dynamic_J) == (e.energy_J, e.dynamic_J)
+    assert all(kt.dynamic_J > 0 for kt in kernels if kt.time_s > 0 and kt.bound not in ("host", "comm"))
+
+
+def test_a_kernel_priced_by_hand_gets_the_same_energy() -> None:
+    """kernel_dynamic_J (a time from rates, as serving prices attention) is predict_ops' dynamic energy for the
+    same time, FLOPs and bytes; summed kernels of one kind and bound price as their sum."""
+    from perfcast.kernel.energy import kernel_dynamic_J
+
+    hw = load_hardware("h100-sxm-80gb")
+    ops = [t.op for t in predict(StepRequest("gpt2", hw, batch_size=2, seq_len=256)).ops]
+    attn = next(o for o in ops if o.kind.value == "gemm" and o.op == "bmm")  # attention scores, eager
+    kt = predict_ops([attn], hw)[0]
+    one = kernel_dynamic_J(attn.kind, attn.dtype, time_s=kt.time_s, flops=kt.flops, bytes_=kt.bytes, bound=kt.bound,
+                           hw=hw)
+    assert one == kt.dynamic_J
+    two = kernel_dynamic_J(attn.kind, attn.dtype, time_s=2 * kt.time_s, flops=2 * kt.flops, bytes_=2 * kt.bytes,
+                           bound=kt.bound, hw=hw)
+    assert two == pytest.approx(2 * one, rel=1e-12)
+
+
 def test_step_energy_adds_its_ops_and_idle_gaps() -> None:
     step = predict(StepRequest("gpt2", "a100-sxm-80gb", batch_size=4, seq_len=512))
     hw = load_hardware("a100-sxm-80gb")
@@ -147,6 +176,26 @@ def test_training_energy_scales_with_the_work_of_a_step() -> None:
     assert power_model(hw).static_W < small.avg_power_per_gpu_W <= hw.tdp_W
     assert small.energy_per_step_J == pytest.approx(small.energy_per_gpu_J * 8)
     assert sum(small.energy_breakdown_J.values()) == pytest.approx(small.energy_per_gpu_J)
+
+
+def test_training_energy_sums_the_ops_the_step_priced() -> None:
+    """One GPU, two micro-batches, no recompute: static power over the step plus every priced op's dynamic energy
+    (per micro-batch, and the optimizer step) plus active power over the exposed communication (none here)."""
+    from perfcast.compose.coefficients import load_compose_coefficients
+    from perfcast.system.layers import micro_batch_costs
+    from perfcast.system.training import optimizer_kernel
+
+    plan = ParallelPlan(micro_batch=2, global_batch=4, seq_len=512)
+    res = simulate_training("gpt2", "dgx-a100", plan)
+    hw = load_hardware("a100-sxm-80gb")
+    co = load_coefficients()
+    costs = micro_batch_costs(load_model("gpt2"), plan, hw, co, load_compose_coefficients())
+    per_mb = sum(p.count * (p.fwd_matrix_J + p.fwd_other_J + p.bwd_matrix_J + p.bwd_other_J) for p in costs.parts)
+    trainable = sum(p.count * p.trainable_params for p in costs.parts)
+    dynamic = 2 * per_mb + optimizer_kernel(trainable, plan, hw, co).dynamic_J
+    pm = power_model(hw)
+    assert res.breakdown_s["dp_comm_s"] == 0.0
+    assert res.energy_per_gpu_J == pytest.approx(pm.static_W * res.step_time_s + dynamic, rel=1e-9)
 
 
 def test_pipeline_bubbles_lower_the_mean_power() -> None:
