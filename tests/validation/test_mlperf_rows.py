@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfcast.errors import ConfigError
-from perfcast.serving.mlperf import load_benchmark
+from perfcast.serving.sources.mlperf import load_benchmark
 from perfcast.validate.predict_batch import predict_batch, write_predictions
 from perfcast.validate.serving_tables import inference_config
 

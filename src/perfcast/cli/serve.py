@@ -115,7 +115,7 @@ def serve(
     refuse_overwrite(trace_out, requests_out, force=force)
     SCHEDULERS.get(scheduler)
     if workload is not None:
-        from perfcast.serving.mlperf import default_quantization, parse_workload
+        from perfcast.serving.sources.mlperf import default_quantization, parse_workload
 
         bench, scenario = parse_workload(workload)
         if scenario == "offline" and qps is not None:
@@ -177,18 +177,18 @@ def serve(
     mlperf = None
     result = None
     if workload is not None:
-        from perfcast.serving.mlperf import run_mlperf
+        from perfcast.serving.experiments.mlperf import run_mlperf
 
         mlperf = run_mlperf(cfg, workload, num_requests=num_requests, qps=qps)
         cfg, result = mlperf.result.config, mlperf.result
     elif find_max_qps:
-        from perfcast.serving.search import find_max_qps as search_qps
+        from perfcast.serving.experiments.search import find_max_qps as search_qps
 
         search = search_qps(cfg)
         cfg, result = search.config, search.result
     data_extra: dict[str, Any] = {}
     if colocate_model is not None:
-        from perfcast.serving.colocation import simulate_colocated
+        from perfcast.serving.experiments.colocation import simulate_colocated
 
         other = cfg.model_copy(update={"model": colocate_model, "speculative_model": None,
                                        "workload": cfg.workload.model_copy(update={"seed": cfg.workload.seed + 1})})
@@ -199,7 +199,7 @@ def serve(
         result = simulate_serving(cfg, keep_events=trace_out is not None)
     steady = None
     if search is None and mlperf is None and colocate_model is None:
-        from perfcast.serving.search import steady_state
+        from perfcast.serving.experiments.search import steady_state
 
         steady = steady_state(cfg, result)
     if trace_out is not None:
@@ -257,7 +257,7 @@ def _verdict_first(cfg: Any, workload: str | None, num_requests: int | None, col
 
     checks = [(cfg, 1.0)]
     if workload is not None:
-        from perfcast.serving.mlperf import apply_mlperf
+        from perfcast.serving.sources.mlperf import apply_mlperf
 
         checks = [(apply_mlperf(cfg, workload, num_requests=num_requests), 1.0)]
     elif colocate_model is not None:

@@ -92,7 +92,8 @@ def print_serving(d: dict[str, Any], trace_out: Path | None, requests_out: Path 
 
 
 def _load_line(d: dict[str, Any]) -> str:
-    """Whether a plain run's load holds in steady state (``load_verdict``; perfcast.serving.search.steady_state)."""
+    """Whether a plain run's load holds in steady state (``load_verdict``;
+    perfcast.serving.experiments.search.steady_state)."""
     c, verdict = d["steady_state"], d["load_verdict"]
     if "saturated_requests_per_s" not in d:
         return f"{verdict}: {c['reason']}"

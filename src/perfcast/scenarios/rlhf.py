@@ -1,4 +1,5 @@
-"""Run an RLHF scenario: each run is one PPO iteration (:func:`perfcast.serving.rlhf.simulate_rlhf_iteration`).
+"""Run an RLHF scenario: each run is one PPO iteration
+(:func:`perfcast.serving.experiments.rlhf.simulate_rlhf_iteration`).
 
 A row carries the iteration time and its breakdown by phase (``reshard_s``,
 ``generation_s`` = ``generation_prefill_s`` + ``generation_decode_s``,
@@ -14,7 +15,7 @@ from __future__ import annotations
 from perfcast.errors import PerfcastError
 from perfcast.scenarios.result import ScenarioResult
 from perfcast.scenarios.schema import RLHFRun, RLHFScenario
-from perfcast.serving.rlhf import RLHFResult, simulate_rlhf_iteration
+from perfcast.serving.experiments.rlhf import RLHFResult, simulate_rlhf_iteration
 from perfcast.system.memory import CUDA_CONTEXT_BYTES, FRAGMENTATION_FRAC
 
 __all__ = ["rlhf_row", "run_rlhf_scenario"]

@@ -3,12 +3,13 @@
 A row carries the run's JSON summary (``ttft_s``, ``tpot_s``, ``e2e_s`` percentiles, throughput, goodput,
 KV use, preemptions) flattened to dotted keys (``ttft_s.p99``). A run may instead
 
-- search the highest QPS it sustains within its SLOs (:func:`perfcast.serving.search.find_max_qps`, the
+- search the highest QPS it sustains within its SLOs (:func:`perfcast.serving.experiments.search.find_max_qps`, the
   steady-state rule): the row has ``max_qps``, the loads tried, the saturated throughput, and the metrics of
   the simulation at ``max_qps`` (its request count and arrival span as ``qps_search_*``);
-- serve a second model on the same GPUs (:func:`perfcast.serving.colocation.simulate_colocated`): two rows, one
-  per model; when a run of the scenario serves that model's config alone, the row gets
-  ``slowdown_x.{ttft,tpot,e2e}`` = co-located mean / alone mean (the interference).
+- serve a second model on the same GPUs
+  (:func:`perfcast.serving.experiments.colocation.simulate_colocated`): two rows, one per model; when a run of
+  the scenario serves that model's config alone, the row gets ``slowdown_x.{ttft,tpot,e2e}`` = co-located
+  mean / alone mean (the interference).
 
 A run with a ``baseline`` gets ``speedup_x.{ttft,tpot,e2e}`` = the baseline's mean / its own. Each ordering
 the scenario expects (a reference's finding, e.g. VIDUR's vLLM vs Sarathi) becomes a note saying whether
@@ -29,10 +30,10 @@ from perfcast.errors import PerfcastError
 from perfcast.scenarios.result import ScenarioResult
 from perfcast.scenarios.schema import ServingRun, ServingScenario
 from perfcast.scenarios.serving_curves import latency_quantiles, load_curve, sweepable
-from perfcast.serving.colocation import simulate_colocated
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.engine import ServingResult, simulate_serving
-from perfcast.serving.search import find_max_qps
+from perfcast.serving.experiments.colocation import simulate_colocated
+from perfcast.serving.experiments.search import find_max_qps
 
 __all__ = ["run_serving_scenario"]
 

@@ -98,7 +98,6 @@ from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
-from perfcast.serving.arrivals import RequestStream, generate_requests
 from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.energy import ServingEnergy, serving_energy
@@ -108,7 +107,8 @@ from perfcast.serving.memory import ServingMemory, memory_breakdown
 from perfcast.serving.metrics import ServingMetrics, summarize_requests
 from perfcast.serving.request import Request
 from perfcast.serving.schedulers import SCHEDULERS, Batch, ReplicaScheduler, SchedulerLimits
-from perfcast.serving.traces import load_trace
+from perfcast.serving.sources.arrivals import RequestStream, generate_requests
+from perfcast.serving.sources.traces import load_trace
 from perfcast.workload.graph import causal_pairs
 
 __all__ = ["IterationEvent", "ServingResult", "max_model_len", "serving_dtype", "serving_memory", "simulate_serving"]
@@ -472,7 +472,7 @@ def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bo
     invariants (blocks in use within capacity, no block owned twice) after each iteration (tests);
     ``serving`` replaces the packaged engine coefficients (fits). ``memory_frac`` (the share of the usable
     GPU memory this model gets), ``iteration_scale`` and ``iteration_extra_s`` (every iteration's time is
-    ``time * scale + extra``) describe another model sharing the GPUs (:mod:`perfcast.serving.colocation`).
+    ``time * scale + extra``) describe another model sharing the GPUs (:mod:`perfcast.serving.experiments.colocation`).
     """
     dep = _deployment(cfg, serving=serving, memory_frac=memory_frac)
     policy, max_len, budget, dtype, model, memory = (dep.policy, dep.max_len, dep.budget, dep.dtype, dep.model,

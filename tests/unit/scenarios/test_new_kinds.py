@@ -11,7 +11,7 @@ from perfcast.errors import ConfigError
 from perfcast.scenarios import load_scenario, run_scenario
 from perfcast.scenarios.result import STATUSES, ScenarioResult
 from perfcast.scenarios.schema import scenario_from_dict
-from perfcast.serving.rlhf import RLHFConfig, simulate_rlhf_iteration
+from perfcast.serving.experiments.rlhf import RLHFConfig, simulate_rlhf_iteration
 from perfcast.validate.groundtruth import find_groundtruth
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""Unit tests of ``perfcast.serving.traces``: shipped traces, user CSVs and their one-line errors."""
+"""Unit tests of ``perfcast.serving.sources.traces``: shipped traces, user CSVs and their one-line errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from perfcast.errors import ConfigError, UnknownNameError
-from perfcast.serving.traces import TRACE_NAMES, Trace, load_trace
+from perfcast.serving.sources.traces import TRACE_NAMES, Trace, load_trace
 from perfcast.validate.groundtruth import find_groundtruth
 
 pytestmark = pytest.mark.unit
