@@ -253,7 +253,7 @@ def _verdict_first(cfg: Any, workload: str | None, num_requests: int | None, col
                    colocate_memory_frac: float, as_json: bool) -> None:
     """A deployment that does not fit is an answer: print it with its memory breakdown and end with exit 1
     (before any simulation, which needs the deployment to fit)."""
-    from perfcast.serving.engine import serving_dtype, serving_memory
+    from perfcast.serving.deployment import serving_dtype, serving_memory
 
     checks = [(cfg, 1.0)]
     if workload is not None:

@@ -31,9 +31,10 @@ from perfcast.scenarios.result import ScenarioResult
 from perfcast.scenarios.schema import ServingRun, ServingScenario
 from perfcast.scenarios.serving_curves import latency_quantiles, load_curve, sweepable
 from perfcast.serving.config import ServingConfig
-from perfcast.serving.engine import ServingResult, simulate_serving
+from perfcast.serving.engine import simulate_serving
 from perfcast.serving.experiments.colocation import simulate_colocated
 from perfcast.serving.experiments.search import find_max_qps
+from perfcast.serving.result import ServingResult
 
 __all__ = ["run_serving_scenario"]
 

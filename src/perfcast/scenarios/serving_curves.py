@@ -18,7 +18,8 @@ import numpy as np
 
 from perfcast.errors import PerfcastError
 from perfcast.serving.config import ServingConfig
-from perfcast.serving.engine import ServingResult, simulate_serving
+from perfcast.serving.engine import simulate_serving
+from perfcast.serving.result import ServingResult
 
 __all__ = ["LOAD_FRACS", "MIN_REQUESTS_FOR_CURVE", "NUM_QUANTILES", "latency_quantiles", "load_curve",
            "sweepable"]

@@ -9,8 +9,9 @@ throughput, goodput, KV utilization, preemptions).
 from __future__ import annotations
 
 from perfcast.serving.config import ServingConfig, WorkloadConfig
-from perfcast.serving.engine import ServingResult, simulate_serving
+from perfcast.serving.engine import simulate_serving
 from perfcast.serving.iteration import IterationModel, PrefillChunk
+from perfcast.serving.result import ServingResult
 from perfcast.serving.schedulers import SCHEDULERS
 
 __all__ = ["SCHEDULERS", "IterationModel", "PrefillChunk", "ServingConfig", "ServingResult", "WorkloadConfig",

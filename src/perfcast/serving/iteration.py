@@ -376,6 +376,14 @@ class IterationModel:
             num_prefill_seqs, num_decode, decode_context_tokens, num_logits)
         return linear + att_p + att_d + head + comm + cpu  # IterationBreakdown.time_s's order: bit-identical
 
+    def parts_s(self, num_prefill_tokens: int, prefill_pairs: float, prefill_context_tokens: int,
+                num_prefill_seqs: int, num_decode: int, decode_context_tokens: int,
+                num_logits: int) -> tuple[float, float, float, float, float, float]:
+        """:meth:`time_s`'s parts in :class:`IterationBreakdown`'s field order (s, one stage); summed in that
+        order they are :meth:`time_s` bit for bit."""
+        return self._values(num_prefill_tokens + num_decode, num_prefill_tokens, prefill_pairs,
+                            prefill_context_tokens, num_prefill_seqs, num_decode, decode_context_tokens, num_logits)
+
     def _parts(self, tokens: int, q: int, pairs: float, kv_read: int, n_prefill: int, n_decode: int,
                decode_kv: int, logits: int) -> IterationBreakdown:
         return IterationBreakdown(*self._values(tokens, q, pairs, kv_read, n_prefill, n_decode, decode_kv, logits))
@@ -425,6 +433,16 @@ class IterationModel:
         return (fixed, self._dec_flop_per_pair * att.s_per_flop * layers * share,
                 (self._dec_q_bytes + self._dec_o_bytes * r) * att.s_per_byte * layers,
                 self._dec_kv_bytes_per_ctx * att.s_per_byte * layers * share)
+
+    def decode_fixed_parts_s(self, num_decode: int) -> tuple[float, float, float, float]:
+        """The parts of a decode-only iteration of ``num_decode`` sequences that do not depend on its cached
+        tokens, as ``(linear_s, comm_s, lm_head_s, cpu_s)`` (one stage): :meth:`decode_step`'s ``fixed_s`` is
+        their sum plus the attention kernels' fixed cost, and the rest of the iteration is decode attention."""
+        n = num_decode
+        r = -(-n // self.dp) if self.dp > 1 else n
+        lookup = self._lookup
+        return (lookup(self._linear_l, n), lookup(self._comm_l, n), lookup(self._head_l, r),
+                self._cpu_fixed + self._cpu_per_seq * r)
 
     def decode_times(self, num_decode: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         """Seconds of consecutive decode-only iterations of the same ``num_decode`` sequences whose cached

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from perfcast.catalog.models import load_model
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.serving.config import ServingConfig
-from perfcast.serving.engine import serving_memory
+from perfcast.serving.deployment import serving_memory
 from perfcast.serving.experiments.search import LoadCheck, find_max_qps, steady_state_rule
 from perfcast.system.cluster import cluster_for_gpu, load_cluster
 from perfcast.workload.sharding import check_tp

@@ -34,8 +34,9 @@ import numpy as np
 
 from perfcast.errors import ConfigError
 from perfcast.serving.config import ServingConfig
-from perfcast.serving.engine import ServingResult, simulate_serving
+from perfcast.serving.engine import simulate_serving
 from perfcast.serving.experiments.search import LoadCheck, check_load, find_max_qps, saturation_of, steady_requests
+from perfcast.serving.result import ServingResult
 from perfcast.serving.sources.mlperf import PREFIX, SERVER_DURATION_S, MLPerfWorkload, apply_mlperf, mlperf_workload
 
 __all__ = ["MLPerfResult", "run_mlperf"]
