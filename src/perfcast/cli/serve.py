@@ -103,6 +103,7 @@ def serve(
     requests_out: Path | None = typer.Option(None, "--requests-out", help="Write per-request CSV."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    explain: bool = typer.Option(False, "--explain", help="Show where the iterations' time went, by part."),
 ) -> None:
     """Simulate LLM serving under load: TTFT, TPOT, E2E, throughput, goodput, KV use, preemptions."""
     from pydantic import ValidationError
@@ -170,8 +171,8 @@ def serve(
     if colocate_model is None and (colocation != "time_sliced" or colocate_memory_frac != 0.5):
         raise ConfigError("--colocation and --colocate-memory-frac describe a second model on the same GPUs; add "
                           "--colocate-model MODEL (without it they have no effect)")
-    if colocate_model is not None and (find_max_qps or trace_out is not None):
-        raise ConfigError("--colocate-model does not combine with --find-max-qps or --trace-out yet")
+    if colocate_model is not None and (find_max_qps or trace_out is not None or explain):
+        raise ConfigError("--colocate-model does not combine with --find-max-qps, --trace-out or --explain yet")
     _verdict_first(cfg, workload, num_requests, colocate_model, colocate_memory_frac, as_json)
     search = None
     mlperf = None
@@ -195,8 +196,8 @@ def serve(
         pair = simulate_colocated(cfg, other, mode=colocation, memory_frac=colocate_memory_frac)  # type: ignore[arg-type]
         result = pair.first
         data_extra = pair.as_dict()
-    elif result is None or trace_out is not None:  # (the timeline needs the iterations kept)
-        result = simulate_serving(cfg, keep_events=trace_out is not None)
+    elif result is None or trace_out is not None or explain:  # (the timeline needs the iterations kept)
+        result = simulate_serving(cfg, keep_events=trace_out is not None, explain=explain)
     steady = None
     if search is None and mlperf is None and colocate_model is None:
         from perfcast.serving.experiments.search import steady_state
