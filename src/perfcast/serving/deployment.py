@@ -22,7 +22,7 @@ from perfcast.errors import ConfigError
 from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.iteration import IterationModel
-from perfcast.serving.kv import BlockManager, CountingBlockManager
+from perfcast.serving.kv import BlockManager, CountingBlockManager, KVCache
 from perfcast.serving.memory import ServingMemory, memory_breakdown
 from perfcast.serving.schedulers import SchedulerLimits
 from perfcast.serving.sources.requests import request_stream
@@ -112,7 +112,7 @@ class Deployment:
         cfg = self.config
         return SchedulerLimits(cfg.max_num_seqs, self.budget, cfg.chunk_size, self.max_len, cfg.preemption_mode)
 
-    def new_cache(self) -> BlockManager | CountingBlockManager:
+    def new_cache(self) -> KVCache:
         """An empty KV cache for one engine (host swap space included): paged blocks with prefix caching, else
         the counting manager (the same answers, O(1) per operation)."""
         cfg = self.config

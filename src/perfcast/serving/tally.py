@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perfcast.serving.kv import BlockManager, CountingBlockManager
+from perfcast.serving.kv import KVCache
 from perfcast.serving.result import IterationEvent
 
 __all__ = ["RunTally"]
@@ -22,7 +22,7 @@ class RunTally:
         self.kv_max_frac = 0.0
         self.events: list[IterationEvent] = []
 
-    def account(self, kv: BlockManager | CountingBlockManager, span_s: float, gpu_s: float, k: int) -> None:
+    def account(self, kv: KVCache, span_s: float, gpu_s: float, k: int) -> None:
         """``k`` iterations lasting ``span_s`` seconds (``gpu_s`` of GPU time on their own) of an engine whose
         cache is ``kv``: count them, and weigh its KV use (as it is now) by their span."""
         util, frag = kv.fill_fracs()
