@@ -110,7 +110,7 @@ def serve(
 
     from perfcast.errors import ConfigError
     from perfcast.serving.config import ServingConfig, WorkloadConfig
-    from perfcast.serving.engine import simulate_serving
+    from perfcast.serving.experiments.run import Colocation, MaxQpsSearch, MLPerfScenario, Simulation, run_experiment
     from perfcast.serving.schedulers import SCHEDULERS
 
     refuse_overwrite(trace_out, requests_out, force=force)
@@ -178,26 +178,20 @@ def serve(
     mlperf = None
     result = None
     if workload is not None:
-        from perfcast.serving.experiments.mlperf import run_mlperf
-
-        mlperf = run_mlperf(cfg, workload, num_requests=num_requests, qps=qps)
+        mlperf = run_experiment(MLPerfScenario(cfg, workload, num_requests=num_requests, qps=qps))
         cfg, result = mlperf.result.config, mlperf.result
     elif find_max_qps:
-        from perfcast.serving.experiments.search import find_max_qps as search_qps
-
-        search = search_qps(cfg)
+        search = run_experiment(MaxQpsSearch(cfg))
         cfg, result = search.config, search.result
     data_extra: dict[str, Any] = {}
     if colocate_model is not None:
-        from perfcast.serving.experiments.colocation import simulate_colocated
-
         other = cfg.model_copy(update={"model": colocate_model, "speculative_model": None,
                                        "workload": cfg.workload.model_copy(update={"seed": cfg.workload.seed + 1})})
-        pair = simulate_colocated(cfg, other, mode=colocation, memory_frac=colocate_memory_frac)  # type: ignore[arg-type]
+        pair = run_experiment(Colocation(cfg, other, mode=colocation, memory_frac=colocate_memory_frac))  # type: ignore[arg-type]
         result = pair.first
         data_extra = pair.as_dict()
     elif result is None or trace_out is not None or explain:  # (the timeline needs the iterations kept)
-        result = simulate_serving(cfg, keep_events=trace_out is not None, explain=explain)
+        result = run_experiment(Simulation(cfg, keep_events=trace_out is not None, explain=explain))
     steady = None
     if search is None and mlperf is None and colocate_model is None:
         from perfcast.serving.experiments.search import steady_state

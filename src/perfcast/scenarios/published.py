@@ -23,7 +23,7 @@ from perfcast.errors import PerfcastError
 from perfcast.kernel.coefficients import load_coefficients
 from perfcast.scenarios.result import ScenarioResult
 from perfcast.scenarios.schema import OperatorTableScenario, ServingTableScenario
-from perfcast.serving.engine import simulate_serving
+from perfcast.serving.experiments.run import Simulation, run_experiment
 from perfcast.validate.groundtruth import find_groundtruth, read_rows
 from perfcast.validate.serving_tables import inference_config
 from perfcast.validate.vidur_tables import VIDUR_OPS, load_vidur_rows, predict_vidur_rows
@@ -47,7 +47,7 @@ def _serving_row(row: dict[str, str], num_requests: int, table: str) -> dict[str
         "output_len": row.get("output_len", ""), "framework": row.get("framework_version", "")}
     try:
         measured = float(row.get("value") or "nan")
-        res = simulate_serving(inference_config(row, num_requests=num_requests))
+        res = run_experiment(Simulation(inference_config(row, num_requests=num_requests)))
     except PerfcastError as exc:
         out.update(status="error", error=str(exc))
         return out

@@ -15,7 +15,8 @@ from __future__ import annotations
 from perfcast.errors import PerfcastError
 from perfcast.scenarios.result import ScenarioResult
 from perfcast.scenarios.schema import RLHFRun, RLHFScenario
-from perfcast.serving.experiments.rlhf import RLHFResult, simulate_rlhf_iteration
+from perfcast.serving.experiments.rlhf import RLHFResult
+from perfcast.serving.experiments.run import RLHFIteration, run_experiment
 from perfcast.system.memory import CUDA_CONTEXT_BYTES, FRAGMENTATION_FRAC
 
 __all__ = ["rlhf_row", "run_rlhf_scenario"]
@@ -64,7 +65,7 @@ def rlhf_row(res: RLHFResult, *, label: str = "") -> dict[str, object]:
 
 def _run_row(run: RLHFRun) -> dict[str, object]:
     try:
-        return rlhf_row(simulate_rlhf_iteration(run.config), label=run.label)
+        return rlhf_row(run_experiment(RLHFIteration(run.config)), label=run.label)
     except PerfcastError as exc:
         return {"label": run.label, "actor": run.config.actor, "cluster": run.config.cluster, "status": "error",
                 "error": str(exc)}

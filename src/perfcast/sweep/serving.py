@@ -24,7 +24,8 @@ from perfcast.catalog.models import load_model
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.deployment import serving_memory
-from perfcast.serving.experiments.search import LoadCheck, find_max_qps, steady_state_rule
+from perfcast.serving.experiments.run import MaxQpsSearch, run_experiment
+from perfcast.serving.experiments.search import LoadCheck, steady_state_rule
 from perfcast.system.cluster import cluster_for_gpu, load_cluster
 from perfcast.workload.sharding import check_tp
 
@@ -154,7 +155,7 @@ def search_serving(base: ServingConfig, gpus: int, *, tps: tuple[int, ...] | Non
                         if not memory.fits:
                             c.reason = memory.verdict
                         else:
-                            found = find_max_qps(cfg)
+                            found = run_experiment(MaxQpsSearch(cfg))
                             c.simulations = 1 + len(found.evaluated)  # the saturation run and each load
                             c.max_qps, c.reason = found.max_qps, found.verdict
                             c.check = found.check

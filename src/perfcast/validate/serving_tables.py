@@ -66,8 +66,8 @@ from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import PRECISION_QUANTIZATION, ServingConfig, WorkloadConfig
-from perfcast.serving.engine import simulate_serving
-from perfcast.serving.experiments.mlperf import MLPerfResult, run_mlperf
+from perfcast.serving.experiments.mlperf import MLPerfResult
+from perfcast.serving.experiments.run import MLPerfScenario, Simulation, run_experiment
 from perfcast.serving.iteration import weight_bytes_per_gpu
 from perfcast.serving.metrics import ServingMetrics
 from perfcast.serving.sources.mlperf import SCENARIOS, apply_mlperf, default_quantization, parse_workload
@@ -246,11 +246,11 @@ def predict_inference_rows(rows: list[dict[str, str]], serving: ServingCoefficie
             if workload:
                 key = cfg.model_dump_json()
                 if key not in mlperf:
-                    mlperf[key] = run_mlperf(cfg, workload)
+                    mlperf[key] = run_experiment(MLPerfScenario(cfg, workload))
                 res = mlperf[key].result
                 figures = mlperf[key].as_dict()
             else:
-                res = simulate_serving(cfg, serving=serving)
+                res = run_experiment(Simulation(cfg, coefficients=serving))
                 figures = {}
         except PerfcastError as exc:
             status[i] = f"unsupported: {exc}"
