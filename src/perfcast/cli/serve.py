@@ -111,10 +111,8 @@ def serve(
     from perfcast.errors import ConfigError
     from perfcast.serving.config import ServingConfig, WorkloadConfig
     from perfcast.serving.experiments.run import Colocation, MaxQpsSearch, MLPerfScenario, Simulation, run_experiment
-    from perfcast.serving.schedulers import SCHEDULERS
 
     refuse_overwrite(trace_out, requests_out, force=force)
-    SCHEDULERS.get(scheduler)
     if workload is not None:
         from perfcast.serving.sources.mlperf import default_quantization, parse_workload
 
