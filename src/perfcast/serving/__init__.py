@@ -4,6 +4,14 @@
 with vLLM's names, and the load) and returns a :class:`ServingResult` with every
 request's times and the summary metrics (TTFT, TPOT, E2E percentiles,
 throughput, goodput, KV utilization, preemptions).
+
+Where things are: ``config`` (what is asked, checked up front), ``deployment`` (the config resolved: iteration
+model, memory, KV capacity, limits), ``engine`` (the event loop over ``replica`` state), its parts
+``clock`` (iteration times, decode stretches; ``explain`` sums them by part), ``speculative``, ``handover``
+(disaggregation, retrieval), ``client`` (closed loop), ``routers/`` and ``schedulers/`` (registries),
+``kv/`` (block managers behind one protocol), ``outcomes`` and ``tally`` (what a run records), ``result``;
+``sources/`` (traces, MLPerf presets, arrivals) and ``experiments/`` (max-QPS search, co-location, MLPerf,
+RLHF, behind ``experiments.run.run_experiment``).
 """
 
 from __future__ import annotations

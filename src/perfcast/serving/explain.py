@@ -35,10 +35,6 @@ class TimeBreakdown:
                 + self.communication_s + self.cpu_overhead_s + self.vision_encoder_s + self.draft_model_s
                 + self.kv_swap_s)
 
-    def parts(self) -> dict[str, float]:
-        """The parts by name (unit-bearing keys, seconds), largest first."""
-        return dict(sorted(asdict(self).items(), key=lambda kv: -kv[1]))
-
     def as_dict(self) -> dict[str, float]:
         """JSON-ready: every part and ``total_s``, in seconds."""
         return {**asdict(self), "total_s": self.total_s}
