@@ -271,3 +271,24 @@ def test_a_context_whose_batch_leaves_no_kv_room_names_max_model_len() -> None:
     line = does_not_fit(invoke(args))
     assert "a batch of 10,485,760 tokens" in line and "--max-model-len" in line
     assert invoke([*args, "--max-model-len", "32768"]).exit_code == 0
+
+
+def test_explain_breaks_the_iterations_time_down_by_part() -> None:
+    text = invoke([*BASE, "--explain"]).output
+    assert "iteration time by part" in text
+    for label in ("linear layers", "attention (prefill)", "attention (decode)", "CPU overhead", "total"):
+        assert label in text
+    data = parse_json(invoke([*BASE, "--explain", "--json"]))
+    parts = data["iteration_breakdown_s"]
+    assert set(parts) >= {"linear_s", "attention_prefill_s", "attention_decode_s", "lm_head_s", "communication_s",
+                          "cpu_overhead_s", "total_s"}
+    assert parts["linear_s"] > 0 and parts["attention_decode_s"] > 0
+    assert parts["total_s"] == pytest.approx(sum(v for k, v in parts.items() if k != "total_s"))
+    # the model's parts are the run's GPU time: explaining does not change a figure
+    plain = parse_json(invoke([*BASE, "--json"]))
+    assert "iteration_breakdown_s" not in plain
+    assert {k: v for k, v in data.items() if k != "iteration_breakdown_s"} == plain
+
+
+def test_explain_does_not_combine_with_a_colocated_model() -> None:
+    assert "--explain" in user_error(invoke([*BASE, "--explain", "--colocate-model", "llama-2-7b"]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from cli_helpers import invoke, parse_json, user_error
 
-from perfcast.serving.mlperf import load_benchmark
+from perfcast.serving.sources.mlperf import load_benchmark
 
 pytestmark = pytest.mark.cli
 

@@ -237,15 +237,6 @@ def test_report_imports_only_result_types() -> None:
 
 
 # -- file-level import cycles ---------------------------------------------------------------------------------------
-# The serving modules import each other in a ring today (engine, search, mlperf, traces, arrivals, energy). The
-# house-serving branch removes it: delete this constant, and its use in test_no_file_imports_itself_through_others,
-# when that branch lands.
-_SERVING_CYCLE_REMOVED_BY_HOUSE_SERVING = frozenset({
-    "perfcast.serving.arrivals", "perfcast.serving.energy", "perfcast.serving.engine", "perfcast.serving.mlperf",
-    "perfcast.serving.search", "perfcast.serving.traces",
-})
-
-
 def _imported_modules(path: Path, known: set[str]) -> set[str]:
     """The perfcast modules ``path`` imports: ``from a.b import c`` is ``a.b.c`` when that is a module, else ``a.b``
     (its ``__init__``); a package's ``__init__`` run only as the parent of an imported module is not counted."""
@@ -324,8 +315,8 @@ def test_cycles_finds_a_cycle_and_its_path() -> None:
 
 def test_no_file_imports_itself_through_others() -> None:
     """No module imports (directly or through others, at module level or inside a function) a module that imports
-    it back: every file-level import graph of src/perfcast is acyclic but the serving ring being removed."""
-    cycles = [c for c in _cycles(_import_graph()) if not set(c) <= _SERVING_CYCLE_REMOVED_BY_HOUSE_SERVING]
+    it back: the file-level import graph of src/perfcast is acyclic."""
+    cycles = _cycles(_import_graph())
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfcast.serving.arrivals import generate_requests
 from perfcast.serving.metrics import Distribution, summarize_requests
-from perfcast.serving.traces import Trace
+from perfcast.serving.sources.arrivals import generate_requests
+from perfcast.serving.sources.traces import Trace
 
 pytestmark = pytest.mark.property
 

@@ -12,7 +12,7 @@ import pytest
 from perfcast.errors import ConfigError
 from perfcast.groundtruth.predict_batch import predict_batch, write_predictions
 from perfcast.groundtruth.serving_tables import inference_config
-from perfcast.serving.mlperf import load_benchmark
+from perfcast.serving.sources.mlperf import load_benchmark
 
 pytestmark = pytest.mark.validation
 

@@ -103,19 +103,18 @@ def serve(
     requests_out: Path | None = typer.Option(None, "--requests-out", help="Write per-request CSV."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    explain: bool = typer.Option(False, "--explain", help="Show where the iterations' time went, by part."),
 ) -> None:
     """Simulate LLM serving under load: TTFT, TPOT, E2E, throughput, goodput, KV use, preemptions."""
     from pydantic import ValidationError
 
     from perfcast.errors import ConfigError
     from perfcast.serving.config import ServingConfig, WorkloadConfig
-    from perfcast.serving.engine import simulate_serving
-    from perfcast.serving.schedulers import SCHEDULERS
+    from perfcast.serving.experiments.run import Colocation, MaxQpsSearch, MLPerfScenario, Simulation, run_experiment
 
     refuse_overwrite(trace_out, requests_out, force=force)
-    SCHEDULERS.get(scheduler)
     if workload is not None:
-        from perfcast.serving.mlperf import default_quantization, parse_workload
+        from perfcast.serving.sources.mlperf import default_quantization, parse_workload
 
         bench, scenario = parse_workload(workload)
         if scenario == "offline" and qps is not None:
@@ -170,36 +169,30 @@ def serve(
     if colocate_model is None and (colocation != "time_sliced" or colocate_memory_frac != 0.5):
         raise ConfigError("--colocation and --colocate-memory-frac describe a second model on the same GPUs; add "
                           "--colocate-model MODEL (without it they have no effect)")
-    if colocate_model is not None and (find_max_qps or trace_out is not None):
-        raise ConfigError("--colocate-model does not combine with --find-max-qps or --trace-out yet")
+    if colocate_model is not None and (find_max_qps or trace_out is not None or explain):
+        raise ConfigError("--colocate-model does not combine with --find-max-qps, --trace-out or --explain yet")
     _verdict_first(cfg, workload, num_requests, colocate_model, colocate_memory_frac, as_json)
     search = None
     mlperf = None
     result = None
     if workload is not None:
-        from perfcast.serving.mlperf import run_mlperf
-
-        mlperf = run_mlperf(cfg, workload, num_requests=num_requests, qps=qps)
+        mlperf = run_experiment(MLPerfScenario(cfg, workload, num_requests=num_requests, qps=qps))
         cfg, result = mlperf.result.config, mlperf.result
     elif find_max_qps:
-        from perfcast.serving.search import find_max_qps as search_qps
-
-        search = search_qps(cfg)
+        search = run_experiment(MaxQpsSearch(cfg))
         cfg, result = search.config, search.result
     data_extra: dict[str, Any] = {}
     if colocate_model is not None:
-        from perfcast.serving.colocation import simulate_colocated
-
         other = cfg.model_copy(update={"model": colocate_model, "speculative_model": None,
                                        "workload": cfg.workload.model_copy(update={"seed": cfg.workload.seed + 1})})
-        pair = simulate_colocated(cfg, other, mode=colocation, memory_frac=colocate_memory_frac)  # type: ignore[arg-type]
+        pair = run_experiment(Colocation(cfg, other, mode=colocation, memory_frac=colocate_memory_frac))  # type: ignore[arg-type]
         result = pair.first
         data_extra = pair.as_dict()
-    elif result is None or trace_out is not None:  # (the timeline needs the iterations kept)
-        result = simulate_serving(cfg, keep_events=trace_out is not None)
+    elif result is None or trace_out is not None or explain:  # (the timeline needs the iterations kept)
+        result = run_experiment(Simulation(cfg, keep_events=trace_out is not None, explain=explain))
     steady = None
     if search is None and mlperf is None and colocate_model is None:
-        from perfcast.serving.search import steady_state
+        from perfcast.serving.experiments.search import steady_state
 
         steady = steady_state(cfg, result)
     if trace_out is not None:
@@ -253,11 +246,11 @@ def _verdict_first(cfg: Any, workload: str | None, num_requests: int | None, col
                    colocate_memory_frac: float, as_json: bool) -> None:
     """A deployment that does not fit is an answer: print it with its memory breakdown and end with exit 1
     (before any simulation, which needs the deployment to fit)."""
-    from perfcast.serving.engine import serving_dtype, serving_memory
+    from perfcast.serving.deployment import serving_dtype, serving_memory
 
     checks = [(cfg, 1.0)]
     if workload is not None:
-        from perfcast.serving.mlperf import apply_mlperf
+        from perfcast.serving.sources.mlperf import apply_mlperf
 
         checks = [(apply_mlperf(cfg, workload, num_requests=num_requests), 1.0)]
     elif colocate_model is not None:

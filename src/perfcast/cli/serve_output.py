@@ -86,13 +86,35 @@ def print_serving(d: dict[str, Any], trace_out: Path | None, requests_out: Path 
     con.print(lat)
     if "qps_evaluated" in d and "steady_state_rule" in d:
         _print_search(d)
+    if "iteration_breakdown_s" in d:
+        _print_breakdown(d["iteration_breakdown_s"])
     for p, what in ((trace_out, "timeline"), (requests_out, "per-request CSV")):
         if p is not None:
             con.print(f"{what} written to {p}")
 
 
+_PARTS = {"linear_s": "linear layers", "attention_prefill_s": "attention (prefill)",
+          "attention_decode_s": "attention (decode)", "lm_head_s": "LM head", "communication_s": "communication",
+          "cpu_overhead_s": "CPU overhead", "vision_encoder_s": "vision encoder", "draft_model_s": "draft model",
+          "kv_swap_s": "KV swap (PCIe)"}
+
+
+def _print_breakdown(parts: dict[str, float]) -> None:
+    """``--explain``: the iterations' time by part, summed over every engine of the run, largest first."""
+    total = parts["total_s"]
+    t = _table(title="iteration time by part (GPU seconds, every engine, summed over the run)")
+    for c in ("part", "time", "share"):
+        t.add_column(c, justify="left" if c == "part" else "right")
+    for key, label in sorted(_PARTS.items(), key=lambda kv: -parts[kv[0]]):
+        if parts[key] > 0:
+            t.add_row(label, f"{parts[key]:,.3f} s", f"{100 * parts[key] / total:.1f}%" if total > 0 else "-")
+    t.add_row("total", f"{total:,.3f} s", "100.0%" if total > 0 else "-")
+    _console().print(t)
+
+
 def _load_line(d: dict[str, Any]) -> str:
-    """Whether a plain run's load holds in steady state (``load_verdict``; perfcast.serving.search.steady_state)."""
+    """Whether a plain run's load holds in steady state (``load_verdict``;
+    perfcast.serving.experiments.search.steady_state)."""
     c, verdict = d["steady_state"], d["load_verdict"]
     if "saturated_requests_per_s" not in d:
         return f"{verdict}: {c['reason']}"

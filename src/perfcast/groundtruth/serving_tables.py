@@ -40,7 +40,7 @@ throughputs, rows may ask for ``throughput_requests_per_s``, ``ttft_ms`` and
 and ``e2e_latency_ms_{mean,median,p99}``: every metric comes from the same simulation.
 
 A row with a ``workload`` column naming an MLPerf preset (``mlperf:<benchmark>:<scenario>``, see
-:mod:`perfcast.serving.mlperf`) instead of ``input_len``/``output_len`` runs that scenario: the preset's
+:mod:`perfcast.serving.sources.mlperf`) instead of ``input_len``/``output_len`` runs that scenario: the preset's
 request lengths and latency limits, offline as every request at once, server/interactive as the highest
 Poisson load meeting the p99 limits. Its metrics are ``mlperf_<scenario>_tokens_per_s_total``,
 ``mlperf_<scenario>_samples_per_s_total``, ``mlperf_<scenario>_ttft_ms_p99`` and
@@ -67,17 +67,11 @@ from perfcast.errors import ConfigError, PerfcastError
 from perfcast.groundtruth.files import MALFORMED_ROW_ERRORS
 from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import PRECISION_QUANTIZATION, ServingConfig, WorkloadConfig
-from perfcast.serving.engine import simulate_serving
+from perfcast.serving.experiments.mlperf import MLPerfResult
+from perfcast.serving.experiments.run import MLPerfScenario, Simulation, run_experiment
 from perfcast.serving.iteration import weight_bytes_per_gpu
 from perfcast.serving.metrics import ServingMetrics
-from perfcast.serving.mlperf import (
-    SCENARIOS,
-    MLPerfResult,
-    apply_mlperf,
-    default_quantization,
-    parse_workload,
-    run_mlperf,
-)
+from perfcast.serving.sources.mlperf import SCENARIOS, apply_mlperf, default_quantization, parse_workload
 
 __all__ = ["KV_FREE_MEMORY_FRAC", "MAX_BATCH", "MAX_NUM_TOKENS", "METRICS", "MLPERF_METRICS", "MLPERF_WEIGHT_FRAC",
            "NUM_REQUESTS",
@@ -99,7 +93,7 @@ METRICS: dict[str, tuple[str, str, float]] = {
     "e2e_latency_ms_median": ("e2e_s", "p50", 1e3),
     "e2e_latency_ms_p99": ("e2e_s", "p99", 1e3),
 }
-# MLPerf rows' metrics, read from perfcast.serving.mlperf.MLPerfResult.as_dict()
+# MLPerf rows' metrics, read from perfcast.serving.experiments.mlperf.MLPerfResult.as_dict()
 MLPERF_METRICS: tuple[str, ...] = tuple(f"mlperf_{scenario}_{quantity}" for scenario in SCENARIOS for quantity in (
     "tokens_per_s_total", "samples_per_s_total", "ttft_ms_p99", "tpot_ms_p99"))
 
@@ -114,7 +108,7 @@ def _int(row: dict[str, str], key: str) -> int:
 def inference_config(row: dict[str, str], *, num_requests: int | None = None) -> ServingConfig:
     """The serving simulation that reproduces one published row (see the module docstring); for an MLPerf
     ``workload`` row, the deployment with the preset's requests and latency limits (the server search is
-    :func:`perfcast.serving.mlperf.run_mlperf`'s)."""
+    :func:`perfcast.serving.experiments.mlperf.run_mlperf`'s)."""
     metric = (row.get("metric") or "").strip()
     if metric not in METRICS and metric not in MLPERF_METRICS:
         raise ConfigError(f"metric {metric!r} is not one perfcast predicts for serving rows; known: "
@@ -253,11 +247,11 @@ def predict_inference_rows(rows: list[dict[str, str]], serving: ServingCoefficie
             if workload:
                 key = cfg.model_dump_json()
                 if key not in mlperf:
-                    mlperf[key] = run_mlperf(cfg, workload)
+                    mlperf[key] = run_experiment(MLPerfScenario(cfg, workload))
                 res = mlperf[key].result
                 figures = mlperf[key].as_dict()
             else:
-                res = simulate_serving(cfg, serving=serving)
+                res = run_experiment(Simulation(cfg, coefficients=serving))
                 figures = {}
         except PerfcastError as exc:
             status[i] = f"unsupported: {exc}"

@@ -26,7 +26,7 @@ from perfcast.groundtruth.vidur_tables import VIDUR_OPS, load_vidur_rows, predic
 from perfcast.kernel.coefficients import load_coefficients
 from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import OperatorTableScenario, ServingTableScenario
-from perfcast.serving.engine import simulate_serving
+from perfcast.serving.experiments.run import Simulation, run_experiment
 
 __all__ = ["run_operator_table_scenario", "run_serving_table_scenario"]
 
@@ -47,7 +47,7 @@ def _serving_row(row: dict[str, str], num_requests: int, table: str) -> dict[str
         "output_len": row.get("output_len", ""), "framework": row.get("framework_version", "")}
     try:
         measured = float(row.get("value") or "nan")
-        res = simulate_serving(inference_config(row, num_requests=num_requests))
+        res = run_experiment(Simulation(inference_config(row, num_requests=num_requests)))
     except PerfcastError as exc:
         out.update(status="error", error=str(exc))
         return out

@@ -1,4 +1,5 @@
-"""Run an RLHF scenario: each run is one PPO iteration (:func:`perfcast.serving.rlhf.simulate_rlhf_iteration`).
+"""Run an RLHF scenario: each run is one PPO iteration
+(:func:`perfcast.serving.experiments.rlhf.simulate_rlhf_iteration`).
 
 A row carries the iteration time and its breakdown by phase (``reshard_s``,
 ``generation_s`` = ``generation_prefill_s`` + ``generation_decode_s``,
@@ -14,7 +15,8 @@ from __future__ import annotations
 from perfcast.errors import PerfcastError
 from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import RLHFRun, RLHFScenario
-from perfcast.serving.rlhf import RLHFResult, simulate_rlhf_iteration
+from perfcast.serving.experiments.rlhf import RLHFResult
+from perfcast.serving.experiments.run import RLHFIteration, run_experiment
 from perfcast.system.memory import CUDA_CONTEXT_BYTES, FRAGMENTATION_FRAC
 
 __all__ = ["rlhf_row", "run_rlhf_scenario"]
@@ -63,7 +65,7 @@ def rlhf_row(res: RLHFResult, *, label: str = "") -> dict[str, object]:
 
 def _run_row(run: RLHFRun) -> dict[str, object]:
     try:
-        return rlhf_row(simulate_rlhf_iteration(run.config), label=run.label)
+        return rlhf_row(run_experiment(RLHFIteration(run.config)), label=run.label)
     except PerfcastError as exc:
         return {"label": run.label, "actor": run.config.actor, "cluster": run.config.cluster, "status": "error",
                 "error": str(exc)}

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from perfcast.errors import ConfigError, UnknownNameError
 from perfcast.serving.config import ServingConfig
-from perfcast.serving.rlhf import RLHFConfig
+from perfcast.serving.experiments.rlhf import RLHFConfig
 from perfcast.sweep.space import SearchSpace
 from perfcast.system.plan import ParallelPlan
 from perfcast.yamlio import read_yaml, validation_message
@@ -240,7 +240,7 @@ class ServingScenario(_ScenarioHead):
 
 
 class RLHFRun(_Strict):
-    """One PPO iteration (:class:`~perfcast.serving.rlhf.RLHFConfig`)."""
+    """One PPO iteration (:class:`~perfcast.serving.experiments.rlhf.RLHFConfig`)."""
 
     label: str = Field(default="", description="what this run is, shown beside its numbers")
     config: RLHFConfig

@@ -1,14 +1,15 @@
-"""Run a serving scenario: each run is one simulation (:func:`perfcast.serving.simulate_serving`).
+"""Run a serving scenario: each run is one simulation (:func:`perfcast.serving.experiments.run.run_experiment`).
 
 A row carries the run's JSON summary (``ttft_s``, ``tpot_s``, ``e2e_s`` percentiles, throughput, goodput,
 KV use, preemptions) flattened to dotted keys (``ttft_s.p99``). A run may instead
 
-- search the highest QPS it sustains within its SLOs (:func:`perfcast.serving.search.find_max_qps`, the
+- search the highest QPS it sustains within its SLOs (:func:`perfcast.serving.experiments.search.find_max_qps`, the
   steady-state rule): the row has ``max_qps``, the loads tried, the saturated throughput, and the metrics of
   the simulation at ``max_qps`` (its request count and arrival span as ``qps_search_*``);
-- serve a second model on the same GPUs (:func:`perfcast.serving.colocation.simulate_colocated`): two rows, one
-  per model; when a run of the scenario serves that model's config alone, the row gets
-  ``slowdown_x.{ttft,tpot,e2e}`` = co-located mean / alone mean (the interference).
+- serve a second model on the same GPUs
+  (:func:`perfcast.serving.experiments.colocation.simulate_colocated`): two rows, one per model; when a run of
+  the scenario serves that model's config alone, the row gets ``slowdown_x.{ttft,tpot,e2e}`` = co-located
+  mean / alone mean (the interference).
 
 A run with a ``baseline`` gets ``speedup_x.{ttft,tpot,e2e}`` = the baseline's mean / its own. Each ordering
 the scenario expects (a reference's finding, e.g. VIDUR's vLLM vs Sarathi) becomes a note saying whether
@@ -29,10 +30,9 @@ from perfcast.errors import PerfcastError
 from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import ServingRun, ServingScenario
 from perfcast.scenarios.serving_curves import latency_quantiles, load_curve, sweepable
-from perfcast.serving.colocation import simulate_colocated
 from perfcast.serving.config import ServingConfig
-from perfcast.serving.engine import ServingResult, simulate_serving
-from perfcast.serving.search import find_max_qps
+from perfcast.serving.experiments.run import Colocation, MaxQpsSearch, Simulation, run_experiment
+from perfcast.serving.result import ServingResult
 
 __all__ = ["run_serving_scenario"]
 
@@ -77,7 +77,7 @@ def _run_rows(run: ServingRun) -> list[dict[str, object]]:
         second = run.colocate
         rows = [_head(lab, c) for lab, c in zip(run.labels, (cfg, second), strict=True)]
         try:
-            co = simulate_colocated(cfg, second, mode=run.colocation, memory_frac=run.memory_frac)
+            co = run_experiment(Colocation(cfg, second, mode=run.colocation, memory_frac=run.memory_frac))
         except PerfcastError as exc:
             for row in rows:
                 row.update(status="error", error=str(exc))
@@ -93,7 +93,7 @@ def _run_rows(run: ServingRun) -> list[dict[str, object]]:
     row = _head(run.label, cfg)
     try:
         if run.search_max_qps:
-            search = find_max_qps(cfg, start_qps=cfg.workload.qps)
+            search = run_experiment(MaxQpsSearch(cfg, start_qps=cfg.workload.qps))
             if search.result is None:  # no load meets the SLO: the verdict is the row's answer
                 row.update(status="error", error=search.verdict, qps_loads_tried=len(search.evaluated))
                 return [row]
@@ -103,7 +103,7 @@ def _run_rows(run: ServingRun) -> list[dict[str, object]]:
                        qps_search_requests=sim.arrival_s.size, qps_search_simulated_s=float(sim.arrival_s[-1]),
                        saturated_requests_per_s=search.saturation.requests_per_s if search.saturation else None)
         else:
-            sim = simulate_serving(cfg)
+            sim = run_experiment(Simulation(cfg))
             row.update(_flat(sim.as_dict()))
         row["latency_quantiles"] = latency_quantiles(sim)
         row["status"] = "ok"

@@ -18,7 +18,8 @@ import numpy as np
 
 from perfcast.errors import PerfcastError
 from perfcast.serving.config import ServingConfig
-from perfcast.serving.engine import ServingResult, simulate_serving
+from perfcast.serving.experiments.run import Simulation, run_experiment
+from perfcast.serving.result import ServingResult
 
 __all__ = ["LOAD_FRACS", "MIN_REQUESTS_FOR_CURVE", "NUM_QUANTILES", "latency_quantiles", "load_curve",
            "sweepable"]
@@ -62,7 +63,7 @@ def load_curve(cfg: ServingConfig) -> list[dict[str, float | None]]:
     if not sweepable(cfg):
         return []
     try:
-        capacity_rps = simulate_serving(_at(cfg, None)).metrics.throughput_requests_per_s
+        capacity_rps = run_experiment(Simulation(_at(cfg, None))).metrics.throughput_requests_per_s
     except PerfcastError:
         return []
     if not (math.isfinite(capacity_rps) and capacity_rps > 0):
@@ -71,7 +72,7 @@ def load_curve(cfg: ServingConfig) -> list[dict[str, float | None]]:
     for frac in LOAD_FRACS:
         qps = frac * capacity_rps
         try:
-            m = simulate_serving(_at(cfg, qps)).metrics
+            m = run_experiment(Simulation(_at(cfg, qps))).metrics
         except PerfcastError:
             continue
         ttft = m.ttft_s.as_dict()

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from perfcast.errors import ConfigError
+from perfcast.serving.schedulers import SCHEDULERS
 
 __all__ = ["MAX_NUM_SEQS", "MAX_REPLICAS", "MAX_REQUESTS", "MAX_SEED", "MAX_SWAP_SPACE_BYTES", "MAX_TOKENS",
            "PRECISION_QUANTIZATION", "ServingConfig", "WorkloadConfig"]
@@ -186,5 +187,22 @@ class ServingConfig(BaseModel):
         for name in ("kv_transfer_bandwidth_Bps", "kv_transfer_latency_s"):
             _refuse_unused(self, name, self.num_prefill_replicas > 0, "is the prefill-to-decode link of "
                            "disaggregated serving; add --num-prefill-replicas N")
+        self._check_combinations()
         return self
+
+    def _check_combinations(self) -> None:
+        """Refuse what the simulator does not model together, before any costly work."""
+        SCHEDULERS.get(self.scheduler)  # an unknown name raises UnknownNameError listing the schedulers
+        disagg, replicas = self.num_prefill_replicas, self.num_replicas
+        if disagg and not 0 < disagg < replicas:
+            raise ConfigError(f"--num-prefill-replicas {disagg} must leave decode replicas: use 1..{replicas - 1} "
+                              f"of the {replicas} replicas")
+        if disagg and self.scheduler == "static":
+            raise ConfigError("disaggregated serving needs a continuous-batching scheduler, not static")
+        beams = self.workload.num_beams
+        if beams > 1 and self.enable_prefix_caching:
+            raise ConfigError(f"beam search ({beams} beams) is not modelled with --enable-prefix-caching; drop one")
+        if beams > 1 and self.speculative_model:
+            raise ConfigError(f"beam search ({beams} beams) does not combine with speculative decoding (engines "
+                              "refuse it too); drop --speculative-model or use 1 beam")
 

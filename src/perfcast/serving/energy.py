@@ -15,7 +15,7 @@ where the clock model throttles).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -25,11 +25,34 @@ from perfcast.dtypes import DType
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.energy import ENERGY_STATUS, power_model
 from perfcast.kernel.power import datapath, energy_per_flop_J
+from perfcast.serving.config import ServingConfig
 
-if TYPE_CHECKING:
-    from perfcast.serving.engine import ServingResult
+__all__ = ["RunCounts", "ServingEnergy", "serving_energy"]
 
-__all__ = ["ServingEnergy", "serving_energy"]
+
+class RunCounts(Protocol):
+    """What the energy model reads from a finished run (a :class:`~perfcast.serving.result.ServingResult`)."""
+
+    @property
+    def config(self) -> ServingConfig: ...  # the deployment: model, hardware, tp, pp, replicas
+    @property
+    def finish_s(self) -> np.ndarray: ...  # per request: finish time (s; NaN when unfinished)
+    @property
+    def first_token_s(self) -> np.ndarray: ...  # per request: first token time (s; NaN before it)
+    @property
+    def prompt_tokens(self) -> np.ndarray: ...  # per request: prompt tokens
+    @property
+    def generated_tokens(self) -> np.ndarray: ...  # per request: output tokens emitted
+    @property
+    def gpu_time_s(self) -> float: ...  # summed time of every engine's iterations on their own (s)
+    @property
+    def iterations(self) -> int: ...  # iterations over every engine
+    @property
+    def weight_bytes_per_gpu(self) -> float: ...  # one GPU's weight bytes of its stage
+    @property
+    def kv_bytes_per_token(self) -> float: ...  # KV bytes of one token on one GPU
+    @property
+    def dtype(self) -> str: ...  # the dtype that ran
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +85,7 @@ class ServingEnergy:
                 "energy_model": ENERGY_STATUS}
 
 
-def serving_energy(result: ServingResult, coeffs: Coefficients | None = None) -> ServingEnergy:
+def serving_energy(result: RunCounts, coeffs: Coefficients | None = None) -> ServingEnergy:
     """Energy of ``result``'s run (see the module docstring)."""
     cfg = result.config
     co = coeffs or load_coefficients()

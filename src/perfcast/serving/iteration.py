@@ -218,12 +218,32 @@ class IterationModel:
         return rest + experts
 
     def _tables(self) -> None:
+        """Tabulate what an iteration costs besides attention, and attention's per-layer constants."""
         grid = _grid(self.max_tokens)
+        self.weight_bytes = 0.0
+        lin_ops, owner, comm_bytes, comm_calls, head_ops = self._sort_ops(grid)
+        self.weight_bytes = self._weight_bytes()
+        dense = np.arange(self.max_tokens + 1, dtype=float)
+        self._linear = self._linear_table(grid, dense, lin_ops, owner)
+        self._comm = self._comm_table(grid, dense, comm_bytes, comm_calls)
+        self._head = self._head_table(head_ops)
+        eng = self.sc.engines[self.engine]
+        self._cpu_fixed = eng.iteration_overhead_s
+        self._cpu_per_seq = eng.per_sequence_overhead_s
+        self.kv_bytes_per_token = self._kv_bytes_per_token()
+        self._attention_constants()
+        self._linear_l = self._linear.tolist()
+        self._comm_l = self._comm.tolist()
+        self._head_l = self._head.tolist()
+
+    def _sort_ops(self, grid: np.ndarray) -> tuple[list[Op], list[int], np.ndarray, float, list[Op]]:
+        """One GPU's ops at every grid size, sorted: the token-parallel ops (and the grid point each belongs
+        to), the bytes each grid point's layer all-reduces carry and their calls per iteration, and the
+        attention and LM-head ops of the smallest size (priced elsewhere)."""
         lin_ops: list[Op] = []
         owner: list[int] = []
         comm_bytes = np.zeros(len(grid))
         comm_calls = 0.0
-        self.weight_bytes = 0.0
         head_ops: list[Op] = []
         for i, t in enumerate(grid):
             for op in self._ops(int(t)):
@@ -241,16 +261,23 @@ class IterationModel:
                     continue
                 lin_ops.append(op)
                 owner.append(i)
-        self.weight_bytes = self._weight_bytes()
+        return lin_ops, owner, comm_bytes, comm_calls, head_ops
+
+    def _linear_table(self, grid: np.ndarray, dense: np.ndarray, lin_ops: list[Op], owner: list[int]) -> np.ndarray:
+        """Seconds of the token-parallel ops (one stage) for every token count up to ``max_tokens``."""
         times = predict_ops(lin_ops, self.hw, self.co)
         per = np.zeros(len(grid))
         stage = self.layers_per_stage / self.cfg.num_layers
         for op, kt, i in zip(lin_ops, times, owner, strict=True):
             share = stage if op.count > 1 else 1.0  # repeated (layer) ops split over the stages
             per[i] += kt.time_s * op.count * share
-        dense = np.arange(self.max_tokens + 1, dtype=float)
-        self._linear = np.interp(dense, grid.astype(float), per)
-        self._linear[0] = 0.0
+        table = np.interp(dense, grid.astype(float), per)
+        table[0] = 0.0
+        return table
+
+    def _comm_table(self, grid: np.ndarray, dense: np.ndarray, comm_bytes: np.ndarray,
+                    comm_calls: float) -> np.ndarray:
+        """Seconds of the tensor-parallel collectives (one stage) for every token count up to ``max_tokens``."""
         if self.attention_dp and self.tp > 1:
             # per MoE layer of the stage: all-gather the ranks' hidden vectors, reduce-scatter the experts' sums
             moe = self.cfg.moe
@@ -259,14 +286,17 @@ class IterationModel:
             hidden = grid.astype(float) * self.cfg.hidden_size * self.dtype.bytes
             ct = (collective_times("all_gather", hidden, self.tp, self.cl, shared_nics=False)
                   + collective_times("reduce_scatter", hidden, self.tp, self.cl, shared_nics=False))
-            self._comm = np.interp(dense, grid.astype(float), ct * moe_layers)
+            table = np.interp(dense, grid.astype(float), ct * moe_layers)
         elif self.tp > 1 and comm_calls:
             ct = collective_times("all_reduce", comm_bytes, self.tp, self.cl, shared_nics=False)
-            self._comm = np.interp(dense, grid.astype(float), ct * comm_calls)
+            table = np.interp(dense, grid.astype(float), ct * comm_calls)
         else:
-            self._comm = np.zeros_like(dense)
-        self._comm[0] = 0.0
-        # the LM head (and its norm) over the sequences that emit a token
+            table = np.zeros_like(dense)
+        table[0] = 0.0
+        return table
+
+    def _head_table(self, head_ops: list[Op]) -> np.ndarray:
+        """Seconds of the LM head (and its norm) over every count of sampling sequences up to ``max_seqs``."""
         seqs = _grid(self.max_seqs)
         scaled: list[Op] = []
         for n in seqs:
@@ -283,24 +313,27 @@ class IterationModel:
                                            bytes_written=op.bytes_written * f))
         per_head = len([o for o in head_ops if o.kind is not OpKind.ATTENTION])
         ht = np.array([k.time_s for k in predict_ops(scaled, self.hw, self.co)]).reshape(len(seqs), per_head).sum(1)
-        self._head = np.interp(np.arange(self.max_seqs + 1, dtype=float), seqs.astype(float), ht)
-        self._head[0] = 0.0
-        eng = self.sc.engines[self.engine]
-        self._cpu_fixed = eng.iteration_overhead_s
-        self._cpu_per_seq = eng.per_sequence_overhead_s
+        table = np.interp(np.arange(self.max_seqs + 1, dtype=float), seqs.astype(float), ht)
+        table[0] = 0.0
+        return table
+
+    def _kv_bytes_per_token(self) -> float:
+        """KV-cache bytes of one token on one GPU, every layer (K and V, or MLA's latent)."""
         # each GPU caches its KV heads; past tp = num_kv_heads every GPU holds (a replica of) one head
         # attention DP: each GPU caches whole tokens of its own sequences (tp GPUs hold tp times as many)
         # MLA (DeepSeek-V2/V3): one latent of kv_lora_rank + rope elements per token and layer, shared by
         # every head, so each tensor-parallel GPU holds all of it (engines run attention DP to split it)
         mla = self.cfg.mla
         if mla is not None:
-            self.kv_bytes_per_token = ((mla.kv_lora_rank + mla.qk_rope_head_dim) * self.kv.bytes * self.cfg.num_layers
-                                       / (self.tp if self.attention_dp else 1))
-        else:
-            split = self.tp if self.attention_dp else min(self.tp, max(1, self.cfg.num_kv_heads))
-            self.kv_bytes_per_token = 2.0 * cfg_kv_dim(self.cfg) * self.kv.bytes * self.cfg.num_layers / split
-        # attention per layer in scalars (the event loop's hot path): the kernel layer's rates and the
-        # FLOPs / bytes per query-key pair, cached token and sequence (FlashAttention / paged decode)
+            return float((mla.kv_lora_rank + mla.qk_rope_head_dim) * self.kv.bytes * self.cfg.num_layers
+                         / (self.tp if self.attention_dp else 1))
+        split = self.tp if self.attention_dp else min(self.tp, max(1, self.cfg.num_kv_heads))
+        return 2.0 * cfg_kv_dim(self.cfg) * self.kv.bytes * self.cfg.num_layers / split
+
+    def _attention_constants(self) -> None:
+        """Attention per layer in scalars (the event loop's hot path): the kernel layer's rates and the
+        FLOPs / bytes per query-key pair, cached token and sequence (FlashAttention / paged decode)."""
+        mla = self.cfg.mla
         self._att = attention_rates(self.hw, self.dtype, self.co)
         h, kvh, d, vd = self.heads, self.kv_heads, self.head_dim, self.v_head_dim
         e, kve = self.dtype.bytes, self.kv.bytes
@@ -326,9 +359,6 @@ class IterationModel:
             self._dec_kv_bytes_per_ctx = lat * kve
             self._dec_q_bytes = h * lat * e
             self._dec_o_bytes = h * mla.kv_lora_rank * e
-        self._linear_l = self._linear.tolist()
-        self._comm_l = self._comm.tolist()
-        self._head_l = self._head.tolist()
 
     @property
     def fp8_context_attention(self) -> bool:
@@ -375,6 +405,14 @@ class IterationModel:
             num_prefill_tokens + num_decode, num_prefill_tokens, prefill_pairs, prefill_context_tokens,
             num_prefill_seqs, num_decode, decode_context_tokens, num_logits)
         return linear + att_p + att_d + head + comm + cpu  # IterationBreakdown.time_s's order: bit-identical
+
+    def parts_s(self, num_prefill_tokens: int, prefill_pairs: float, prefill_context_tokens: int,
+                num_prefill_seqs: int, num_decode: int, decode_context_tokens: int,
+                num_logits: int) -> tuple[float, float, float, float, float, float]:
+        """:meth:`time_s`'s parts in :class:`IterationBreakdown`'s field order (s, one stage); summed in that
+        order they are :meth:`time_s` bit for bit."""
+        return self._values(num_prefill_tokens + num_decode, num_prefill_tokens, prefill_pairs,
+                            prefill_context_tokens, num_prefill_seqs, num_decode, decode_context_tokens, num_logits)
 
     def _parts(self, tokens: int, q: int, pairs: float, kv_read: int, n_prefill: int, n_decode: int,
                decode_kv: int, logits: int) -> IterationBreakdown:
@@ -425,6 +463,16 @@ class IterationModel:
         return (fixed, self._dec_flop_per_pair * att.s_per_flop * layers * share,
                 (self._dec_q_bytes + self._dec_o_bytes * r) * att.s_per_byte * layers,
                 self._dec_kv_bytes_per_ctx * att.s_per_byte * layers * share)
+
+    def decode_fixed_parts_s(self, num_decode: int) -> tuple[float, float, float, float]:
+        """The parts of a decode-only iteration of ``num_decode`` sequences that do not depend on its cached
+        tokens, as ``(linear_s, comm_s, lm_head_s, cpu_s)`` (one stage): :meth:`decode_step`'s ``fixed_s`` is
+        their sum plus the attention kernels' fixed cost, and the rest of the iteration is decode attention."""
+        n = num_decode
+        r = -(-n // self.dp) if self.dp > 1 else n
+        lookup = self._lookup
+        return (lookup(self._linear_l, n), lookup(self._comm_l, n), lookup(self._head_l, r),
+                self._cpu_fixed + self._cpu_per_seq * r)
 
     def decode_times(self, num_decode: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         """Seconds of consecutive decode-only iterations of the same ``num_decode`` sequences whose cached

@@ -12,7 +12,7 @@ activations come first; what is left becomes KV blocks), per GPU of one pipeline
 
 A deployment does not fit when the weights alone exceed the usable memory, or when weights and activations
 leave no room for one KV block. Whether the KV cache holds one request of the workload is a question about
-the workload too; :func:`perfcast.serving.engine.serving_memory` asks it. Not fitting is an answer (the
+the workload too; :func:`perfcast.serving.deployment.serving_memory` asks it. Not fitting is an answer (the
 verdict and this breakdown), not an error; the simulator refuses to run such a deployment.
 """
 

@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from perfcast.serving.engine import ServingResult
+from perfcast.serving.result import ServingResult
 
 __all__ = ["MAX_REQUESTS_SHOWN", "serving_trace", "write_serving_trace"]
 

@@ -5,7 +5,7 @@ For every tensor-parallel degree that divides the budget and the model's heads
 least-outstanding router; for every scheduler (``vllm``, and ``sarathi`` with
 each chunk size) and every ``max_num_seqs``, the highest Poisson load it
 sustains within the p99 TTFT / TPOT SLO is searched under the steady-state rule
-of :func:`perfcast.serving.search.find_max_qps` (tens of request lifetimes per
+of :func:`perfcast.serving.experiments.search.find_max_qps` (tens of request lifetimes per
 load after a warm-up, overload when the served throughput falls below the load,
 p99s with error bars, below the saturated throughput). Deployments are ranked by
 that load per GPU (goodput per GPU: at it the steady state meets the SLO). A
@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from perfcast.catalog.models import load_model
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.serving.config import ServingConfig
-from perfcast.serving.engine import serving_memory
-from perfcast.serving.search import LoadCheck, find_max_qps, steady_state_rule
+from perfcast.serving.deployment import serving_memory
+from perfcast.serving.experiments.run import MaxQpsSearch, run_experiment
+from perfcast.serving.experiments.search import LoadCheck, steady_state_rule
 from perfcast.system.cluster import cluster_for_gpu, load_cluster
 from perfcast.workload.sharding import check_tp
 
@@ -154,7 +155,7 @@ def search_serving(base: ServingConfig, gpus: int, *, tps: tuple[int, ...] | Non
                         if not memory.fits:
                             c.reason = memory.verdict
                         else:
-                            found = find_max_qps(cfg)
+                            found = run_experiment(MaxQpsSearch(cfg))
                             c.simulations = 1 + len(found.evaluated)  # the saturation run and each load
                             c.max_qps, c.reason = found.max_qps, found.verdict
                             c.check = found.check

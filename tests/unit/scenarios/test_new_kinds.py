@@ -12,7 +12,7 @@ from perfcast.groundtruth.files import find_groundtruth
 from perfcast.results.scenario import STATUSES, ScenarioResult
 from perfcast.scenarios import load_scenario, run_scenario
 from perfcast.scenarios.schema import scenario_from_dict
-from perfcast.serving.rlhf import RLHFConfig, simulate_rlhf_iteration
+from perfcast.serving.experiments.rlhf import RLHFConfig, simulate_rlhf_iteration
 
 pytestmark = pytest.mark.unit
 

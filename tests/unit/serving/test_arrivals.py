@@ -1,4 +1,5 @@
-"""Unit tests of ``perfcast.serving.arrivals``: arrival processes, length sources, clipping, determinism, errors."""
+"""Unit tests of ``perfcast.serving.sources.arrivals``: arrival processes, length sources, clipping, determinism,
+errors."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import numpy as np
 import pytest
 
 from perfcast.errors import ConfigError, UnknownNameError
-from perfcast.serving.arrivals import ARRIVAL_PROCESSES, RequestStream, generate_requests
-from perfcast.serving.traces import Trace, load_trace
+from perfcast.serving.sources.arrivals import ARRIVAL_PROCESSES, RequestStream, generate_requests
+from perfcast.serving.sources.traces import Trace, load_trace
 
 pytestmark = pytest.mark.unit
 

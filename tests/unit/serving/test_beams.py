@@ -9,7 +9,7 @@ import pytest
 from perfcast.errors import ConfigError
 from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
 from perfcast.serving.kv import CountingBlockManager, KVCacheError
-from perfcast.serving.mlperf import apply_mlperf, mlperf_workload
+from perfcast.serving.sources.mlperf import apply_mlperf, mlperf_workload
 
 BASE = dict(model="llama-2-7b", hardware="a100-sxm-80gb", max_num_seqs=128)
 

@@ -6,7 +6,7 @@ import pytest
 
 from perfcast.errors import ConfigError
 from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
-from perfcast.serving.colocation import simulate_colocated
+from perfcast.serving.experiments.colocation import simulate_colocated
 
 LOAD = WorkloadConfig(num_requests=60, qps=2.0, trace="splitwise_conv", seed=1)
 FIRST = ServingConfig(model="llama-3.1-8b", hardware="h100-sxm-80gb", workload=LOAD)

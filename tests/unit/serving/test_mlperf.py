@@ -1,5 +1,6 @@
-"""Unit tests of ``perfcast.serving.mlperf``: the MLPerf presets, their length distributions, the offline and
-server scenarios, and one-line errors for names that are not presets."""
+"""Unit tests of ``perfcast.serving.sources.mlperf`` and ``perfcast.serving.experiments.mlperf``: the MLPerf
+presets, their length distributions, the offline and server scenarios, and one-line errors for names that are
+not presets."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import pytest
 
 from perfcast.catalog.models import load_model
 from perfcast.errors import ConfigError
-from perfcast.serving.arrivals import generate_requests
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.engine import simulate_serving
-from perfcast.serving.mlperf import (
+from perfcast.serving.experiments.mlperf import run_mlperf
+from perfcast.serving.sources.arrivals import generate_requests
+from perfcast.serving.sources.mlperf import (
     SCENARIOS,
     _ncdf,
     _ndtri,
@@ -23,9 +25,8 @@ from perfcast.serving.mlperf import (
     mlperf_workload,
     parse_workload,
     preset_trace,
-    run_mlperf,
 )
-from perfcast.serving.traces import load_trace
+from perfcast.serving.sources.traces import load_trace
 
 pytestmark = pytest.mark.unit
 

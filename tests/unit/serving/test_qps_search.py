@@ -11,8 +11,7 @@ import pytest
 
 from perfcast.errors import ConfigError
 from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
-from perfcast.serving.arrivals import generate_requests
-from perfcast.serving.search import (
+from perfcast.serving.experiments.search import (
     OVERLOAD_TOL,
     Saturation,
     check_load,
@@ -23,6 +22,7 @@ from perfcast.serving.search import (
     steady_requests,
     window_lifetimes,
 )
+from perfcast.serving.sources.arrivals import generate_requests
 
 pytestmark = pytest.mark.unit
 

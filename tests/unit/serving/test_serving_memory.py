@@ -6,7 +6,7 @@ import pytest
 
 from perfcast.errors import ConfigError
 from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
-from perfcast.serving.engine import serving_memory
+from perfcast.serving.deployment import serving_memory
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Unit tests of ``perfcast.serving.traces``: shipped traces, user CSVs and their one-line errors."""
+"""Unit tests of ``perfcast.serving.sources.traces``: shipped traces, user CSVs and their one-line errors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from perfcast.errors import ConfigError, UnknownNameError
 from perfcast.groundtruth.files import find_groundtruth
-from perfcast.serving.traces import TRACE_NAMES, Trace, load_trace
+from perfcast.serving.sources.traces import TRACE_NAMES, Trace, load_trace
 
 pytestmark = pytest.mark.unit
 

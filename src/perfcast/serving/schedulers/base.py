@@ -7,7 +7,7 @@ to CPU memory). The running requests are split, in running order, into
 ``prefilling`` (prompts in flight) and ``decoding`` (a
 :class:`~perfcast.serving.decoding.DecodeSet`: every member decodes in every
 decode iteration, so the set is advanced as a whole, and a paged cache grows its
-members as one group, :meth:`~perfcast.serving.kv.CountingBlockManager.grow_group`).
+members as one group, :meth:`~perfcast.serving.kv.KVCache.grow_group`).
 Each call to :meth:`ReplicaScheduler.schedule` forms the next iteration's
 :class:`Batch`; the engine runs it, advances the decode set, and reports
 finished prompts and requests back through :meth:`ReplicaScheduler.prefilled`
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from perfcast.serving.decoding import DecodeSet
-from perfcast.serving.kv import BlockManager
+from perfcast.serving.kv import KVCache
 from perfcast.serving.request import Request
 
 __all__ = ["Batch", "ReplicaScheduler", "SchedulerLimits"]
@@ -74,7 +74,7 @@ class ReplicaScheduler:
     # then run those iterations in one step); false for policies that change batches on their own
     steady_decode: ClassVar[bool] = True
 
-    def __init__(self, kv: BlockManager, limits: SchedulerLimits) -> None:
+    def __init__(self, kv: KVCache, limits: SchedulerLimits) -> None:
         self.kv = kv
         self.limits = limits
         self.waiting: deque[Request] = deque()

@@ -9,7 +9,7 @@ lengths; the simulator knows them, so this is the policy with perfect estimates.
 
 from __future__ import annotations
 
-from perfcast.serving.kv import BlockManager
+from perfcast.serving.kv import KVCache
 from perfcast.serving.request import Request
 from perfcast.serving.schedulers.base import Batch, ReplicaScheduler, SchedulerLimits
 from perfcast.serving.schedulers.registry import SCHEDULERS
@@ -23,7 +23,7 @@ class LightLLMScheduler(ReplicaScheduler):
 
     name = "lightllm"
 
-    def __init__(self, kv: BlockManager, limits: SchedulerLimits) -> None:
+    def __init__(self, kv: KVCache, limits: SchedulerLimits) -> None:
         super().__init__(kv, limits)
         self._projected = 0  # the running requests' projected peak KV blocks, summed
 

@@ -8,7 +8,7 @@ batch is padded) and nothing new joins until the whole batch completes.
 
 from __future__ import annotations
 
-from perfcast.serving.kv import BlockManager
+from perfcast.serving.kv import KVCache
 from perfcast.serving.request import Request
 from perfcast.serving.schedulers.base import Batch, ReplicaScheduler, SchedulerLimits
 from perfcast.serving.schedulers.registry import SCHEDULERS
@@ -27,7 +27,7 @@ class StaticScheduler(ReplicaScheduler):
     def _prefill_fits_budget(self, req: Request) -> bool:
         return True
 
-    def __init__(self, kv: BlockManager, limits: SchedulerLimits) -> None:
+    def __init__(self, kv: KVCache, limits: SchedulerLimits) -> None:
         super().__init__(kv, limits)
         self._finished = 0  # finished requests still holding their rows
         self._padded_context = 0  # their tokens (prompt + output), read by every decode iteration

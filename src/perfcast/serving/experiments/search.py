@@ -62,9 +62,10 @@ from typing import Any, Literal
 import numpy as np
 
 from perfcast.errors import ConfigError
-from perfcast.serving.arrivals import generate_requests
 from perfcast.serving.config import ServingConfig
-from perfcast.serving.engine import ServingResult, simulate_serving
+from perfcast.serving.engine import simulate_serving
+from perfcast.serving.result import ServingResult
+from perfcast.serving.sources.arrivals import generate_requests
 
 __all__ = ["MAX_CHECK_REQUESTS", "MAX_GROWTH", "MIN_REQUESTS", "MIN_WINDOW_LIFETIMES", "NUM_BATCHES", "OVERLOAD_TOL",
            "RELAXATION_WARMUP", "RELAXATION_WINDOW", "SERVED_TOL", "STEADY_LIFETIMES", "WARMUP_LIFETIMES", "Z",

@@ -23,7 +23,8 @@ from typing import Any, Literal
 
 from perfcast.errors import ConfigError
 from perfcast.serving.config import ServingConfig
-from perfcast.serving.engine import ServingResult, simulate_serving
+from perfcast.serving.engine import simulate_serving
+from perfcast.serving.result import ServingResult
 
 __all__ = ["ColocatedResult", "simulate_colocated"]
 

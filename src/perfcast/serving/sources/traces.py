@@ -33,17 +33,18 @@ import gzip
 import io
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
 from perfcast.errors import ConfigError, UnknownNameError
+from perfcast.serving.sources.mlperf import is_mlperf_name, preset_trace
+from perfcast.serving.sources.trace import Trace
 
 __all__ = ["TRACE_NAMES", "Trace", "load_trace"]
 
-_DATA_DIR = Path(__file__).resolve().parent / "data" / "traces"
+_DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
 
 _SHIPPED: dict[str, str] = {
     "arxiv_summarization": "arxiv_summarization.csv.gz",
@@ -67,30 +68,12 @@ _OUTPUT_COLUMNS = ("num_decode_tokens", "output_tokens", "output_len")
 _ARRIVAL_COLUMNS = ("arrived_at", "arrival_s", "arrival_time_s")
 
 
-@dataclass(frozen=True, eq=False)
-class Trace:
-    """Per-request token counts (int64, >= 1) and, when the trace has them, arrival times (float64, s)."""
-
-    name: str
-    prompt_tokens: np.ndarray
-    output_tokens: np.ndarray
-    arrival_s: np.ndarray | None
-    source: str
-
-    @property
-    def num_requests(self) -> int:
-        """Number of rows (requests) in the trace."""
-        return int(self.prompt_tokens.shape[0])
-
-
 def load_trace(name_or_path: str | Path) -> Trace:
     """Load a shipped trace by short name (see ``TRACE_NAMES``), an MLPerf preset's synthetic lengths
-    (``mlperf:<benchmark>``, see :mod:`perfcast.serving.mlperf`) or a user CSV / CSV.gz by path."""
+    (``mlperf:<benchmark>``, see :mod:`perfcast.serving.sources.mlperf`) or a user CSV / CSV.gz by path."""
     if isinstance(name_or_path, str) and name_or_path in _SHIPPED:
         return _load_shipped(name_or_path)
-    if isinstance(name_or_path, str) and name_or_path.strip().lower().startswith("mlperf:"):
-        from perfcast.serving.mlperf import preset_trace
-
+    if isinstance(name_or_path, str) and is_mlperf_name(name_or_path):
         return preset_trace(name_or_path)
     path = Path(name_or_path)
     if path.is_file():

@@ -50,7 +50,7 @@ from typing import Literal
 import numpy as np
 
 from perfcast.errors import ConfigError, UnknownNameError
-from perfcast.serving.traces import Trace
+from perfcast.serving.sources.trace import Trace
 
 __all__ = ["ARRIVAL_PROCESSES", "ArrivalProcess", "RequestStream", "generate_requests"]
 

@@ -1,0 +1,211 @@
+"""A serving config resolved to its deployment, before any request runs.
+
+The builder checks what needs the catalogs (the model's context, the engine's dtype, the draft model's
+vocabulary) and makes the iteration model (the execution-time predictor, tabulated once per process: a QPS
+search, a co-location fixed point and a table of benchmark rows simulate the same deployment many times),
+one GPU's memory and so the KV capacity of each engine, and the limits its schedulers obey.
+:func:`serving_memory` answers whether a deployment fits without simulating it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfcast.catalog.defaults import default_dtype
+from perfcast.catalog.hardware import load_hardware
+from perfcast.catalog.models import ModelConfig, load_model
+from perfcast.dtypes import DType
+from perfcast.errors import ConfigError
+from perfcast.serving.coefficients import ServingCoefficients
+from perfcast.serving.config import ServingConfig
+from perfcast.serving.iteration import IterationModel
+from perfcast.serving.kv import BlockManager, CountingBlockManager, KVCache
+from perfcast.serving.memory import ServingMemory, memory_breakdown
+from perfcast.serving.schedulers import SchedulerLimits
+from perfcast.serving.sources.requests import request_stream
+from perfcast.system.cluster import load_cluster
+
+__all__ = ["Deployment", "build_deployment", "max_model_len", "serving_dtype", "serving_memory"]
+
+
+def serving_dtype(cfg: ServingConfig, model_cfg: ModelConfig | None = None) -> DType:
+    """The dtype the deployment runs: ``cfg.dtype``, or for ``auto`` the checkpoint's as a serving engine loads
+    it (:func:`perfcast.catalog.defaults.default_dtype` with ``engine=True``)."""
+    if cfg.dtype != "auto":
+        return DType(cfg.dtype)
+    return default_dtype(model_cfg or load_model(cfg.model), load_hardware(cfg.hardware), engine=True)
+
+
+def max_model_len(cfg: ServingConfig, model_cfg: ModelConfig | None = None) -> int:
+    """The context limit of the deployment (tokens of prompt plus output): ``cfg.max_model_len``, by default the
+    model's (``ModelConfig.max_positions``, for every position scheme). A limit above the model's is bad input,
+    as vLLM refuses it, unless ``allow_long_max_model_len`` says the deployment runs longer (vLLM's
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``)."""
+    model_cfg = model_cfg or load_model(cfg.model)
+    context = model_cfg.max_positions
+    if cfg.max_model_len is not None and cfg.max_model_len > context and not cfg.allow_long_max_model_len:
+        raise ConfigError(f"max_model_len {cfg.max_model_len} is above {model_cfg.id}'s maximum context length of "
+                          f"{context} tokens; use max_model_len <= {context}")
+    return cfg.max_model_len or context
+
+
+_MODELS: dict[tuple[object, ...], tuple[ModelConfig, ServingCoefficients | None, IterationModel]] = {}
+
+
+def _iteration_model(model_cfg: ModelConfig, cfg: ServingConfig, *, dtype: DType, quantization: str,
+                     kv_dtype: DType | None, pp: int, max_tokens: int,
+                     serving: ServingCoefficients | None) -> IterationModel:
+    """The deployment's iteration model, tabulated once per process (a QPS search, a co-location fixed point
+    and a table of benchmark rows simulate the same deployment many times)."""
+    key = (id(model_cfg), cfg.hardware, cfg.tensor_parallel_size, pp, dtype, quantization, kv_dtype, max_tokens,
+           cfg.max_num_seqs, cfg.engine, cfg.cluster, id(serving), cfg.expert_parallel_size,
+           cfg.attention_data_parallel)
+    hit = _MODELS.get(key)
+    if hit is not None and hit[0] is model_cfg and hit[1] is serving:
+        return hit[2]
+    model = IterationModel(model_cfg, cfg.hardware, tp=cfg.tensor_parallel_size, pp=pp, dtype=dtype,
+                           quantization=quantization, kv_dtype=kv_dtype, max_tokens=max_tokens,
+                           max_seqs=cfg.max_num_seqs, engine=cfg.engine,
+                           cluster=load_cluster(cfg.cluster) if cfg.cluster else None, serving=serving,
+                           ep=cfg.expert_parallel_size, attention_dp=cfg.attention_data_parallel)
+    if len(_MODELS) > 256:
+        _MODELS.clear()
+    _MODELS[key] = (model_cfg, serving, model)
+    return model
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What a config resolves to before any request runs: the scheduling policy, the context limit (tokens),
+    the iteration token budget (tokens), the dtype, the iteration model and one GPU's memory."""
+
+    config: ServingConfig
+    policy: str
+    max_len: int
+    budget: int
+    dtype: DType
+    model: IterationModel
+    memory: ServingMemory
+    draft: IterationModel | None = None  # speculative decoding's draft model, on the same GPUs
+
+    @property
+    def num_engines(self) -> int:
+        """Schedulers of the run: every replica's pipeline virtual engines."""
+        return self.config.num_replicas * self.config.pipeline_parallel_size
+
+    @property
+    def kv_blocks_per_engine(self) -> int:
+        """KV blocks of one engine's cache (a replica's blocks split over its pipeline virtual engines)."""
+        return max(1, self.memory.kv_blocks // self.config.pipeline_parallel_size)
+
+    @property
+    def kv_block_bytes(self) -> float:
+        """KV bytes of one block on one GPU."""
+        return self.memory.kv_bytes_per_token * self.config.block_size
+
+    @property
+    def limits(self) -> SchedulerLimits:
+        """The knobs every engine's scheduler obeys."""
+        cfg = self.config
+        return SchedulerLimits(cfg.max_num_seqs, self.budget, cfg.chunk_size, self.max_len, cfg.preemption_mode)
+
+    def new_cache(self) -> KVCache:
+        """An empty KV cache for one engine (host swap space included): paged blocks with prefix caching, else
+        the counting manager (the same answers, O(1) per operation)."""
+        cfg = self.config
+        cpu_blocks = int(cfg.swap_space // self.kv_block_bytes) // cfg.pipeline_parallel_size
+        if cfg.enable_prefix_caching:
+            return BlockManager(self.kv_blocks_per_engine, cfg.block_size, cfg.watermark_frac, cpu_blocks, True)
+        return CountingBlockManager(self.kv_blocks_per_engine, cfg.block_size, cfg.watermark_frac, cpu_blocks)
+
+    def extra_prompt_tokens(self) -> int:
+        """Image and retrieved tokens every prompt carries besides its own (they join the prompt)."""
+        w = self.config.workload
+        model = self.model
+        if w.images_per_request and model.cfg.vision is None:
+            raise ConfigError(f"{model.cfg.id} has no vision tower; --images-per-request needs a multimodal model "
+                              "(e.g. llava-1.5-7b)")
+        extra = w.images_per_request * model.image_tokens + w.retrieved_tokens
+        if extra + 2 > self.max_len:
+            raise ConfigError(f"{extra} image/retrieved tokens leave no room in max_model_len {self.max_len}")
+        return extra
+
+
+def build_deployment(cfg: ServingConfig, *, serving: ServingCoefficients | None = None,
+                     memory_frac: float = 1.0) -> Deployment:
+    """``cfg``'s deployment: the iteration model (tabulated once per process), the draft model, one GPU's
+    memory with ``memory_frac`` of the usable memory (another model on the GPUs takes the rest) and the
+    limits its schedulers obey. ``serving`` replaces the packaged engine coefficients (fits)."""
+    policy = "sarathi" if cfg.scheduler == "vllm" and cfg.enable_chunked_prefill else cfg.scheduler
+    model_cfg = load_model(cfg.model)
+    max_len = max_model_len(cfg, model_cfg)
+    budget = cfg.max_num_batched_tokens or (cfg.chunk_size if policy == "sarathi" else max(max_len, 2048))
+    if policy == "static":
+        budget = max(budget, max_len * cfg.max_num_seqs)
+    dtype = serving_dtype(cfg, model_cfg)
+    kv_dtype = None if cfg.kv_cache_dtype == "auto" else DType(cfg.kv_cache_dtype)
+    model = _iteration_model(model_cfg, cfg, dtype=dtype, quantization=cfg.quantization, kv_dtype=kv_dtype,
+                             pp=cfg.pipeline_parallel_size, max_tokens=min(max(budget, 1), 65536), serving=serving)
+    draft = None
+    if cfg.speculative_model and cfg.num_speculative_tokens:
+        draft = _iteration_model(_draft_config(cfg.speculative_model, model_cfg), cfg, dtype=dtype,
+                                 quantization="none", kv_dtype=None, pp=1, max_tokens=min(max(budget, 1), 65536),
+                                 serving=serving)
+    memory = memory_breakdown(model, usable_frac=cfg.gpu_memory_utilization * memory_frac,
+                              max_batched_tokens=budget, max_num_seqs=cfg.max_num_seqs, block_size=cfg.block_size,
+                              draft=draft)
+    return Deployment(cfg, policy, max_len, budget, dtype, model, memory, draft)
+
+
+_VOCAB_TOL = 0.01  # a draft's vocabulary within 1% of the target's: the same tokenizer, rows padded differently
+
+
+def _draft_config(name: str, target: ModelConfig) -> ModelConfig:
+    """The draft model of speculative decoding: a decoder LLM proposing tokens of the target's vocabulary."""
+    draft = load_model(name)
+    if draft.kind != "decoder" or draft.vision is not None:
+        kind = "multimodal" if draft.vision is not None else draft.kind
+        raise ConfigError(f"--speculative-model {draft.id} is not a text decoder (its kind: {kind}); a draft model "
+                          f"is a decoder-only LLM of {target.id}'s tokenizer")
+    if abs(draft.vocab_size - target.vocab_size) > _VOCAB_TOL * target.vocab_size:
+        raise ConfigError(f"--speculative-model {draft.id} has a {draft.vocab_size:,}-token vocabulary and "
+                          f"{target.id} {target.vocab_size:,}: a draft proposes tokens of the target's tokenizer "
+                          "(vLLM refuses a draft of another vocabulary); use a smaller model of the same family")
+    return draft
+
+
+def serving_memory(cfg: ServingConfig, *, memory_frac: float = 1.0,
+                   serving: ServingCoefficients | None = None) -> ServingMemory:
+    """Whether ``cfg``'s deployment fits, with one GPU's memory breakdown (see :mod:`perfcast.serving.memory`),
+    without simulating. Besides the weights and activations, the KV cache of one engine must hold at least
+    one request of the workload (its prompt and output, each beam's tokens, under the cache's watermark);
+    requests longer than ``max_model_len`` do not count (they are refused whatever the memory)."""
+    dep = build_deployment(cfg, serving=serving, memory_frac=memory_frac)
+    memory = dep.memory
+    if not memory.fits:
+        return memory
+    extra = dep.extra_prompt_tokens()
+    stream = request_stream(cfg)
+    prompt = np.asarray(stream.prompt_tokens, dtype=np.int64) + extra
+    output = np.asarray(stream.output_tokens, dtype=np.int64)
+    servable = prompt + output <= dep.max_len
+    if not servable.any():
+        return memory  # every request is refused for its length: bad input the simulation reports
+    pp = cfg.pipeline_parallel_size
+    kv = CountingBlockManager(max(1, memory.kv_blocks // pp), cfg.block_size, cfg.watermark_frac, 0)
+    beams = cfg.workload.num_beams
+    pairs = sorted({(int(p), int(o)) for p, o in zip(prompt[servable], output[servable], strict=True)},
+                   key=lambda po: po[0] + beams * po[1])
+    if any(kv.can_ever_allocate(p + o, beams, p) for p, o in pairs):
+        return memory
+    p, o = pairs[0]
+    tokens = kv.num_blocks * cfg.block_size
+    verdict = (f"the KV cache of one engine holds {tokens:,} tokens ({kv.num_blocks:,} blocks of {cfg.block_size}, "
+               f"{memory.kv_cache_bytes / 2**30:.2f} GiB of KV cache per GPU), too few for one request of the "
+               f"workload: the smallest needs {p:,} + {o:,}" + (f" x {beams} beams" if beams > 1 else "")
+               + " tokens; use more tensor or pipeline parallelism, a smaller dtype or quantization, or shorter "
+               "requests")
+    return dataclasses.replace(memory, fits=False, verdict=verdict)
