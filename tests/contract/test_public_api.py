@@ -363,3 +363,12 @@ def test_packaged_json_files_load_with_their_readers() -> None:
 
 def test_package_ships_py_typed() -> None:
     assert (SRC / "py.typed").exists()
+
+
+# -- tests mirror the tree they test --------------------------------------------------------------------------------
+def test_every_unit_test_folder_is_a_package_it_tests() -> None:
+    """tests/unit/<package>/ mirrors src/perfcast/<package>/: a unit test sits beside the package it tests."""
+    unit = Path(__file__).resolve().parent.parent / "unit"
+    folders = sorted(p.name for p in unit.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert folders
+    assert [f for f in folders if not (SRC / f).is_dir()] == []
