@@ -22,9 +22,8 @@ import typer
 
 from perfcast.errors import PerfcastError
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_DOES_NOT_FIT", "app", "check_output_folder", "check_output_paths", "clusters_app",
-           "does_not_fit", "emit_json", "flag_error", "handled", "hardware_app", "main", "models_app", "one_of",
-           "refuse_overwrite", "scenarios_failed"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_DOES_NOT_FIT", "app", "check_output_folder", "check_output_paths", "does_not_fit",
+           "emit_json", "flag_error", "handled", "main", "one_of", "refuse_overwrite", "scenarios_failed"]
 
 # exit codes: 0 = an answer; 1 = it ran and the answer is "no" (does not fit, limits missed, a scenario failed);
 # 2 = bad input (one `error:` line). Every command follows them; the README states them.
@@ -36,12 +35,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Predict the performance of ML workloads on hardware you may not have.")
-hardware_app = typer.Typer(no_args_is_help=True, help="The hardware catalog.")
-models_app = typer.Typer(no_args_is_help=True, help="The model catalog.")
-clusters_app = typer.Typer(no_args_is_help=True, help="The cluster catalog.")
-app.add_typer(hardware_app, name="hardware")
-app.add_typer(models_app, name="models")
-app.add_typer(clusters_app, name="clusters")
 
 _STATE = {"debug": False}
 _CONSOLES: dict[str, Console] = {}
@@ -72,14 +65,6 @@ def _table(*args: Any, **kwargs: Any) -> Any:
     return Table(*args, **kwargs)
 
 
-def _print_fields(title: str, data: dict[str, Any]) -> None:
-    """A two-column table of a record's fields (nested values as JSON)."""
-    t = _table(title=title, show_header=False)
-    t.add_column("field", no_wrap=True)
-    t.add_column("value")
-    for k, v in data.items():
-        t.add_row(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
-    _console().print(t)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
