@@ -9,7 +9,8 @@ from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, app, check_output_paths, emit_json, handled, one_of
+from perfcast.cli.app import _console, app, emit_json, handled, one_of
+from perfcast.cli.output_paths import check_output_paths
 
 __all__ = ["fit"]
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from perfcast.cli.app import app, check_output_paths, emit_json, handled
+from perfcast.cli.app import app, emit_json, handled
+from perfcast.cli.output_paths import check_output_paths
 
 __all__ = ["predict_batch_cmd"]
 

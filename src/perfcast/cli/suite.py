@@ -7,7 +7,8 @@ from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, _progress, _table, app, check_output_folder, emit_json, handled, scenarios_failed
+from perfcast.cli.app import _console, _progress, _table, app, emit_json, handled, scenarios_failed
+from perfcast.cli.output_paths import check_output_folder
 
 __all__ = ["suite"]
 

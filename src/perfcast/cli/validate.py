@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from perfcast.cli.app import _console, _progress, _table, app, check_output_folder, emit_json, handled
+from perfcast.cli.app import _console, _progress, _table, app, emit_json, handled
+from perfcast.cli.output_paths import check_output_folder
 
 __all__ = ["validate"]
 
