@@ -11,20 +11,17 @@ import functools
 import inspect
 import json
 import math
-import os
 import re
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 from perfcast.errors import PerfcastError
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_DOES_NOT_FIT", "app", "check_output_folder", "check_output_paths", "clusters_app",
-           "does_not_fit", "emit_json", "flag_error", "handled", "hardware_app", "main", "models_app", "one_of",
-           "refuse_overwrite", "scenarios_failed"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_DOES_NOT_FIT", "app", "does_not_fit", "emit_json", "flag_error", "handled", "main",
+           "one_of", "scenarios_failed"]
 
 # exit codes: 0 = an answer; 1 = it ran and the answer is "no" (does not fit, limits missed, a scenario failed);
 # 2 = bad input (one `error:` line). Every command follows them; the README states them.
@@ -36,12 +33,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Predict the performance of ML workloads on hardware you may not have.")
-hardware_app = typer.Typer(no_args_is_help=True, help="The hardware catalog.")
-models_app = typer.Typer(no_args_is_help=True, help="The model catalog.")
-clusters_app = typer.Typer(no_args_is_help=True, help="The cluster catalog.")
-app.add_typer(hardware_app, name="hardware")
-app.add_typer(models_app, name="models")
-app.add_typer(clusters_app, name="clusters")
 
 _STATE = {"debug": False}
 _CONSOLES: dict[str, Console] = {}
@@ -72,14 +63,6 @@ def _table(*args: Any, **kwargs: Any) -> Any:
     return Table(*args, **kwargs)
 
 
-def _print_fields(title: str, data: dict[str, Any]) -> None:
-    """A two-column table of a record's fields (nested values as JSON)."""
-    t = _table(title=title, show_header=False)
-    t.add_column("field", no_wrap=True)
-    t.add_column("value")
-    for k, v in data.items():
-        t.add_row(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
-    _console().print(t)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -96,68 +79,6 @@ def _clean(obj: Any) -> Any:
 def emit_json(obj: dict[str, Any]) -> None:
     """Print exactly one JSON object."""
     sys.stdout.write(json.dumps(_clean(obj), sort_keys=False) + "\n")
-
-
-def _writable_folder(folder: Path, what: Path, *, create: bool) -> None:
-    """``folder`` exists as a folder this process may write in (or, with ``create``, its first existing ancestor
-    is); else one ConfigError naming ``what``, the output being checked."""
-    from perfcast.errors import ConfigError
-
-    here = folder
-    while create and not here.exists() and here != here.parent:
-        here = here.parent
-    if not here.exists():
-        raise ConfigError(f"{what}: the folder {folder} does not exist; create it first or choose another path")
-    if not here.is_dir():
-        raise ConfigError(f"{what}: {here} is a file, not a folder")
-    if not os.access(here, os.W_OK | os.X_OK):
-        raise ConfigError(f"{what}: cannot write in the folder {here} (permission denied)")
-
-
-def check_output_paths(*paths: Path | None, force: bool, create_folders: bool = False) -> None:
-    """Before any work: every output file (``None``: not asked for) can be written, in one ConfigError line for the
-    first that cannot. Its folder must exist (``create_folders``: the command makes it, so the nearest existing
-    folder above must be writable), be a folder and be writable; a file there is replaced only with ``--force``
-    (``force``) and only if writable; a folder is never an output file; two outputs may not share a path.
-    """
-    from perfcast.errors import ConfigError
-
-    seen: dict[Path, Path] = {}
-    for path in paths:
-        if path is None:
-            continue
-        key = Path(os.path.abspath(path))
-        if key in seen:
-            raise ConfigError(f"{path}: the same file is given for two outputs; choose one path per output")
-        seen[key] = path
-        if path.is_dir():
-            raise ConfigError(f"{path} is a folder; give a file name (e.g. {path / 'out.json'})")
-        _writable_folder(key.parent, path, create=create_folders)
-        if path.exists() or path.is_symlink():
-            if not force:
-                raise ConfigError(f"{path} exists; pass --force to overwrite it")
-            if not os.access(path, os.W_OK):
-                raise ConfigError(f"{path} exists and is not writable (permission denied)")
-
-
-# the name every command used before the folder checks; same function
-refuse_overwrite = check_output_paths
-
-
-def check_output_folder(folder: Path, *, protect: tuple[str, ...], force: bool) -> None:
-    """Before any work: ``folder`` (created by the command if missing, in an existing writable parent) can take the
-    files named in ``protect``; one of them already there is replaced only with ``--force``."""
-    from perfcast.errors import ConfigError
-
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"{folder} is a file; --out needs a folder")
-    _writable_folder(folder if folder.exists() else Path(os.path.abspath(folder)).parent, folder, create=False)
-    for name in protect:
-        path = folder / name
-        if path.exists() and not force:
-            raise ConfigError(f"{path} exists; pass --force to overwrite it (or choose another --out folder)")
-        if path.exists() and not os.access(path, os.W_OK):
-            raise ConfigError(f"{path} exists and is not writable (permission denied)")
 
 
 def one_of(new_flag: str, new: Any, old_flag: str, old: Any) -> Any:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from perfcast.cli.app import _console, app, check_output_paths, emit_json, handled
+from perfcast.cli.app import _console, app, emit_json, handled
+from perfcast.cli.output_paths import check_output_paths
 
 __all__: list[str] = []
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, _table, app, emit_json, handled, refuse_overwrite
+from perfcast.cli.app import _console, _table, app, emit_json, handled
+from perfcast.cli.output_paths import refuse_overwrite
 
 __all__: list[str] = []
 

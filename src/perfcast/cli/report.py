@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from perfcast.cli.app import app, check_output_paths, emit_json, handled
+from perfcast.cli.app import app, emit_json, handled
+from perfcast.cli.output_paths import check_output_paths
 
 __all__ = ["REPORT_FILE", "check_report_path", "write_folder_report"]
 
@@ -17,7 +18,7 @@ REPORT_FILE = "report.html"
 def check_report_path(path: Path, *, force: bool, explicit: bool) -> None:
     """Before the work: ``path`` can take the report. An existing file is replaced only with ``force``, except that
     a folder's own ``report.html`` (``explicit`` False) may be replaced when perfcast wrote it; the folder must
-    exist and be writable (:func:`perfcast.cli.app.check_output_paths`)."""
+    exist and be writable (:func:`perfcast.cli.output_paths.check_output_paths`)."""
     from perfcast.errors import ConfigError
     from perfcast.report.html import is_perfcast_report
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, _progress, _table, app, emit_json, flag_error, handled, refuse_overwrite
+from perfcast.cli.app import _console, _progress, _table, app, emit_json, flag_error, handled
+from perfcast.cli.output_paths import refuse_overwrite
 
 __all__ = ["search"]
 

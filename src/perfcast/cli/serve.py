@@ -8,7 +8,8 @@ from typing import Any
 
 import typer
 
-from perfcast.cli.app import app, does_not_fit, emit_json, flag_error, handled, refuse_overwrite
+from perfcast.cli.app import app, does_not_fit, emit_json, flag_error, handled
+from perfcast.cli.output_paths import refuse_overwrite
 from perfcast.cli.serve_output import print_memory, print_serving
 
 __all__ = ["serve"]

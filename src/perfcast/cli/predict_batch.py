@@ -1,0 +1,45 @@
+"""``perfcast predict-batch``: predict every row of a ground-truth table and write the predicted CSV."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from perfcast.cli.app import app, emit_json, handled
+from perfcast.cli.output_paths import check_output_paths
+
+__all__ = ["predict_batch_cmd"]
+
+
+@app.command("predict-batch")
+@handled
+def predict_batch_cmd(
+    table: Path = typer.Argument(..., help="A CSV or CSV.gz in one of the ground-truth schemas."),
+    output: Path = typer.Option(..., "-o", "--out", help="Where to write the predicted CSV (.gz to compress)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (summary)."),
+) -> None:
+    """Predict every row of a table; writes the rows plus pred_X, pred_X_low, pred_X_high and status."""
+    from perfcast.groundtruth.predict_batch import predict_batch, write_predictions
+    from perfcast.validate.metrics import summarize
+
+    check_output_paths(output, force=force)
+    res = predict_batch(table)
+    path = write_predictions(res, output, force=True)  # checked before the work
+    ok = sum(1 for s in res.prediction.status if s == "ok")
+    oom = sum(1 for s in res.prediction.status if s.startswith("out of memory"))
+    targets: dict[str, dict[str, float | int]] = {}
+    for t in res.targets:
+        s = summarize(res.measured(t), res.prediction.pred[t], res.prediction.low[t], res.prediction.high[t])
+        targets[t] = s.as_dict()
+    if as_json:
+        emit_json({"table": str(table), "kind": res.kind.name, "rows": len(res.rows), "predicted_rows": ok,
+                   "out_of_memory_rows": oom, "output": str(path), "targets": targets})
+        return
+    also = f" ({oom} more out of memory: see their status)" if oom else ""
+    sys.stdout.write(f"{res.kind.name}: {len(res.rows)} rows, {ok} predicted{also} -> {path}\n")
+    for t, d in targets.items():
+        if d["predicted_rows"]:
+            sys.stdout.write(f"  {t}: MAPE {100 * d['mape_frac']:.1f}% over {d['predicted_rows']} measured rows\n")
