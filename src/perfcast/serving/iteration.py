@@ -42,7 +42,10 @@ Other engines (vLLM) keep 16-bit prefill attention.
 The token-parallel part, the LM head and the all-reduces are priced once by the
 kernel and collective layers on a grid of sizes and interpolated into dense
 tables, so an iteration costs a table lookup plus one attention evaluation:
-the simulator's per-event work does not grow with the model.
+the simulator's per-event work does not grow with the model. The linear layers'
+and the LM head's dynamic energy (the kernel layer's, priced with their times)
+is tabulated the same way, and an iteration also returns its attention calls'
+FLOPs and bytes, from which :mod:`perfcast.serving.energy` prices theirs.
 """
 
 from __future__ import annotations
