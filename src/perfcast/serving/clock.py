@@ -6,12 +6,21 @@ multiplies by the stages an iteration passes through, applies another model's sh
 prefill-only batches (their shapes repeat: the same prompt lengths) and runs decode stretches in closed
 form (:meth:`IterationClock.stretch`). :class:`ExplainingClock` gives the same times and also sums them by
 part (:class:`~perfcast.serving.explain.TimeBreakdown`), so a plain run pays nothing for explanations.
+
+Every clock also sums what its iterations priced for their energy, a few float additions per event (one stage,
+one GPU; :meth:`IterationClock.energy_counts` multiplies by the stages): the linear layers' and LM head's dynamic
+energy, the attention calls' seconds, FLOPs and bytes, and the communication seconds. A decode stretch adds its
+iterations' terms in closed form (they are linear in the cached tokens), equal to iterating one by one up to
+float rounding.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from perfcast.serving.energy import EnergyCounts
 from perfcast.serving.explain import TimeBreakdown
-from perfcast.serving.iteration import IterationModel
+from perfcast.serving.iteration import DecodeTerms, IterationModel, Priced
 
 __all__ = ["PCIE_BPS", "ExplainingClock", "IterationClock"]
 
@@ -28,29 +37,77 @@ class IterationClock:
         self.scale = scale  # another model on the GPUs: every iteration lasts time * scale + extra_s
         self.extra_s = extra_s
         self.block_bytes = block_bytes  # KV bytes of one block on one GPU
-        self._decode_steps: dict[int, tuple[float, float, float, float]] = {}  # model.decode_step per batch size
-        self._prefill_times: dict[tuple[int, float, int, int, int], float] = {}  # prefill-only batches
+        # model.decode_step and model.decode_terms per batch size
+        self._decode_steps: dict[int, tuple[tuple[float, float, float, float], DecodeTerms]] = {}
+        self._prefill: dict[tuple[int, float, int, int, int], Priced] = {}  # prefill-only batches
+        # energy terms, one stage on one GPU (module docstring)
+        self.dynamic_J = 0.0
+        self.prefill_s = self.prefill_flops = self.prefill_bytes = 0.0
+        self.decode_s = self.decode_flops = self.decode_bytes = 0.0
+        self.comm_s = 0.0
+        self.vision_J = 0.0  # the vision tower's, which runs once, not per stage
 
     def stage_s(self, q: int, pairs: float, ctx: int, n_prefill: int, n_decode: int, dec_ctx: int,
                 logits: int) -> float:
-        """``model.time_s`` (s, one stage), remembered for prefill-only batches: their shapes repeat, while a
-        batch with decodes rarely meets its cached tokens again."""
+        """An iteration's time (s, one stage; ``model.priced``'s parts summed), its energy terms summed; remembered
+        for prefill-only batches: their shapes repeat, while a batch with decodes rarely meets its cached tokens
+        again."""
+        return self._account(self._priced(q, pairs, ctx, n_prefill, n_decode, dec_ctx, logits))
+
+    def _priced(self, q: int, pairs: float, ctx: int, n_prefill: int, n_decode: int, dec_ctx: int,
+                logits: int) -> Priced:
         if n_decode:
-            return self.model.time_s(q, pairs, ctx, n_prefill, n_decode, dec_ctx, logits)
+            return self.model.priced(q, pairs, ctx, n_prefill, n_decode, dec_ctx, logits)
         key = (q, pairs, ctx, n_prefill, logits)
-        hit = self._prefill_times.get(key)
+        hit = self._prefill.get(key)
         if hit is None:
-            if len(self._prefill_times) > 1 << 16:
-                self._prefill_times.clear()
-            hit = self._prefill_times[key] = self.model.time_s(q, pairs, ctx, n_prefill, 0, 0, logits)
+            if len(self._prefill) > 1 << 16:
+                self._prefill.clear()
+            hit = self._prefill[key] = self.model.priced(q, pairs, ctx, n_prefill, 0, 0, logits)
         return hit
 
-    def vision_s(self, images: int) -> float:
-        """The vision tower over ``images`` images (s)."""
-        return self.model.vision_time_s(images)
+    def _account(self, priced: Priced) -> float:
+        """Sum an iteration's energy terms; its time (s, one stage)."""
+        linear, att_p, att_d, head, comm, cpu, dyn, p_flops, p_bytes, d_flops, d_bytes = priced
+        self.dynamic_J += dyn
+        self.prefill_s += att_p
+        self.prefill_flops += p_flops
+        self.prefill_bytes += p_bytes
+        self.decode_s += att_d
+        self.decode_flops += d_flops
+        self.decode_bytes += d_bytes
+        self.comm_s += comm
+        return linear + att_p + att_d + head + comm + cpu  # IterationBreakdown.time_s's order: bit-identical
 
-    def draft_s(self, seconds: float) -> float:
-        """A speculative step's draft iterations, ``seconds`` on one stage (noted by an explaining clock)."""
+    def _decode_step(self, num: int) -> tuple[tuple[float, float, float, float], DecodeTerms]:
+        hit = self._decode_steps.get(num)
+        if hit is None:
+            hit = self._decode_steps[num] = (self.model.decode_step(num), self.model.decode_terms(num))
+        return hit
+
+    def _account_decodes(self, terms: DecodeTerms, k: int, ctx_sum: float, seconds: float) -> None:
+        """Sum the energy terms of ``k`` decode-only iterations whose cached tokens total ``ctx_sum`` over the
+        ``k`` and which last ``seconds`` on one stage (their decode attention is what the rest leaves)."""
+        linear, comm, head, cpu, dyn, flops_per_ctx, bytes_fixed, bytes_per_ctx = terms
+        self.dynamic_J += dyn * k
+        self.decode_s += seconds - (linear + comm + head + cpu) * k
+        self.decode_flops += flops_per_ctx * ctx_sum
+        self.decode_bytes += bytes_fixed * k + bytes_per_ctx * ctx_sum
+        self.comm_s += comm * k
+
+    def vision_s(self, images: int) -> float:
+        """The vision tower over ``images`` images (s), its energy summed."""
+        seconds, dynamic = self.model.vision(images)
+        self.vision_J += dynamic
+        return seconds
+
+    def draft_s(self, draft: IterationModel, num: int, ctx: int, k: int) -> float:
+        """A speculative step's ``k`` draft decode iterations of ``num`` sequences holding ``ctx`` cached tokens
+        (growing by ``num`` per iteration) on ``draft`` (s, one stage), their energy summed."""
+        if not k:
+            return 0.0
+        seconds = float(draft.decode_times(num, ctx + num * np.arange(k)).sum())
+        self._account_decodes(draft.decode_terms(num), k, k * max(ctx, 1) + num * k * (k - 1) / 2, seconds)
         return seconds
 
     def swap_s(self, blocks: int) -> float:
@@ -63,9 +120,7 @@ class IterationClock:
         seconds on their own). Each iteration's time is the closed form of its cached tokens, which grow by
         ``num`` per iteration; the first one leaves the last pipeline stage no sooner than one stage after
         ``ahead`` (s), when the micro-batches ahead of it have."""
-        step = self._decode_steps.get(num)
-        if step is None:
-            step = self._decode_steps[num] = self.model.decode_step(num)
+        step, terms = self._decode_step(num)
         fixed, a, m0, m1 = step  # one iteration: fixed + ((a ctx)^4 + (m0 + m1 ctx)^4)^(1/4)
         stage_factor, scale, extra = self.stage_factor, self.scale, self.extra_s
         end = now
@@ -82,8 +137,20 @@ class IterationClock:
                 end = ahead + raw / stage_factor
             x += grow
             if end >= nxt:
-                return j, end, gpu_s
-        return k, end, gpu_s
+                break
+        if j > 1:  # a stretch of one iteration is priced like any other (stage_s), which counts it
+            x0 = float(max(ctx, 1))
+            self._account_decodes(terms, j, j * x0 + grow * (j * (j - 1) // 2), gpu_s / stage_factor)
+        return j, end, gpu_s
+
+    def energy_counts(self) -> EnergyCounts:
+        """The run's energy terms on one tensor-parallel GPU through every pipeline stage."""
+        f, m = self.stage_factor, self.model
+        return EnergyCounts(hardware=m.hw, coeffs=m.co, dtype=m.dtype, dynamic_J=self.dynamic_J * f + self.vision_J,
+                            prefill_attention_s=self.prefill_s * f, prefill_attention_flops=self.prefill_flops * f,
+                            prefill_attention_bytes=self.prefill_bytes * f, decode_attention_s=self.decode_s * f,
+                            decode_attention_flops=self.decode_flops * f, decode_attention_bytes=self.decode_bytes * f,
+                            comm_s=self.comm_s * f)
 
     def breakdown(self) -> TimeBreakdown | None:
         """The run's time by part (an :class:`ExplainingClock`'s; None here)."""
@@ -102,19 +169,19 @@ class ExplainingClock(IterationClock):
 
     def stage_s(self, q: int, pairs: float, ctx: int, n_prefill: int, n_decode: int, dec_ctx: int,
                 logits: int) -> float:
-        parts = self.model.parts_s(q, pairs, ctx, n_prefill, n_decode, dec_ctx, logits)
-        linear, att_p, att_d, head, comm, cpu = parts
+        priced = self._priced(q, pairs, ctx, n_prefill, n_decode, dec_ctx, logits)
         f = self.stage_factor
-        for i, value in enumerate(parts):
-            self._parts[i] += value * f
-        return linear + att_p + att_d + head + comm + cpu  # IterationModel.time_s's order: bit-identical
+        for i in range(6):
+            self._parts[i] += priced[i] * f
+        return self._account(priced)
 
     def vision_s(self, images: int) -> float:
         seconds = super().vision_s(images)
         self._vision_s += seconds
         return seconds
 
-    def draft_s(self, seconds: float) -> float:
+    def draft_s(self, draft: IterationModel, num: int, ctx: int, k: int) -> float:
+        seconds = super().draft_s(draft, num, ctx, k)
         self._draft_s += seconds * self.stage_factor
         return seconds
 
@@ -127,7 +194,7 @@ class ExplainingClock(IterationClock):
         j, end, gpu_s = super().stretch(now, num, ctx, k, nxt, ahead)
         if j <= 1:  # the engine prices a stretch of one iteration like any other (stage_s), which counts it
             return j, end, gpu_s
-        linear, comm, head, cpu = self.model.decode_fixed_parts_s(num)
+        linear, comm, head, cpu = self._decode_step(num)[1][:4]
         f = j * self.stage_factor
         parts = self._parts
         parts[0] += linear * f

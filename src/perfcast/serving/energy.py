@@ -1,15 +1,16 @@
-"""Energy of a serving run, from what the simulation already counted (no work in the event loop).
+"""Energy of a serving run: what its iterations priced, summed (no work in the event loop beyond a few sums).
 
-Every GPU of the deployment draws its static power for the whole run (from
-time 0 to the last finish). While an engine runs an iteration (the summed
-``gpu_time_s``), its GPUs also draw active power, the math units' energy for
-the run's FLOPs (``2 x active parameters`` per prompt or generated token, plus
-attention over the context) and the DRAM energy of the bytes the iterations
-stream: every iteration reads its stage's weights once, every decode step reads
-its sequence's KV cache. Busy power is capped at TDP. The per-op terms are
-those of :mod:`perfcast.kernel.energy` (a prior model: :data:`ENERGY_STATUS`);
-the compute-bound prefill math is priced at boost voltage (a small overestimate
-where the clock model throttles).
+The kernel layer prices every op's energy beside its time (:mod:`perfcast.kernel.energy`). The iteration
+model tabulates the dynamic energy of the linear layers and the LM head beside their times
+(:class:`~perfcast.serving.iteration.IterationModel`), and the clock sums, over every iteration of one
+tensor-parallel rank through every pipeline stage, that energy and the attention calls' seconds, FLOPs and bytes
+(prefill and decode apart) and the communication seconds (:class:`EnergyCounts`). After the run, attention's
+dynamic energy is priced once from those sums (prefill compute-bound, decode memory-bound: the energy of a kernel
+is linear in its time, FLOPs and bytes below the TDP cap), every tensor-parallel GPU of an iteration adds its
+share, and :func:`~perfcast.kernel.energy.step_energy_J` gives the run's energy: every GPU of the deployment at
+its static power from time 0 to the last finish, the priced ops' dynamic energy, active power during the
+communication, capped at TDP. The busy part is static power over the GPU seconds of the iterations plus
+everything dynamic; the idle part static power over the rest. A prior model: :data:`ENERGY_STATUS`.
 """
 
 from __future__ import annotations
@@ -19,45 +20,65 @@ from typing import Protocol
 
 import numpy as np
 
-from perfcast.catalog.hardware import load_hardware
-from perfcast.catalog.models import load_model
+from perfcast.catalog.hardware import Hardware
 from perfcast.dtypes import DType
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
-from perfcast.kernel.energy import ENERGY_STATUS, power_model
-from perfcast.kernel.power import datapath, energy_per_flop_J
+from perfcast.kernel.coefficients import Coefficients
+from perfcast.kernel.energy import ENERGY_STATUS, kernel_dynamic_J, power_model, step_energy_J
 from perfcast.serving.config import ServingConfig
+from perfcast.workload.types import OpKind
 
-__all__ = ["RunCounts", "ServingEnergy", "serving_energy"]
+__all__ = ["EnergyCounts", "RunCounts", "ServingEnergy", "serving_energy"]
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyCounts:
+    """What a run's iterations priced for its energy, summed over every engine's iterations on one
+    tensor-parallel GPU through every pipeline stage (joules, seconds, FLOPs, bytes), and the device and
+    coefficients that priced them."""
+
+    hardware: Hardware
+    coeffs: Coefficients
+    dtype: DType  # the activations' dtype (attention's datapath)
+    dynamic_J: float  # linear layers, LM head, vision tower: their ops' dynamic energy
+    prefill_attention_s: float
+    prefill_attention_flops: float
+    prefill_attention_bytes: float
+    decode_attention_s: float
+    decode_attention_flops: float
+    decode_attention_bytes: float
+    comm_s: float  # tensor-parallel collectives
+
+    def attention_dynamic_J(self) -> float:
+        """Dynamic energy of the attention calls (J, one GPU): prefill priced compute-bound, decode memory-bound,
+        each once from its sums."""
+        hw, co, dt = self.hardware, self.coeffs, self.dtype
+        return (kernel_dynamic_J(OpKind.ATTENTION, dt, time_s=self.prefill_attention_s,
+                                 flops=self.prefill_attention_flops, bytes_=self.prefill_attention_bytes,
+                                 bound="compute", hw=hw, coeffs=co)
+                + kernel_dynamic_J(OpKind.ATTENTION, dt, time_s=self.decode_attention_s,
+                                   flops=self.decode_attention_flops, bytes_=self.decode_attention_bytes,
+                                   bound="memory", hw=hw, coeffs=co))
 
 
 class RunCounts(Protocol):
     """What the energy model reads from a finished run (a :class:`~perfcast.serving.result.ServingResult`)."""
 
     @property
-    def config(self) -> ServingConfig: ...  # the deployment: model, hardware, tp, pp, replicas
+    def config(self) -> ServingConfig: ...  # the deployment: tp, pp, replicas
     @property
     def finish_s(self) -> np.ndarray: ...  # per request: finish time (s; NaN when unfinished)
-    @property
-    def first_token_s(self) -> np.ndarray: ...  # per request: first token time (s; NaN before it)
-    @property
-    def prompt_tokens(self) -> np.ndarray: ...  # per request: prompt tokens
     @property
     def generated_tokens(self) -> np.ndarray: ...  # per request: output tokens emitted
     @property
     def gpu_time_s(self) -> float: ...  # summed time of every engine's iterations on their own (s)
     @property
-    def iterations(self) -> int: ...  # iterations over every engine
-    @property
-    def weight_bytes_per_gpu(self) -> float: ...  # one GPU's weight bytes of its stage
-    @property
-    def kv_bytes_per_token(self) -> float: ...  # KV bytes of one token on one GPU
-    @property
-    def dtype(self) -> str: ...  # the dtype that ran
+    def energy_counts(self) -> EnergyCounts | None: ...  # what the iterations priced (None: nothing ran)
 
 
 @dataclass(frozen=True, slots=True)
 class ServingEnergy:
-    """Energy of a whole serving run over every GPU of the deployment (joules, watts)."""
+    """Energy of a whole serving run over every GPU of the deployment (joules, watts):
+    ``energy_J = busy_energy_J + idle_energy_J = static_J + dynamic_J + comm_J`` below the TDP cap."""
 
     energy_J: float
     busy_energy_J: float
@@ -66,6 +87,9 @@ class ServingEnergy:
     duration_s: float
     output_tokens: int
     power_limited: bool
+    static_J: float = 0.0  # every GPU's static power over the run
+    dynamic_J: float = 0.0  # the priced ops' dynamic energy, every GPU
+    comm_J: float = 0.0  # active power during the tensor-parallel collectives, every GPU
 
     @property
     def energy_per_output_token_J(self) -> float:
@@ -85,35 +109,24 @@ class ServingEnergy:
                 "energy_model": ENERGY_STATUS}
 
 
-def serving_energy(result: RunCounts, coeffs: Coefficients | None = None) -> ServingEnergy:
+def serving_energy(result: RunCounts) -> ServingEnergy:
     """Energy of ``result``'s run (see the module docstring)."""
     cfg = result.config
-    co = coeffs or load_coefficients()
-    hw = load_hardware(cfg.hardware)
-    model = load_model(cfg.model)
-    pm = power_model(hw, co)
-    tp, pp = cfg.tensor_parallel_size, cfg.pipeline_parallel_size
-    gpus = cfg.num_replicas * pp * tp
+    tp = cfg.tensor_parallel_size
+    gpus = cfg.num_replicas * cfg.pipeline_parallel_size * tp
     finished = np.isfinite(result.finish_s)
     span = float(np.max(result.finish_s[finished])) if finished.any() else 0.0
-    busy = result.gpu_time_s * tp  # GPU-seconds: each engine's iteration occupies its tensor-parallel GPUs
-    prompts = result.prompt_tokens[np.isfinite(result.first_token_s)].astype(float)
-    gen = result.generated_tokens.astype(float)
-    ctx = result.prompt_tokens.astype(float)
-    out_tokens = int(gen.sum())
-    # FLOPs over the whole deployment: weights x tokens, plus attention (QK^T and PV) over the context
-    attn_per_ctx = 4.0 * model.num_layers * model.num_heads * model.head_dim
-    flops = 2.0 * model.num_active_params() * (float(prompts.sum()) + out_tokens)
-    flops += attn_per_ctx * (float(np.sum(prompts * prompts)) / 2.0 + float(np.sum(gen * (ctx + gen / 2.0))))
-    # DRAM: each engine iteration reads its stage's weight shard on each of its GPUs; decode reads the KV cache
-    dram = result.iterations * result.weight_bytes_per_gpu * tp
-    dram += float(np.sum(gen * (ctx + gen / 2.0))) * result.kv_bytes_per_token * tp * pp
-    e_flop = energy_per_flop_J(hw, datapath(hw, DType(result.dtype)), co)
-    dynamic = pm.active_W * busy + flops * e_flop + dram * pm.dram_J_per_byte
-    busy_e = pm.static_W * busy + dynamic
-    limited = busy_e > pm.tdp_W * busy
-    if limited:
-        busy_e = pm.tdp_W * busy
-    idle_e = pm.idle_W * max(0.0, gpus * span - busy)
-    return ServingEnergy(energy_J=busy_e + idle_e, busy_energy_J=busy_e, idle_energy_J=idle_e, num_gpus=gpus,
-                         duration_s=span, output_tokens=out_tokens, power_limited=limited)
+    out_tokens = int(result.generated_tokens.sum())
+    counts = result.energy_counts
+    if counts is None:
+        return ServingEnergy(0.0, 0.0, 0.0, gpus, span, out_tokens, False)
+    pm = power_model(counts.hardware, counts.coeffs)
+    busy_s = min(result.gpu_time_s * tp, gpus * span)  # GPU seconds: an iteration holds its tensor-parallel GPUs
+    dynamic = (counts.dynamic_J + counts.attention_dynamic_J()) * tp
+    comm_s = counts.comm_s * tp / gpus if gpus else 0.0  # per GPU of the deployment
+    energy = step_energy_J(pm, wall_s=span, dynamic_J=dynamic, comm_s=comm_s, devices=gpus)
+    static, comm = gpus * pm.static_W * span, gpus * pm.active_W * comm_s
+    idle = pm.idle_W * (gpus * span - busy_s)
+    return ServingEnergy(energy_J=energy, busy_energy_J=energy - idle, idle_energy_J=idle, num_gpus=gpus,
+                         duration_s=span, output_tokens=out_tokens, power_limited=energy < static + dynamic + comm,
+                         static_J=static, dynamic_J=dynamic, comm_J=comm)

@@ -526,4 +526,5 @@ class Engine:
             gpu_time_s=tally.gpu_time_s, events=tally.events, kv_bytes_per_token=dep.memory.kv_bytes_per_token,
             retrieval_mean_s=float(reqs.retrieval_s.mean()) if reqs.num_requests else 0.0,
             gpu_memory_bytes=float(model.hw.memory_bytes), dtype=dep.dtype.value,
-            rejection_counts=count_reasons(out.rejection), memory=dep.memory, breakdown=self.clock.breakdown())
+            rejection_counts=count_reasons(out.rejection), memory=dep.memory, breakdown=self.clock.breakdown(),
+            energy_counts=self.clock.energy_counts())

@@ -42,7 +42,10 @@ Other engines (vLLM) keep 16-bit prefill attention.
 The token-parallel part, the LM head and the all-reduces are priced once by the
 kernel and collective layers on a grid of sizes and interpolated into dense
 tables, so an iteration costs a table lookup plus one attention evaluation:
-the simulator's per-event work does not grow with the model.
+the simulator's per-event work does not grow with the model. The linear layers'
+and the LM head's dynamic energy (the kernel layer's, priced with their times)
+is tabulated the same way, and an iteration also returns its attention calls'
+FLOPs and bytes, from which :mod:`perfcast.serving.energy` prices theirs.
 """
 
 from __future__ import annotations
@@ -71,7 +74,14 @@ from perfcast.workload.sharding import check_tp, shard_tp
 from perfcast.workload.transforms import quantize_weights
 from perfcast.workload.types import Mode, Op, OpKind
 
-__all__ = ["IterationBreakdown", "IterationModel", "PrefillChunk", "kv_cache_dtype", "weight_bytes_per_gpu"]
+__all__ = ["DecodeTerms", "IterationBreakdown", "IterationModel", "PrefillChunk", "Priced", "kv_cache_dtype",
+           "weight_bytes_per_gpu"]
+
+# IterationModel.priced: six parts (s), dynamic energy (J), prefill FLOPs and bytes, decode FLOPs and bytes
+Priced = tuple[float, float, float, float, float, float, float, float, float, float, float]
+# IterationModel.decode_terms: linear, comm, head and CPU seconds, dynamic energy (J), decode FLOPs per cached
+# token, decode bytes fixed and per cached token
+DecodeTerms = tuple[float, float, float, float, float, float, float, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +166,8 @@ class IterationModel:
     _linear: np.ndarray = field(init=False, repr=False)
     _comm: np.ndarray = field(init=False, repr=False)
     _head: np.ndarray = field(init=False, repr=False)
+    _linear_J: np.ndarray = field(init=False, repr=False)
+    _head_J: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.cfg = load_model(self.model)
@@ -193,7 +205,7 @@ class IterationModel:
         self.head_dim = cfg.head_dim
         self.v_head_dim = int(cfg.mla.v_head_dim if cfg.mla is not None else cfg.head_dim)
         self.layers_per_stage = -(-layers // self.pp)  # uneven stages: the fullest one paces the pipeline
-        self._vision: dict[int, float] = {}
+        self._vision: dict[int, tuple[float, float]] = {}
         self._tables()
 
     # -- tables -------------------------------------------------------------------------------
@@ -224,9 +236,9 @@ class IterationModel:
         lin_ops, owner, comm_bytes, comm_calls, head_ops = self._sort_ops(grid)
         self.weight_bytes = self._weight_bytes()
         dense = np.arange(self.max_tokens + 1, dtype=float)
-        self._linear = self._linear_table(grid, dense, lin_ops, owner)
+        self._linear, self._linear_J = self._linear_table(grid, dense, lin_ops, owner)
         self._comm = self._comm_table(grid, dense, comm_bytes, comm_calls)
-        self._head = self._head_table(head_ops)
+        self._head, self._head_J = self._head_table(head_ops)
         eng = self.sc.engines[self.engine]
         self._cpu_fixed = eng.iteration_overhead_s
         self._cpu_per_seq = eng.per_sequence_overhead_s
@@ -235,6 +247,8 @@ class IterationModel:
         self._linear_l = self._linear.tolist()
         self._comm_l = self._comm.tolist()
         self._head_l = self._head.tolist()
+        self._linear_J_l = self._linear_J.tolist()
+        self._head_J_l = self._head_J.tolist()
 
     def _sort_ops(self, grid: np.ndarray) -> tuple[list[Op], list[int], np.ndarray, float, list[Op]]:
         """One GPU's ops at every grid size, sorted: the token-parallel ops (and the grid point each belongs
@@ -263,17 +277,22 @@ class IterationModel:
                 owner.append(i)
         return lin_ops, owner, comm_bytes, comm_calls, head_ops
 
-    def _linear_table(self, grid: np.ndarray, dense: np.ndarray, lin_ops: list[Op], owner: list[int]) -> np.ndarray:
-        """Seconds of the token-parallel ops (one stage) for every token count up to ``max_tokens``."""
+    def _linear_table(self, grid: np.ndarray, dense: np.ndarray, lin_ops: list[Op],
+                      owner: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds of the token-parallel ops (one stage, one GPU) for every token count up to ``max_tokens``,
+        and their dynamic energy (joules, :attr:`~perfcast.kernel.types.KernelTime.dynamic_J`) on the same grid."""
         times = predict_ops(lin_ops, self.hw, self.co)
         per = np.zeros(len(grid))
+        per_J = np.zeros(len(grid))
         stage = self.layers_per_stage / self.cfg.num_layers
         for op, kt, i in zip(lin_ops, times, owner, strict=True):
             share = stage if op.count > 1 else 1.0  # repeated (layer) ops split over the stages
             per[i] += kt.time_s * op.count * share
-        table = np.interp(dense, grid.astype(float), per)
-        table[0] = 0.0
-        return table
+            per_J[i] += kt.dynamic_J * op.count * share
+        g = grid.astype(float)
+        table, table_J = np.interp(dense, g, per), np.interp(dense, g, per_J)
+        table[0] = table_J[0] = 0.0
+        return table, table_J
 
     def _comm_table(self, grid: np.ndarray, dense: np.ndarray, comm_bytes: np.ndarray,
                     comm_calls: float) -> np.ndarray:
@@ -295,8 +314,9 @@ class IterationModel:
         table[0] = 0.0
         return table
 
-    def _head_table(self, head_ops: list[Op]) -> np.ndarray:
-        """Seconds of the LM head (and its norm) over every count of sampling sequences up to ``max_seqs``."""
+    def _head_table(self, head_ops: list[Op]) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds of the LM head (and its norm, one GPU) over every count of sampling sequences up to
+        ``max_seqs``, and their dynamic energy (joules) on the same grid."""
         seqs = _grid(self.max_seqs)
         scaled: list[Op] = []
         for n in seqs:
@@ -312,10 +332,13 @@ class IterationModel:
                     scaled.append(op.with_(dims=(int(n), cols), flops=op.flops * f, bytes_read=op.bytes_read * f,
                                            bytes_written=op.bytes_written * f))
         per_head = len([o for o in head_ops if o.kind is not OpKind.ATTENTION])
-        ht = np.array([k.time_s for k in predict_ops(scaled, self.hw, self.co)]).reshape(len(seqs), per_head).sum(1)
-        table = np.interp(np.arange(self.max_seqs + 1, dtype=float), seqs.astype(float), ht)
-        table[0] = 0.0
-        return table
+        priced = predict_ops(scaled, self.hw, self.co)
+        ht = np.array([k.time_s for k in priced]).reshape(len(seqs), per_head).sum(1)
+        hj = np.array([k.dynamic_J for k in priced]).reshape(len(seqs), per_head).sum(1)
+        dense, g = np.arange(self.max_seqs + 1, dtype=float), seqs.astype(float)
+        table, table_J = np.interp(dense, g, ht), np.interp(dense, g, hj)
+        table[0] = table_J[0] = 0.0
+        return table, table_J
 
     def _kv_bytes_per_token(self) -> float:
         """KV-cache bytes of one token on one GPU, every layer (K and V, or MLA's latent)."""
@@ -398,30 +421,25 @@ class IterationModel:
         return self._parts(tokens, q, pairs, kv_read, len(prefill), num_decode, decode_context_tokens,
                            len(prefill) + num_decode if num_logits is None else num_logits)
 
-    def time_s(self, num_prefill_tokens: int, prefill_pairs: float, prefill_context_tokens: int,
-               num_prefill_seqs: int, num_decode: int, decode_context_tokens: int, num_logits: int) -> float:
-        """:meth:`breakdown`'s total from running sums (what the simulator keeps per batch)."""
-        linear, att_p, att_d, head, comm, cpu = self._values(
-            num_prefill_tokens + num_decode, num_prefill_tokens, prefill_pairs, prefill_context_tokens,
-            num_prefill_seqs, num_decode, decode_context_tokens, num_logits)
-        return linear + att_p + att_d + head + comm + cpu  # IterationBreakdown.time_s's order: bit-identical
-
-    def parts_s(self, num_prefill_tokens: int, prefill_pairs: float, prefill_context_tokens: int,
-                num_prefill_seqs: int, num_decode: int, decode_context_tokens: int,
-                num_logits: int) -> tuple[float, float, float, float, float, float]:
-        """:meth:`time_s`'s parts in :class:`IterationBreakdown`'s field order (s, one stage); summed in that
-        order they are :meth:`time_s` bit for bit."""
-        return self._values(num_prefill_tokens + num_decode, num_prefill_tokens, prefill_pairs,
+    def priced(self, num_prefill_tokens: int, prefill_pairs: float, prefill_context_tokens: int,
+               num_prefill_seqs: int, num_decode: int, decode_context_tokens: int, num_logits: int) -> Priced:
+        """:meth:`breakdown` from running sums (what the simulator keeps per batch), one stage on one GPU: its six
+        parts in :class:`IterationBreakdown`'s field order (s; summed in that order they are its ``time_s`` bit
+        for bit), then what its energy is priced from: the linear layers' and LM head's dynamic energy (J), and
+        the prefill and decode attention calls' FLOPs and bytes (their seconds are parts 2 and 3)."""
+        return self._priced(num_prefill_tokens + num_decode, num_prefill_tokens, prefill_pairs,
                             prefill_context_tokens, num_prefill_seqs, num_decode, decode_context_tokens, num_logits)
 
     def _parts(self, tokens: int, q: int, pairs: float, kv_read: int, n_prefill: int, n_decode: int,
                decode_kv: int, logits: int) -> IterationBreakdown:
-        return IterationBreakdown(*self._values(tokens, q, pairs, kv_read, n_prefill, n_decode, decode_kv, logits))
+        return IterationBreakdown(*self._priced(tokens, q, pairs, kv_read, n_prefill, n_decode, decode_kv,
+                                                logits)[:6])
 
-    def _values(self, tokens: int, q: int, pairs: float, kv_read: int, n_prefill: int, n_decode: int,
-                decode_kv: int, logits: int) -> tuple[float, float, float, float, float, float]:
-        """The six parts of :class:`IterationBreakdown`, in its field order, as plain floats (the hot path)."""
+    def _priced(self, tokens: int, q: int, pairs: float, kv_read: int, n_prefill: int, n_decode: int,
+                decode_kv: int, logits: int) -> Priced:
+        """:meth:`priced`'s values as plain floats (the hot path)."""
         linear = self._lookup(self._linear_l, tokens)
+        dynamic = self._lookup(self._linear_J_l, tokens)
         comm = self._lookup(self._comm_l, tokens)
         dp = self.dp
         if dp > 1:  # the busiest attention rank: ceil(n / dp) of each kind of sequence, their share of the work
@@ -436,18 +454,24 @@ class IterationModel:
         # the LM head runs on the last stage only, which then paces the pipeline: a stage here is that
         # slowest one (its layers and the head), so pp stages of it are a micro-batch's time in steady state
         head = self._lookup(self._head_l, logits)
+        dynamic += self._lookup(self._head_J_l, logits)
         att, layers = self._att, self.layers_per_stage
-        att_p = att_d = 0.0
+        att_p = att_d = p_flops = p_bytes = d_flops = d_bytes = 0.0
         if n_prefill:
-            att_p = att.time_s(self._flop_per_pair * pairs,
-                               self._q_bytes_per_token * q + self._kv_bytes_per_ctx * kv_read, n_prefill) * layers
+            p_flops = self._flop_per_pair * pairs
+            p_bytes = self._q_bytes_per_token * q + self._kv_bytes_per_ctx * kv_read
+            att_p = att.time_s(p_flops, p_bytes, n_prefill) * layers
+            p_flops *= layers
+            p_bytes *= layers
         if n_decode:
             ctx = max(1, decode_kv)
-            att_d = att.time_s(self._dec_flop_per_pair * ctx,
-                               self._dec_q_bytes + self._dec_kv_bytes_per_ctx * ctx + self._dec_o_bytes * n_decode,
-                               n_decode) * layers
+            d_flops = self._dec_flop_per_pair * ctx
+            d_bytes = self._dec_q_bytes + self._dec_kv_bytes_per_ctx * ctx + self._dec_o_bytes * n_decode
+            att_d = att.time_s(d_flops, d_bytes, n_decode) * layers
+            d_flops *= layers
+            d_bytes *= layers
         cpu = self._cpu_fixed + self._cpu_per_seq * (n_prefill + n_decode) if tokens else 0.0
-        return linear, att_p, att_d, head, comm, cpu
+        return linear, att_p, att_d, head, comm, cpu, dynamic, p_flops, p_bytes, d_flops, d_bytes
 
     def decode_step(self, num_decode: int) -> tuple[float, float, float, float]:
         """A decode-only iteration of ``num_decode`` sequences as ``(fixed_s, a, b, c)``: its seconds with
@@ -464,27 +488,35 @@ class IterationModel:
                 (self._dec_q_bytes + self._dec_o_bytes * r) * att.s_per_byte * layers,
                 self._dec_kv_bytes_per_ctx * att.s_per_byte * layers * share)
 
-    def decode_fixed_parts_s(self, num_decode: int) -> tuple[float, float, float, float]:
-        """The parts of a decode-only iteration of ``num_decode`` sequences that do not depend on its cached
-        tokens, as ``(linear_s, comm_s, lm_head_s, cpu_s)`` (one stage): :meth:`decode_step`'s ``fixed_s`` is
-        their sum plus the attention kernels' fixed cost, and the rest of the iteration is decode attention."""
+    def decode_terms(self, num_decode: int) -> DecodeTerms:
+        """What a decode-only iteration of ``num_decode`` sequences costs besides its decode attention's seconds
+        (one stage on one GPU): ``(linear_s, comm_s, lm_head_s, cpu_s)``, which do not depend on its cached
+        tokens (:meth:`decode_step`'s ``fixed_s`` is their sum plus the attention kernels' fixed cost; the rest
+        of the iteration is decode attention), the linear layers' and LM head's dynamic energy (J), and the
+        decode attention call's FLOPs and bytes with ``ctx`` cached tokens in total as ``flops_per_ctx * ctx``
+        and ``bytes_fixed + bytes_per_ctx * ctx`` (:meth:`priced`'s, linear in ``ctx``)."""
         n = num_decode
         r = -(-n // self.dp) if self.dp > 1 else n
-        lookup = self._lookup
+        share = r / n if n else 1.0
+        lookup, layers = self._lookup, self.layers_per_stage
         return (lookup(self._linear_l, n), lookup(self._comm_l, n), lookup(self._head_l, r),
-                self._cpu_fixed + self._cpu_per_seq * r)
+                self._cpu_fixed + self._cpu_per_seq * r,
+                lookup(self._linear_J_l, n) + lookup(self._head_J_l, r),
+                self._dec_flop_per_pair * layers * share, (self._dec_q_bytes + self._dec_o_bytes * r) * layers,
+                self._dec_kv_bytes_per_ctx * layers * share)
 
     def decode_times(self, num_decode: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         """Seconds of consecutive decode-only iterations of the same ``num_decode`` sequences whose cached
-        tokens total ``decode_context_tokens[i]`` in iteration ``i`` (vectorized :meth:`time_s`)."""
+        tokens total ``decode_context_tokens[i]`` in iteration ``i`` (vectorized :meth:`priced`)."""
         ctx = np.maximum(np.asarray(decode_context_tokens, dtype=float), 1.0)
         fixed, a, b, c = self.decode_step(num_decode)
         return np.asarray(fixed + ((a * ctx) ** 4 + (b + c * ctx) ** 4) ** 0.25, dtype=float)
 
-    def vision_time_s(self, images: int) -> float:
-        """Seconds of the vision tower (and projector) over ``images`` images, tensor-parallel like the LM."""
+    def vision(self, images: int) -> tuple[float, float]:
+        """The vision tower (and projector) over ``images`` images, tensor-parallel like the LM, on one GPU:
+        its seconds and its ops' dynamic energy (J)."""
         if images <= 0:
-            return 0.0
+            return 0.0, 0.0
         hit = self._vision.get(images)
         if hit is None:
             if self.cfg.vision is None:
@@ -493,7 +525,8 @@ class IterationModel:
             g = Graph(self.dtype)
             build_vision_encoder(g, self.cfg.vision, images)
             ops = [o for o in shard_tp(list(g.ops), self.tp) if o.kind is not OpKind.COMM]
-            hit = sum(k.time_s * o.count for o, k in zip(ops, predict_ops(ops, self.hw, self.co), strict=True))
+            priced = list(zip(ops, predict_ops(ops, self.hw, self.co), strict=True))
+            hit = (sum(k.time_s * o.count for o, k in priced), sum(k.dynamic_J * o.count for o, k in priced))
             self._vision[images] = hit
         return hit
 

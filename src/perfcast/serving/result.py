@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from perfcast.serving.config import ServingConfig
-from perfcast.serving.energy import ServingEnergy, serving_energy
+from perfcast.serving.energy import EnergyCounts, ServingEnergy, serving_energy
 from perfcast.serving.explain import TimeBreakdown
 from perfcast.serving.memory import ServingMemory
 from perfcast.serving.metrics import ServingMetrics
@@ -61,6 +61,7 @@ class ServingResult:
     rejection_counts: dict[str, int] = field(default_factory=dict)  # reason -> requests refused for it, most first
     memory: ServingMemory | None = None  # one GPU's memory breakdown (the deployment fits: it ran)
     breakdown: TimeBreakdown | None = None  # where the iterations' time went (runs asked to explain it)
+    energy_counts: EnergyCounts | None = None  # what the iterations priced for their energy (serving_energy)
 
     @property
     def max_concurrent_sequences(self) -> int:
@@ -172,8 +173,8 @@ class ServingResult:
         return out
 
     def energy(self) -> ServingEnergy:
-        """Energy of the run over every GPU of the deployment (a prior power model; computed after the run
-        from what it counted)."""
+        """Energy of the run over every GPU of the deployment (a prior power model; priced after the run from
+        what its iterations summed)."""
         return serving_energy(self)
 
     def request_rows(self) -> list[dict[str, Any]]:

@@ -60,11 +60,11 @@ class Speculator:
         b = len(rows)
         ctx = sum(contexts)
         kmax = max(ks) if ks else 0
-        draft_s = float(self.draft.decode_times(b, ctx + b * np.arange(kmax)).sum()) if kmax else 0.0
+        draft_s = self.clock.draft_s(self.draft, b, ctx, kmax)
         q = sum(k + 1 for k in ks)
         pairs = sum((k + 1) * (c + k) for c, k in zip(contexts, ks, strict=True))
         verify_s = self.clock.stage_s(q, float(pairs), ctx + q, b, 0, 0, q)
-        return self.clock.draft_s(draft_s) + verify_s
+        return draft_s + verify_s
 
     def skip(self, e: int) -> None:
         """Engine ``e``'s batch runs without speculation (it prefills)."""
