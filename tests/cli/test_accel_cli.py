@@ -10,8 +10,6 @@ from typer.testing import CliRunner
 
 from perfcast.cli import app
 
-pytestmark = pytest.mark.cli
-
 runner = CliRunner()
 MAPPING = Path(__file__).resolve().parents[2] / "src/perfcast/accel/data/mappings/eyeriss-resnet50-conv1.yaml"
 

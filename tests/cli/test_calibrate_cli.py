@@ -11,7 +11,6 @@ import pytest
 from cli_helpers import invoke, parse_json, user_error
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.cli
 
 
 def test_quick_calibration_writes_a_usable_hardware_file(tmp_path: Path) -> None:

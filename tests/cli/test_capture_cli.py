@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 from perfcast.cli import app
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.cli
 runner = CliRunner()
 
 MODEL = '''

@@ -20,8 +20,6 @@ from typer.testing import CliRunner
 from perfcast.cli import app
 from perfcast.groundtruth.files import find_groundtruth
 
-pytestmark = pytest.mark.cli
-
 runner = CliRunner()
 
 COMMANDS = [[], ["predict"], ["predict-batch"], ["validate"], ["fit"], ["suite"], ["hardware"], ["hardware", "list"],

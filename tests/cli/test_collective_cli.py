@@ -15,7 +15,6 @@ from perfcast.groundtruth.files import find_groundtruth
 from perfcast.system.cluster import list_clusters
 from perfcast.system.collectives import collective_time, load_collective_coefficients
 
-pytestmark = pytest.mark.cli
 
 @pytest.mark.parametrize("cmd", [["collective"], ["clusters"], ["clusters", "list"], ["clusters", "show"]])
 def test_help(cmd: list[str]) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import pytest
 from cli_helpers import invoke, parse_json
 
-pytestmark = pytest.mark.cli
-
 PREDICT = ["predict", "--model", "gpt2", "--hardware", "a100-sxm-80gb", "--batch-size", "2", "--seq-len", "256"]
 TRAIN = ["train", "--model", "llama-2-7b", "--cluster", "dgx-a100", "--nodes", "1", "--tp", "2", "--dp", "4",
          "--seq-len", "2048", "--micro-batch", "1", "--global-batch", "32", "--recompute", "selective", "--zero", "1"]

@@ -13,8 +13,6 @@ from cli_helpers import invoke, invoke_main, user_error
 from perfcast import __version__
 from perfcast.cli import app
 
-pytestmark = pytest.mark.cli
-
 
 def test_version_prints_the_version() -> None:
     res = invoke_main(["--version"])

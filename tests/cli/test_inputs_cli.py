@@ -12,8 +12,6 @@ from cli_helpers import invoke, user_error
 
 from perfcast.jsonio import MAX_FILE_BYTES, MAX_NESTING, MAX_VALUES
 
-pytestmark = pytest.mark.cli
-
 SCENARIO = "id: x\ntitle: t\nkind: model_latency\nhardware: [t4]\nruns: [{model: gpt2, batch_size: 1, seq_len: 8}]\n"
 
 

@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 from cli_helpers import invoke, parse_json, user_error
 
-pytestmark = pytest.mark.cli
-
 # each command with the option that names an output file; the rest of its arguments are valid but never get
 # used, because the check comes first (the suite, search and capture would otherwise run for seconds)
 FILE_OUTPUTS = {

@@ -8,8 +8,6 @@ import json
 import pytest
 from cli_helpers import does_not_fit, invoke, parse_json, user_error
 
-pytestmark = pytest.mark.cli
-
 GPT2 = ["predict", "-m", "gpt2", "-H", "a100-sxm-80gb", "-b", "4", "-s", "128", "--json"]
 
 

@@ -14,8 +14,6 @@ from cli_helpers import invoke, parse_json, user_error
 
 from perfcast.report.html import is_perfcast_report
 
-pytestmark = pytest.mark.cli
-
 
 @pytest.fixture(scope="module")
 def suite_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -6,10 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from cli_helpers import invoke, parse_json, user_error
-
-pytestmark = pytest.mark.cli
 
 LATENCY = """id: mine
 title: my GPT-2 latency

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 from cli_helpers import invoke, parse_json, user_error
 
-pytestmark = pytest.mark.cli
-
 SMALL = ["search", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096",
          "--global-batch", "64", "--cp", "1,2", "--vp", "1,2", "--micro-batch", "1,2", "--top", "3"]
 

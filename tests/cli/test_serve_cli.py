@@ -11,8 +11,6 @@ import pytest
 from cli_helpers import does_not_fit, invoke, parse_json, user_error, with_flags
 from typer.testing import Result
 
-pytestmark = pytest.mark.cli
-
 BASE = ["serve", "--model", "llama-2-7b", "--hardware", "a100-sxm-80gb", "--qps", "2", "--num-requests", "40",
         "--trace", "arxiv_summarization", "--seed", "42"]
 

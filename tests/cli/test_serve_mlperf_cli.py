@@ -8,8 +8,6 @@ from cli_helpers import invoke, parse_json, user_error
 
 from perfcast.serving.sources.mlperf import load_benchmark
 
-pytestmark = pytest.mark.cli
-
 
 def test_offline_workload_json_names_the_scenario_figures() -> None:
     data = parse_json(invoke(["serve", "--workload", "mlperf:gptj:offline", "--hardware", "h100-sxm-80gb",

@@ -7,10 +7,7 @@ import csv
 import json
 from pathlib import Path
 
-import pytest
 from cli_helpers import invoke, parse_json
-
-pytestmark = pytest.mark.cli
 
 
 def test_suite_t2_2_json_is_one_object_with_the_oom_verdict() -> None:

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 from cli_helpers import does_not_fit, invoke, user_error, with_flags
 
-pytestmark = pytest.mark.cli
-
 SMALL = ["train", "--model", "llama-2-7b", "--cluster", "dgx-a100", "--nodes", "1", "--tp", "2", "--dp", "4",
          "--seq-len", "2048", "--micro-batch", "1", "--global-batch", "32", "--recompute", "selective", "--zero", "1"]
 

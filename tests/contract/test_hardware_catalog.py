@@ -14,8 +14,6 @@ from perfcast.catalog import Hardware, load_hardware
 from perfcast.catalog.paths import normalize_name
 from perfcast.groundtruth.files import find_groundtruth
 
-pytestmark = pytest.mark.contract
-
 HW_DIR = Path(__file__).resolve().parents[2] / "src" / "perfcast" / "catalog" / "data" / "hardware"
 HW_FILES = sorted(HW_DIR.glob("*.yaml"))
 

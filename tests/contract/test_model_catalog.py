@@ -22,8 +22,6 @@ from perfcast.catalog.paths import normalize_name
 from perfcast.errors import UnknownNameError
 from perfcast.groundtruth.files import find_groundtruth
 
-pytestmark = pytest.mark.contract
-
 MODELS_DIR = Path(str(resources.files("perfcast.catalog") / "data" / "models"))
 JSON_FILES = sorted(MODELS_DIR.glob("*.json"))
 MODEL_IDS = [p.stem for p in JSON_FILES]

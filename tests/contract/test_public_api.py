@@ -27,8 +27,6 @@ import pytest
 
 import perfcast
 
-pytestmark = pytest.mark.contract
-
 SRC = Path(perfcast.__file__).resolve().parent
 
 RANK: dict[str, int] = {

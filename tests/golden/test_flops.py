@@ -20,8 +20,6 @@ import pytest
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.types import Mode, OpKind, Phase, Workload
 
-pytestmark = pytest.mark.golden
-
 EXACT = 1e-12  # relative: integer-valued float sums below 2**53 are exact
 
 

@@ -11,8 +11,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import outputs  # noqa: E402  - the case table beside this file
 
-pytestmark = pytest.mark.golden
-
 _FAST = [(k, n) for k, n in outputs.all_cases() if k != "validate"]
 
 

@@ -19,8 +19,6 @@ from hypothesis import strategies as st
 
 from perfcast.serving.kv import BlockManager, KVCacheError, prefix_block_hashes
 
-pytestmark = pytest.mark.property
-
 _DEEP = int(os.environ.get("PERFCAST_FUZZ_EXAMPLES", "0"))
 SETTINGS = settings(max_examples=_DEEP or 150, deadline=None, suppress_health_check=[HealthCheck.too_slow],
                     derandomize=not _DEEP, database=None)

@@ -30,8 +30,6 @@ from perfcast.compose.predict import StepRequest
 from perfcast.errors import PerfcastError
 from perfcast.system.predict import predict
 
-pytestmark = pytest.mark.property
-
 runner = CliRunner()
 # PERFCAST_FUZZ_EXAMPLES=2000 fuzzes deeper with fresh random examples; the default run is small and fixed
 _DEEP = int(os.environ.get("PERFCAST_FUZZ_EXAMPLES", "0"))

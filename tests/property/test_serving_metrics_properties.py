@@ -19,8 +19,6 @@ from perfcast.serving.metrics import Distribution, summarize_requests
 from perfcast.serving.sources.arrivals import generate_requests
 from perfcast.serving.sources.traces import Trace
 
-pytestmark = pytest.mark.property
-
 _SETTINGS = settings(max_examples=60, deadline=None, derandomize=True)
 
 

@@ -19,8 +19,6 @@ from perfcast.validate.export import write_validation
 from perfcast.validate.metrics import summarize
 from perfcast.validate.report import GroupReport, TableReport, ValidationReport, _points, run_validation
 
-pytestmark = pytest.mark.cli
-
 CHROMIUM = Path("/usr/bin/chromium")
 SCENARIOS = "T4.2,T3.2,I1.1,I2.2"  # training with an OOM run, pipeline; serving with one request and a sweep
 PAGES = ("overview", "training", "serving", "validation", "search")

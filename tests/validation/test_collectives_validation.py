@@ -22,8 +22,6 @@ from perfcast.groundtruth.files import find_groundtruth
 from perfcast.groundtruth.predict_batch import predict_batch
 from perfcast.validate.fit_collectives import leave_one_cluster_out, load_collective_rows
 
-pytestmark = pytest.mark.validation
-
 ROOT = find_groundtruth(required=False)
 if ROOT is None or not (ROOT / "vidur" / "network").is_dir():
     pytest.skip("collective ground truth not found: set PERFCAST_GROUNDTRUTH to the shared/groundtruth folder",

@@ -14,8 +14,6 @@ from perfcast.groundtruth.predict_batch import predict_batch, write_predictions
 from perfcast.groundtruth.serving_tables import inference_config
 from perfcast.serving.sources.mlperf import load_benchmark
 
-pytestmark = pytest.mark.validation
-
 HEADER = ["gpu_id", "model_id", "model", "gpu", "num_gpus", "tp", "pp", "precision", "input_len", "output_len",
           "batch_size", "concurrency", "workload", "metric", "value", "framework_version", "note", "source",
           "source_kind"]

@@ -13,8 +13,6 @@ from perfcast.groundtruth.files import find_groundtruth
 from perfcast.system.predict import predict
 from perfcast.workload.types import Mode
 
-pytestmark = pytest.mark.validation
-
 ROOT = find_groundtruth(required=False)
 if ROOT is None:
     pytest.skip("ground truth not found: set PERFCAST_GROUNDTRUTH to the shared/groundtruth folder",

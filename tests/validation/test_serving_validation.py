@@ -17,8 +17,6 @@ import pytest
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.groundtruth.serving_tables import inference_config, predict_inference_rows
 
-pytestmark = pytest.mark.validation
-
 ROOT = find_groundtruth(required=False)
 if ROOT is None or not (ROOT / "published" / "inference.csv").is_file():
     pytest.skip("serving ground truth not found: set PERFCAST_GROUNDTRUTH to the shared/groundtruth folder",

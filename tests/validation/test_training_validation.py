@@ -23,8 +23,6 @@ from perfcast.groundtruth.predict_batch import predict_batch
 from perfcast.groundtruth.training_tables import cluster_for_gpu, counts_recompute, plan_for_row, predict_row
 from perfcast.validate.fit_training import fit_deferred, fp8_recipe_unmodeled, training_cases
 
-pytestmark = pytest.mark.validation
-
 ROOT = find_groundtruth(required=False)
 if ROOT is None or not (ROOT / "published" / "training.csv").is_file():
     pytest.skip("training ground truth not found: set PERFCAST_GROUNDTRUTH to the shared/groundtruth folder",

@@ -27,8 +27,6 @@ from perfcast.groundtruth.vidur_tables import VIDUR_OPS, load_vidur_rows, predic
 from perfcast.kernel.coefficients import load_coefficients
 from perfcast.validate.metrics import summarize
 
-pytestmark = pytest.mark.validation
-
 ROOT = find_groundtruth(required=False)
 if ROOT is None:
     pytest.skip("ground truth not found: set PERFCAST_GROUNDTRUTH to the shared/groundtruth folder",

@@ -12,8 +12,6 @@ from perfcast.accel.spec import Architecture, MappingSpec
 from perfcast.errors import ConfigError
 from perfcast.yamlio import safe_load
 
-pytestmark = pytest.mark.unit
-
 DATA = Path(__file__).resolve().parents[3] / "src" / "perfcast" / "accel" / "data"
 
 TINY_ARCH = """

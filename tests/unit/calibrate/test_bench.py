@@ -9,8 +9,6 @@ import pytest
 from perfcast.calibrate.bench import fastest_time_s, interleaved_fastest_s
 from perfcast.errors import ConfigError
 
-pytestmark = pytest.mark.unit
-
 
 class FakeClock:
     """A clock that each call of a benchmark advances by its next scripted duration."""

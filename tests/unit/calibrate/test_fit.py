@@ -11,8 +11,6 @@ from perfcast.catalog.cpu import CpuEfficiency
 from perfcast.errors import DataError
 from perfcast.kernel.cpu import cpu_op_times
 
-pytestmark = pytest.mark.unit
-
 INFO = MachineInfo(name="test CPU", vendor="test", cores=4, clock_hz=2.5e9, l1d_bytes_per_core=48 * 2**10,
                    l2_bytes_total=8 * 2**20, l3_bytes=32 * 2**20, memory_bytes=16 * 2**30, vector_lanes_fp32=16)
 TRUE = CpuEfficiency(threads=4, gemm_fixed_s=20e-6, gemm_m0=16.0, gemm_n0=4.0, gemm_k0=32.0,

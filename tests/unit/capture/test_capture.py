@@ -11,7 +11,6 @@ from perfcast.workload.types import OpKind
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
-pytestmark = pytest.mark.unit
 
 
 class _Mlp(nn.Module):

@@ -9,7 +9,6 @@ from perfcast.workload.types import OpKind
 
 torch = pytest.importorskip("torch")
 tf = pytest.importorskip("transformers")
-pytestmark = pytest.mark.unit
 
 
 def _gpt2(layers: int = 4) -> tuple[object, dict[str, object]]:

@@ -8,8 +8,6 @@ from perfcast.catalog.defaults import default_dtype, describe_default_dtype
 from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(("model", "hardware", "engine", "words"), [
     ("llama-2-7b", "h100", False, "the checkpoint's"),

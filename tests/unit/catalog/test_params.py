@@ -12,8 +12,6 @@ import pytest
 from perfcast.catalog import load_model
 from perfcast.catalog.params import ParamCount, count_params
 
-pytestmark = pytest.mark.unit
-
 # Published sizes are rounded (to 3 significant digits at best) and some count a head or pooler that
 # perfcast leaves out (see perfcast.catalog.params); 2% covers both without hiding a wrong shape, which
 # moves a count by far more (one missing MLP matrix in a Llama is ~20%).

@@ -8,8 +8,6 @@ from perfcast.catalog import load_model
 from perfcast.catalog.params import count_params
 from perfcast.catalog.synthetic import SC21_HEADS_BY_HIDDEN, parse_synthetic_gpt
 
-pytestmark = pytest.mark.unit
-
 # Nominal sizes in the names are rounded to two or three significant digits.
 NOMINAL_TOLERANCE = 0.05
 

@@ -10,8 +10,6 @@ from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.graph import Graph
 from perfcast.workload.types import Mode, OpKind, Workload
 
-pytestmark = pytest.mark.unit
-
 
 def _kernels(ops: list) -> int:
     return sum(o.count for o in ops if o.kind is not OpKind.HOST)

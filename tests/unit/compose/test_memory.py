@@ -13,8 +13,6 @@ from perfcast.compose.types import MemoryBreakdown
 from perfcast.system.predict import predict
 from perfcast.workload.types import Mode
 
-pytestmark = pytest.mark.unit
-
 
 def _memory(**kw: object) -> MemoryBreakdown:
     st = predict(StepRequest(**kw))  # type: ignore[arg-type]

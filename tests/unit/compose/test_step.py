@@ -22,8 +22,6 @@ from perfcast.kernel.predict import KernelTime
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
 
-pytestmark = pytest.mark.unit
-
 CASES = [
     ("gpt2", "a100-pcie-40gb", Mode.INFERENCE, 4, 256, DType.FP32),
     ("gpt2", "v100-sxm2-32gb", Mode.TRAINING, 2, 128, DType.FP32),

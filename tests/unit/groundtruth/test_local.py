@@ -8,8 +8,6 @@ import pytest
 
 from perfcast.groundtruth.local import LocalCase, LocalResult, LocalValidation
 
-pytestmark = pytest.mark.unit
-
 
 def test_summary_reports_every_row_and_mape_per_model() -> None:
     rows = (LocalResult(LocalCase("bert-base", 1, 64), measured_s=0.200, predicted_s=0.220),

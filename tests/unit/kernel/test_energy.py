@@ -28,8 +28,6 @@ from perfcast.system.training import simulate_training
 from perfcast.workload.graph import Graph
 from perfcast.workload.types import Op
 
-pytestmark = pytest.mark.unit
-
 
 def _ops() -> list[Op]:
     g = Graph(DType.BF16)

@@ -23,8 +23,6 @@ from perfcast.kernel.predict import KernelTime, predict_kernel, predict_ops
 from perfcast.workload.graph import Graph
 from perfcast.workload.types import Op
 
-pytestmark = pytest.mark.unit
-
 # datacenter and consumer, NVIDIA and AMD, HBM and GDDR, Pascal to Hopper
 GPUS = ["a100-pcie-40gb", "h100-sxm-80gb", "v100-sxm2-32gb", "p100-pcie-16gb", "t4", "l4", "mi250", "mi300x"]
 VECTOR_OPS = ["add", "mul", "gelu", "copy", "softmax", "layernorm", "rmsnorm", "rope", "silu_mul", "dropout"]

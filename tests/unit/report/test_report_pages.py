@@ -28,8 +28,6 @@ from perfcast.validate.export import validation_file
 from perfcast.validate.metrics import summarize
 from perfcast.validate.report import MAX_POINTS, GroupReport, Points, TableReport, ValidationReport, _points
 
-pytestmark = pytest.mark.unit
-
 
 def _training_row(label: str, *, fits: bool = True) -> dict[str, object]:
     parts = {"compute_s": 0.8, "recompute_s": 0.1, "comm_exposed_s": 0.05, "tp_comm_s": 0.05, "tp_comm_total_s": 0.2,

@@ -9,8 +9,6 @@ import pytest
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.scenarios import ScenarioResult, load_scenario, run_scenario
 
-pytestmark = pytest.mark.unit
-
 needs_groundtruth = pytest.mark.skipif(find_groundtruth(required=False) is None,
                                        reason="ground truth not found (set PERFCAST_GROUNDTRUTH)")
 MiB, GiB = 2**20, 2**30

@@ -14,8 +14,6 @@ from perfcast.scenarios import load_scenario, run_scenario
 from perfcast.scenarios.schema import scenario_from_dict
 from perfcast.serving.experiments.rlhf import RLHFConfig, simulate_rlhf_iteration
 
-pytestmark = pytest.mark.unit
-
 GROUNDTRUTH = find_groundtruth(required=False)
 needs_groundtruth = pytest.mark.skipif(GROUNDTRUTH is None, reason="ground truth not found (PERFCAST_GROUNDTRUTH)")
 

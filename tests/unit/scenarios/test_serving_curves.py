@@ -15,8 +15,6 @@ from perfcast.scenarios.serving_curves import (
 )
 from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
 
-pytestmark = pytest.mark.unit
-
 
 def _cfg(n: int = 60, qps: float | None = 2.0) -> ServingConfig:
     work = WorkloadConfig(num_requests=n, qps=qps, trace="arxiv_summarization", seed=42)

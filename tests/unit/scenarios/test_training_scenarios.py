@@ -20,8 +20,6 @@ from perfcast.scenarios import (
 )
 from perfcast.scenarios.training import BREAKDOWN_KEYS
 
-pytestmark = pytest.mark.unit
-
 TRAINING_IDS = ["T1.1", "T1.2", "T1.3", "T2.1", "T2.2", "T3.1", "T3.2", "T4.1", "T4.2", "T4.3", "T4.4", "R3", "R8"]
 needs_groundtruth = pytest.mark.skipif(find_groundtruth(required=False) is None,
                                        reason="ground truth not found (set PERFCAST_GROUNDTRUTH)")

@@ -12,8 +12,6 @@ from perfcast.errors import ConfigError, UnknownNameError
 from perfcast.serving.sources.arrivals import ARRIVAL_PROCESSES, RequestStream, generate_requests
 from perfcast.serving.sources.traces import Trace, load_trace
 
-pytestmark = pytest.mark.unit
-
 
 def _trace(prompt: list[int], output: list[int], arrival: list[float] | None, name: str = "tiny") -> Trace:
     return Trace(

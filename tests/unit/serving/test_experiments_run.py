@@ -4,13 +4,10 @@ function does."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
 from perfcast.serving.experiments.colocation import simulate_colocated
 from perfcast.serving.experiments.run import Colocation, Simulation, run_experiment
-
-pytestmark = pytest.mark.unit
 
 _CFG = ServingConfig(model="llama-2-7b", hardware="a100-sxm-80gb",
                      workload=WorkloadConfig(prompt_tokens=256, output_tokens=32, num_requests=30, qps=4.0, seed=1))

@@ -10,8 +10,6 @@ import pytest
 
 from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
 
-pytestmark = pytest.mark.unit
-
 _LOAD = WorkloadConfig(prompt_tokens=512, output_tokens=64, num_requests=40, qps=8.0, seed=3)
 
 

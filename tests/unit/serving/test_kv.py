@@ -7,8 +7,6 @@ import pytest
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.serving.kv import BlockManager, KVCacheError, kv_cache_capacity, prefix_block_hashes
 
-pytestmark = pytest.mark.unit
-
 GiB = 2**30
 BS = 16
 

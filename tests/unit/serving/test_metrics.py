@@ -12,8 +12,6 @@ import pytest
 from perfcast.errors import ConfigError
 from perfcast.serving.metrics import Distribution, ServingMetrics, distribution, summarize_requests
 
-pytestmark = pytest.mark.unit
-
 
 # -- distribution ---------------------------------------------------------------------------------------------------
 def test_distribution_of_hand_values() -> None:

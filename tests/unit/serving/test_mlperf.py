@@ -28,8 +28,6 @@ from perfcast.serving.sources.mlperf import (
 )
 from perfcast.serving.sources.traces import load_trace
 
-pytestmark = pytest.mark.unit
-
 # the benchmarks and scenarios the README of the published ground truth names
 README_BENCHMARKS = {"llama2-70b", "mixtral-8x7b", "llama3.1-8b", "llama3.1-405b", "gptj", "deepseek-r1"}
 

@@ -24,8 +24,6 @@ from perfcast.serving.experiments.search import (
 )
 from perfcast.serving.sources.arrivals import generate_requests
 
-pytestmark = pytest.mark.unit
-
 # a small deployment (at most 16 sequences in a batch), so a run ten times the search's is quick
 SMALL = ServingConfig(model="llama-2-7b", hardware="a100-sxm-80gb", max_num_seqs=16,
                       workload=WorkloadConfig(prompt_tokens=256, output_tokens=64))

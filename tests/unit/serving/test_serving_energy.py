@@ -15,8 +15,6 @@ from perfcast.serving.clock import IterationClock
 from perfcast.serving.deployment import build_deployment
 from perfcast.serving.energy import EnergyCounts
 
-pytestmark = pytest.mark.unit
-
 
 def _cfg(qps: float | None, tp: int = 1, **extra: object) -> ServingConfig:
     wl = WorkloadConfig(num_requests=60, qps=qps, prompt_tokens=256, output_tokens=128, seed=3)

@@ -8,8 +8,6 @@ from perfcast.errors import ConfigError
 from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
 from perfcast.serving.deployment import serving_memory
 
-pytestmark = pytest.mark.unit
-
 WORK = WorkloadConfig(num_requests=20, qps=2.0, prompt_tokens=512, output_tokens=64)
 
 

@@ -13,8 +13,6 @@ import pytest
 from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
 from perfcast.serving.timeline import serving_trace, write_serving_trace
 
-pytestmark = pytest.mark.unit
-
 
 def _trace(**deployment: Any) -> tuple[Any, dict[str, Any]]:
     cfg = ServingConfig(model="llama-2-7b", hardware="a100-sxm-80gb", max_num_seqs=64, **deployment,

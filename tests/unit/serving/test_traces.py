@@ -13,8 +13,6 @@ from perfcast.errors import ConfigError, UnknownNameError
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.serving.sources.traces import TRACE_NAMES, Trace, load_trace
 
-pytestmark = pytest.mark.unit
-
 # row counts from the Vidur README / MANIFEST (the shipped copies must match them)
 EXPECTED_ROWS = {"arxiv_summarization": 28_257, "splitwise_code": 8_819, "splitwise_conv": 19_366}
 UPSTREAM = {

@@ -10,8 +10,6 @@ from perfcast.sweep.evaluate import Pricer, evaluate_plans
 from perfcast.sweep.space import SearchSpace, enumerate_plans
 from perfcast.system.training import simulate_training
 
-pytestmark = pytest.mark.unit
-
 SPACE = SearchSpace(model="llama-3-8b", cluster="dgx-h100", gpus=(16, 64), seq_len=4096, global_batch=128,
                     cp=(1, 2), vp=(1, 2, 4), micro_batch=(1, 2))
 

@@ -9,8 +9,6 @@ from perfcast.sweep.evaluate import Pricer, evaluate_plans
 from perfcast.sweep.ray_backend import evaluate_with_ray
 from perfcast.sweep.space import SearchSpace, enumerate_plans
 
-pytestmark = pytest.mark.unit
-
 
 def test_ray_gives_the_local_results() -> None:
     pytest.importorskip("ray")

@@ -10,8 +10,6 @@ from perfcast.errors import ConfigError
 from perfcast.sweep.search import pareto_front, search_training
 from perfcast.sweep.space import SearchSpace
 
-pytestmark = pytest.mark.unit
-
 SMALL = SearchSpace(model="llama-3-8b", cluster="dgx-h100", gpus=(16, 32), seq_len=4096, global_batch=64,
                     cp=(1, 2), vp=(1, 2), micro_batch=(1, 2))
 

@@ -8,8 +8,6 @@ from perfcast.errors import ConfigError
 from perfcast.serving.config import ServingConfig, WorkloadConfig
 from perfcast.sweep.serving import search_serving
 
-pytestmark = pytest.mark.unit
-
 BASE = ServingConfig(model="llama-2-7b", hardware="a100-sxm-80gb", slo_ttft_s=2.0, slo_tpot_s=0.1,
                      workload=WorkloadConfig(prompt_tokens=512, output_tokens=64))
 

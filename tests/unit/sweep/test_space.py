@@ -4,15 +4,12 @@ removal is counted once."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from perfcast.catalog.models import load_model
 from perfcast.errors import ConfigError
 from perfcast.sweep.space import CONSTRAINTS, PlanArrays, SearchSpace, _grid, _masks, enumerate_plans, resolve_axes
 from perfcast.system.cluster import load_cluster
 from perfcast.system.plan import check_plan
-
-pytestmark = pytest.mark.unit
 
 SPACE = SearchSpace(model="llama-2-13b", cluster="dgx-a100", gpus=(16, 32), seq_len=4096, global_batch=64,
                     tp=(1, 2, 4, 8, 16), pp=(1, 2, 4, 8, 40, 64), cp=(1, 2, 3), vp=(1, 2, 3), micro_batch=(1, 2, 4))

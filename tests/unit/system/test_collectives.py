@@ -28,8 +28,6 @@ from perfcast.system.collectives import (
     parse_op,
 )
 
-pytestmark = pytest.mark.unit
-
 GiB = 2.0**30
 OPS = [op.value for op in CollectiveOp]
 RATIO_TOL = 0.05  # see the module docstring

@@ -20,8 +20,6 @@ from perfcast.system.training import LayerComm, simulate_training
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.types import Mode, Phase
 
-pytestmark = pytest.mark.unit
-
 
 def test_tp4_predict_and_train_agree_on_the_tp_all_reduces() -> None:
     """The same micro-batch (gpt2-medium, 4 x 1024 tokens, bf16) over tp=4 on an A100 node: predict's exposed

@@ -10,8 +10,6 @@ from perfcast.errors import ConfigError
 from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.plan import ParallelPlan, check_plan, divisors
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture(scope="module")
 def llama() -> ModelConfig:

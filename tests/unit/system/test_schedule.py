@@ -9,8 +9,6 @@ import pytest
 from perfcast.system import schedule as schedule_mod
 from perfcast.system.schedule import PipelineResult, ScheduleEvent, simulate_pipeline
 
-pytestmark = pytest.mark.unit
-
 F, B = 1.0, 2.0  # one micro-batch's forward / backward on one (virtual) stage
 THRESHOLD = 4096  # passes (2 * p * v * m) above which the closed form is used without keep_events
 

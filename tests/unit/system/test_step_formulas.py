@@ -18,8 +18,6 @@ from perfcast.system.step import (
     zero3_layer_s,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def test_overlap_hides_what_fits_behind_the_compute_with_interference() -> None:
     # 3 s of collective behind 1 s of compute: 2 s stick out, 10% of the hidden second slows the compute

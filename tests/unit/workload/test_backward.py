@@ -9,8 +9,6 @@ from perfcast.workload.backward import backward_ops, optimizer_ops
 from perfcast.workload.graph import Graph
 from perfcast.workload.types import OpKind, Phase
 
-pytestmark = pytest.mark.unit
-
 
 def _graph(dtype: DType = DType.FP32) -> Graph:
     return Graph(dtype, training=True)

@@ -10,8 +10,6 @@ from perfcast.errors import ConfigError, UnknownNameError, UnsupportedError
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.types import Mode, OpKind, Phase, Workload
 
-pytestmark = pytest.mark.unit
-
 # small or representative catalog models, one per builder
 HF_MODELS = ["gpt2", "opt-toy-1layer", "bert-base", "switch-xl"]
 DECODER_MODELS = ["llama-2-7b", "mixtral-8x7b", "deepseek-v3", "falcon-180b", "phi-2"]

@@ -18,8 +18,6 @@ from perfcast.errors import CatalogError, UnsupportedError
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.types import Mode, OpKind, Phase, Workload
 
-pytestmark = pytest.mark.unit
-
 # Hand count of ResNet-50 (v1.5, 224x224) forward multiply-accumulates per image, conv and fc only
 # (MACs = out_h * out_w * out_ch * in_ch * k * k):
 #   stem 7x7/2 3->64, 112x112 out:                    112*112*64*3*49               =   118,013,952

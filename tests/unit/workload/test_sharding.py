@@ -15,8 +15,6 @@ from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.sharding import check_tp, shard_tp
 from perfcast.workload.types import Mode, Op, OpKind, Phase
 
-pytestmark = pytest.mark.unit
-
 
 def _sharded_flops(ops: list[Op] | tuple[Op, ...]) -> float:
     return sum(o.flops * o.count for o in ops if o.tp_split != "none" and o.kind is not OpKind.COMM)

@@ -11,8 +11,6 @@ from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.transforms import apply_lora, lora_target_names, route_experts, shard_context, to_fp8
 from perfcast.workload.types import Mode, Op, OpKind, Phase
 
-pytestmark = pytest.mark.unit
-
 BATCH, SEQ = 2, 512
 LLAMA_LAYERS = 32
 

@@ -19,8 +19,6 @@ from perfcast.scenarios.schema import DiffusionRun
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.types import Mode, OpKind
 
-pytestmark = pytest.mark.unit
-
 UNET_PARAMS = 859_520_964
 VAE_DECODER_PARAMS = 49_490_199
 UNET_MODULE_MACS = 339e9
