@@ -15,13 +15,22 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from perfcast.errors import ConfigError, DataError
+from perfcast.errors import ConfigError, DataError, PerfcastError
 
-__all__ = ["MALFORMED_ROW_ERRORS", "find_groundtruth", "open_table", "read_header", "read_rows"]
+__all__ = ["ROW_ERRORS", "find_groundtruth", "open_table", "read_header", "read_rows", "row_status"]
 
-# what reading one row's cells can raise (a missing column, a cell that is not a number, a count of inf or 0 where
-# it divides): the row gets an "unsupported: malformed row" status and the table goes on
-MALFORMED_ROW_ERRORS = (KeyError, ValueError, ZeroDivisionError, OverflowError)
+# what predicting one row can raise and still leave the table going: perfcast refusing the row (PerfcastError),
+# or the row's cells not reading (a missing column, a cell that is not a number, a count of inf, or 0 where it
+# divides); the row gets an "unsupported: ..." status instead of a prediction
+_MALFORMED_ROW_ERRORS = (KeyError, ValueError, ZeroDivisionError, OverflowError)
+ROW_ERRORS = (PerfcastError, *_MALFORMED_ROW_ERRORS)
+
+
+def row_status(exc: Exception) -> str:
+    """The status of a row whose prediction raised ``exc`` (one of :data:`ROW_ERRORS`)."""
+    if isinstance(exc, PerfcastError):
+        return f"unsupported: {exc}"
+    return f"unsupported: malformed row ({exc})"
 
 
 def find_groundtruth(required: bool = True) -> Path | None:

@@ -64,7 +64,7 @@ from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, PerfcastError
-from perfcast.groundtruth.files import MALFORMED_ROW_ERRORS
+from perfcast.groundtruth.files import ROW_ERRORS, row_status
 from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import PRECISION_QUANTIZATION, ServingConfig, WorkloadConfig
 from perfcast.serving.experiments.mlperf import MLPerfResult
@@ -253,11 +253,8 @@ def predict_inference_rows(rows: list[dict[str, str]], serving: ServingCoefficie
             else:
                 res = run_experiment(Simulation(cfg, coefficients=serving))
                 figures = {}
-        except PerfcastError as exc:
-            status[i] = f"unsupported: {exc}"
-            continue
-        except MALFORMED_ROW_ERRORS as exc:
-            status[i] = f"unsupported: malformed row ({exc})"
+        except ROW_ERRORS as exc:
+            status[i] = row_status(exc)
             continue
         metric = (row.get("metric") or "").strip()
         value = figures.get(metric, math.nan) if metric in MLPERF_METRICS else row_value(row, res.metrics)

@@ -18,7 +18,7 @@ import numpy as np
 from perfcast.compose.interval import load_intervals
 from perfcast.compose.types import MemoryBreakdown
 from perfcast.errors import ConfigError, PerfcastError
-from perfcast.groundtruth.files import MALFORMED_ROW_ERRORS
+from perfcast.groundtruth.files import ROW_ERRORS, row_status
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 
 if TYPE_CHECKING:
@@ -66,10 +66,8 @@ def _row_status(out: TablePrediction, i: int) -> Iterator[None]:
     """Run one row's prediction; an error becomes that row's one-line status (the row is kept)."""
     try:
         yield
-    except PerfcastError as exc:
-        out.status[i] = f"unsupported: {exc}"
-    except MALFORMED_ROW_ERRORS as exc:
-        out.status[i] = f"unsupported: malformed row ({exc})"
+    except ROW_ERRORS as exc:
+        out.status[i] = row_status(exc)
 
 
 def _empty(n: int, targets: tuple[str, ...]) -> TablePrediction:

@@ -53,7 +53,7 @@ import numpy as np
 
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.errors import ConfigError
-from perfcast.groundtruth.files import MALFORMED_ROW_ERRORS
+from perfcast.groundtruth.files import ROW_ERRORS, row_status
 from perfcast.kernel.coefficients import Coefficients
 from perfcast.system.cluster import cluster_for_gpu
 from perfcast.system.coefficients import TrainingCoefficients
@@ -168,8 +168,6 @@ def predict_training_rows(rows: list[dict[str, str]], coeffs: Coefficients | Non
                           training: TrainingCoefficients | None = None,
                           ) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
     """Predictions per target column, a status per row and the GPU of each row."""
-    from perfcast.errors import PerfcastError
-
     n = len(rows)
     pred = {t: np.full(n, np.nan) for t in TRAINING_TARGETS}
     status = ["ok"] * n
@@ -177,11 +175,8 @@ def predict_training_rows(rows: list[dict[str, str]], coeffs: Coefficients | Non
     for i, row in enumerate(rows):
         try:
             res = predict_row(row, coeffs, training)
-        except PerfcastError as exc:
-            status[i] = f"unsupported: {exc}"
-            continue
-        except MALFORMED_ROW_ERRORS as exc:
-            status[i] = f"unsupported: malformed row ({exc})"
+        except ROW_ERRORS as exc:
+            status[i] = row_status(exc)
             continue
         if not res.fits:
             status[i] = (f"ok (predicted out of memory: {res.memory.total_bytes / 2**30:.1f} of "
