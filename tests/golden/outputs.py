@@ -195,7 +195,9 @@ def _suite_ids() -> str:
 
 def cli_values(name: str, cases: dict[str, list[str]] = CLI_CASES) -> dict[str, Any]:
     """The exit code and the one ``--json`` object of one command line."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
+    cli_tests = str(Path(__file__).resolve().parent.parent / "cli")
+    if cli_tests not in sys.path:  # once, not once per case
+        sys.path.insert(0, cli_tests)
     from cli_helpers import invoke_main  # the CLI tests' own in-process runner
 
     args = list(cases[name])
