@@ -201,13 +201,15 @@ class Engine:
     def run(self) -> None:
         """Simulate until every request has finished or been refused."""
         heap, client, handovers = self.heap, self.client, self.handovers
+        next_arrival_s, next_transfer_s, pop = client.next_s, handovers.next_s, heapq.heappop
+        complete, start = self._complete, self._start
         while client.next_id < client.n or heap or handovers.queue:
-            next_arrival = client.next_s()
-            next_transfer = handovers.next_s()
+            next_arrival = next_arrival_s()
+            next_transfer = next_transfer_s()
             if heap and heap[0][0] <= next_arrival and heap[0][0] <= next_transfer:
-                now, e = heapq.heappop(heap)
-                self._complete(e, now)
-                self._start(e, now)
+                now, e = pop(heap)
+                complete(e, now)
+                start(e, now)
             elif next_transfer <= next_arrival:
                 now, req, pool = handovers.pop()
                 self._route(req, pool, now)

@@ -29,7 +29,8 @@ class RunTally:
         self.kv_util_sum += util * span_s
         self.kv_frag_sum += frag * span_s
         self.kv_time_s += span_s
-        self.kv_max_frac = max(self.kv_max_frac, util)
+        if util > self.kv_max_frac:
+            self.kv_max_frac = util
         self.gpu_time_s += gpu_s
         self.iterations += k
 
