@@ -155,30 +155,9 @@ def simulate_pipeline(fwd_s: list[float], bwd_s: list[float], microbatches: int,
     n_virtual = len(fwd_s)
     p = n_virtual // v
     m = microbatches
-    if p * v != n_virtual or len(bwd_s) != n_virtual:
-        raise ValueError("fwd_s/bwd_s must list chunks x pipeline-rank stages")
-    if v > 1 and p > 1 and schedule != "interleaved":
-        raise ValueError(f"{v} model chunks per rank need the interleaved schedule (got {schedule!r})")
-    if v > 1 and p > 1 and m % p:
-        raise ValueError(f"the interleaved schedule needs micro-batches ({m}) to be a multiple of the "
-                         f"pipeline depth ({p})")
-    if keep_events and 2 * p * v * m > MAX_TRACED_PASSES:
-        raise ConfigError(f"a trace of {m:,} micro-batches on {p * v} stages has {2 * p * v * m:,} forward and "
-                          f"backward passes; a trace holds at most {MAX_TRACED_PASSES:,} (use fewer micro-batches "
-                          "per step, or no trace)")
+    _check_pipeline(fwd_s, bwd_s, p, m, v, schedule, keep_events)
     if p == 1:
-        total = m * sum(f + b for f, b in zip(fwd_s, bwd_s, strict=True))
-        serial: list[ScheduleEvent] = []
-        if keep_events:
-            t = 0.0
-            for mb in range(m):
-                for c in range(v):
-                    serial.append(ScheduleEvent(0, "F", mb, c, t, t + fwd_s[c]))
-                    t += fwd_s[c]
-                for c in reversed(range(v)):
-                    serial.append(ScheduleEvent(0, "B", mb, c, t, t + bwd_s[c]))
-                    t += bwd_s[c]
-        return PipelineResult(time_s=total, busy_s=[total], bubble_frac=0.0, events=serial)
+        return _serial(fwd_s, bwd_s, m, v, keep_events)
     if not keep_events and 2 * p * v * m > _MAX_SIMULATED_PASSES:
         return _closed_form(fwd_s, bwd_s, p, m, v, send_s, schedule, forward_only)
     if forward_only:
@@ -189,10 +168,47 @@ def simulate_pipeline(fwd_s: list[float], bwd_s: list[float], microbatches: int,
         orders = [_order_gpipe(m) for _ in range(p)]
     else:
         orders = [_order_1f1b(r, p, m) for r in range(p)]
+    return _run_orders(orders, fwd_s, bwd_s, p, send_s, keep_events)
 
-    def vstage(rank: int, chunk: int) -> int:
-        return chunk * p + rank
 
+def _check_pipeline(fwd_s: list[float], bwd_s: list[float], p: int, m: int, v: int, schedule: str,
+                    keep_events: bool) -> None:
+    """Refuse stage lists that do not split into ``v`` chunks of ``p`` ranks, chunks without the interleaved
+    schedule, and a trace too large to keep."""
+    if p * v != len(fwd_s) or len(bwd_s) != len(fwd_s):
+        raise ValueError("fwd_s/bwd_s must list chunks x pipeline-rank stages")
+    if v > 1 and p > 1 and schedule != "interleaved":
+        raise ValueError(f"{v} model chunks per rank need the interleaved schedule (got {schedule!r})")
+    if v > 1 and p > 1 and m % p:
+        raise ValueError(f"the interleaved schedule needs micro-batches ({m}) to be a multiple of the "
+                         f"pipeline depth ({p})")
+    if keep_events and 2 * p * v * m > MAX_TRACED_PASSES:
+        raise ConfigError(f"a trace of {m:,} micro-batches on {p * v} stages has {2 * p * v * m:,} forward and "
+                          f"backward passes; a trace holds at most {MAX_TRACED_PASSES:,} (use fewer micro-batches "
+                          "per step, or no trace)")
+
+
+def _serial(fwd_s: list[float], bwd_s: list[float], m: int, v: int, keep_events: bool) -> PipelineResult:
+    """One pipeline rank: ``m`` micro-batches run their ``v`` chunks' forwards then backwards, back to back."""
+    total = m * sum(f + b for f, b in zip(fwd_s, bwd_s, strict=True))
+    serial: list[ScheduleEvent] = []
+    if keep_events:
+        t = 0.0
+        for mb in range(m):
+            for c in range(v):
+                serial.append(ScheduleEvent(0, "F", mb, c, t, t + fwd_s[c]))
+                t += fwd_s[c]
+            for c in reversed(range(v)):
+                serial.append(ScheduleEvent(0, "B", mb, c, t, t + bwd_s[c]))
+                t += bwd_s[c]
+    return PipelineResult(time_s=total, busy_s=[total], bubble_frac=0.0, events=serial)
+
+
+def _run_orders(orders: list[list[tuple[str, int, int]]], fwd_s: list[float], bwd_s: list[float], p: int,
+                send_s: float, keep_events: bool) -> PipelineResult:
+    """Run each rank's passes in its order (``(kind, micro-batch, chunk)``), each as soon as its rank is free and
+    the pass it depends on (the previous stage's forward, the next stage's backward) has ended and sent."""
+    n_virtual = len(fwd_s)
     done_f: dict[tuple[int, int], float] = {}
     done_b: dict[tuple[int, int], float] = {}
     clock = [0.0] * p
@@ -205,7 +221,7 @@ def simulate_pipeline(fwd_s: list[float], bwd_s: list[float], microbatches: int,
         for r in range(p):
             while pos[r] < len(orders[r]):
                 kind, mb, c = orders[r][pos[r]]
-                s = vstage(r, c)
+                s = c * p + r  # the virtual stage of chunk c on rank r
                 ready: float | None
                 if kind == "F":
                     dep = done_f.get((s - 1, mb)) if s > 0 else 0.0
