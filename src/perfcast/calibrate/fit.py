@@ -168,8 +168,60 @@ def _conv_shape(convs: Sequence[Measurement], fixed_s: float, hw: Hardware) -> t
                        meas, kinds)[1]
 
 
+@dataclass(frozen=True, slots=True)
+class _FreshPages:
+    """Mapping fresh pages: seconds per 4 KiB page, charged to an op that writes at least ``min_bytes`` into a
+    new tensor (its name has no trailing ``_``)."""
+
+    page_s: float
+    min_bytes: float
+
+    def time_s(self, op: Op) -> float:
+        """The page-mapping seconds of one call of ``op``."""
+        fresh_out = not op.op.endswith("_") and op.bytes_written >= self.min_bytes
+        return op.bytes_written / PAGE_BYTES * self.page_s if fresh_out else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Streaming:
+    """The streaming fit: a call overhead (s), cache and DRAM bandwidths (bytes/s) and the cache size (bytes)."""
+
+    vector_fixed_s: float
+    cache_bandwidth_Bps: float
+    dram_bandwidth_Bps: float
+    cache_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Machine:
+    """What every later step prices with: the machine, its threads, the fresh-page cost and the streaming fit."""
+
+    info: MachineInfo
+    threads: int
+    pages: _FreshPages
+    streaming: _Streaming
+
+    def efficiency(self, **kw: object) -> CpuEfficiency:
+        """A :class:`CpuEfficiency` with the streaming fit, neutral factors, and ``kw`` over them."""
+        st = self.streaming
+        base: dict[str, object] = dict(
+            threads=self.threads, gemm_fixed_s=0.0, gemm_m0=0.0, gemm_n0=0.0, gemm_k0=0.0,
+            cache_bandwidth_Bps=st.cache_bandwidth_Bps, cache_bytes=st.cache_bytes,
+            vector_fixed_s=st.vector_fixed_s, op_factor={"stream": 1.0}, conv_efficiency=1.0,
+            conv_pointwise_efficiency=1.0, conv_fixed_s=0.0, attention_efficiency=1.0, attention_fixed_s=0.0,
+            page_fault_s=self.pages.page_s, fresh_output_bytes=self.pages.min_bytes)
+        base.update(kw)
+        return CpuEfficiency(**base)  # type: ignore[arg-type]
+
+    def hardware(self, e: CpuEfficiency, peak_flops_per_s: float) -> Hardware:
+        """The machine as a hardware entry with efficiency ``e`` and FP32 peak ``peak_flops_per_s``."""
+        return build_hardware(self.info, peak_fp32_flops_per_s=peak_flops_per_s,
+                              memory_bandwidth_Bps=self.streaming.dram_bandwidth_Bps, efficiency=e)
+
+
 def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int) -> CpuFit:
-    """Fit the CPU model to ``measurements`` (every family in :data:`FAMILIES` must be present)."""
+    """Fit the CPU model to ``measurements`` (every family in :data:`FAMILIES` must be present), in the steps
+    the module docstring lists."""
     by = {f: [m for m in measurements if m.family == f] for f in FAMILIES}
     missing = [f for f, ms in by.items() if not ms]
     if missing:
@@ -177,23 +229,39 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
     stream = [m for m in by["vector"] if op_class(m.op.op, m.op.kind) == "stream"]
     if len(stream) < 3:
         raise DataError("calibration needs at least 3 streaming elementwise benchmarks (add, mul, copy)")
+    pages = _fresh_pages(measurements)
+    mc = _Machine(info, threads, pages, _fit_streaming(stream, pages))
+    peak_guess = 2.0 * info.vector_lanes_fp32 * 2 * info.clock_hz * threads  # only until the GEMM fit sets it
+    factors = _vector_factors(by["vector"], mc, peak_guess)
+    m0, n0, k0, peak, gemm_fixed = _fit_gemm(by["gemm"], mc, peak_guess)
+    gemm_kw: dict[str, object] = dict(gemm_fixed_s=gemm_fixed, gemm_m0=m0, gemm_n0=n0, gemm_k0=k0,
+                                      op_factor=factors)
+    final = _fit_conv_attention(by, mc, gemm_kw, gemm_fixed, peak)
+    hw = mc.hardware(final, peak)
+    errors = {}
+    for family, ms in by.items():
+        errors[family] = float(np.median(np.abs(_predict(ms, hw) / np.array([x.time_s for x in ms]) - 1.0)))
+    final = final.model_copy(update={"fit_error_frac": errors})
+    return CpuFit(peak_fp32_flops_per_s=peak, memory_bandwidth_Bps=mc.streaming.dram_bandwidth_Bps,
+                  efficiency=final)
 
-    # 0. mapping fresh pages: a write into a new 64 MiB tensor minus the same write in place, per 4 KiB page;
-    #    taken off every benchmark whose output the allocator maps anew, before the rates are fitted
+
+def _fresh_pages(measurements: Sequence[Measurement]) -> _FreshPages:
+    """Step 0, mapping fresh pages: a write into a new 64 MiB tensor minus the same write in place, per 4 KiB
+    page; taken off every benchmark whose output the allocator maps anew, before the rates are fitted."""
     allocs = {m.op.op: m for m in measurements if m.family == "alloc"}
     page_fault = 0.0
     if "fill" in allocs and "fill_" in allocs:
         fresh, in_place = allocs["fill"], allocs["fill_"]
         page_fault = max(fresh.time_s - in_place.time_s, 0.0) / (fresh.op.bytes_written / PAGE_BYTES)
-    fresh_bytes = float(CpuEfficiency.model_fields["fresh_output_bytes"].default)
+    return _FreshPages(page_fault, float(CpuEfficiency.model_fields["fresh_output_bytes"].default))
 
-    def fault_s(op: Op) -> float:
-        fresh_out = not op.op.endswith("_") and op.bytes_written >= fresh_bytes
-        return op.bytes_written / PAGE_BYTES * page_fault if fresh_out else 0.0
 
-    # 1. streaming: t = fixed + min(B, c)/bw_cache + max(B - c, 0)/bw_dram, weighted by 1/t
+def _fit_streaming(stream: Sequence[Measurement], pages: _FreshPages) -> _Streaming:
+    """Step 1, streaming: t = fixed + min(B, c)/bw_cache + max(B - c, 0)/bw_dram, weighted by 1/t, the cache
+    size c on a grid."""
     nbytes = np.array([m.op.bytes for m in stream])
-    t = np.array([m.time_s - fault_s(m.op) for m in stream])
+    t = np.array([m.time_s - pages.time_s(m.op) for m in stream])
     best: tuple[float, float, float, float, float] | None = None
     for cache in _CACHE_GRID:
         a = np.stack([np.ones_like(nbytes), np.minimum(nbytes, cache), np.maximum(nbytes - cache, 0.0)], axis=1)
@@ -208,41 +276,35 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
             best = (err, cache, fixed, 1.0 / inv_c, 1.0 / inv_m)
     assert best is not None
     _, cache_bytes, vector_fixed, bw_cache, bw_dram = best
+    return _Streaming(vector_fixed, bw_cache, bw_dram, cache_bytes)
 
-    def eff(**kw: object) -> CpuEfficiency:
-        base: dict[str, object] = dict(
-            threads=threads, gemm_fixed_s=0.0, gemm_m0=0.0, gemm_n0=0.0, gemm_k0=0.0, cache_bandwidth_Bps=bw_cache,
-            cache_bytes=cache_bytes, vector_fixed_s=vector_fixed, op_factor={"stream": 1.0}, conv_efficiency=1.0,
-            conv_pointwise_efficiency=1.0,
-            conv_fixed_s=0.0, attention_efficiency=1.0, attention_fixed_s=0.0, page_fault_s=page_fault,
-            fresh_output_bytes=fresh_bytes)
-        base.update(kw)
-        return CpuEfficiency(**base)  # type: ignore[arg-type]
 
-    peak_guess = 2.0 * info.vector_lanes_fp32 * 2 * info.clock_hz * threads  # only until the GEMM fit sets it
-
-    def hw_for(e: CpuEfficiency, peak: float) -> Hardware:
-        return build_hardware(info, peak_fp32_flops_per_s=peak, memory_bandwidth_Bps=bw_dram, efficiency=e)
-
-    # 2. factors of the other vector classes over streaming
+def _vector_factors(vector: Sequence[Measurement], mc: _Machine, peak_guess: float) -> dict[str, float]:
+    """Step 2: each other vector class's time factor over a streaming op (median ratio)."""
     factors = {"stream": 1.0}
-    base_hw = hw_for(eff(), peak_guess)
+    base_hw = mc.hardware(mc.efficiency(), peak_guess)
     for cls in ("transcendental", "reduction", "pool", "gather"):
-        ms = [m for m in by["vector"] if op_class(m.op.op, m.op.kind) == cls]
+        ms = [m for m in vector if op_class(m.op.op, m.op.kind) == cls]
         if not ms:
             continue
         mem = np.array([m.op.bytes for m in ms])
-        ratio = (np.array([m.time_s - fault_s(m.op) for m in ms]) - vector_fixed) / cpu_memory_time_s(mem, base_hw)
+        ratio = ((np.array([m.time_s - mc.pages.time_s(m.op) for m in ms]) - mc.streaming.vector_fixed_s)
+                 / cpu_memory_time_s(mem, base_hw))
         factors[cls] = float(max(np.median(ratio), 0.1))
+    return factors
 
-    # 3. GEMM: the call overhead and the shape constants on a grid, the peak in closed form for each
-    #    (nn.Linear's (out, in) weights and bmm; weights stored (in, out) get their factor in step 4)
-    g = [x for x in by["gemm"] if x.op.get("weight_layout") != "in_out"] or by["gemm"]
+
+def _fit_gemm(gemms: Sequence[Measurement], mc: _Machine,
+              peak_guess: float) -> tuple[float, float, float, float, float]:
+    """Step 3, GEMMs: the call overhead and the shape constants on a grid, the peak in closed form for each
+    (nn.Linear's (out, in) weights and bmm; weights stored (in, out) get their factor in step 4).
+    Returns ``(m0, n0, k0, peak FLOP/s, overhead s)``."""
+    g = [x for x in gemms if x.op.get("weight_layout") != "in_out"] or list(gemms)
     gt = np.array([m.time_s for m in g])
     dims = np.array([m.op.dims for m in g], dtype=float)
     b, m_, k, n = dims.T
     flops = 2.0 * b * m_ * k * n
-    mem_hw = hw_for(eff(), peak_guess)
+    mem_hw = mc.hardware(mc.efficiency(), peak_guess)
     cold = np.array([x.op.weight_bytes for x in g])  # cycled weights stream from DRAM, as in a model
     mem_t = cpu_gemm_memory_time_s(b, m_, k, n, mem_hw, DType.FP32, cold_bytes=cold)
     # the overhead is searched, not read off the smallest product: that one streams its weights from DRAM
@@ -255,17 +317,21 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
         if best_g is None or err < best_g[0]:
             best_g = (err, m0, n0, k0, peak, float(gemm_fixed))
     assert best_g is not None
-    _, m0, n0, k0, peak, gemm_fixed = best_g
-    gemm_kw = dict(gemm_fixed_s=gemm_fixed, gemm_m0=m0, gemm_n0=n0, gemm_k0=k0, op_factor=factors)
+    return best_g[1:]
 
-    # 4. convolutions and attention: one efficiency each
+
+def _fit_conv_attention(by: dict[str, list[Measurement]], mc: _Machine, gemm_kw: dict[str, object],
+                        gemm_fixed: float, peak: float) -> CpuEfficiency:
+    """Step 4: the (in, out) weight layout's factor, the convolutions' shape constants and efficiencies, and
+    attention's efficiency and causal factor, each a 1-D search with the full formula."""
+
     def one_d(family: str, key: str, fixed_key: str, keep: Callable[[Op], bool] = lambda op: True,
               grid: Sequence[float] = _EFF_GRID, **known: object) -> float:
         ms = [x for x in by[family] if keep(x.op)] or by[family]
         meas = np.array([x.time_s for x in ms])
         best_e, best_err = 1.0, np.inf
         for value in grid:
-            hw = hw_for(eff(**{**gemm_kw, **known, key: float(value), fixed_key: gemm_fixed}), peak)
+            hw = mc.hardware(mc.efficiency(**{**gemm_kw, **known, key: float(value), fixed_key: gemm_fixed}), peak)
             e = _log_err(_predict(ms, hw), meas)
             err = float(np.median(e) + 0.25 * np.mean(e))
             if err < best_err:
@@ -275,11 +341,11 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
     in_out = [x for x in by["gemm"] if x.op.get("weight_layout") == "in_out"]
     in_out_factor = one_d("gemm", "gemm_in_out_factor", "gemm_fixed_s",
                           lambda op: op.get("weight_layout") == "in_out", grid=_CAUSAL_GRID) if in_out else 1.0
-    gemm_kw["gemm_in_out_factor"] = in_out_factor
+    gemm_kw = {**gemm_kw, "gemm_in_out_factor": in_out_factor}
     # three shape constants and two efficiencies need at least twice as many convolutions (calibrate --quick
     # times four): with fewer, convolutions keep the GEMM's constants
-    shape = _conv_shape(by["conv"], gemm_fixed, hw_for(eff(), peak)) if len(by["conv"]) >= _MIN_CONVS_FOR_SHAPE \
-        else (None, None, None)
+    shape = _conv_shape(by["conv"], gemm_fixed, mc.hardware(mc.efficiency(), peak)) \
+        if len(by["conv"]) >= _MIN_CONVS_FOR_SHAPE else (None, None, None)
     conv_m0, conv_n0, conv_k0 = shape
     conv_kw = dict(conv_m0=conv_m0, conv_n0=conv_n0, conv_k0=conv_k0)
     conv_eff = one_d("conv", "conv_efficiency", "conv_fixed_s", lambda op: op.dims[3] > 1,
@@ -290,12 +356,6 @@ def fit_cpu(measurements: Sequence[Measurement], info: MachineInfo, threads: int
     causal = [x for x in by["attention"] if x.op.dims[-1]]
     causal_factor = one_d("attention", "attention_causal_factor", "attention_fixed_s", lambda op: bool(op.dims[-1]),
                           grid=_CAUSAL_GRID, attention_efficiency=attn_eff) if causal else 1.0
-    final = eff(**gemm_kw, **conv_kw, conv_efficiency=conv_eff, conv_pointwise_efficiency=pointwise_eff,
-                conv_fixed_s=gemm_fixed, attention_efficiency=attn_eff,
-                attention_fixed_s=gemm_fixed, attention_causal_factor=causal_factor)
-    hw = hw_for(final, peak)
-    errors = {}
-    for family, ms in by.items():
-        errors[family] = float(np.median(np.abs(_predict(ms, hw) / np.array([x.time_s for x in ms]) - 1.0)))
-    final = final.model_copy(update={"fit_error_frac": errors})
-    return CpuFit(peak_fp32_flops_per_s=peak, memory_bandwidth_Bps=bw_dram, efficiency=final)
+    return mc.efficiency(**gemm_kw, **conv_kw, conv_efficiency=conv_eff, conv_pointwise_efficiency=pointwise_eff,
+                         conv_fixed_s=gemm_fixed, attention_efficiency=attn_eff, attention_fixed_s=gemm_fixed,
+                         attention_causal_factor=causal_factor)
