@@ -147,41 +147,14 @@ def _bwd(op: Op, suffix: str, new_op: str, kind: OpKind, dims: tuple[int, ...], 
 
 
 def _backward_of(op: Op) -> list[Op]:
-    e = op.dtype.bytes
+    """The backward kernels of forward op ``op`` (its gradients with respect to its inputs and parameters)."""
     if op.kind is OpKind.GEMM:
-        b, m, k, n = op.dims
-        frozen = bool(op.get("frozen", False))
-        flops = 2.0 * b * m * k * n
-        # the input gradient of a column-split (or vocab-split) GEMM reduces over the split features:
-        # a row-split GEMM whose partial sums are all-reduced; that of a row-split GEMM is column-split
-        row_split = {"column": "row", "vocab": "row", "row": "column"}.get(op.tp_split, op.tp_split)
-        # the weight gradient (n x k) is split like the weight: its rows for column/vocab splits
-        # ("out_rows"), its columns (the reduction features) for a row split; no communication either way
-        weight_split = {"column": "out_rows", "vocab": "out_rows", "row": "column"}.get(op.tp_split, op.tp_split)
-        outs = [_bwd(op, "grad_input", "bmm" if op.op == "bmm" else "linear", OpKind.GEMM, (b, m, n, k), flops,
-                     b * (m * n + n * k) * e, b * m * k * e, meta=(("bias", False),), tp_split=row_split)]
-        if op.op == "bmm":
-            outs.append(_bwd(op, "grad_other", "bmm", OpKind.GEMM, (b, k, m, n), flops,
-                             b * (k * m + m * n) * e, b * k * n * e))
-        elif not frozen:
-            outs.append(_bwd(op, "grad_weight", "linear", OpKind.GEMM, (1, n, m, k), flops,
-                             (m * n + m * k) * e, n * k * e, meta=(("bias", False),), tp_split=weight_split))
-            if op.get("bias", False):
-                outs.append(_bwd(op, "grad_bias", "sum", OpKind.VECTOR, (m, n), float(m * n), m * n * e, n * e,
-                                 meta=(("inputs", 1), ("outputs", 1), ("reduce", True))))
-        return outs
+        return _gemm_backward(op)
     if op.kind is OpKind.ATTENTION:
         return [_bwd(op, "grad", "attention_backward", OpKind.ATTENTION, op.dims, 2.5 * op.flops,
                      2 * op.bytes_read + op.bytes_written, op.bytes_read, meta=op.meta)]
     if op.kind is OpKind.EMBEDDING:
-        if op.get("frozen", False):
-            return []  # a frozen table (LoRA) gets no gradient, and nothing flows past it
-        tokens, dim, vocab = op.dims
-        outs = [_bwd(op, "grad_fill", "fill", OpKind.VECTOR, (1, vocab * dim), 0.0, 0.0, vocab * dim * e,
-                     meta=(("inputs", 0), ("outputs", 1)))]
-        outs.append(_bwd(op, "grad_index_add", "index_add", OpKind.VECTOR, (tokens, dim), float(tokens * dim),
-                         2 * tokens * dim * e + tokens * 8, tokens * dim * e, meta=(("inputs", 2), ("outputs", 1))))
-        return outs
+        return _embedding_backward(op)
     if op.kind is OpKind.CONV:
         # data gradient and weight gradient: two convolutions of the forward's FLOPs
         return [
@@ -195,6 +168,51 @@ def _backward_of(op: Op) -> list[Op]:
                      op.bytes_read)]
     if op.kind is not OpKind.VECTOR or op.op in _NO_GRAD:
         return []
+    return _vector_backward(op)
+
+
+def _gemm_backward(op: Op) -> list[Op]:
+    """A GEMM's input gradient, and its weight's (and bias's) unless frozen; a bmm's second operand's."""
+    e = op.dtype.bytes
+    b, m, k, n = op.dims
+    frozen = bool(op.get("frozen", False))
+    flops = 2.0 * b * m * k * n
+    # the input gradient of a column-split (or vocab-split) GEMM reduces over the split features:
+    # a row-split GEMM whose partial sums are all-reduced; that of a row-split GEMM is column-split
+    row_split = {"column": "row", "vocab": "row", "row": "column"}.get(op.tp_split, op.tp_split)
+    # the weight gradient (n x k) is split like the weight: its rows for column/vocab splits
+    # ("out_rows"), its columns (the reduction features) for a row split; no communication either way
+    weight_split = {"column": "out_rows", "vocab": "out_rows", "row": "column"}.get(op.tp_split, op.tp_split)
+    outs = [_bwd(op, "grad_input", "bmm" if op.op == "bmm" else "linear", OpKind.GEMM, (b, m, n, k), flops,
+                 b * (m * n + n * k) * e, b * m * k * e, meta=(("bias", False),), tp_split=row_split)]
+    if op.op == "bmm":
+        outs.append(_bwd(op, "grad_other", "bmm", OpKind.GEMM, (b, k, m, n), flops,
+                         b * (k * m + m * n) * e, b * k * n * e))
+    elif not frozen:
+        outs.append(_bwd(op, "grad_weight", "linear", OpKind.GEMM, (1, n, m, k), flops,
+                         (m * n + m * k) * e, n * k * e, meta=(("bias", False),), tp_split=weight_split))
+        if op.get("bias", False):
+            outs.append(_bwd(op, "grad_bias", "sum", OpKind.VECTOR, (m, n), float(m * n), m * n * e, n * e,
+                             meta=(("inputs", 1), ("outputs", 1), ("reduce", True))))
+    return outs
+
+
+def _embedding_backward(op: Op) -> list[Op]:
+    """An embedding table's gradient: zero it, then add each token's row (none for a frozen table)."""
+    if op.get("frozen", False):
+        return []  # a frozen table (LoRA) gets no gradient, and nothing flows past it
+    e = op.dtype.bytes
+    tokens, dim, vocab = op.dims
+    return [_bwd(op, "grad_fill", "fill", OpKind.VECTOR, (1, vocab * dim), 0.0, 0.0, vocab * dim * e,
+                 meta=(("inputs", 0), ("outputs", 1))),
+            _bwd(op, "grad_index_add", "index_add", OpKind.VECTOR, (tokens, dim), float(tokens * dim),
+                 2 * tokens * dim * e + tokens * 8, tokens * dim * e, meta=(("inputs", 2), ("outputs", 1)))]
+
+
+def _vector_backward(op: Op) -> list[Op]:
+    """A differentiable vector op's backward kernels: normalizations and softmax (and their parameters'
+    gradient), reductions, dropout, and pointwise ops by :data:`_POINTWISE_BWD`."""
+    e = op.dtype.bytes
     if op.op == "dequantize":
         return [_bwd(op, "redequant", "dequantize", OpKind.VECTOR, op.dims, op.flops, op.bytes_read,
                      op.bytes_written, meta=op.meta)]
@@ -210,14 +228,14 @@ def _backward_of(op: Op) -> list[Op]:
     if op.op in ("mean", "sum"):
         return [_bwd(op, "grad", "mulu", OpKind.VECTOR, op.dims, float(numel), rows * e, numel * e,
                      meta=(("inputs", 0), ("outputs", 1)))]
-    rules = _POINTWISE_BWD.get(op.op)
-    if rules is None:
-        # unknown differentiable pointwise op: one backward kernel reading grad and input
-        rules = ((f"{op.op}_backward", 2, 1),)
     if op.op == "dropout":
         # grad * mask * scale: reads the gradient and the 1-byte mask
         return [_bwd(op, "grad", "dropout_backward", OpKind.VECTOR, op.dims, float(numel), numel * (e + 1),
                      numel * e, meta=(("inputs", 1), ("outputs", 1)))]
+    # an unknown differentiable pointwise op: one backward kernel reading grad and input
+    rules = _POINTWISE_BWD.get(op.op)
+    if rules is None:
+        rules = ((f"{op.op}_backward", 2, 1),)
     return [
         _bwd(op, f"grad{i}", name, OpKind.VECTOR, op.dims, float(numel), numel * ins * e, numel * outs_ * e,
              meta=(("inputs", ins), ("outputs", outs_)))
