@@ -163,44 +163,58 @@ class _Collector:
                     params=tuple(params), float_out=bool(outs) and _is_float(outs[0]))
 
     def _describe(self, node: Any) -> tuple[str | None, dict[str, object], list[Any], list[bool]]:
-        attrs: dict[str, object] = {}
+        """``node`` as (op, attributes, input shapes, which inputs are parameters); op None for a node that
+        runs no kernel (a getitem, a placeholder, a non-aten call in an aten graph)."""
         if node.op == "call_module":
-            mod = self.gm.get_submodule(node.target)
-            kind = type(mod).__name__
-            op = _MODULES.get(kind)
-            if op is None:
-                raise _Unsupported(f"unsupported module {kind} at node {node.name!r}")
-            inputs: list[Any] = [self._arg_shape(a)[0] for a in node.args]
-            params = [False] * len(inputs)
-            if op in ("linear", "conv2d", "layer_norm", "rms_norm", "batch_norm"):
-                w = getattr(mod, "weight", None)
-                b = getattr(mod, "bias", None)
-                inputs = inputs[:1] + [tuple(w.shape) if w is not None else None,
-                                       tuple(b.shape) if b is not None else None]
-                params = [False, True, True]
-                attrs["weight_id"] = f"param@{id(w)}" if w is not None else None
-            if op == "dropout":
-                attrs["p"] = float(getattr(mod, "p", 0.0))
-            if op == "embedding":
-                inputs, params = [tuple(mod.weight.shape), inputs[0]], [True, False]
-                attrs.update(weight_first=True, weight_id=f"param@{id(mod.weight)}")
-            if op == "conv2d":
-                attrs.update(stride=_first(mod.stride), padding=_padding(mod.padding, mod.kernel_size),
-                             groups=int(mod.groups))
-            if op in ("max_pool2d", "avg_pool2d"):
-                attrs.update(kernel=_first(mod.kernel_size), stride=_first(mod.stride or mod.kernel_size),
-                             padding=_first(mod.padding))
-            return op, attrs, inputs, params
+            return self._describe_module(node)
+        packet = None
         if node.op == "call_function":
             target = node.target
             packet = getattr(target, "_overloadpacket", None)
             raw = str(getattr(packet, "__name__", None) or getattr(target, "__name__", None) or target)
             if target in (operator.getitem,) or (self.aten_only and packet is None):
-                return None, attrs, [], []
+                return None, {}, [], []
         elif node.op == "call_method":
             raw = str(node.target)
         else:
-            return None, attrs, [], []
+            return None, {}, [], []
+        return self._describe_function(node, raw, packet)
+
+    def _describe_module(self, node: Any) -> tuple[str | None, dict[str, object], list[Any], list[bool]]:
+        """A ``call_module`` node: its module's op, its weight and bias as parameter inputs, its settings."""
+        attrs: dict[str, object] = {}
+        mod = self.gm.get_submodule(node.target)
+        kind = type(mod).__name__
+        op = _MODULES.get(kind)
+        if op is None:
+            raise _Unsupported(f"unsupported module {kind} at node {node.name!r}")
+        inputs: list[Any] = [self._arg_shape(a)[0] for a in node.args]
+        params = [False] * len(inputs)
+        if op in ("linear", "conv2d", "layer_norm", "rms_norm", "batch_norm"):
+            w = getattr(mod, "weight", None)
+            b = getattr(mod, "bias", None)
+            inputs = inputs[:1] + [tuple(w.shape) if w is not None else None,
+                                   tuple(b.shape) if b is not None else None]
+            params = [False, True, True]
+            attrs["weight_id"] = f"param@{id(w)}" if w is not None else None
+        if op == "dropout":
+            attrs["p"] = float(getattr(mod, "p", 0.0))
+        if op == "embedding":
+            inputs, params = [tuple(mod.weight.shape), inputs[0]], [True, False]
+            attrs.update(weight_first=True, weight_id=f"param@{id(mod.weight)}")
+        if op == "conv2d":
+            attrs.update(stride=_first(mod.stride), padding=_padding(mod.padding, mod.kernel_size),
+                         groups=int(mod.groups))
+        if op in ("max_pool2d", "avg_pool2d"):
+            attrs.update(kernel=_first(mod.kernel_size), stride=_first(mod.stride or mod.kernel_size),
+                         padding=_first(mod.padding))
+        return op, attrs, inputs, params
+
+    def _describe_function(self, node: Any, raw: str,
+                           packet: Any) -> tuple[str | None, dict[str, object], list[Any], list[bool]]:
+        """A function or method call named ``raw`` (``packet``: its aten overload packet, None for a Python
+        function): its op, argument shapes, the parameter tensor it reads, and its settings from the arguments."""
+        attrs: dict[str, object] = {}
         name = raw.split(".")[-1]
         op = _ALIASES.get(name, name)
         args = list(node.args)
