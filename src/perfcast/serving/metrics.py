@@ -134,18 +134,7 @@ def summarize_requests(
     duration_s: float | None = None,
 ) -> ServingMetrics:
     """Summarize one simulation's requests (equal-length 1-D arrays); see the module docstring."""
-    arrays = {
-        "arrival_s": np.asarray(arrival_s, dtype=np.float64),
-        "first_token_s": np.asarray(first_token_s, dtype=np.float64),
-        "finish_s": np.asarray(finish_s, dtype=np.float64),
-        "prompt_tokens": np.asarray(prompt_tokens, dtype=np.int64),
-        "output_tokens": np.asarray(output_tokens, dtype=np.int64),
-        "completed": np.asarray(completed, dtype=bool),
-    }
-    lengths = {name: arr.shape for name, arr in arrays.items()}
-    if len(set(lengths.values())) != 1 or arrays["arrival_s"].ndim != 1:
-        shown = ", ".join(f"{name} {shape}" for name, shape in lengths.items())
-        raise ConfigError(f"summarize_requests needs equal-length 1-D arrays; got {shown}")
+    arrays = _checked_arrays(arrival_s, first_token_s, finish_s, prompt_tokens, output_tokens, completed)
     _check_slo("slo_ttft_s", slo_ttft_s)
     _check_slo("slo_tpot_s", slo_tpot_s)
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
@@ -164,14 +153,7 @@ def summarize_requests(
     e2e = finish - arrival
     has_tpot = output >= 2
     tpot = (finish[has_tpot] - first[has_tpot]) / (output[has_tpot] - 1)
-
-    meets = np.ones(arrival.shape[0], dtype=bool)
-    if slo_ttft_s is not None:
-        meets &= ttft <= slo_ttft_s
-    if slo_tpot_s is not None:
-        tpot_ok = np.ones(arrival.shape[0], dtype=bool)  # 1-token requests have no TPOT to miss
-        tpot_ok[has_tpot] = tpot <= slo_tpot_s
-        meets &= tpot_ok
+    meets = _meets_slo(ttft, tpot, has_tpot, slo_ttft_s, slo_tpot_s)
 
     has_slo = slo_ttft_s is not None or slo_tpot_s is not None
     num_total = int(done.shape[0])
@@ -204,3 +186,35 @@ def summarize_requests(
         slo_ttft_s=None if slo_ttft_s is None else float(slo_ttft_s),
         slo_tpot_s=None if slo_tpot_s is None else float(slo_tpot_s),
     )
+
+
+def _checked_arrays(arrival_s: np.ndarray, first_token_s: np.ndarray, finish_s: np.ndarray,
+                    prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+                    completed: np.ndarray) -> dict[str, np.ndarray]:
+    """The per-request arrays by name in their dtypes, refused unless they are 1-D of one length."""
+    arrays = {
+        "arrival_s": np.asarray(arrival_s, dtype=np.float64),
+        "first_token_s": np.asarray(first_token_s, dtype=np.float64),
+        "finish_s": np.asarray(finish_s, dtype=np.float64),
+        "prompt_tokens": np.asarray(prompt_tokens, dtype=np.int64),
+        "output_tokens": np.asarray(output_tokens, dtype=np.int64),
+        "completed": np.asarray(completed, dtype=bool),
+    }
+    lengths = {name: arr.shape for name, arr in arrays.items()}
+    if len(set(lengths.values())) != 1 or arrays["arrival_s"].ndim != 1:
+        shown = ", ".join(f"{name} {shape}" for name, shape in lengths.items())
+        raise ConfigError(f"summarize_requests needs equal-length 1-D arrays; got {shown}")
+    return arrays
+
+
+def _meets_slo(ttft: np.ndarray, tpot: np.ndarray, has_tpot: np.ndarray, slo_ttft_s: float | None,
+               slo_tpot_s: float | None) -> np.ndarray:
+    """Which completed requests meet both SLOs (s; a request of one token has no TPOT to miss)."""
+    meets = np.ones(ttft.shape[0], dtype=bool)
+    if slo_ttft_s is not None:
+        meets &= ttft <= slo_ttft_s
+    if slo_tpot_s is not None:
+        tpot_ok = np.ones(ttft.shape[0], dtype=bool)
+        tpot_ok[has_tpot] = tpot <= slo_tpot_s
+        meets &= tpot_ok
+    return meets
