@@ -297,10 +297,12 @@ def serving_table(r: ScenarioResult) -> Any:
     go to further tables), one row per quantity: latency percentiles, throughput and preemptions always; the
     rest only where a scenario's runs have them (a QPS search, KV capacity, prefix caching, speculative
     decoding, co-location, disaggregation, retrieval) or differ in them."""
-    from rich.console import Group
-    from rich.table import Table
-
     runs = [row for row in r.rows if row.get("status") == "ok"]
+    return _packed_runs(r.id, runs, _serving_lines(runs))
+
+
+def _serving_lines(runs: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """The serving table's rows: (label, how a run's cell reads), those a scenario's runs have or differ in."""
     lines: list[tuple[str, Any]] = []
 
     def line(label: str, fmt: Any, show: bool = True) -> None:
@@ -346,6 +348,14 @@ def serving_table(r: ScenarioResult) -> Any:
     line("retrieval share E2E", lambda row: _pct(row.get("retrieval_share_frac")),
          _any(runs, "retrieval_share_frac"))
 
+    return lines
+
+def _packed_runs(scenario_id: str, runs: list[dict[str, Any]], lines: list[tuple[str, Any]]) -> Any:
+    """``runs`` as columns of ``lines``' rows, packed into tables as wide as the console (at most
+    :data:`_SERVING_RUNS_PER_TABLE` runs each)."""
+    from rich.console import Group
+    from rich.table import Table
+
     cells = [[fmt(row) for label, fmt in lines] for row in runs]
     names = [str(row.get("label") or row.get("scheduler")) for row in runs]
     first = max(len(label) for label, _ in lines) + 4  # the quantity column, its borders and padding
@@ -364,7 +374,7 @@ def serving_table(r: ScenarioResult) -> Any:
         out = []
         for n, chunk in enumerate(chunks, 1):
             part = f" ({n}/{len(chunks)})" if len(chunks) > 1 else ""
-            t = Table(title=f"{r.id}: serving runs{part}")
+            t = Table(title=f"{scenario_id}: serving runs{part}")
             t.add_column("quantity", no_wrap=True)
             for i in chunk:
                 t.add_column(names[i], justify="right", no_wrap=True)
