@@ -19,6 +19,7 @@ random mappings); the mapper reports its best through the scalar evaluator all t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,6 +29,14 @@ from perfcast.accel.spec import DIMS, TENSORS, Architecture
 __all__ = ["MapArrays", "BatchModel"]
 
 _I = np.int64
+
+
+class _Traffic(NamedTuple):
+    """Words moved per mapping: ``reads``/``writes`` (level, tensor, mapping) and ``network`` (level, mapping)."""
+
+    reads: np.ndarray
+    writes: np.ndarray
+    network: np.ndarray
 
 
 @dataclass(slots=True)
@@ -132,91 +141,103 @@ class BatchModel:
 
     def cost(self, m: MapArrays) -> tuple[np.ndarray, np.ndarray]:
         """(energy J, cycles) of every mapping (valid or not: check :meth:`valid` separately)."""
-        arch, n, b = self.arch, self.num_levels, len(m)
+        n, b = self.num_levels, len(m)
         ext, sp = self.extents(m)
         T = m.temporal
-        inst = np.ones((b, n + 1), dtype=_I)
+        inst = np.ones((b, n + 1), dtype=_I)  # inst[:, i]: instances of level i (the spatial fan-out above it)
         for i in range(n):
             inst[:, i + 1] = inst[:, i] * sp[:, i].prod(axis=1)
         level_prod = T.prod(axis=2)  # (b, n)
         outer = np.ones((b, n + 1), dtype=_I)  # outer[:, j] = product of the temporal factors of levels < j
         for j in range(n):
             outer[:, j + 1] = outer[:, j] * level_prod[:, j]
-        compute = outer[:, n]
+        traffic = _Traffic(np.zeros((n, 3, b)), np.zeros((n, 3, b)), np.zeros((n, b)))
+        for ti in range(len(TENSORS)):
+            self._tensor_traffic(ti, m, ext, sp, inst, outer, traffic)
+        return self._energy_cycles(outer[:, n], inst, traffic)
+
+    def _tensor_traffic(self, ti: int, m: MapArrays, ext: np.ndarray, sp: np.ndarray, inst: np.ndarray,
+                        outer: np.ndarray, traffic: _Traffic) -> None:
+        """Add tensor ``ti``'s words read and written at each level that keeps it, and those crossing each
+        fanned-out network, for every mapping, to ``traffic``."""
+        n, b = self.num_levels, len(m)
+        T = m.temporal
+        reads, writes, network = traffic
         below = ext[:, 1:] * sp  # below[:, j, d]: dim d's extent under level j's temporal loops
         rows_b = np.arange(b)
-        reads = np.zeros((n, 3, b))
-        writes = np.zeros((n, 3, b))
-        network = np.zeros((n, b))
-        live = T > 1
-        for ti, tensor in enumerate(TENSORS):
-            rel = np.zeros(7, dtype=bool)
-            rel[sorted(RELEVANT[tensor])] = True
-            # per level: the innermost indexing loop (dim, its factor) and the product from it outward
-            mask = live & rel[None, None, :]
-            has = mask.any(axis=2).astype(bool)  # (b, n)
-            score = np.where(mask, m.rank, -1)
-            first_d = score.argmax(axis=2)  # (b, n)
-            first_rank = score.max(axis=2)
-            outward = np.where(m.rank <= first_rank[:, :, None], T, 1).prod(axis=2)
-            keep = self.keeps[ti]
-            arrivals = float(self.problem.footprint(tensor, self.problem.dims))
-            arrivals_v = np.full(b, arrivals)
-            for p, c in zip(keep, keep[1:], strict=False):
-                visits = np.ones(b, dtype=_I)
-                found: np.ndarray = np.zeros(b, dtype=bool)
-                fd = np.zeros(b, dtype=_I)
-                fj = np.zeros(b, dtype=_I)
-                for j in range(c - 1, -1, -1):
-                    take = has[:, j] & ~found
-                    visits = np.where(take, outer[:, j] * outward[:, j], visits)
-                    fd = np.where(take, first_d[:, j], fd)
-                    fj = np.where(take, j, fj)
-                    found |= take
-                union = ext[:, c].copy()
-                for mm in range(p, c):
-                    union *= sp[:, mm]
-                tile = self.footprint(ti, ext[:, c])
-                tile_u = self.footprint(ti, union)
-                per_child = visits * tile
-                per_parent = visits * tile_u
-                if ti == 1:
-                    sliding = found & (fd <= Q)
-                    if sliding.any():
-                        f = T[rows_b, fj, fd]
-                        step = below[rows_b, fj, fd]
-                        base = visits // f
-                        slid_c = base * (tile + (f - 1) * self._slide(ext[:, c], fd, step))
-                        slid_p = base * (tile_u + (f - 1) * self._slide(union, fd, step))
-                        per_child = np.where(sliding, slid_c, per_child)
-                        per_parent = np.where(sliding, slid_p, per_parent)
-                child_words = (inst[:, c] * per_child).astype(float)
-                parent_words = (inst[:, p] * per_parent).astype(float)
-                if ti != 2:
-                    reads[p, ti] += parent_words
-                    if c < n:
-                        writes[c, ti] += child_words
-                    crossing = child_words
-                else:
-                    writes[p, ti] += parent_words
-                    back = np.maximum(0.0, parent_words - arrivals_v)
-                    reads[p, ti] += back
-                    safe = np.where(parent_words > 0, parent_words, 1.0)
-                    back_child = np.where(parent_words > 0, child_words * (back / safe), 0.0)
-                    if c < n:
-                        reads[c, ti] += child_words
-                        writes[c, ti] += back_child
-                    crossing = child_words + back_child
-                    arrivals_v = child_words - back_child
-                for mm in range(p, c):
-                    if self.has_fanout[mm]:
-                        network[mm] += crossing
+        rel = np.zeros(7, dtype=bool)
+        rel[sorted(RELEVANT[TENSORS[ti]])] = True
+        # per level: the innermost indexing loop (dim, its factor) and the product from it outward
+        mask = (T > 1) & rel[None, None, :]
+        has = mask.any(axis=2).astype(bool)  # (b, n)
+        score = np.where(mask, m.rank, -1)
+        first_d = score.argmax(axis=2)  # (b, n)
+        first_rank = score.max(axis=2)
+        outward = np.where(m.rank <= first_rank[:, :, None], T, 1).prod(axis=2)
+        keep = self.keeps[ti]
+        arrivals = float(self.problem.footprint(TENSORS[ti], self.problem.dims))
+        arrivals_v = np.full(b, arrivals)
+        for p, c in zip(keep, keep[1:], strict=False):
+            visits = np.ones(b, dtype=_I)
+            found: np.ndarray = np.zeros(b, dtype=bool)
+            fd = np.zeros(b, dtype=_I)
+            fj = np.zeros(b, dtype=_I)
+            for j in range(c - 1, -1, -1):
+                take = has[:, j] & ~found
+                visits = np.where(take, outer[:, j] * outward[:, j], visits)
+                fd = np.where(take, first_d[:, j], fd)
+                fj = np.where(take, j, fj)
+                found |= take
+            union = ext[:, c].copy()
+            for mm in range(p, c):
+                union *= sp[:, mm]
+            tile = self.footprint(ti, ext[:, c])
+            tile_u = self.footprint(ti, union)
+            per_child = visits * tile
+            per_parent = visits * tile_u
+            if ti == 1:
+                sliding = found & (fd <= Q)
+                if sliding.any():
+                    f = T[rows_b, fj, fd]
+                    step = below[rows_b, fj, fd]
+                    base = visits // f
+                    slid_c = base * (tile + (f - 1) * self._slide(ext[:, c], fd, step))
+                    slid_p = base * (tile_u + (f - 1) * self._slide(union, fd, step))
+                    per_child = np.where(sliding, slid_c, per_child)
+                    per_parent = np.where(sliding, slid_p, per_parent)
+            child_words = (inst[:, c] * per_child).astype(float)
+            parent_words = (inst[:, p] * per_parent).astype(float)
+            if ti != 2:
+                reads[p, ti] += parent_words
+                if c < n:
+                    writes[c, ti] += child_words
+                crossing = child_words
+            else:
+                writes[p, ti] += parent_words
+                back = np.maximum(0.0, parent_words - arrivals_v)
+                reads[p, ti] += back
+                safe = np.where(parent_words > 0, parent_words, 1.0)
+                back_child = np.where(parent_words > 0, child_words * (back / safe), 0.0)
+                if c < n:
+                    reads[c, ti] += child_words
+                    writes[c, ti] += back_child
+                crossing = child_words + back_child
+                arrivals_v = child_words - back_child
+            for mm in range(p, c):
+                if self.has_fanout[mm]:
+                    network[mm] += crossing
+
+    def _energy_cycles(self, compute: np.ndarray, inst: np.ndarray,
+                       traffic: _Traffic) -> tuple[np.ndarray, np.ndarray]:
+        """(energy J, cycles): the MACs' energy plus each level's accesses and network words; cycles the most of
+        the compute steps and each level's busiest instance's words over its bandwidth."""
+        arch, b = self.arch, len(compute)
         cycles = compute.astype(float)
         energy_pJ = np.full(b, self.problem.macs * arch.mac_energy_pJ)
         for i, lv in enumerate(arch.levels):
-            r, w = reads[i], writes[i]
+            r, w = traffic.reads[i], traffic.writes[i]
             busiest = (r + w).max(axis=0) if isinstance(lv.capacity_words, dict) else r.sum(axis=0) + w.sum(axis=0)
             cycles = np.maximum(cycles, busiest / inst[:, i] / lv.bandwidth_words_per_cycle)
             energy_pJ = energy_pJ + r.sum(axis=0) * lv.read_energy_pJ + w.sum(axis=0) * lv.write_energy_pJ
-            energy_pJ = energy_pJ + network[i] * lv.network_energy_pJ_per_word
+            energy_pJ = energy_pJ + traffic.network[i] * lv.network_energy_pJ_per_word
         return energy_pJ * 1e-12, cycles
