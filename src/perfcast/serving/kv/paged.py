@@ -311,10 +311,14 @@ class BlockManager(PagedCache):
     # -- audit -------------------------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         """Recompute the whole state from the sequences and raise ``AssertionError`` on any inconsistency."""
+        refs, owners, unfilled, cpu_used = self._recount_sequences()
+        self._check_counters(refs, unfilled, cpu_used)
+        self._check_free_and_cached(refs)
+        self._check_sharing(owners)
 
-        def fail(message: str) -> NoReturn:
-            raise AssertionError(f"KV block manager invariant broken: {message}")
-
+    def _recount_sequences(self) -> tuple[list[int], dict[int, list[tuple[int, int]]], int, int]:
+        """Each sequence's blocks checked against its tokens: the reference count of every block, each block's
+        owners (sequence id, position), the unfilled slots and the CPU blocks in use."""
         n = self.num_blocks
         refs = [0] * n
         owners: dict[int, list[tuple[int, int]]] = {}  # block -> [(seq_id, position)]
@@ -323,71 +327,84 @@ class BlockManager(PagedCache):
         for seq_id, seq in self._seqs.items():
             expected = self.num_blocks_for(seq.num_tokens)
             if seq.num_tokens < 1:
-                fail(f"sequence {seq_id} holds {seq.num_tokens} tokens")
+                _fail(f"sequence {seq_id} holds {seq.num_tokens} tokens")
             if seq.on_gpu:
                 if seq.num_cpu_blocks != 0:
-                    fail(f"sequence {seq_id} is on GPU but holds {seq.num_cpu_blocks} CPU blocks")
+                    _fail(f"sequence {seq_id} is on GPU but holds {seq.num_cpu_blocks} CPU blocks")
                 if len(seq.block_ids) != expected:
-                    fail(f"sequence {seq_id}: {len(seq.block_ids)} blocks for {seq.num_tokens} tokens, "
-                         f"expected {expected}")
+                    _fail(f"sequence {seq_id}: {len(seq.block_ids)} blocks for {seq.num_tokens} tokens, "
+                          f"expected {expected}")
                 if len(set(seq.block_ids)) != len(seq.block_ids):
-                    fail(f"sequence {seq_id} references a block twice")
+                    _fail(f"sequence {seq_id} references a block twice")
                 for pos, block in enumerate(seq.block_ids):
                     if not 0 <= block < n:
-                        fail(f"sequence {seq_id} references block {block} outside [0, {n})")
+                        _fail(f"sequence {seq_id} references block {block} outside [0, {n})")
                     refs[block] += 1
                     owners.setdefault(block, []).append((seq_id, pos))
                 unfilled += expected * self.block_size - seq.num_tokens
             else:
                 if seq.block_ids:
-                    fail(f"swapped-out sequence {seq_id} still holds GPU blocks")
+                    _fail(f"swapped-out sequence {seq_id} still holds GPU blocks")
                 if seq.num_cpu_blocks != expected:
-                    fail(f"swapped-out sequence {seq_id}: {seq.num_cpu_blocks} CPU blocks for "
-                         f"{seq.num_tokens} tokens, expected {expected}")
+                    _fail(f"swapped-out sequence {seq_id}: {seq.num_cpu_blocks} CPU blocks for "
+                          f"{seq.num_tokens} tokens, expected {expected}")
                 cpu_used += seq.num_cpu_blocks
+        return refs, owners, unfilled, cpu_used
+
+    def _check_counters(self, refs: list[int], unfilled: int, cpu_used: int) -> None:
+        """The running counters equal what the sequences recount."""
         if refs != self._refcount:
-            fail("reference counts disagree with the sequences' block tables")
+            _fail("reference counts disagree with the sequences' block tables")
         if any(r < 0 for r in self._refcount):
-            fail("negative reference count")
+            _fail("negative reference count")
         used = sum(1 for r in refs if r > 0)
         if used != self._num_used:
-            fail(f"used counter {self._num_used} != {used} referenced blocks")
+            _fail(f"used counter {self._num_used} != {used} referenced blocks")
         if unfilled != self._num_unfilled_slots:
-            fail(f"unfilled-slot counter {self._num_unfilled_slots} != {unfilled}")
+            _fail(f"unfilled-slot counter {self._num_unfilled_slots} != {unfilled}")
         if cpu_used != self._num_cpu_used or cpu_used > self.num_cpu_blocks:
-            fail(f"CPU blocks used {self._num_cpu_used} (recomputed {cpu_used}) of {self.num_cpu_blocks}")
+            _fail(f"CPU blocks used {self._num_cpu_used} (recomputed {cpu_used}) of {self.num_cpu_blocks}")
+
+    def _check_free_and_cached(self, refs: list[int]) -> None:
+        """Every block is used, free or cached, exactly one of them; hashes and the hash table agree."""
+        n = self.num_blocks
+        used = sum(1 for r in refs if r > 0)
         free_set = set(self._free)
         if len(free_set) != len(self._free):
-            fail("a block is on the free list twice")
+            _fail("a block is on the free list twice")
         cached_set = set(self._evictable)
         if free_set & cached_set:
-            fail("a block is both free and cached")
+            _fail("a block is both free and cached")
         for block in free_set:
             if refs[block] != 0 or self._block_hash[block] is not None:
-                fail(f"free block {block} is referenced or still hashed")
+                _fail(f"free block {block} is referenced or still hashed")
         for block in cached_set:
             if refs[block] != 0 or self._block_hash[block] is None:
-                fail(f"cached block {block} is referenced or has no hash")
+                _fail(f"cached block {block} is referenced or has no hash")
         if used + len(free_set) + len(cached_set) != n:
-            fail(f"used {used} + free {len(free_set)} + cached {len(cached_set)} != num_blocks {n}")
+            _fail(f"used {used} + free {len(free_set)} + cached {len(cached_set)} != num_blocks {n}")
         if cached_set and not self.enable_prefix_caching:
-            fail("cached blocks without prefix caching")
+            _fail("cached blocks without prefix caching")
         if any(sid not in self._seqs or not self._seqs[sid].on_gpu for sid in self._group):
-            fail("a decode-group member is not a live sequence on the GPU")
+            _fail("a decode-group member is not a live sequence on the GPU")
         for h, block in self._hash_to_block.items():
             if self._block_hash[block] != h:
-                fail(f"hash table points hash {h} at block {block} holding {self._block_hash[block]}")
+                _fail(f"hash table points hash {h} at block {block} holding {self._block_hash[block]}")
         if sum(1 for h in self._block_hash if h is not None) != len(self._hash_to_block):
-            fail("a block carries a hash the hash table does not know")
+            _fail("a block carries a hash the hash table does not know")
+
+    def _check_sharing(self, owners: dict[int, list[tuple[int, int]]]) -> None:
+        """A block is shared only through the prefix cache, at the same position of the same prefix."""
         for block, who in owners.items():
-            if len(who) > 1:  # sharing is only legal through the prefix cache, at the same position
+            if len(who) > 1:
                 shared_hash = self._block_hash[block]
                 if shared_hash is None:
-                    fail(f"block {block} is shared by sequences {[s for s, _ in who]} without a prefix hash")
+                    _fail(f"block {block} is shared by sequences {[s for s, _ in who]} without a prefix hash")
                 for seq_id, pos in who:
                     hashes = self._seqs[seq_id].hashes
                     if pos >= len(hashes) or hashes[pos] != shared_hash:
-                        fail(f"block {block} is shared by sequence {seq_id} at position {pos} with another prefix")
+                        _fail(f"block {block} is shared by sequence {seq_id} at position {pos} with another "
+                              "prefix")
 
     # -- internals ---------------------------------------------------------------------------------------------
     def _get(self, seq_id: int) -> _Seq:
@@ -487,3 +504,8 @@ class BlockManager(PagedCache):
                     self._free.append(block)
         self._num_unfilled_slots -= len(blocks) * self.block_size - seq.num_tokens
         seq.block_ids = []
+
+
+def _fail(message: str) -> NoReturn:
+    """An audit found the block manager's state inconsistent."""
+    raise AssertionError(f"KV block manager invariant broken: {message}")
