@@ -1,7 +1,7 @@
 """Request-length traces: per-request prompt and output token counts, optionally with arrival times.
 
 Three traces ship with perfcast (gzip copies of Vidur's ``data/processed_traces``, MIT licence; see
-``serving/data/traces/README.md``):
+``data/traces/README.md``):
 
 =======================  ========  ==============  =====================================================
 short name               rows      arrival times   content
@@ -38,13 +38,14 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from perfcast.datafiles import data_dir
 from perfcast.errors import ConfigError, UnknownNameError
 from perfcast.serving.sources.mlperf import is_mlperf_name, preset_trace
 from perfcast.serving.sources.trace import Trace
 
 __all__ = ["TRACE_NAMES", "Trace", "load_trace"]
 
-_DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
+_DATA_DIR = data_dir("traces")
 
 _SHIPPED: dict[str, str] = {
     "arxiv_summarization": "arxiv_summarization.csv.gz",
