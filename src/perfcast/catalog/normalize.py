@@ -34,11 +34,10 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.diffusion import normalize_unet, normalize_vae
 from perfcast.catalog.quantization import parse_quantization_config
-from perfcast.datafiles import data_path
-from perfcast.errors import CatalogError, UnsupportedError
-from perfcast.yamlio import read_yaml
+from perfcast.errors import UnsupportedError
 
 __all__ = ["normalize_hf", "supported_model_types"]
 
@@ -53,9 +52,7 @@ def _defaults() -> dict[str, Raw]:
     is absent (an explicit null keeps its meaning): ``data/defaults/hf_config_defaults.yaml``, each family with
     its source (transformers 5.x ``configuration_<family>.py``; remote-code families the configuration file
     shipped with the checkpoint)."""
-    path = data_path("defaults", "hf_config_defaults.yaml")
-    data = read_yaml(path, what="Hugging Face config defaults", error=CatalogError)
-    return {family: dict(entry["defaults"]) for family, entry in data.items()}
+    return {family: dict(entry.defaults) for family, entry in load_config_defaults().items()}
 
 
 # ResNet checkpoints are evaluated on 224 px center crops (the image processor of microsoft/resnet-*: resize
