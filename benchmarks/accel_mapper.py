@@ -54,12 +54,11 @@ def _load_module(path: str) -> ModuleType:
 
 def _hand_mappings(arch_name: str) -> dict[str, Path]:
     """Shipped mappings by the layer they were written for."""
-    from importlib import resources
-
     from perfcast.accel import load_mapping
+    from perfcast.datafiles import data_dir
 
     out = {}
-    for path in sorted(Path(str(resources.files("perfcast.accel") / "data" / "mappings")).glob("*.yaml")):
+    for path in sorted((data_dir("accelerators") / "mappings").glob("*.yaml")):
         spec = load_mapping(path)
         if spec.arch == arch_name and spec.problem:
             out[spec.problem] = path

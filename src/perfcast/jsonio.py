@@ -18,7 +18,6 @@ import json
 import math
 from collections.abc import Callable
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -150,14 +149,14 @@ class CanonicalJson(BaseModel):
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
 
 
-def versioned_loader(package: str, filename: str, model: type[M], *, version: int,
+def versioned_loader(shipped: Path, model: type[M], *, version: int,
                      what: str) -> Callable[[str | Path | None], M]:
-    """A loader of ``model`` files: ``load(None)`` is the package's own ``filename`` (read once and
-    cached), ``load(path)`` reads ``path``; both go through :func:`load_versioned`."""
+    """A loader of ``model`` files: ``load(None)`` is the shipped file ``shipped`` (read once and cached),
+    ``load(path)`` reads ``path``; both go through :func:`load_versioned`."""
 
     @lru_cache(maxsize=1)
     def packaged() -> M:
-        return load_versioned(Path(str(resources.files(package) / filename)), model, version=version, what=what)
+        return load_versioned(shipped, model, version=version, what=what)
 
     def load(path: str | Path | None = None) -> M:
         if path is None:

@@ -9,9 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from perfcast.cli import app
+from perfcast.datafiles import data_path
 
 runner = CliRunner()
-MAPPING = Path(__file__).resolve().parents[2] / "src/perfcast/accel/data/mappings/eyeriss-resnet50-conv1.yaml"
+MAPPING = data_path("accelerators", "mappings", "eyeriss-resnet50-conv1.yaml")
 
 
 def _run(*args: str) -> object:

@@ -10,11 +10,12 @@ import pytest
 
 from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.paths import normalize_name
+from perfcast.datafiles import data_dir
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.system.cluster import Cluster, list_clusters, load_cluster
 from perfcast.yamlio import safe_load
 
-CLUSTER_DIR = Path(__file__).resolve().parents[2] / "src" / "perfcast" / "system" / "data" / "clusters"
+CLUSTER_DIR = data_dir("clusters")
 CLUSTER_FILES = sorted(CLUSTER_DIR.glob("*.yaml"))
 # the catalog the issue asks for (issue 3, Inputs) plus the systems published/collectives.csv names
 REQUIRED = ["dgx-a100", "dgx-h100", "dgx-b200", "dgx-b300", "hgx-h200", "gb200-nvl72", "gb300-nvl72",

@@ -12,9 +12,10 @@ import yaml
 
 from perfcast.catalog import Hardware, load_hardware
 from perfcast.catalog.paths import normalize_name
+from perfcast.datafiles import data_dir
 from perfcast.groundtruth.files import find_groundtruth
 
-HW_DIR = Path(__file__).resolve().parents[2] / "src" / "perfcast" / "catalog" / "data" / "hardware"
+HW_DIR = data_dir("hardware")
 HW_FILES = sorted(HW_DIR.glob("*.yaml"))
 
 # Devices whose fp32 peak may deviate from num_sms * fp32_lanes_per_sm * 2 * boost_clock_hz by

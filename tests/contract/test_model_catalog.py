@@ -11,7 +11,6 @@ import csv
 import gzip
 import json
 import re
-from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -19,10 +18,11 @@ import yaml
 
 from perfcast.catalog import list_models, load_model
 from perfcast.catalog.paths import normalize_name
+from perfcast.datafiles import data_dir, data_path
 from perfcast.errors import UnknownNameError
 from perfcast.groundtruth.files import find_groundtruth
 
-MODELS_DIR = Path(str(resources.files("perfcast.catalog") / "data" / "models"))
+MODELS_DIR = data_dir("models")
 JSON_FILES = sorted(MODELS_DIR.glob("*.json"))
 MODEL_IDS = [p.stem for p in JSON_FILES]
 
@@ -236,7 +236,7 @@ def test_hf_config_defaults_are_sourced_data_for_supported_types() -> None:
     of defaults, and every family is a model_type (or a vision tower) the normalizers read."""
     from perfcast.catalog.normalize import supported_model_types
 
-    path = MODELS_DIR.parent / "hf_config_defaults.yaml"
+    path = data_path("defaults", "hf_config_defaults.yaml")
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     towers = {"clip_vision_model", "llama4_vision_model"}
     assert set(data) <= set(supported_model_types()) | towers

@@ -36,6 +36,7 @@ RANK: dict[str, int] = {
     "dtypes": 2,  # dtype names and sizes: base, on errors
     "yamlio": 2,  # YAML read through jsonio's bounds: base
     "registry": 2,  # generic Registry[T]: base, on errors
+    "datafiles": 2,  # where the shipped data tree (perfcast/data/<kind>) is: base, imports nothing from perfcast
     "results": 3,  # values one package produces and report reads (scenario rows, validation.json): plain data
     "catalog": 4,  # hardware and model schemas and their loaders, on base modules only
     "workload": 5,  # op IR and graph builders from catalog models
@@ -330,12 +331,12 @@ def test_no_pickle(path: Path) -> None:
         assert "yaml.load(" not in text, "read YAML through perfcast.yamlio.safe_load"
 
 
-DATA_JSON = sorted(p for p in SRC.rglob("*.json") if "catalog" not in p.relative_to(SRC).parts)
+DATA_JSON = sorted(p for p in SRC.rglob("*.json") if "models" not in p.relative_to(SRC).parts)
 
 
 def test_there_are_versioned_json_files() -> None:
     names = {p.relative_to(SRC).as_posix() for p in DATA_JSON}
-    assert {"kernel/coefficients.json", "compose/intervals.json"} <= names
+    assert {"data/coefficients/kernel.json", "data/coefficients/intervals.json"} <= names
 
 
 @pytest.mark.parametrize("path", DATA_JSON, ids=[p.relative_to(SRC).as_posix() for p in DATA_JSON])
@@ -351,12 +352,11 @@ def test_packaged_json_files_load_with_their_readers() -> None:
     from perfcast.compose.interval import INTERVAL_SCHEMA_VERSION, load_intervals
     from perfcast.kernel.coefficients import SCHEMA_VERSION, load_coefficients
 
-    assert load_coefficients(SRC / "kernel" / "coefficients.json").schema_version == SCHEMA_VERSION
-    if (SRC / "compose" / "coefficients.json").exists():
-        assert load_compose_coefficients(SRC / "compose" / "coefficients.json").schema_version == \
-            COMPOSE_SCHEMA_VERSION
-    assert "step" in load_intervals(str(SRC / "compose" / "intervals.json"))
-    assert json.loads((SRC / "compose" / "intervals.json").read_text())["schema_version"] == INTERVAL_SCHEMA_VERSION
+    coefficients = SRC / "data" / "coefficients"
+    assert load_coefficients(coefficients / "kernel.json").schema_version == SCHEMA_VERSION
+    assert load_compose_coefficients(coefficients / "compose.json").schema_version == COMPOSE_SCHEMA_VERSION
+    assert "step" in load_intervals(str(coefficients / "intervals.json"))
+    assert json.loads((coefficients / "intervals.json").read_text())["schema_version"] == INTERVAL_SCHEMA_VERSION
 
 
 def test_package_ships_py_typed() -> None:

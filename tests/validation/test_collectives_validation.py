@@ -6,7 +6,7 @@ stage is fitted on every one of these rows (the tables have no split), so the in
 well the model can describe them; the leave-one-cluster-out bounds (each cluster predicted with coefficients
 refitted without its rows) say how it transfers. Measured values are compared with, never fed in.
 
-Bounds measured 2026-11-22 with ``perfcast fit --stages collectives`` (system/collectives.json as shipped,
+Bounds measured 2026-11-22 with ``perfcast fit --stages collectives`` (data/coefficients/collectives.json as shipped,
 with the socket-buffer burst model);
 each constant's comment has the measured value, the bound adds a little headroom. The issue's target is a
 MAPE of 10 %: single-node rows meet it in-sample; the rows between nodes of the VIDUR clusters, whose

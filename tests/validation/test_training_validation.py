@@ -1,6 +1,6 @@
 """Validation: predicted training throughput against ``published/training.csv``, with error bounds.
 
-The five training coefficients (system/training.json) are fitted on every row perfcast can rebuild (the
+The five training coefficients (data/coefficients/training.json) are fitted on every row perfcast can rebuild (the
 table has no split), so the in-sample bounds say how well the model describes the published runs; the
 leave-one-GPU-out bounds (each GPU's rows predicted with coefficients refitted on the other GPUs' rows)
 say how it transfers to a GPU it was not fitted on. Bounds measured 2026-11-22; each comment holds the

@@ -14,12 +14,12 @@ access, words per cycle, hertz.
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from perfcast.datafiles import data_dir
 from perfcast.errors import ConfigError, UnknownNameError
 from perfcast.yamlio import load_model_file
 
@@ -205,7 +205,7 @@ class MappingSpec(_Strict):
 
 
 def _data_dir() -> Path:
-    return Path(str(resources.files("perfcast.accel") / "data"))
+    return data_dir("accelerators")
 
 
 def list_archs() -> list[str]:

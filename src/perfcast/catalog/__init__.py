@@ -1,8 +1,8 @@
 """Catalogs: hardware and model descriptions shipped as data files.
 
-Hardware is one YAML file per device under ``data/hardware`` (base SI units,
+Hardware is one YAML file per device under ``perfcast/data/hardware`` (base SI units,
 each with its ``source``); models are Hugging Face ``config.json`` files under
-``data/models`` with a sidecar YAML naming their source and aliases. Users add
+``perfcast/data/models`` with a sidecar YAML naming their source and aliases. Users add
 their own by passing a file path, or by placing files in the user catalog: ``~/.perfcast/catalog``, or the
 directories listed in ``PERFCAST_CATALOG`` instead (``<dir>/hardware/*.yaml``, ``<dir>/models/*.json``).
 """

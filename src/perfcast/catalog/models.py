@@ -1,6 +1,6 @@
 """Model catalog: Hugging Face ``config.json`` files, normalized into one typed view.
 
-Each shipped model is ``data/models/<id>.json`` (the HF config, verbatim) plus
+Each shipped model is ``perfcast/data/models/<id>.json`` (the HF config, verbatim) plus
 ``data/models/<id>.yaml`` (``hf_id``, ``aliases``, ``source``, ``notes``). Any
 path to a ``config.json`` is accepted too. Synthetic Megatron-style GPT shapes
 ("GPT-18B (hidden 6144, 40 layers, vocab 51200)") are built from the numbers in

@@ -32,14 +32,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
+from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.diffusion import normalize_unet, normalize_vae
 from perfcast.catalog.quantization import parse_quantization_config
-from perfcast.errors import CatalogError, UnsupportedError
-from perfcast.yamlio import read_yaml
+from perfcast.errors import UnsupportedError
 
 __all__ = ["normalize_hf", "supported_model_types"]
 
@@ -51,12 +49,10 @@ Raw = dict[str, Any]
 @functools.cache
 def _defaults() -> dict[str, Raw]:
     """Hugging Face config-class defaults per model_type, for the keys the normalizers read, applied when a key
-    is absent (an explicit null keeps its meaning): ``catalog/data/hf_config_defaults.yaml``, each family with
+    is absent (an explicit null keeps its meaning): ``data/defaults/hf_config_defaults.yaml``, each family with
     its source (transformers 5.x ``configuration_<family>.py``; remote-code families the configuration file
     shipped with the checkpoint)."""
-    path = Path(str(resources.files("perfcast.catalog") / "data" / "hf_config_defaults.yaml"))
-    data = read_yaml(path, what="Hugging Face config defaults", error=CatalogError)
-    return {family: dict(entry["defaults"]) for family, entry in data.items()}
+    return {family: dict(entry.defaults) for family, entry in load_config_defaults().items()}
 
 
 # ResNet checkpoints are evaluated on 224 px center crops (the image processor of microsoft/resnet-*: resize

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from importlib import resources
 from pathlib import Path
+
+from perfcast.datafiles import data_dir
 
 __all__ = ["DEFAULT_USER_CATALOG", "catalog_dirs", "normalize_name", "user_catalog_roots"]
 
@@ -23,7 +24,7 @@ def user_catalog_roots() -> list[Path]:
 def catalog_dirs(kind: str) -> list[Path]:
     """Directories holding ``kind`` ("hardware" or "models") files: package data first, then each user catalog
     folder's ``kind`` subdirectory that exists (:func:`user_catalog_roots`)."""
-    dirs = [Path(str(resources.files("perfcast.catalog") / "data" / kind))]
+    dirs = [data_dir(kind)]
     for root in user_catalog_roots():
         candidate = root / kind
         if candidate.is_dir():

@@ -9,7 +9,7 @@ positions, LayerNorm, GELU, 4h MLP, biases), the layout of
 Megatron-LM's GPT model.
 
 The attention heads come from the text when it has them; otherwise from SC'21
-Table 1 when the hidden size is one of its rows; otherwise hidden / 128.
+Table 1 (``data/defaults/sc21_heads.yaml``) when the hidden size is one of its rows; otherwise hidden / 128.
 
 Embeddings: SC'21's parameter formula, 12lh^2 (1 + 13/12h + (V + s)/12lh),
 counts the vocabulary once (tied input and output embeddings), and its sizes
@@ -21,32 +21,38 @@ tied would be 1.48B), so names with its 131072-token vocabulary are built untied
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from perfcast.catalog.model_config import ModelConfig, from_hf_config
 from perfcast.catalog.paths import normalize_name
+from perfcast.datafiles import data_path
+from perfcast.errors import CatalogError
+from perfcast.yamlio import load_model_file
 
-__all__ = ["SC21_HEADS_BY_HIDDEN", "parse_synthetic_gpt"]
+__all__ = ["HeadsTable", "parse_synthetic_gpt", "sc21_heads"]
 
-SC21_SOURCE = (
-    "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM, "
-    "SC'21, arXiv:2104.04473, Table 1"
-)
 H100_SOURCE = "github.com/NVIDIA/Megatron-LM README.md + images/model_table.png (Megatron-Core r0.8.0, H100)"
 
-# SC'21 Table 1: hidden size -> attention heads (1.7B ... 1T).
-SC21_HEADS_BY_HIDDEN: dict[int, int] = {
-    2304: 24,  # 1.7B
-    3072: 32,  # 3.6B
-    4096: 32,  # 7.5B
-    6144: 48,  # 18B
-    8192: 64,  # 39B
-    10240: 80,  # 76B
-    12288: 96,  # 145B
-    16384: 128,  # 310B
-    20480: 128,  # 530B
-    25600: 160,  # 1T
-}
+
+class HeadsTable(BaseModel):
+    """A published table of attention heads by hidden size (``data/defaults/sc21_heads.yaml``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(min_length=1, description="the paper and table the numbers are from")
+    heads_by_hidden: dict[int, int] = Field(min_length=1, description="hidden size -> attention heads")
+
+
+@cache
+def sc21_heads() -> HeadsTable:
+    """SC'21 Table 1's attention heads by hidden size (1.7B ... 1T), read once from the data tree."""
+    table: HeadsTable = load_model_file(data_path("defaults", "sc21_heads.yaml"), HeadsTable,
+                                        what="heads table", error=CatalogError)
+    return table
+
 
 _DEFAULT_HEAD_DIM = 128
 _SC21_SEQ_LEN = 2048  # SC'21 benchmarks use sequence length 2048
@@ -106,7 +112,8 @@ def parse_synthetic_gpt(text: str) -> ModelConfig | None:
         return None
     hidden, layers = items["hidden"], items["layers"]
     vocab = items.get("vocab", 51200)
-    heads = items.get("heads") or SC21_HEADS_BY_HIDDEN.get(hidden) or max(1, hidden // _DEFAULT_HEAD_DIM)
+    sc21 = sc21_heads()
+    heads = items.get("heads") or sc21.heads_by_hidden.get(hidden) or max(1, hidden // _DEFAULT_HEAD_DIM)
     if hidden <= 0 or layers <= 0 or vocab <= 0 or hidden % heads:
         return None
     h100 = vocab == _H100_VOCAB
@@ -124,11 +131,11 @@ def parse_synthetic_gpt(text: str) -> ModelConfig | None:
     }
     if "heads" in items:
         heads_from = "heads from the name"
-    elif hidden in SC21_HEADS_BY_HIDDEN:
+    elif hidden in sc21.heads_by_hidden:
         heads_from = "heads from SC'21 Table 1 by hidden size"
     else:
         heads_from = f"heads = hidden / {_DEFAULT_HEAD_DIM} (not in the name nor in SC'21 Table 1)"
-    source = H100_SOURCE if h100 else SC21_SOURCE
+    source = H100_SOURCE if h100 else sc21.source
     meta = {
         "aliases": (),
         "source": (source,),

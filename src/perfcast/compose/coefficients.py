@@ -1,9 +1,9 @@
 """Composition coefficients (layer 2): host-side costs of launching kernels.
 
-Like the kernel coefficients they are a versioned JSON file (``compose/coefficients.json``)
+Like the kernel coefficients they are a versioned JSON file (``data/coefficients/compose.json``)
 naming what they were fitted on; ``perfcast fit`` writes them. Schema 2 dropped version 1's ``comm``
 (link efficiencies of predict's own parallel model): links between GPUs are the collectives'
-(``system/collectives.json``).
+(``data/coefficients/collectives.json``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from perfcast.datafiles import data_path
 from perfcast.jsonio import CanonicalJson, versioned_loader
 
 __all__ = ["COMPOSE_SCHEMA_VERSION", "ComposeCoefficients", "load_compose_coefficients"]
@@ -43,7 +44,7 @@ class ComposeCoefficients(_Model, CanonicalJson):
     host: HostCoefficients
 
 
-_LOAD = versioned_loader("perfcast.compose", "coefficients.json", ComposeCoefficients,
+_LOAD = versioned_loader(data_path("coefficients", "compose.json"), ComposeCoefficients,
                          version=COMPOSE_SCHEMA_VERSION, what="composition coefficients")
 
 

@@ -2,7 +2,7 @@
 
 ``perfcast fit`` measures the log error of out-of-sample predictions (kernel
 test rows, and end-to-end rows leave-one-GPU-out) and stores its quantiles in
-``intervals.json``; a prediction ``t`` gets the interval
+``data/coefficients/intervals.json``; a prediction ``t`` gets the interval
 ``(t * exp(q_low), t * exp(q_high))``. ``perfcast validate`` prints how often
 measured values fall inside.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
+from perfcast.datafiles import data_path
 from perfcast.errors import DataError
 
 __all__ = ["INTERVAL_SCHEMA_VERSION", "interval_for", "load_intervals"]
@@ -24,7 +24,7 @@ INTERVAL_SCHEMA_VERSION = 1
 @lru_cache(maxsize=1)
 def load_intervals(path: str | None = None) -> dict[str, tuple[float, float]]:
     """Log-error quantiles ``(q_low, q_high)`` per prediction kind."""
-    p = Path(path) if path else Path(str(resources.files("perfcast.compose") / "intervals.json"))
+    p = Path(path) if path else data_path("coefficients", "intervals.json")
     try:
         raw = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:

@@ -1,6 +1,6 @@
 """Fitted kernel-model coefficients: a versioned JSON file, never pickle.
 
-``coefficients.json`` in this package is what ``perfcast fit`` wrote; it names
+``data/coefficients/kernel.json`` in this package is what ``perfcast fit`` wrote; it names
 the command and the ground-truth rows it was fitted on. A file with another
 ``schema_version`` is refused (DataError) rather than misread.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from perfcast.datafiles import data_path
 from perfcast.jsonio import load_versioned
 
 __all__ = ["SCHEMA_VERSION", "Coefficients", "GemmPath", "load_coefficients"]
@@ -139,7 +139,7 @@ class Coefficients(_Model):
 
 
 def _default_path() -> Path:
-    return Path(str(resources.files("perfcast.kernel") / "coefficients.json"))
+    return data_path("coefficients", "kernel.json")
 
 
 def load_coefficients(path: str | Path | None = None) -> Coefficients:

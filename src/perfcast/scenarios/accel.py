@@ -9,10 +9,10 @@ measurement), ``reference_*`` beside them and ``*_diff`` = ours / reference - 1.
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 from perfcast.accel import evaluate, load_arch, load_mapping, load_problem, search_mappings
+from perfcast.datafiles import data_path
 from perfcast.errors import PerfcastError
 from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import AccelReference, AccelRun, AccelScenario
@@ -21,7 +21,7 @@ __all__ = ["accel_row", "run_accel_scenario"]
 
 
 def _mapping_path(name: str) -> Path:
-    shipped = Path(str(resources.files("perfcast.accel") / "data")) / name
+    shipped = data_path("accelerators", name)
     return shipped if shipped.is_file() else Path(name)
 
 

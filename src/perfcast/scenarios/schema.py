@@ -22,12 +22,12 @@ A scenario's ``kind`` picks its schema:
 from __future__ import annotations
 
 import re
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from perfcast.datafiles import data_dir
 from perfcast.errors import ConfigError, UnknownNameError
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.experiments.rlhf import RLHFConfig
@@ -309,7 +309,7 @@ class OperatorTableScenario(_ScenarioHead):
 
 class SearchScenario(_ScenarioHead):
     """A design-space search of training plans (:mod:`perfcast.sweep`): the best plans, re-ranked exactly, beside
-    the published plan of the same run when ``sweep/published.yaml`` has one."""
+    the published plan of the same run when ``data/presets/published_plans.yaml`` has one."""
 
     kind: Literal["search"]
     space: SearchSpace
@@ -326,7 +326,7 @@ class AccelRun(_Strict):
     label: str = Field(default="", description="what this run is, shown beside its numbers")
     arch: str = Field(description="a shipped architecture (eyeriss) or a YAML file")
     layer: str = Field(description="a catalog layer (resnet50.conv1) or a problem YAML file")
-    mapping: str | None = Field(default=None, description="a mapping YAML (relative to perfcast/accel/data for "
+    mapping: str | None = Field(default=None, description="a mapping YAML (relative to perfcast/data/accelerators for "
                                                           "shipped ones); absent: search")
     search: Literal["random", "exhaustive"] = "random"
     samples: int = Field(default=2000, gt=0)
@@ -404,7 +404,7 @@ def scenario_from_dict(raw: object, where: str = "scenario") -> Scenario:
 
 
 def _scenario_dir() -> Path:
-    return Path(str(resources.files("perfcast.scenarios")))
+    return data_dir("scenarios")
 
 
 def load_scenario(name: str | Path) -> Scenario:

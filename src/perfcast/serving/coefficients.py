@@ -1,4 +1,4 @@
-"""Serving-engine coefficients (layer 4): ``serving/coefficients.json``, versioned JSON, never pickle.
+"""Serving-engine coefficients (layer 4): ``data/coefficients/serving.json``, versioned JSON, never pickle.
 
 Kernel and collective times come from the layers below; what they cannot see is
 the engine's own work on the CPU between two iterations of the GPU: scheduling,
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from perfcast.datafiles import data_path
 from perfcast.jsonio import CanonicalJson, versioned_loader
 
 __all__ = ["SERVING_SCHEMA_VERSION", "EngineOverhead", "ServingCoefficients", "load_serving_coefficients"]
@@ -42,7 +43,7 @@ class ServingCoefficients(CanonicalJson):
     engines: dict[str, EngineOverhead]
 
 
-_LOAD = versioned_loader("perfcast.serving", "coefficients.json", ServingCoefficients,
+_LOAD = versioned_loader(data_path("coefficients", "serving.json"), ServingCoefficients,
                          version=SERVING_SCHEMA_VERSION, what="serving coefficients")
 
 

@@ -1,15 +1,15 @@
-"""Published training configurations (``sweep/published.yaml``) a search compares its best plans with."""
+"""Published training configurations (``data/presets/published_plans.yaml``) a search compares its best plans with."""
 
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from perfcast.catalog.models import ModelConfig
+from perfcast.datafiles import data_path
 from perfcast.errors import CatalogError
 from perfcast.sweep.space import SearchSpace
 from perfcast.yamlio import load_model_file
@@ -47,7 +47,7 @@ class _Published(BaseModel):
 
 
 def _path() -> Path:
-    return Path(str(resources.files("perfcast.sweep") / "published.yaml"))
+    return data_path("presets", "published_plans.yaml")
 
 
 @lru_cache(maxsize=1)

@@ -10,7 +10,7 @@
    both figures are reported, with how far apart they are (``agreement``).
 4. The Pareto front of throughput (TFLOP/s per GPU, higher is better) against
    memory per GPU (lower is better) is taken over every feasible plan.
-5. Where a published run matches the search (``sweep/published.yaml``), its
+5. Where a published run matches the search (``data/presets/published_plans.yaml``), its
    plan is predicted the same way and the best plan is compared with it.
 
 Objectives: ``tflops`` (model TFLOP/s per GPU, higher is better), ``step-time``

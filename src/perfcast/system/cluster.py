@@ -1,6 +1,6 @@
 """Clusters: nodes of GPUs, the fabric inside a node (or NVLink domain) and the network between them.
 
-A cluster is one YAML file (``data/clusters/<id>.yaml``, base SI units, with its
+A cluster is one YAML file (``perfcast/data/clusters/<id>.yaml``, base SI units, with its
 ``source``) or a user's own file. Bandwidths are per GPU and per direction
 (what one GPU can send while it also receives), unlike the bidirectional
 totals vendors quote.
@@ -9,7 +9,6 @@ totals vendors quote.
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.catalog.paths import normalize_name
+from perfcast.datafiles import data_dir
 from perfcast.errors import CatalogError, UnknownNameError
 from perfcast.yamlio import load_model_file
 
@@ -128,7 +128,7 @@ class Cluster(_Frozen):
 
 
 def _dir() -> Path:
-    return Path(str(resources.files("perfcast.system") / "data" / "clusters"))
+    return data_dir("clusters")
 
 
 @lru_cache(maxsize=1)

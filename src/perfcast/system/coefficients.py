@@ -1,4 +1,4 @@
-"""Training-run coefficients (layer 3): ``system/training.json``, versioned JSON, never pickle.
+"""Training-run coefficients (layer 3): ``data/coefficients/training.json``, versioned JSON, never pickle.
 
 Kernel tables time kernels in isolation; a training run keeps the GPU busy for
 minutes, interleaves collectives with compute and runs framework code around
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pydantic import ConfigDict, Field
 
+from perfcast.datafiles import data_path
 from perfcast.jsonio import CanonicalJson, versioned_loader
 
 __all__ = ["TRAINING_SCHEMA_VERSION", "TrainingCoefficients", "load_training_coefficients"]
@@ -50,7 +51,7 @@ class TrainingCoefficients(CanonicalJson):
     attention_time_scale: float = Field(default=1.0, gt=0, le=4)
 
 
-_LOAD = versioned_loader("perfcast.system", "training.json", TrainingCoefficients,
+_LOAD = versioned_loader(data_path("coefficients", "training.json"), TrainingCoefficients,
                          version=TRAINING_SCHEMA_VERSION, what="training coefficients")
 
 

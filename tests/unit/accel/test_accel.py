@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from perfcast.accel import evaluate, layer_problem, load_arch, load_mapping, search_mappings
 from perfcast.accel.problem import Problem
 from perfcast.accel.spec import Architecture, MappingSpec
+from perfcast.datafiles import data_dir
 from perfcast.errors import ConfigError
 from perfcast.yamlio import safe_load
 
-DATA = Path(__file__).resolve().parents[3] / "src" / "perfcast" / "accel" / "data"
+DATA = data_dir("accelerators")
 
 TINY_ARCH = """
 name: tiny

@@ -6,7 +6,7 @@ import pytest
 
 from perfcast.catalog import load_model
 from perfcast.catalog.params import count_params
-from perfcast.catalog.synthetic import SC21_HEADS_BY_HIDDEN, parse_synthetic_gpt
+from perfcast.catalog.synthetic import parse_synthetic_gpt, sc21_heads
 
 # Nominal sizes in the names are rounded to two or three significant digits.
 NOMINAL_TOLERANCE = 0.05
@@ -81,13 +81,13 @@ def test_h100_table_sizes_match_the_name(name: str, nominal: float) -> None:
 
 
 def test_heads_in_the_name_win_over_the_table() -> None:
-    assert SC21_HEADS_BY_HIDDEN[6144] == 48
+    assert sc21_heads().heads_by_hidden[6144] == 48
     cfg = parse_synthetic_gpt("GPT-18B (heads 64, hidden 6144, 40 layers, vocab 51200)")
     assert cfg is not None and cfg.num_heads == 64 and cfg.head_dim == 96
 
 
 def test_unknown_hidden_falls_back_to_head_dim_128() -> None:
-    assert 5120 not in SC21_HEADS_BY_HIDDEN
+    assert 5120 not in sc21_heads().heads_by_hidden
     cfg = parse_synthetic_gpt("GPT-13B (hidden 5120, 40 layers, vocab 51200)")
     assert cfg is not None and cfg.num_heads == 40 and cfg.head_dim == 128
 

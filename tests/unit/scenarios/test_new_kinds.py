@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
+from perfcast.datafiles import data_dir
 from perfcast.errors import ConfigError
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.results.scenario import STATUSES, ScenarioResult
@@ -154,6 +154,6 @@ def test_published_tables_without_ground_truth_say_why(monkeypatch: pytest.Monke
 
 
 def test_shipped_scenarios_cover_the_new_ids() -> None:
-    folder = Path(load_scenario.__code__.co_filename).parent
+    folder = data_dir("scenarios")
     for sid, kind in (("E1", "rlhf"), ("E4", "diffusion"), ("R9", "serving_table"), ("R10", "operator_table")):
         assert (folder / f"{sid}.yaml").is_file() and load_scenario(sid).kind == kind

@@ -1,6 +1,6 @@
 """MLPerf Inference datacenter LLM benchmarks as workload presets: ``mlperf:<benchmark>:<scenario>``.
 
-The presets (``data/mlperf.yaml``) give, per benchmark, the catalog model, the data set, a default
+The presets (``data/presets/mlperf.yaml``) give, per benchmark, the catalog model, the data set, a default
 precision and the prompt and output token-length distributions, and per scenario the latency limits of
 the MLPerf rules. Every number in that file states its basis (the rules as recalled, derived from them, or
 an assumption); read it before trusting a figure.
@@ -21,13 +21,13 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcast.catalog.hardware import load_hardware
+from perfcast.datafiles import data_path
 from perfcast.errors import CatalogError, ConfigError
 from perfcast.serving.config import PRECISION_QUANTIZATION, ServingConfig, WorkloadConfig
 from perfcast.serving.sources.trace import Trace
@@ -42,7 +42,7 @@ SCENARIOS: tuple[str, ...] = ("offline", "server", "interactive")
 SERVER_DURATION_S = 600.0
 """MLPerf's minimum performance-run duration (s): the run the server throughput is stated over."""
 
-_DATA = Path(__file__).resolve().parent.parent / "data" / "mlperf.yaml"
+_DATA = data_path("presets", "mlperf.yaml")
 _FORM = "mlperf:<benchmark>:<scenario>"
 
 
@@ -181,7 +181,7 @@ def _trace(benchmark: str) -> Trace:
         arr.flags.writeable = False
     return Trace(name=f"{PREFIX}:{benchmark}", prompt_tokens=prompt, output_tokens=output, arrival_s=None,
                  source=f"perfcast MLPerf preset {benchmark} ({bench.dataset}): synthetic lengths from "
-                        "serving/data/mlperf.yaml, not the data set itself")
+                        "data/presets/mlperf.yaml, not the data set itself")
 
 
 def preset_trace(name: str) -> Trace:

@@ -1,7 +1,7 @@
 """Request-length traces: per-request prompt and output token counts, optionally with arrival times.
 
 Three traces ship with perfcast (gzip copies of Vidur's ``data/processed_traces``, MIT licence; see
-``serving/data/traces/README.md``):
+``data/traces/README.md``):
 
 =======================  ========  ==============  =====================================================
 short name               rows      arrival times   content
@@ -37,30 +37,46 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
-from perfcast.errors import ConfigError, UnknownNameError
+from perfcast.datafiles import data_dir, data_path
+from perfcast.errors import CatalogError, ConfigError, UnknownNameError
 from perfcast.serving.sources.mlperf import is_mlperf_name, preset_trace
 from perfcast.serving.sources.trace import Trace
+from perfcast.yamlio import load_model_file
 
-__all__ = ["TRACE_NAMES", "Trace", "load_trace"]
+__all__ = ["TRACE_NAMES", "ShippedTrace", "Trace", "TraceIndex", "load_trace", "shipped_traces"]
 
-_DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
 
-_SHIPPED: dict[str, str] = {
-    "arxiv_summarization": "arxiv_summarization.csv.gz",
-    "splitwise_code": "splitwise_code.csv.gz",
-    "splitwise_conv": "splitwise_conv.csv.gz",
-}
-_SHIPPED_SOURCE = (
-    "Vidur (MLSys'24) data/processed_traces/{upstream} @ 7d47513363ec, MIT licence, Copyright (c) Microsoft Corporation"
-)
-_UPSTREAM: dict[str, str] = {
-    "arxiv_summarization": "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
-    "splitwise_code": "splitwise_code.csv",
-    "splitwise_conv": "splitwise_conv.csv",
-}
+class ShippedTrace(BaseModel):
+    """One shipped trace file and where it comes from (an entry of ``data/traces/index.yaml``)."""
 
-TRACE_NAMES: tuple[str, ...] = tuple(sorted(_SHIPPED))
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file: str = Field(min_length=1, description="the file in data/traces")
+    upstream: str = Field(min_length=1, description="the upstream file it is a gzip copy of")
+    rows: int = Field(ge=1, description="requests (data rows after the header)")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of the uncompressed upstream file")
+    source: str = Field(min_length=1, description="what a loaded trace says it came from")
+
+
+class TraceIndex(BaseModel):
+    """``data/traces/index.yaml``: the shipped traces by short name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    traces: dict[str, ShippedTrace] = Field(min_length=1)
+
+
+@functools.cache
+def shipped_traces() -> dict[str, ShippedTrace]:
+    """The shipped traces by short name, read once from ``data/traces/index.yaml``."""
+    index: TraceIndex = load_model_file(data_path("traces", "index.yaml"), TraceIndex, what="trace index",
+                                        error=CatalogError)
+    return dict(index.traces)
+
+
+TRACE_NAMES: tuple[str, ...] = tuple(sorted(shipped_traces()))
 """Short names of the shipped traces, accepted by ``load_trace``."""
 
 _PROMPT_COLUMNS = ("num_prefill_tokens", "prompt_tokens", "input_len")
@@ -71,7 +87,7 @@ _ARRIVAL_COLUMNS = ("arrived_at", "arrival_s", "arrival_time_s")
 def load_trace(name_or_path: str | Path) -> Trace:
     """Load a shipped trace by short name (see ``TRACE_NAMES``), an MLPerf preset's synthetic lengths
     (``mlperf:<benchmark>``, see :mod:`perfcast.serving.sources.mlperf`) or a user CSV / CSV.gz by path."""
-    if isinstance(name_or_path, str) and name_or_path in _SHIPPED:
+    if isinstance(name_or_path, str) and name_or_path in shipped_traces():
         return _load_shipped(name_or_path)
     if isinstance(name_or_path, str) and is_mlperf_name(name_or_path):
         return preset_trace(name_or_path)
@@ -91,8 +107,8 @@ def load_trace(name_or_path: str | Path) -> Trace:
 
 @functools.cache
 def _load_shipped(name: str) -> Trace:
-    path = _DATA_DIR / _SHIPPED[name]
-    return _read_trace(path, name=name, source=_SHIPPED_SOURCE.format(upstream=_UPSTREAM[name]))
+    entry = shipped_traces()[name]
+    return _read_trace(data_dir("traces") / entry.file, name=name, source=entry.source)
 
 
 def _stem(path: Path) -> str:

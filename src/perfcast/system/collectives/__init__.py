@@ -3,7 +3,7 @@ over a group of GPUs placed on a cluster.
 
 Algorithms are plug-ins in ``ALGORITHMS`` (one module each): ``ring``, ``tree``,
 ``halving_doubling``, ``direct``, ``hierarchical``, ``nvls``. Their latency-bandwidth costs
-use coefficients fitted on measured NCCL tables (``system/collectives.json``)::
+use coefficients fitted on measured NCCL tables (``data/coefficients/collectives.json``)::
 
     from perfcast.system.collectives import collective_time
     t = collective_time("all_reduce", 1e6, 8, load_cluster("dgx-h100"))

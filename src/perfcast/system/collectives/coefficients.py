@@ -1,4 +1,4 @@
-"""Fitted collective-model coefficients: ``system/collectives.json`` (versioned JSON, never pickle).
+"""Fitted collective-model coefficients: ``data/coefficients/collectives.json`` (versioned JSON, never pickle).
 
 ``perfcast fit --stages collectives`` writes it; ``fitted_on`` names the measured rows each
 group of coefficients came from, and says which ones are priors (no visible rows identify them).
@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from perfcast.datafiles import data_path
 from perfcast.jsonio import CanonicalJson, versioned_loader
 
 __all__ = ["COLLECTIVES_SCHEMA_VERSION", "CollectiveCoefficients", "ProtocolCoefficients",
@@ -70,10 +71,10 @@ class CollectiveCoefficients(_Model, CanonicalJson):
                                                  "path -> value): each fit starts from and is pulled towards them")
 
 
-_LOAD = versioned_loader("perfcast.system", "collectives.json", CollectiveCoefficients,
+_LOAD = versioned_loader(data_path("coefficients", "collectives.json"), CollectiveCoefficients,
                          version=COLLECTIVES_SCHEMA_VERSION, what="collective coefficients")
 
 
 def load_collective_coefficients(path: str | Path | None = None) -> CollectiveCoefficients:
-    """Load collective coefficients (the package's own ``system/collectives.json`` when ``path`` is None)."""
+    """Load collective coefficients (the package's own ``data/coefficients/collectives.json`` when ``path`` is None)."""
     return _LOAD(path)
