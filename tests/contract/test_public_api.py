@@ -37,6 +37,8 @@ RANK: dict[str, int] = {
     "yamlio": 2,  # YAML read through jsonio's bounds: base
     "registry": 2,  # generic Registry[T]: base, on errors
     "results": 3,  # values one package produces and report reads (scenario rows, validation.json): plain data
+    "digest": 2,  # content digests (sha256 of a value's JSON/repr) that caches key on instead of id(): base
+    "coefficients": 3,  # the fitted parts and their one Calibration bundle: plain data on jsonio, below every layer
     "catalog": 4,  # hardware and model schemas and their loaders, on base modules only
     "workload": 5,  # op IR and graph builders from catalog models
     "kernel": 6,  # per-op time of workload ops on catalog hardware
@@ -347,15 +349,15 @@ def test_every_json_data_file_has_schema_version(path: Path) -> None:
 
 
 def test_packaged_json_files_load_with_their_readers() -> None:
-    from perfcast.compose.coefficients import COMPOSE_SCHEMA_VERSION, load_compose_coefficients
-    from perfcast.compose.interval import INTERVAL_SCHEMA_VERSION, load_intervals
-    from perfcast.kernel.coefficients import SCHEMA_VERSION, load_coefficients
+    from perfcast.coefficients.compose import COMPOSE_SCHEMA_VERSION, load_compose_coefficients
+    from perfcast.coefficients.intervals import INTERVAL_SCHEMA_VERSION, load_intervals
+    from perfcast.coefficients.kernel import SCHEMA_VERSION, load_coefficients
 
     assert load_coefficients(SRC / "kernel" / "coefficients.json").schema_version == SCHEMA_VERSION
     if (SRC / "compose" / "coefficients.json").exists():
         assert load_compose_coefficients(SRC / "compose" / "coefficients.json").schema_version == \
             COMPOSE_SCHEMA_VERSION
-    assert "step" in load_intervals(str(SRC / "compose" / "intervals.json"))
+    assert "step" in load_intervals(str(SRC / "compose" / "intervals.json")).kinds
     assert json.loads((SRC / "compose" / "intervals.json").read_text())["schema_version"] == INTERVAL_SCHEMA_VERSION
 
 

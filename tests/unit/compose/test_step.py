@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from perfcast.catalog.hardware import load_hardware
-from perfcast.compose.coefficients import load_compose_coefficients
-from perfcast.compose.interval import load_intervals
+from perfcast.coefficients.bundle import Calibration
+from perfcast.coefficients.compose import load_compose_coefficients
+from perfcast.coefficients.intervals import load_intervals
 from perfcast.compose.predict import StepRequest, parse_parallelism, predict
 from perfcast.compose.step import predict_step, simulate_queue
 from perfcast.compose.types import OpTime, StepTime
@@ -255,7 +256,7 @@ def test_parse_parallelism_rejects(text: str) -> None:
 # -- intervals and composition coefficients are versioned files -------------------------------------------------
 def test_intervals_have_a_step_kind_below_and_above_zero() -> None:
     table = load_intervals()
-    lo, hi = table["step"]
+    lo, hi = table.bounds("step")
     assert lo < 0 < hi
 
 
@@ -285,8 +286,9 @@ def test_slower_host_makes_eager_steps_longer(tmp_path: Path) -> None:
     slow = load_compose_coefficients(path)
     w = _workload("gpt2", Mode.INFERENCE, 1, 16, DType.FP32)
     base = predict_step(w, "h100-sxm-80gb")
-    assert predict_step(w, "h100-sxm-80gb", compose=slow).time_s > 2 * base.time_s
-    assert predict_step(w, "h100-sxm-80gb", compose=slow, framework="graph").device_busy_s == base.device_busy_s
+    cal = Calibration.shipped().with_compose(slow)
+    assert predict_step(w, "h100-sxm-80gb", calibration=cal).time_s > 2 * base.time_s
+    assert predict_step(w, "h100-sxm-80gb", calibration=cal, framework="graph").device_busy_s == base.device_busy_s
 
 
 def test_phase_keys_are_phase_values() -> None:
