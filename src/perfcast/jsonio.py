@@ -14,11 +14,11 @@ A binary file is refused as not UTF-8 text.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from collections.abc import Callable
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from perfcast.errors import DataError, PerfcastError
 
 __all__ = ["MAX_FILE_BYTES", "MAX_NESTING", "MAX_VALUES", "CanonicalJson", "check_data", "load_versioned",
-           "read_json", "read_text", "versioned_loader"]
+           "package_file", "read_json", "read_text", "versioned_loader"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -150,6 +150,15 @@ class CanonicalJson(BaseModel):
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
 
 
+def package_file(package: str, filename: str) -> Path:
+    """``filename`` in the folder of ``package``, found without importing ``package`` itself (its parents only):
+    a low module can read a data file that sits beside a higher layer without loading that layer."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError(f"no package {package} to read {filename} from")
+    return Path(next(iter(spec.submodule_search_locations))) / filename
+
+
 def versioned_loader(package: str, filename: str, model: type[M], *, version: int,
                      what: str) -> Callable[[str | Path | None], M]:
     """A loader of ``model`` files: ``load(None)`` is the package's own ``filename`` (read once and
@@ -157,7 +166,7 @@ def versioned_loader(package: str, filename: str, model: type[M], *, version: in
 
     @lru_cache(maxsize=1)
     def packaged() -> M:
-        return load_versioned(Path(str(resources.files(package) / filename)), model, version=version, what=what)
+        return load_versioned(package_file(package, filename), model, version=version, what=what)
 
     def load(path: str | Path | None = None) -> M:
         if path is None:

@@ -4,8 +4,8 @@ between files, no pickle, and versioned JSON data files.
 Packages in order, bottom to top (:data:`RANK` gives each its rank and the reason for it). A package imports only
 packages of a lower rank; packages of one rank do not import each other::
 
-    errors < jsonio < units, dtypes, yamlio, registry  (base)
-      < results < catalog < workload < kernel, accel, capture < compose, calibrate < system < serving
+    errors < jsonio < units, dtypes, yamlio, registry, digest  (base)
+      < results, coefficients < catalog < workload < kernel, accel, capture < compose, calibrate < system < serving
       < groundtruth < validate, sweep < scenarios < report  (report: result types only)
       < cli                                               (nothing imports it)
 

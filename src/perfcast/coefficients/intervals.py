@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from perfcast.errors import DataError
+from perfcast.jsonio import package_file
 
 __all__ = ["INTERVAL_SCHEMA_VERSION", "Intervals", "load_intervals"]
 
@@ -44,7 +44,7 @@ def load_intervals(path: str | Path | None = None) -> Intervals:
 
 @lru_cache(maxsize=1)
 def _load_default() -> Intervals:
-    return _load(Path(str(resources.files("perfcast.compose") / "intervals.json")))
+    return _load(package_file("perfcast.compose", "intervals.json"))
 
 
 def _load(p: Path) -> Intervals:

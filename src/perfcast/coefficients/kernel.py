@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcast.jsonio import load_versioned
+from perfcast.jsonio import load_versioned, package_file
 
 __all__ = ["SCHEMA_VERSION", "Coefficients", "GemmPath", "load_coefficients"]
 
@@ -139,7 +138,7 @@ class Coefficients(_Model):
 
 
 def _default_path() -> Path:
-    return Path(str(resources.files("perfcast.kernel") / "coefficients.json"))
+    return package_file("perfcast.kernel", "coefficients.json")
 
 
 def load_coefficients(path: str | Path | None = None) -> Coefficients:
