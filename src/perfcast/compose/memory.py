@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.compose.types import MemoryBreakdown
-from perfcast.digest import content_digest
+from perfcast.digest import content_digest, content_key
 from perfcast.workload.backward import SavedActivations, optimizer_state_bytes_per_param
 from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
 
@@ -92,8 +92,8 @@ def step_memory(w: Workload, hw: Hardware, *, ops: Sequence[Op] | None = None, g
     ``microbatches`` whose K/V the stage caches and ``in_flight`` micro-batches whose saved activations it
     holds (training).
     """
-    # the workload's digest is computed once per workload object; a sharded op list is keyed by its ops (hashed)
-    which: object = content_digest(w) if ops is None or ops is w.ops else tuple(ops)
+    # the workload's key is hashed once per workload object; a sharded op list is keyed by its ops (hashed)
+    which: object = content_key(w) if ops is None or ops is w.ops else tuple(ops)
     ops = w.ops if ops is None else ops
     key = (which, w.mode, w.seq_len, w.dtype, content_digest(hw), gpus, layer_frac, microbatches, in_flight)
     hit = _MEMO.get(key)

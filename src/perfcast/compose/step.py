@@ -17,7 +17,7 @@ from perfcast.coefficients.compose import HostCoefficients
 from perfcast.compose.fusion import fuse_chains
 from perfcast.compose.interval import interval_for
 from perfcast.compose.types import OpTime, StepTime
-from perfcast.digest import content_digest
+from perfcast.digest import content_digest, content_key
 from perfcast.errors import ConfigError
 from perfcast.kernel.predict import price_ops
 from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
@@ -104,7 +104,7 @@ def predict_step(workload: Workload, hardware: Hardware | str, *, fused: bool = 
     fw = framework or ("compiled" if fused else "eager")
     if fw not in FRAMEWORKS:
         raise ConfigError(f"unknown framework {fw!r}; use one of {', '.join(FRAMEWORKS)}")
-    key = (content_digest(workload), content_digest(hw), content_digest(co), content_digest(cc), fused, fw)
+    key = (content_key(workload), content_digest(hw), content_digest(co), content_digest(cc), fused, fw)
     hit = _TIMES.get(key)
     if hit is not None:
         ops, times = hit

@@ -192,13 +192,12 @@ def ops_energy(ops: Sequence[Op], kernels: Sequence[KernelTime], hw: Hardware,
                coeffs: Coefficients) -> list[OpEnergy]:
     """Energy of one instance of each op at the time ``kernels`` give (any time: a measured one, a scaled one;
     :func:`perfcast.kernel.predict.predict_ops` already attaches it to the times it predicts)."""
-    co = coeffs
-    pm = power_model(hw, co)
+    pm = power_model(hw, coeffs)
     t = np.array([k.time_s for k in kernels], dtype=float)
     energy, static, dynamic, limited = energy_arrays([o.kind for o in ops], [o.dtype for o in ops], t,
                                                      [k.bound for k in kernels],
                                              np.array([k.flops for k in kernels], dtype=float),
-                                             np.array([k.bytes for k in kernels], dtype=float), hw, co)
+                                             np.array([k.bytes for k in kernels], dtype=float), hw, coeffs)
     out = []
     for i, k in enumerate(kernels):
         e, ti = float(energy[i]), float(t[i])

@@ -295,3 +295,19 @@ def test_phase_keys_are_phase_values() -> None:
     st = predict(StepRequest(model="gpt2", hardware="a100-pcie-40gb", mode=Mode.TRAINING, batch_size=1, seq_len=64))
     assert set(st.by_phase_s) == {Phase.FORWARD.value, Phase.BACKWARD.value, Phase.OPTIMIZER.value}
     assert st.by_phase_s["bwd"] > st.by_phase_s["fwd"]
+
+
+def test_equal_workloads_share_one_priced_step_and_changed_ones_do_not() -> None:
+    """The step cache keys on the workload's content: a copy (another object, the same ops) reuses the priced
+    ops; a workload with one op changed is priced anew."""
+    from perfcast.compose import step as step_module
+
+    w = _workload("gpt2", Mode.INFERENCE, 3, 96, DType.FP16)
+    first = predict_step(w, "a100-pcie-40gb")
+    entries = len(step_module._TIMES)
+    copy = replace(w, ops=tuple(w.ops))
+    assert copy is not w and predict_step(copy, "a100-pcie-40gb").time_s == first.time_s
+    assert len(step_module._TIMES) == entries
+    bigger = replace(w, ops=tuple(replace(o, flops=o.flops * 64, bytes_read=o.bytes_read * 64) if i == 0 else o
+                                  for i, o in enumerate(w.ops)))
+    assert predict_step(bigger, "a100-pcie-40gb").device_busy_s > first.device_busy_s
