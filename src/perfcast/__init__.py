@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the real imports, for type checkers; at run time names load on first use
     from perfcast.catalog.hardware import Hardware, list_hardware, load_hardware
     from perfcast.catalog.models import ModelConfig, list_models, load_model
+    from perfcast.coefficients.bundle import Calibration
     from perfcast.compose.predict import StepRequest
     from perfcast.compose.step import predict_step
     from perfcast.compose.types import OpTime, StepTime
@@ -37,6 +38,7 @@ _WHERE = {
     "Hardware": "perfcast.catalog.hardware", "list_hardware": "perfcast.catalog.hardware",
     "load_hardware": "perfcast.catalog.hardware", "ModelConfig": "perfcast.catalog.models",
     "list_models": "perfcast.catalog.models", "load_model": "perfcast.catalog.models",
+    "Calibration": "perfcast.coefficients.bundle",
     "StepRequest": "perfcast.compose.predict", "predict": "perfcast.system.predict",
     "predict_step": "perfcast.compose.step", "OpTime": "perfcast.compose.types", "StepTime": "perfcast.compose.types",
     "DType": "perfcast.dtypes", "CatalogError": "perfcast.errors", "ConfigError": "perfcast.errors",
@@ -66,6 +68,7 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "Calibration",
     "CatalogError",
     "ConfigError",
     "DType",

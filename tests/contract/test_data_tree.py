@@ -22,18 +22,18 @@ from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
 from perfcast.catalog.synthetic import sc21_heads
-from perfcast.compose.coefficients import load_compose_coefficients
-from perfcast.compose.interval import load_intervals
+from perfcast.coefficients.collectives import load_collective_coefficients
+from perfcast.coefficients.compose import load_compose_coefficients
+from perfcast.coefficients.intervals import load_intervals
+from perfcast.coefficients.kernel import load_coefficients
+from perfcast.coefficients.serving import load_serving_coefficients
+from perfcast.coefficients.training import load_training_coefficients
 from perfcast.datafiles import DATA_KINDS, data_dir, data_path
-from perfcast.kernel.coefficients import load_coefficients
 from perfcast.scenarios.schema import load_scenario
-from perfcast.serving.coefficients import load_serving_coefficients
 from perfcast.serving.sources.mlperf import benchmark_names, load_benchmark
 from perfcast.serving.sources.traces import load_trace, shipped_traces
 from perfcast.sweep.published import load_published
 from perfcast.system.cluster import load_cluster
-from perfcast.system.coefficients import load_training_coefficients
-from perfcast.system.collectives.coefficients import load_collective_coefficients
 
 ROOT = Path(perfcast.__file__).resolve().parent / "data"
 

@@ -4,8 +4,8 @@ between files, no pickle, and versioned JSON data files.
 Packages in order, bottom to top (:data:`RANK` gives each its rank and the reason for it). A package imports only
 packages of a lower rank; packages of one rank do not import each other::
 
-    errors < jsonio < units, dtypes, yamlio, registry  (base)
-      < results < catalog < workload < kernel, accel, capture < compose, calibrate < system < serving
+    errors < jsonio < units, dtypes, yamlio, registry, digest  (base)
+      < results, coefficients < catalog < workload < kernel, accel, capture < compose, calibrate < system < serving
       < groundtruth < validate, sweep < scenarios < report  (report: result types only)
       < cli                                               (nothing imports it)
 
@@ -37,7 +37,9 @@ RANK: dict[str, int] = {
     "yamlio": 2,  # YAML read through jsonio's bounds: base
     "registry": 2,  # generic Registry[T]: base, on errors
     "datafiles": 2,  # where the shipped data tree (perfcast/data/<kind>) is: base, imports nothing from perfcast
+    "digest": 2,  # content digests (sha256 of a value's JSON/repr) that caches key on instead of id(): base
     "results": 3,  # values one package produces and report reads (scenario rows, validation.json): plain data
+    "coefficients": 3,  # the fitted parts and their one Calibration bundle: plain data on jsonio, below every layer
     "catalog": 4,  # hardware and model schemas and their loaders, on base modules only
     "workload": 5,  # op IR and graph builders from catalog models
     "kernel": 6,  # per-op time of workload ops on catalog hardware
@@ -348,14 +350,14 @@ def test_every_json_data_file_has_schema_version(path: Path) -> None:
 
 
 def test_packaged_json_files_load_with_their_readers() -> None:
-    from perfcast.compose.coefficients import COMPOSE_SCHEMA_VERSION, load_compose_coefficients
-    from perfcast.compose.interval import INTERVAL_SCHEMA_VERSION, load_intervals
-    from perfcast.kernel.coefficients import SCHEMA_VERSION, load_coefficients
+    from perfcast.coefficients.compose import COMPOSE_SCHEMA_VERSION, load_compose_coefficients
+    from perfcast.coefficients.intervals import INTERVAL_SCHEMA_VERSION, load_intervals
+    from perfcast.coefficients.kernel import SCHEMA_VERSION, load_coefficients
 
     coefficients = SRC / "data" / "coefficients"
     assert load_coefficients(coefficients / "kernel.json").schema_version == SCHEMA_VERSION
     assert load_compose_coefficients(coefficients / "compose.json").schema_version == COMPOSE_SCHEMA_VERSION
-    assert "step" in load_intervals(str(coefficients / "intervals.json"))
+    assert "step" in load_intervals(str(coefficients / "intervals.json")).kinds
     assert json.loads((coefficients / "intervals.json").read_text())["schema_version"] == INTERVAL_SCHEMA_VERSION
 
 

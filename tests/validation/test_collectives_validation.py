@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from perfcast.coefficients.bundle import Calibration
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.groundtruth.predict_batch import predict_batch
 from perfcast.validate.fit_collectives import leave_one_cluster_out, load_collective_rows
@@ -73,7 +74,7 @@ def test_every_visible_row_in_sample(rows: tuple) -> None:
     from perfcast.groundtruth.collective_tables import predict_collective_rows
 
     data, _ = rows
-    pred = predict_collective_rows(data)
+    pred = predict_collective_rows(data, Calibration.shipped().collectives)
     assert len(data) > 20000
     assert _mape(data.measured_s, pred) < ALL_MAPE_MAX
     single = data.n == data.g

@@ -18,6 +18,7 @@ import csv
 import numpy as np
 import pytest
 
+from perfcast.coefficients.bundle import Calibration
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.groundtruth.predict_batch import predict_batch
 from perfcast.groundtruth.training_tables import cluster_for_gpu, counts_recompute, plan_for_row, predict_row
@@ -107,7 +108,7 @@ def test_tflops_follow_each_sources_convention() -> None:
 def predict_batch_row(row: dict[str, str]) -> float:
     from perfcast.groundtruth.tables import predict_published_training
 
-    return float(predict_published_training([row]).pred["tflops_per_gpu"][0])
+    return float(predict_published_training([row], Calibration.shipped()).pred["tflops_per_gpu"][0])
 
 
 def test_torchtitan_pipelines_split_the_local_batch_per_stage() -> None:

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from perfcast.coefficients.kernel import load_coefficients
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.groundtruth.kernel_tables import load_kernel_rows, predict_kernel_rows
 from perfcast.groundtruth.predict_batch import predict_batch
 from perfcast.groundtruth.vidur_tables import VIDUR_OPS, load_vidur_rows, predict_vidur_rows
-from perfcast.kernel.coefficients import load_coefficients
 from perfcast.validate.metrics import summarize
 
 ROOT = find_groundtruth(required=False)

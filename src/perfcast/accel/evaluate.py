@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from perfcast.accel.nest import Nest
 from perfcast.accel.problem import RELEVANT, Problem
 from perfcast.accel.spec import TENSORS, Architecture
+from perfcast.digest import content_digest
 
 __all__ = ["AccelResult", "LevelAccess", "evaluate_nest", "nest_cost"]
 
@@ -142,20 +143,21 @@ class _Counts:
     compute_cycles: int
 
 
-_ARCH_INFO: dict[int, tuple[Architecture, tuple[list[int], ...], list[bool]]] = {}
+_ARCH_INFO: dict[str, tuple[tuple[list[int], ...], list[bool]]] = {}  # per architecture content digest
 
 
 def _arch_info(arch: Architecture) -> tuple[tuple[list[int], ...], list[bool]]:
-    """Per tensor the levels that keep it (then the MACs), and which levels have a fanout (cached per object)."""
-    hit = _ARCH_INFO.get(id(arch))
-    if hit is not None and hit[0] is arch:
-        return hit[1], hit[2]
+    """Per tensor the levels that keep it (then the MACs), and which levels have a fanout (cached per content)."""
+    key = content_digest(arch)
+    hit = _ARCH_INFO.get(key)
+    if hit is not None:
+        return hit
     n = len(arch.levels)
     keeps = tuple([i for i, lv in enumerate(arch.levels) if t in lv.tensors] + [n] for t in TENSORS)
     fanout = [bool(lv.fanout) for lv in arch.levels]
     if len(_ARCH_INFO) > 64:
         _ARCH_INFO.clear()
-    _ARCH_INFO[id(arch)] = (arch, keeps, fanout)
+    _ARCH_INFO[key] = (keeps, fanout)
     return keeps, fanout
 
 

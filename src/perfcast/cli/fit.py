@@ -41,7 +41,7 @@ def fit(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Fit the kernel coefficients on the visible kernel tables (train split / VIDUR) and write them as JSON."""
-    from perfcast.kernel.coefficients import load_coefficients
+    from perfcast.coefficients.bundle import Calibration
     from perfcast.validate.fit import fit_coefficients, fit_host, fit_intervals
 
     intervals = one_of("--intervals-out", intervals, "--intervals", intervals_old)
@@ -53,11 +53,13 @@ def fit(
     lines: list[str] = []
     logger = lines.append if as_json else _console(stderr=True).print  # the log is not the result
     kernel_stages = [s for s in chosen if s not in ("host", "collectives", "training")]
-    co = fit_coefficients(stages=kernel_stages, log=logger) if kernel_stages else load_coefficients()
+    cal = Calibration.shipped()
+    co = fit_coefficients(stages=kernel_stages, log=logger) if kernel_stages else cal.kernel
+    cal = cal.with_kernel(co)
     if output is not None:
         output.write_text(co.to_json(), encoding="utf-8")
     if "host" in chosen and compose_output is not None:
-        compose_output.write_text(fit_host(co, log=logger).to_json(), encoding="utf-8")
+        compose_output.write_text(fit_host(cal, log=logger).to_json(), encoding="utf-8")
     cc = None
     if "collectives" in chosen and collectives_output is not None:
         from perfcast.validate.fit_collectives import fit_collectives
@@ -66,10 +68,10 @@ def fit(
         collectives_output.write_text(cc.to_json(), encoding="utf-8")
     trc = None
     if "training" in chosen and training_output is not None:
-        trc = _fit_training(co, training_output, logger)
+        trc = _fit_training(cal, training_output, logger)
     iv = None
     if intervals is not None:
-        iv = fit_intervals(co, collective_coeffs=cc)
+        iv = fit_intervals(cal if cc is None else cal.with_collectives(cc))
         intervals.write_text(json.dumps(iv, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if as_json:
         emit_json({"coefficients": co.model_dump(mode="json"), "log": lines, "intervals": iv,
@@ -98,7 +100,7 @@ def _chosen_stages(stages: str, compose_output: Path | None, collectives_output:
     return chosen
 
 
-def _fit_training(co: Any, training_output: Path, logger: Callable[[str], Any]) -> Any:
+def _fit_training(cal: Any, training_output: Path, logger: Callable[[str], Any]) -> Any:
     """The training stage: fit on the published training runs and write the coefficients to ``training_output``."""
     from perfcast.groundtruth.files import find_groundtruth
     from perfcast.validate.fit_training import fit_training, training_cases
@@ -107,6 +109,6 @@ def _fit_training(co: Any, training_output: Path, logger: Callable[[str], Any]) 
     assert gt is not None
     cases = training_cases(gt / "published" / "training.csv")
     logger(f"fit training: {len(cases)} published rows")
-    trc = fit_training(cases, co)
+    trc = fit_training(cases, cal)
     training_output.write_text(trc.to_json(), encoding="utf-8")
     return trc

@@ -180,13 +180,12 @@ def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str | None, paral
 
     from perfcast.capture.training import cast_workload, training_workload
     from perfcast.catalog.hardware import load_hardware
+    from perfcast.coefficients.bundle import Calibration
     from perfcast.compose.energy import with_energy
     from perfcast.compose.memory import step_memory
     from perfcast.compose.predict import parse_parallelism
     from perfcast.dtypes import parse_dtype
     from perfcast.errors import ConfigError
-    from perfcast.kernel.coefficients import load_coefficients
-    from perfcast.system.coefficients import load_training_coefficients
     from perfcast.system.parallel import NodeStep, node_for, predict_data_parallel
     from perfcast.system.training import LayerComm
     from perfcast.workload.types import Mode
@@ -206,11 +205,12 @@ def _predict_captured(w: Any, hardware: str, mode: Any, dtype: str | None, paral
     else:
         step_w = cast_workload(w, run_dtype)
     memory = step_memory(step_w, hw, gpus=par.degree)
+    cal = Calibration.shipped()
     if par.kind == "dp":  # each GPU runs the captured batch
-        co = load_coefficients()
-        node = NodeStep(hw, co, LayerComm(node_for(hw, par.degree)), load_training_coefficients(), fused=fused)
+        node = NodeStep(hw, cal, LayerComm(node_for(hw, par.degree), cal.collectives), fused=fused)
         step = predict_data_parallel(lambda _: step_w, step_w.batch_size * par.degree, par.degree, node)
-        return replace(with_energy(step, hw, co, gpus=par.degree), memory=memory)
+        return replace(with_energy(step, hw, cal.kernel, gpus=par.degree), memory=memory)
     from perfcast.compose.step import predict_step
 
-    return replace(with_energy(predict_step(step_w, hw, fused=fused), hw), memory=memory)  # as for catalog models
+    # as for catalog models
+    return replace(with_energy(predict_step(step_w, hw, fused=fused, calibration=cal), hw, cal.kernel), memory=memory)

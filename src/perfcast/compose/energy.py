@@ -13,21 +13,21 @@ from __future__ import annotations
 from dataclasses import replace
 
 from perfcast.catalog.hardware import Hardware
+from perfcast.coefficients.kernel import Coefficients
 from perfcast.compose.types import StepTime
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.energy import dynamic_energy_J, power_model, step_energy_J
 
 __all__ = ["with_energy"]
 
 
-def with_energy(step: StepTime, hw: Hardware, coeffs: Coefficients | None = None, *, gpus: int = 1,
+def with_energy(step: StepTime, hw: Hardware, coeffs: Coefficients, *, gpus: int = 1,
                 copies: float | None = None) -> StepTime:
     """``step`` with ``energy_J`` (all ``gpus``), ``avg_power_W`` (per GPU) and ``energy_by_group_J`` filled.
 
     ``copies`` is how many times the step's op list runs across the GPUs (default ``gpus``).
     ``step.ops`` must be kept (``predict_step(..., keep_ops=True)``, the default).
     """
-    pm = power_model(hw, coeffs or load_coefficients())
+    pm = power_model(hw, coeffs)
     n = copies if copies is not None else float(gpus)
     times = step.ops
     dynamic = dynamic_energy_J([t.kernel for t in times], [t.op.count for t in times])

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.compose.types import MemoryBreakdown
+from perfcast.digest import content_digest, content_key
 from perfcast.workload.backward import SavedActivations, optimizer_state_bytes_per_param
 from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
 
@@ -77,9 +78,9 @@ def _working_set(op: Op, kv_cache: bool) -> float:
     return max(0.0, op.bytes_read - op.weight_bytes) + op.bytes_written
 
 
-# step_memory per op list (held, so its id stays its own) and the step's other inputs: a warm predict of the same
-# request (the workload builder returns the same op tuple) does not walk the ops again
-_MEMO: dict[tuple[object, ...], tuple[Sequence[Op], MemoryBreakdown]] = {}
+# step_memory per workload content (or the given op list itself) and the step's other inputs: a warm predict of the
+# same request (the workload builder returns the same workload) does not walk the ops again
+_MEMO: dict[tuple[object, ...], MemoryBreakdown] = {}
 
 
 def step_memory(w: Workload, hw: Hardware, *, ops: Sequence[Op] | None = None, gpus: int = 1,
@@ -91,16 +92,18 @@ def step_memory(w: Workload, hw: Hardware, *, ops: Sequence[Op] | None = None, g
     ``microbatches`` whose K/V the stage caches and ``in_flight`` micro-batches whose saved activations it
     holds (training).
     """
+    # the workload's key is hashed once per workload object; a sharded op list is keyed by its ops (hashed)
+    which: object = content_key(w) if ops is None or ops is w.ops else tuple(ops)
     ops = w.ops if ops is None else ops
-    key = (id(ops), w.mode, w.seq_len, w.dtype, hw.id, hw.memory_bytes, gpus, layer_frac, microbatches, in_flight)
+    key = (which, w.mode, w.seq_len, w.dtype, content_digest(hw), gpus, layer_frac, microbatches, in_flight)
     hit = _MEMO.get(key)
-    if hit is not None and hit[0] is ops:
-        return hit[1]
+    if hit is not None:
+        return hit
     memory = _step_memory(w, hw, ops, gpus=gpus, layer_frac=layer_frac, microbatches=microbatches,
                           in_flight=in_flight)
     if len(_MEMO) > 1024:
         _MEMO.clear()
-    _MEMO[key] = (ops, memory)
+    _MEMO[key] = memory
     return memory
 
 

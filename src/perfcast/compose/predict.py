@@ -13,14 +13,13 @@ from dataclasses import dataclass, replace
 from perfcast.catalog.defaults import default_dtype
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
-from perfcast.compose.coefficients import ComposeCoefficients
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.compose.energy import with_energy
 from perfcast.compose.memory import step_memory
 from perfcast.compose.step import predict_step
 from perfcast.compose.types import StepTime
 from perfcast.dtypes import DType, parse_dtype
 from perfcast.errors import ConfigError
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.quantization import resolve_quantization
 from perfcast.workload.types import Mode, Workload
@@ -89,12 +88,12 @@ class PreparedStep:
 
     cfg: ModelConfig
     hw: Hardware
-    coeffs: Coefficients
+    calibration: Calibration
     mode: Mode
     build: Callable[[int], Workload]
 
 
-def prepare(req: StepRequest, coeffs: Coefficients | None = None) -> PreparedStep:
+def prepare(req: StepRequest, calibration: Calibration | None = None) -> PreparedStep:
     """Resolve ``req``'s model, device, dtype and quantization (raises ConfigError on a request that mixes
     what does not apply: quantizing a training step)."""
     cfg = load_model(req.model)
@@ -114,11 +113,10 @@ def prepare(req: StepRequest, coeffs: Coefficients | None = None) -> PreparedSte
     def build(batch: int) -> Workload:
         return build_workload(cfg, replace(base, batch_size=batch, dtype=dtype))
 
-    return PreparedStep(cfg, hw, coeffs or load_coefficients(), mode, build)
+    return PreparedStep(cfg, hw, resolve_calibration(calibration), mode, build)
 
 
-def predict(req: StepRequest, coeffs: Coefficients | None = None,
-            compose: ComposeCoefficients | None = None) -> StepTime:
+def predict(req: StepRequest, calibration: Calibration | None = None) -> StepTime:
     """Predict one GPU's step (see :class:`StepRequest`), with its energy, mean power and memory
     (``StepTime.memory``; :mod:`perfcast.compose.memory`). A step that does not fit is still predicted:
     ``memory.fits`` says whether it does. A request over several GPUs (``dpN``, ``tpN``, ``ppN``) is
@@ -130,7 +128,7 @@ def predict(req: StepRequest, coeffs: Coefficients | None = None,
     if req.microbatches is not None:
         raise ConfigError(f"microbatches={req.microbatches} split the batch over pipeline stages: they need "
                           "parallelism ppN (got none)")
-    step = prepare(req, coeffs)
+    step = prepare(req, calibration)
     w = step.build(req.batch_size)
-    st = predict_step(w, step.hw, coeffs=step.coeffs, fused=req.fused, framework=req.framework, compose=compose)
-    return replace(with_energy(st, step.hw, step.coeffs), memory=step_memory(w, step.hw))
+    st = predict_step(w, step.hw, calibration=step.calibration, fused=req.fused, framework=req.framework)
+    return replace(with_energy(st, step.hw, step.calibration.kernel), memory=step_memory(w, step.hw))

@@ -12,13 +12,14 @@ the number of layers.
 from __future__ import annotations
 
 from perfcast.catalog.hardware import Hardware, load_hardware
-from perfcast.compose.coefficients import ComposeCoefficients, HostCoefficients, load_compose_coefficients
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
+from perfcast.coefficients.compose import HostCoefficients
 from perfcast.compose.fusion import fuse_chains
 from perfcast.compose.interval import interval_for
 from perfcast.compose.types import OpTime, StepTime
+from perfcast.digest import content_digest, content_key
 from perfcast.errors import ConfigError
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
-from perfcast.kernel.predict import predict_ops
+from perfcast.kernel.predict import price_ops
 from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
 
 __all__ = ["FRAMEWORKS", "predict_step", "simulate_queue"]
@@ -73,8 +74,8 @@ def simulate_queue(times: list[OpTime]) -> tuple[float, float]:
     return max(cpu, gpu), host_total
 
 
-_TIMES: dict[tuple[object, ...], tuple[Workload, Hardware, Coefficients, ComposeCoefficients, list[Op],
-                                       list[OpTime]]] = {}
+# per (workload, hardware, kernel and composition coefficients: their contents), fused, framework: the ops and times
+_TIMES: dict[tuple[object, ...], tuple[list[Op], list[OpTime]]] = {}
 
 
 def _run(seg: list[OpTime], cpu: float, gpu: float) -> tuple[float, float]:
@@ -90,33 +91,32 @@ def _run(seg: list[OpTime], cpu: float, gpu: float) -> tuple[float, float]:
 
 
 def predict_step(workload: Workload, hardware: Hardware | str, *, fused: bool = False, framework: str | None = None,
-                 coeffs: Coefficients | None = None, compose: ComposeCoefficients | None = None,
-                 keep_ops: bool = True) -> StepTime:
+                 calibration: Calibration | None = None, keep_ops: bool = True) -> StepTime:
     """Predict one step of ``workload`` on one device.
 
     ``fused`` applies compiler fusion (torch.compile); ``framework`` is the
     launch model: ``eager`` (default; ``compiled`` when fused) or ``graph``
-    (CUDA graphs: no host time per kernel).
+    (CUDA graphs: no host time per kernel). ``calibration``: the shipped one when None.
     """
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
-    co = coeffs or load_coefficients()
-    cc = compose or load_compose_coefficients()
+    cal = resolve_calibration(calibration)
+    co, cc = cal.kernel, cal.compose
     fw = framework or ("compiled" if fused else "eager")
     if fw not in FRAMEWORKS:
         raise ConfigError(f"unknown framework {fw!r}; use one of {', '.join(FRAMEWORKS)}")
-    key = (id(workload), id(hw), id(co), id(cc), fused, fw)
+    key = (content_key(workload), content_digest(hw), content_digest(co), content_digest(cc), fused, fw)
     hit = _TIMES.get(key)
-    if hit is not None and hit[0] is workload and hit[1] is hw and hit[2] is co and hit[3] is cc:
-        ops, times = hit[4], hit[5]
+    if hit is not None:
+        ops, times = hit
     else:
         ops = fuse_chains(workload.ops) if fused else list(workload.ops)
-        kernels = predict_ops(ops, hw, co)
+        kernels = price_ops(ops, hw, co)
         launch = _host_times(fw, workload.mode is Mode.TRAINING, cc.host)
         times = [OpTime(op=o, kernel=k, host_s=cc.host.sync_s if o.kind is OpKind.HOST else launch[o.phase])
                  for o, k in zip(ops, kernels, strict=True)]
         if len(_TIMES) > 2048:
             _TIMES.clear()
-        _TIMES[key] = (workload, hw, co, cc, ops, times)
+        _TIMES[key] = (ops, times)
     wall, host = simulate_queue(times)
     wall += cc.host.step_overhead_s
     by_phase: dict[str, float] = {}
@@ -131,7 +131,7 @@ def predict_step(workload: Workload, hardware: Hardware | str, *, fused: bool = 
         by_phase[t.op.phase] = by_phase.get(t.op.phase, 0.0) + total
         group = t.op.group or "other"
         by_group[group] = by_group.get(group, 0.0) + total
-    low, high = interval_for(wall, kind="step", fused=fused)
+    low, high = interval_for(wall, cal.intervals, kind="step", fused=fused)
     return StepTime(
         model_id=workload.model_id, hardware_id=hw.id, mode=workload.mode.value, batch_size=workload.batch_size,
         seq_len=workload.seq_len, dtype=workload.dtype.value, fused=fused, parallelism="none", time_s=wall,

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from perfcast.catalog.hardware import load_hardware
+from perfcast.coefficients.kernel import Coefficients
 from perfcast.dtypes import DType
 from perfcast.groundtruth.files import read_rows
-from perfcast.kernel.coefficients import Coefficients
-from perfcast.kernel.predict import predict_ops
+from perfcast.kernel.predict import price_ops
 from perfcast.workload.graph import Graph
 from perfcast.workload.types import Op
 
@@ -92,4 +93,4 @@ def predict_attention_rows(rows: AttentionRows, coeffs: Coefficients, gpu: str =
     """Predicted kernel seconds of every row."""
     ops = [attention_op(bool(p), int(b), int(c), int(k), tuple(h))
            for p, b, c, k, h in zip(rows.prefill, rows.batch, rows.chunk, rows.kv, rows.heads, strict=True)]
-    return np.array([t.time_s for t in predict_ops(ops, gpu, coeffs)])
+    return np.array([t.time_s for t in price_ops(ops, load_hardware(gpu), coeffs)])

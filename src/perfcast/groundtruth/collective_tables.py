@@ -29,7 +29,6 @@ from perfcast.system.collectives import (
     CollectiveCoefficients,
     bus_factor,
     collective_times,
-    load_collective_coefficients,
     parse_op,
 )
 
@@ -188,9 +187,8 @@ def published_collective_rows(rows: list[dict[str, str]]) -> CollectiveRows:
     return _finish(d)
 
 
-def predict_collective_rows(rows: CollectiveRows, coeffs: CollectiveCoefficients | None = None) -> np.ndarray:
-    """Predicted time (s) per row as the row was measured (NaN where the row is not ``ok``)."""
-    co = coeffs or load_collective_coefficients()
+def predict_collective_rows(rows: CollectiveRows, co: CollectiveCoefficients) -> np.ndarray:
+    """Predicted time (s) per row as the row was measured, priced with ``co`` (NaN where the row is not ``ok``)."""
     out = np.full(len(rows), np.nan)
     for cid, op, n, g, sel in rows.placements:
         cluster = load_cluster(cid)

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from perfcast.catalog.hardware import Hardware, load_hardware
+from perfcast.coefficients.kernel import Coefficients
 from perfcast.dtypes import DType
 from perfcast.groundtruth.files import read_rows
-from perfcast.kernel.coefficients import Coefficients
 from perfcast.kernel.conv import conv_times
 from perfcast.kernel.gemm import gemm_times
 from perfcast.kernel.power import datapath, sustained_clock_frac

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.errors import ConfigError
 from perfcast.groundtruth.files import read_header, read_rows
 from perfcast.groundtruth.tables import TableKind, TablePrediction, predict_table, recognize, target_columns
-from perfcast.kernel.coefficients import Coefficients
 
 __all__ = ["BatchResult", "predict_batch", "write_predictions"]
 
@@ -41,12 +41,12 @@ class BatchResult:
         return out
 
 
-def predict_batch(table: str | Path, coeffs: Coefficients | None = None) -> BatchResult:
-    """Recognize ``table`` from its columns and predict every row."""
+def predict_batch(table: str | Path, calibration: Calibration | None = None) -> BatchResult:
+    """Recognize ``table`` from its columns and predict every row (``calibration``: the shipped one when None)."""
     header = read_header(table)
     kind = recognize(header)
     rows = list(read_rows(table))
-    pred = predict_table(kind, rows, coeffs)
+    pred = predict_table(kind, rows, resolve_calibration(calibration))
     # only the targets perfcast predicts (a VIDUR table may carry time_stats of ops it does not model)
     targets = [t for t in target_columns(kind, header) if t in pred.pred]
     return BatchResult(kind, header, rows, targets, pred)

@@ -62,10 +62,10 @@ import numpy as np
 
 from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
+from perfcast.coefficients.bundle import Calibration
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.groundtruth.files import ROW_ERRORS, row_status
-from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import PRECISION_QUANTIZATION, ServingConfig, WorkloadConfig
 from perfcast.serving.experiments.mlperf import MLPerfResult
 from perfcast.serving.experiments.run import MLPerfScenario, Simulation, run_experiment
@@ -233,9 +233,10 @@ def row_value(row: dict[str, str], metrics: ServingMetrics) -> float:
     return float(getattr(value, stat) if stat else value) * scale
 
 
-def predict_inference_rows(rows: list[dict[str, str]], serving: ServingCoefficients | None = None,
+def predict_inference_rows(rows: list[dict[str, str]], calibration: Calibration | None = None,
                            ) -> tuple[np.ndarray, list[str], list[str]]:
-    """Predicted ``value`` per row (NaN where not predicted), a status per row and each row's GPU."""
+    """Predicted ``value`` per row (NaN where not predicted), a status per row and each row's GPU
+    (``calibration``: the shipped one when None)."""
     out = np.full(len(rows), np.nan)
     status = ["ok"] * len(rows)
     groups = [r.get("gpu_id", "") for r in rows]
@@ -251,7 +252,7 @@ def predict_inference_rows(rows: list[dict[str, str]], serving: ServingCoefficie
                 res = mlperf[key].result
                 figures = mlperf[key].as_dict()
             else:
-                res = run_experiment(Simulation(cfg, coefficients=serving))
+                res = run_experiment(Simulation(cfg, calibration=calibration))
                 figures = {}
         except ROW_ERRORS as exc:
             status[i] = row_status(exc)

@@ -11,19 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perfcast.compose.interval import load_intervals
+from perfcast.coefficients.bundle import Calibration
 from perfcast.compose.types import MemoryBreakdown
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.groundtruth.files import ROW_ERRORS, row_status
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
-
-if TYPE_CHECKING:
-    from perfcast.system.coefficients import TrainingCoefficients
-    from perfcast.system.collectives import CollectiveCoefficients
 
 __all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_e2e", "predict_published_collectives",
            "predict_published_inference", "predict_published_training", "predict_table", "predict_vidur_network",
@@ -49,7 +43,7 @@ class TableKind:
     required: frozenset[str]
     targets: tuple[str, ...]
     interval: str
-    predict: Callable[[list[dict[str, str]], Coefficients], TablePrediction] | None
+    predict: Callable[[list[dict[str, str]], Calibration], TablePrediction] | None
     unsupported: str = ""
 
 
@@ -79,9 +73,11 @@ def _empty(n: int, targets: tuple[str, ...]) -> TablePrediction:
     )
 
 
-def _apply_interval(p: TablePrediction, kind: str, inverse: frozenset[str] | set[str] = frozenset()) -> None:
-    """The ``kind`` interval around every target; ``inverse`` targets (rates: inverse to a time) get it reversed."""
-    lo, hi = load_intervals().get(kind, load_intervals()["step"])
+def _apply_interval(p: TablePrediction, kind: str, cal: Calibration,
+                    inverse: frozenset[str] | set[str] = frozenset()) -> None:
+    """The ``kind`` interval of ``cal`` around every target; ``inverse`` targets (rates: inverse to a time) get it
+    reversed."""
+    lo, hi = cal.intervals.bounds(kind)
     for t, v in p.pred.items():
         a, b = (-hi, -lo) if t in inverse else (lo, hi)
         p.low[t] = v * np.exp(a)
@@ -89,9 +85,9 @@ def _apply_interval(p: TablePrediction, kind: str, inverse: frozenset[str] | set
 
 
 # -- NeuSight end-to-end ----------------------------------------------------------
-def predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: object = None) -> TablePrediction:
-    """NeuSight end-to-end rows, one model step each; ``compose`` is the compose coefficients to price the steps
-    with (None: the default ones; ``perfcast fit`` passes its candidates)."""
+def predict_e2e(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
+    """NeuSight end-to-end rows, one model step each, priced with ``cal`` (``perfcast fit`` passes its
+    candidates)."""
     from perfcast.compose.predict import StepRequest
     from perfcast.system.predict import predict
     from perfcast.workload.types import Mode
@@ -115,7 +111,7 @@ def predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: objec
                     optimizer="none", loss=False, accumulate_grads=True,
                     dtype="fp32",  # FP32 everywhere (groundtruth/neusight/README.md); the tables name no dtype
                 )
-                st = predict(req, coeffs, compose)  # type: ignore[arg-type]
+                st = predict(req, cal)
                 busy = st.device_busy_s or 1.0
                 fw = st.time_s * st.by_phase_s.get("fwd", 0.0) / busy
                 bw = st.time_s - fw if mode is Mode.TRAINING else 0.0
@@ -125,7 +121,7 @@ def predict_e2e(rows: list[dict[str, str]], coeffs: Coefficients, compose: objec
             out.pred["measured_ms"][i] = total
             out.pred["measured_fw_ms"][i] = fw
             out.pred["measured_bw_ms"][i] = bw
-    _apply_interval(out, "step")
+    _apply_interval(out, "step", cal)
     return out
 
 
@@ -140,14 +136,14 @@ def _memory_status(memory: MemoryBreakdown | None) -> str:
 
 
 # -- NeuSight kernels --------------------------------------------------------------
-def _kernel_predictor(kind: str) -> Callable[[list[dict[str, str]], Coefficients], TablePrediction]:
+def _kernel_predictor(kind: str) -> Callable[[list[dict[str, str]], Calibration], TablePrediction]:
     from perfcast.catalog.hardware import load_hardware
     from perfcast.groundtruth.kernel_tables import KernelRows, predict_kernel_rows
 
     cols = {"gemm": ("batch", "m_rows", "k_reduction", "n_cols"), "vector": ("rows", "cols"),
             "conv": ("batch", "in_channels", "out_channels", "kernel_size", "input_hw", "stride", "padding")}[kind]
 
-    def run(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
+    def run(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
         out = _empty(len(rows), ("latency_ms",))
         good: list[int] = []
         dims, devs, ops = [], [], []
@@ -186,16 +182,16 @@ def _kernel_predictor(kind: str) -> Callable[[list[dict[str, str]], Coefficients
         if good:
             kr = KernelRows(kind, np.array(devs), np.array(ops), np.array([""] * len(good)), np.array(dims),
                             np.full(len(good), np.nan))
-            pred = predict_kernel_rows(kr, coeffs) * 1e3
+            pred = predict_kernel_rows(kr, cal.kernel) * 1e3
             out.pred["latency_ms"][np.array(good)] = pred
-        _apply_interval(out, "kernel")
+        _apply_interval(out, "kernel", cal)
         return out
 
     return run
 
 
 # -- VIDUR per-op tables -------------------------------------------------------------
-def _predict_vidur(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
+def _predict_vidur(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
     from perfcast.groundtruth.vidur_tables import VIDUR_OPS, block_ops
     from perfcast.kernel.predict import predict_ops
 
@@ -216,7 +212,7 @@ def _predict_vidur(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePre
     for gpu, items in per_gpu.items():
         try:
             flat = [o for _, ops in items for o in ops]
-            times = np.array([k.time_s for k in predict_ops(flat, gpu, coeffs)]).reshape(len(items), len(VIDUR_OPS))
+            times = np.array([k.time_s for k in predict_ops(flat, gpu, cal)]).reshape(len(items), len(VIDUR_OPS))
         except PerfcastError as exc:
             for i, _ in items:
                 out.status[i] = f"unsupported: {exc}"
@@ -226,12 +222,12 @@ def _predict_vidur(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePre
                 key = f"time_stats.{op}.median"
                 if key in out.pred:
                     out.pred[key][i] = t[j] * 1e3
-    _apply_interval(out, "vidur_op")
+    _apply_interval(out, "vidur_op", cal)
     return out
 
 
 # -- VIDUR attention kernels -------------------------------------------------------------
-def _predict_vidur_attention(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
+def _predict_vidur_attention(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
     from perfcast.groundtruth.attention_tables import attention_op, row_geometry
     from perfcast.kernel.predict import predict_ops
 
@@ -246,15 +242,15 @@ def _predict_vidur_attention(rows: list[dict[str, str]], coeffs: Coefficients) -
             where.append((i, targets[0] if pre else targets[1]))
     if ops:
         # the table comes from VIDUR's A100 80GB profiling (see its README)
-        times = predict_ops(ops, "a100-pcie-80gb", coeffs)
+        times = predict_ops(ops, "a100-pcie-80gb", cal)
         for (i, t), kt in zip(where, times, strict=True):
             out.pred[t][i] = kt.time_s * 1e3
-    _apply_interval(out, "attention")
+    _apply_interval(out, "attention", cal)
     return out
 
 
 # -- published GEMM TFLOP/s ------------------------------------------------------------
-def _predict_published_gemm(rows: list[dict[str, str]], coeffs: Coefficients) -> TablePrediction:
+def _predict_published_gemm(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
     from perfcast.catalog.hardware import load_hardware
     from perfcast.dtypes import parse_dtype
     from perfcast.kernel.gemm import gemm_times
@@ -266,23 +262,22 @@ def _predict_published_gemm(rows: list[dict[str, str]], coeffs: Coefficients) ->
             hw = load_hardware(r["gpu_id"])
             dtype = parse_dtype(r["dtype"])
             m, n, k = (_f(r, c) for c in ("m", "n", "k"))
-            t = gemm_times(np.array([1.0]), np.array([m]), np.array([k]), np.array([n]), hw, dtype, coeffs,
+            t = gemm_times(np.array([1.0]), np.array([m]), np.array([k]), np.array([n]), hw, dtype, cal.kernel,
                            batched=False).time_s[0]
             out.pred["tflops"][i] = 2.0 * m * n * k / t / 1e12
-    _apply_interval(out, "gemm_published")
+    _apply_interval(out, "gemm_published", cal)
     return out
 
 
 # -- collectives (VIDUR network tables, published collectives) ---------------------------------
-def predict_vidur_network(rows: list[dict[str, str]], coeffs: Coefficients | None = None,
-                          collective_coeffs: CollectiveCoefficients | None = None) -> TablePrediction:
+def predict_vidur_network(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
     """VIDUR ``network/<cluster>/{all_reduce,send_recv}.csv``: ``time_stats.<op>.median`` (ms) per row."""
     from perfcast.groundtruth.collective_tables import predict_collective_rows, vidur_network_rows
 
     targets = ("time_stats.all_reduce.median", "time_stats.send_recv.median")
     out = _empty(len(rows), targets)
     crows = vidur_network_rows(rows)
-    pred = predict_collective_rows(crows, collective_coeffs)
+    pred = predict_collective_rows(crows, cal.collectives)
     out.status = list(crows.status)
     out.groups = [str(g) for g in crows.group]
     for i, op in enumerate(crows.op):
@@ -291,19 +286,18 @@ def predict_vidur_network(rows: list[dict[str, str]], coeffs: Coefficients | Non
             out.pred[key][i] = pred[i] * 1e3
         elif out.status[i] == "ok":
             out.status[i] = f"unsupported: VIDUR network tables hold all_reduce and send_recv, not {op}"
-    _apply_interval(out, "collective")
+    _apply_interval(out, "collective", cal)
     return out
 
 
-def predict_published_collectives(rows: list[dict[str, str]], coeffs: Coefficients | None = None,
-                                  collective_coeffs: CollectiveCoefficients | None = None) -> TablePrediction:
+def predict_published_collectives(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
     """Published collectives: busbw and algbw (GB/s, 10^9 B/s) and time_us per row."""
     from perfcast.groundtruth.collective_tables import predict_collective_rows, published_collective_rows
     from perfcast.system.collectives import bus_factor, parse_op
 
     out = _empty(len(rows), ("busbw_GBps", "algbw_GBps", "time_us"))
     crows = published_collective_rows(rows)
-    t = predict_collective_rows(crows, collective_coeffs)
+    t = predict_collective_rows(crows, cal.collectives)
     out.status = list(crows.status)
     out.groups = [str(g) for g in crows.group]
     ok = np.isfinite(t) & (t > 0)
@@ -313,34 +307,34 @@ def predict_published_collectives(rows: list[dict[str, str]], coeffs: Coefficien
     out.pred["time_us"] = np.where(ok, t * 1e6, np.nan)
     out.pred["algbw_GBps"] = algbw
     out.pred["busbw_GBps"] = algbw * factor
-    _apply_interval(out, "collective", inverse={"busbw_GBps", "algbw_GBps"})
+    _apply_interval(out, "collective", cal, inverse={"busbw_GBps", "algbw_GBps"})
     return out
 
 
 # -- published training runs -------------------------------------------------------------------
-def predict_published_training(rows: list[dict[str, str]], coeffs: Coefficients | None = None,
-                               training: TrainingCoefficients | None = None) -> TablePrediction:
+def predict_published_training(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
     """Published training throughput: tokens/s and TFLOP/s per GPU, MFU, HFU and step time per row."""
     from perfcast.groundtruth.training_tables import TRAINING_TARGETS, predict_training_rows
 
     out = _empty(len(rows), TRAINING_TARGETS)
-    pred, status, groups = predict_training_rows(rows, coeffs, training)
+    pred, status, groups = predict_training_rows(rows, cal)
     out.status, out.groups = status, groups
     out.pred.update(pred)
-    _apply_interval(out, "training", inverse=set(TRAINING_TARGETS) - {"step_time_s"})  # rates: inverse step times
+    # rates: inverse step times
+    _apply_interval(out, "training", cal, inverse=set(TRAINING_TARGETS) - {"step_time_s"})
     return out
 
 
 # -- published serving throughput ----------------------------------------------------------------
-def predict_published_inference(rows: list[dict[str, str]], coeffs: Coefficients | None = None) -> TablePrediction:
+def predict_published_inference(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
     """Published serving throughput (output tokens/s of the instance), each row's load simulated."""
     from perfcast.groundtruth.serving_tables import predict_inference_rows
 
     out = _empty(len(rows), ("value",))
-    pred, status, groups = predict_inference_rows(rows)
+    pred, status, groups = predict_inference_rows(rows, cal)
     out.status, out.groups = status, groups
     out.pred["value"] = pred
-    _apply_interval(out, "serving", inverse={"value"})  # a throughput: the interval of a time, inverted
+    _apply_interval(out, "serving", cal, inverse={"value"})  # a throughput: the interval of a time, inverted
     return out
 
 
@@ -397,13 +391,11 @@ def target_columns(kind: TableKind, header: list[str]) -> list[str]:
     return [t for t in kind.targets if t in header]
 
 
-def predict_table(kind: TableKind, rows: list[dict[str, str]], coeffs: Coefficients | None = None
-                  ) -> TablePrediction:
-    """Predictions for every row of a recognized table."""
-    co = coeffs or load_coefficients()
+def predict_table(kind: TableKind, rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
+    """Predictions for every row of a recognized table, priced with ``cal``."""
     if kind.predict is None:
         out = _empty(len(rows), kind.targets)
         out.status = [f"unsupported: {kind.unsupported}"] * len(rows)
         out.groups = [r.get("gpu_id", r.get("device", "")) for r in rows]
         return out
-    return kind.predict(rows, co)
+    return kind.predict(rows, cal)

@@ -52,11 +52,10 @@ import re
 import numpy as np
 
 from perfcast.catalog.models import ModelConfig, load_model
+from perfcast.coefficients.bundle import Calibration
 from perfcast.errors import ConfigError
 from perfcast.groundtruth.files import ROW_ERRORS, row_status
-from perfcast.kernel.coefficients import Coefficients
 from perfcast.system.cluster import cluster_for_gpu
-from perfcast.system.coefficients import TrainingCoefficients
 from perfcast.system.plan import ParallelPlan
 from perfcast.system.training import TrainingResult, simulate_training
 
@@ -156,16 +155,14 @@ def counts_recompute(row: dict[str, str]) -> bool:
     return "2021" in row.get("framework", "")
 
 
-def predict_row(row: dict[str, str], coeffs: Coefficients | None = None,
-                training: TrainingCoefficients | None = None) -> TrainingResult:
-    """Predict one published training row."""
+def predict_row(row: dict[str, str], calibration: Calibration | None = None) -> TrainingResult:
+    """Predict one published training row (``calibration``: the shipped one when None)."""
     cluster = cluster_for_gpu(row["gpu_id"])
     plan = plan_for_row(row, cluster.gpus_per_node)
-    return simulate_training(model_for_row(row, plan.seq_len), cluster, plan, coeffs=coeffs, training=training)
+    return simulate_training(model_for_row(row, plan.seq_len), cluster, plan, calibration=calibration)
 
 
-def predict_training_rows(rows: list[dict[str, str]], coeffs: Coefficients | None = None,
-                          training: TrainingCoefficients | None = None,
+def predict_training_rows(rows: list[dict[str, str]], calibration: Calibration,
                           ) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
     """Predictions per target column, a status per row and the GPU of each row."""
     n = len(rows)
@@ -174,7 +171,7 @@ def predict_training_rows(rows: list[dict[str, str]], coeffs: Coefficients | Non
     groups = [r.get("gpu_id", "") for r in rows]
     for i, row in enumerate(rows):
         try:
-            res = predict_row(row, coeffs, training)
+            res = predict_row(row, calibration)
         except ROW_ERRORS as exc:
             status[i] = row_status(exc)
             continue

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
+from perfcast.coefficients.kernel import Coefficients
 from perfcast.dtypes import DType
 from perfcast.groundtruth.files import read_rows
-from perfcast.kernel.coefficients import Coefficients
-from perfcast.kernel.predict import predict_ops
+from perfcast.kernel.predict import price_ops
 from perfcast.workload.graph import Graph
 from perfcast.workload.types import Op
 
@@ -119,6 +120,6 @@ def predict_vidur_rows(rows: VidurRows, coeffs: Coefficients,
     """Predicted per-op kernel times (seconds), shape (rows, len(VIDUR_OPS))."""
     out = np.full((len(rows), len(VIDUR_OPS)), np.nan)
     for gpu, (sel, ops) in (prepared or rows_ops(rows)).items():
-        times = np.array([k.time_s for k in predict_ops(ops, gpu, coeffs)])
+        times = np.array([k.time_s for k in price_ops(ops, load_hardware(gpu), coeffs)])
         out[sel] = times.reshape(len(sel), len(VIDUR_OPS))
     return out

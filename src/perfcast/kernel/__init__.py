@@ -8,7 +8,7 @@ bandwidth, fused attention, and a minimum kernel time. Coefficients are global
 device, so an unseen GPU is predicted from its YAML alone.
 """
 
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
+from perfcast.coefficients.kernel import Coefficients, load_coefficients
 from perfcast.kernel.predict import KernelTime, predict_kernel, predict_ops
 
 __all__ = ["Coefficients", "KernelTime", "load_coefficients", "predict_kernel", "predict_ops"]

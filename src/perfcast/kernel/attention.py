@@ -12,8 +12,8 @@ from typing import NamedTuple
 import numpy as np
 
 from perfcast.catalog.hardware import Hardware
+from perfcast.coefficients.kernel import Coefficients
 from perfcast.dtypes import DType
-from perfcast.kernel.coefficients import Coefficients
 from perfcast.kernel.power import datapath, sustained_clock_frac
 
 __all__ = ["AttentionRates", "attention_rates", "attention_times"]

@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from perfcast.catalog.hardware import Hardware
+from perfcast.coefficients.kernel import Coefficients
 from perfcast.dtypes import DType
-from perfcast.kernel.coefficients import Coefficients
 from perfcast.kernel.gemm import gemm_times
 from perfcast.kernel.power import datapath
 

@@ -42,8 +42,9 @@ import numpy as np
 import numpy.typing as npt
 
 from perfcast.catalog.hardware import Hardware
+from perfcast.coefficients.kernel import Coefficients
+from perfcast.digest import content_digest
 from perfcast.dtypes import DType
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.power import (
     datapath,
     dram_energy_per_byte_J,
@@ -130,16 +131,15 @@ class PowerModel:
         return np.where(limited, cap, total), static, limited
 
 
-_MODELS: dict[tuple[int, int], tuple[Hardware, Coefficients, PowerModel]] = {}
+_MODELS: dict[tuple[str, str], PowerModel] = {}  # (hardware content, coefficients content) -> power terms
 
 
-def power_model(hw: Hardware, coeffs: Coefficients | None = None) -> PowerModel:
-    """The power terms of ``hw`` (cached per device and coefficients)."""
-    co = coeffs or load_coefficients()
-    key = (id(hw), id(co))
+def power_model(hw: Hardware, co: Coefficients) -> PowerModel:
+    """The power terms of ``hw`` (cached per the contents of the device and the coefficients)."""
+    key = (content_digest(hw), content_digest(co))
     hit = _MODELS.get(key)
-    if hit is not None and hit[0] is hw and hit[1] is co:
-        return hit[2]
+    if hit is not None:
+        return hit
     static = static_power_W(hw, co)
     pm = PowerModel(hardware_id=hw.id, tdp_W=hw.tdp_W, static_W=static,
                     active_W=co.power.active_frac * max(0.0, hw.tdp_W - static),
@@ -147,7 +147,7 @@ def power_model(hw: Hardware, coeffs: Coefficients | None = None) -> PowerModel:
                     coeffs=co)
     if len(_MODELS) > 256:
         _MODELS.clear()
-    _MODELS[key] = (hw, co, pm)
+    _MODELS[key] = pm
     return pm
 
 
@@ -183,22 +183,21 @@ def energy_arrays(kinds: Sequence[OpKind], dtypes: Sequence[DType], time_s: np.n
     return (np.where(idle, 0.0, total), np.where(idle, 0.0, static), np.where(idle, 0.0, dynamic), limited)
 
 
-def op_energy(op: Op, kernel: KernelTime, hw: Hardware, coeffs: Coefficients | None = None) -> OpEnergy:
+def op_energy(op: Op, kernel: KernelTime, hw: Hardware, coeffs: Coefficients) -> OpEnergy:
     """Energy of one instance of ``op`` whose predicted time is ``kernel`` (see the module docstring)."""
     return ops_energy([op], [kernel], hw, coeffs)[0]
 
 
 def ops_energy(ops: Sequence[Op], kernels: Sequence[KernelTime], hw: Hardware,
-               coeffs: Coefficients | None = None) -> list[OpEnergy]:
+               coeffs: Coefficients) -> list[OpEnergy]:
     """Energy of one instance of each op at the time ``kernels`` give (any time: a measured one, a scaled one;
     :func:`perfcast.kernel.predict.predict_ops` already attaches it to the times it predicts)."""
-    co = coeffs or load_coefficients()
-    pm = power_model(hw, co)
+    pm = power_model(hw, coeffs)
     t = np.array([k.time_s for k in kernels], dtype=float)
     energy, static, dynamic, limited = energy_arrays([o.kind for o in ops], [o.dtype for o in ops], t,
                                                      [k.bound for k in kernels],
                                              np.array([k.flops for k in kernels], dtype=float),
-                                             np.array([k.bytes for k in kernels], dtype=float), hw, co)
+                                             np.array([k.bytes for k in kernels], dtype=float), hw, coeffs)
     out = []
     for i, k in enumerate(kernels):
         e, ti = float(energy[i]), float(t[i])
@@ -208,13 +207,13 @@ def ops_energy(ops: Sequence[Op], kernels: Sequence[KernelTime], hw: Hardware,
 
 
 def kernel_dynamic_J(kind: OpKind, dtype: DType, *, time_s: float, flops: float, bytes_: float, bound: str,
-                     hw: Hardware, coeffs: Coefficients | None = None) -> float:
+                     hw: Hardware, coeffs: Coefficients) -> float:
     """Dynamic energy of a kernel priced outside :func:`perfcast.kernel.predict.predict_ops` (a time from the
     kernel layer's rates, e.g. an attention call evaluated per iteration), joules: the formula every op is
     priced with. The energy is linear in the time, FLOPs and bytes below the TDP cap, so kernels of one kind and
     bound can be priced once from their summed time, FLOPs and bytes."""
     _, _, dynamic, _ = energy_arrays([kind], [dtype], np.array([time_s]), [bound], np.array([flops]),
-                                     np.array([bytes_]), hw, coeffs or load_coefficients())
+                                     np.array([bytes_]), hw, coeffs)
     return float(dynamic[0])
 
 

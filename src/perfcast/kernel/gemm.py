@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfcast.catalog.hardware import Hardware
+from perfcast.coefficients.kernel import Coefficients, GemmPath
 from perfcast.dtypes import DType
-from perfcast.kernel.coefficients import Coefficients, GemmPath
 from perfcast.kernel.power import datapath, sustained_clock_frac
 
 __all__ = ["GemmTimes", "gemm_times"]

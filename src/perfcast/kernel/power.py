@@ -17,8 +17,9 @@ largest ``x <= 1`` with ``P(x) <= TDP``. Every input is a datasheet figure
 from __future__ import annotations
 
 from perfcast.catalog.hardware import Hardware
+from perfcast.coefficients.kernel import Coefficients
+from perfcast.digest import content_digest
 from perfcast.dtypes import DType
-from perfcast.kernel.coefficients import Coefficients
 
 __all__ = ["datapath", "dram_energy_per_byte_J", "energy_per_flop_J", "full_power_peak", "memory_kind",
            "static_power_W", "sustained_clock_frac", "voltage_frac"]
@@ -69,19 +70,19 @@ def voltage_frac(clock_frac: float, coeffs: Coefficients) -> float:
     return vmin + (1.0 - vmin) * clock_frac
 
 
-_CACHE: dict[tuple[int, str, int], tuple[Hardware, Coefficients, float]] = {}
+_CACHE: dict[tuple[str, str, str], float] = {}  # (hardware content, path, coefficients content) -> clock
 
 
 def sustained_clock_frac(hw: Hardware, path: str, coeffs: Coefficients) -> float:
     """Fraction of the boost clock sustained when ``path`` is saturated (0 < x <= 1)."""
-    key = (id(hw), path, id(coeffs))
+    key = (content_digest(hw), path, content_digest(coeffs))
     hit = _CACHE.get(key)
-    if hit is not None and hit[0] is hw and hit[1] is coeffs:
-        return hit[2]
+    if hit is not None:
+        return hit
     value = _sustained(hw, path, coeffs)
     if len(_CACHE) > 4096:
         _CACHE.clear()
-    _CACHE[key] = (hw, coeffs, value)
+    _CACHE[key] = value
     return value
 
 

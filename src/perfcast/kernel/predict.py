@@ -8,9 +8,11 @@ from typing import cast
 import numpy as np
 
 from perfcast.catalog.hardware import Hardware, load_hardware
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
+from perfcast.coefficients.kernel import Coefficients
+from perfcast.digest import content_digest
 from perfcast.dtypes import DType
 from perfcast.kernel.attention import attention_times
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.conv import conv_times
 from perfcast.kernel.cpu import cpu_op_times
 from perfcast.kernel.energy import energy_arrays
@@ -19,15 +21,24 @@ from perfcast.kernel.types import KernelTime
 from perfcast.kernel.vector import vector_times
 from perfcast.workload.types import Op, OpKind
 
-__all__ = ["KernelTime", "predict_kernel", "predict_ops"]
+__all__ = ["KernelTime", "predict_kernel", "predict_ops", "price_ops"]
 
 
-def predict_kernel(op: Op, hardware: Hardware | str, coeffs: Coefficients | None = None) -> KernelTime:
-    """Device time of one instance of ``op`` on ``hardware``."""
-    return predict_ops([op], hardware, coeffs)[0]
+def predict_kernel(op: Op, hardware: Hardware | str, calibration: Calibration | None = None) -> KernelTime:
+    """Device time of one instance of ``op`` on ``hardware`` (``calibration``: the shipped one when None)."""
+    return predict_ops([op], hardware, calibration)[0]
 
 
-_CACHE: dict[tuple[int, int], tuple[Hardware, Coefficients, dict[tuple[object, ...], KernelTime]]] = {}
+def predict_ops(ops: Sequence[Op], hardware: Hardware | str, calibration: Calibration | None = None,
+                *, clock_frac: float | None = None) -> list[KernelTime]:
+    """Device time of one instance of each op on ``hardware`` (see :func:`price_ops`; ``calibration``: the
+    shipped one when None)."""
+    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+    return price_ops(ops, hw, resolve_calibration(calibration).kernel, clock_frac=clock_frac)
+
+
+# per (hardware content, kernel coefficients content): the times of each op shape priced so far
+_CACHE: dict[tuple[str, str], dict[tuple[object, ...], KernelTime]] = {}
 _CACHE_LIMIT = 200_000
 
 
@@ -37,25 +48,21 @@ def _shape_key(op: Op) -> tuple[object, ...]:
             op.get("training"))
 
 
-def predict_ops(ops: Sequence[Op], hardware: Hardware | str, coeffs: Coefficients | None = None,
-                *, clock_frac: float | None = None) -> list[KernelTime]:
-    """Device time of one instance of each op (vectorized by kind, cached per op shape and device).
+def price_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, *,
+              clock_frac: float | None = None) -> list[KernelTime]:
+    """Device time of one instance of each op priced with the kernel coefficients ``co`` (vectorized by kind,
+    cached per op shape and the contents of ``hw`` and ``co``).
 
     ``clock_frac`` overrides the sustained-clock model (benchmark bursts); such calls are not cached.
     """
-    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
-    co = coeffs or load_coefficients()
     if clock_frac is not None:
         return _predict_ops(ops, hw, co, clock_frac)
-    owner = (id(hw), id(co))
-    entry = _CACHE.get(owner)
-    if entry is None or entry[0] is not hw or entry[1] is not co:
-        # ids are reused after garbage collection: an entry counts only for the same objects
+    owner = (content_digest(hw), content_digest(co))
+    cache = _CACHE.get(owner)
+    if cache is None:
         if len(_CACHE) > 64:
             _CACHE.clear()
-        entry = (hw, co, {})
-        _CACHE[owner] = entry
-    cache = entry[2]
+        cache = _CACHE[owner] = {}
     keys = [_shape_key(o) for o in ops]
     missing = [i for i, k in enumerate(keys) if k not in cache]
     if missing:

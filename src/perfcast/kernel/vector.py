@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from perfcast.catalog.hardware import Hardware
-from perfcast.kernel.coefficients import Coefficients
+from perfcast.coefficients.kernel import Coefficients
 from perfcast.kernel.power import memory_kind
 
 __all__ = ["REDUCTIONS", "vector_times"]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from perfcast.coefficients.bundle import Calibration
 from perfcast.errors import PerfcastError
 from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import CollectiveRun, CollectiveScenario
@@ -72,7 +73,7 @@ def _whole_tables(tables: list[tuple[str, CollectiveRows]]) -> list[str]:
 
     notes = []
     for name, rows in tables:
-        pred = predict_collective_rows(rows)
+        pred = predict_collective_rows(rows, Calibration.shipped().collectives)
         ok = np.isfinite(pred) & np.isfinite(rows.measured_s) & (rows.measured_s > 0)
         if ok.any():
             err = np.abs(pred[ok] / rows.measured_s[ok] - 1.0)

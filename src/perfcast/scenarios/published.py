@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from perfcast.coefficients.bundle import Calibration
 from perfcast.errors import PerfcastError
 from perfcast.groundtruth.files import find_groundtruth, read_rows
 from perfcast.groundtruth.serving_tables import inference_config
 from perfcast.groundtruth.vidur_tables import VIDUR_OPS, load_vidur_rows, predict_vidur_rows
-from perfcast.kernel.coefficients import load_coefficients
 from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import OperatorTableScenario, ServingTableScenario
 from perfcast.serving.experiments.run import Simulation, run_experiment
@@ -115,7 +115,7 @@ def run_operator_table_scenario(sc: OperatorTableScenario) -> ScenarioResult:
                 keep[idx[::sc.row_stride]] = True
             res.notes.append(f"every {sc.row_stride}th row of each table predicted ({int(keep.sum())} of {len(rows)})")
             rows = rows.subset(keep)
-        predicted = predict_vidur_rows(rows, load_coefficients())
+        predicted = predict_vidur_rows(rows, Calibration.shipped().kernel)
     except PerfcastError as exc:
         res.error = str(exc)
         return res.settle()

@@ -21,9 +21,8 @@ from pathlib import Path
 
 from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
-from perfcast.compose.coefficients import load_compose_coefficients
+from perfcast.coefficients.bundle import Calibration
 from perfcast.errors import PerfcastError
-from perfcast.kernel.coefficients import load_coefficients
 from perfcast.results.scenario import ScenarioResult
 from perfcast.scenarios.schema import TrainingRun, TrainingScenario
 from perfcast.system.layers import micro_batch_costs
@@ -63,7 +62,8 @@ def _trainable_params(res: TrainingResult, model: str | ModelConfig) -> float | 
     try:
         cfg = load_model(model)
         hw = load_hardware(res.gpu_id)
-        costs = micro_batch_costs(cfg, whole, hw, load_coefficients(), load_compose_coefficients())
+        cal = Calibration.shipped()
+        costs = micro_batch_costs(cfg, whole, hw, cal.kernel, cal.compose)
     except PerfcastError:
         return None
     return float(sum(p.trainable_params * p.count for p in costs.parts))

@@ -17,9 +17,10 @@ import numpy as np
 from perfcast.catalog.defaults import default_dtype
 from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
+from perfcast.digest import content_digest
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
-from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.iteration import IterationModel
 from perfcast.serving.kv import BlockManager, CountingBlockManager, KVCache
@@ -52,28 +53,28 @@ def max_model_len(cfg: ServingConfig, model_cfg: ModelConfig | None = None) -> i
     return cfg.max_model_len or context
 
 
-_MODELS: dict[tuple[object, ...], tuple[ModelConfig, ServingCoefficients | None, IterationModel]] = {}
+# per the contents of the model, device and calibration, and the deployment's fields the iteration model reads
+_MODELS: dict[tuple[object, ...], IterationModel] = {}
 
 
 def _iteration_model(model_cfg: ModelConfig, cfg: ServingConfig, *, dtype: DType, quantization: str,
-                     kv_dtype: DType | None, pp: int, max_tokens: int,
-                     serving: ServingCoefficients | None) -> IterationModel:
+                     kv_dtype: DType | None, pp: int, max_tokens: int, calibration: Calibration) -> IterationModel:
     """The deployment's iteration model, tabulated once per process (a QPS search, a co-location fixed point
     and a table of benchmark rows simulate the same deployment many times)."""
-    key = (id(model_cfg), cfg.hardware, cfg.tensor_parallel_size, pp, dtype, quantization, kv_dtype, max_tokens,
-           cfg.max_num_seqs, cfg.engine, cfg.cluster, id(serving), cfg.expert_parallel_size,
-           cfg.attention_data_parallel)
+    key = (content_digest(model_cfg), content_digest(load_hardware(cfg.hardware)), cfg.tensor_parallel_size, pp,
+           dtype, quantization, kv_dtype, max_tokens, cfg.max_num_seqs, cfg.engine, cfg.cluster, calibration.digest,
+           cfg.expert_parallel_size, cfg.attention_data_parallel)
     hit = _MODELS.get(key)
-    if hit is not None and hit[0] is model_cfg and hit[1] is serving:
-        return hit[2]
+    if hit is not None:
+        return hit
     model = IterationModel(model_cfg, cfg.hardware, tp=cfg.tensor_parallel_size, pp=pp, dtype=dtype,
                            quantization=quantization, kv_dtype=kv_dtype, max_tokens=max_tokens,
                            max_seqs=cfg.max_num_seqs, engine=cfg.engine,
-                           cluster=load_cluster(cfg.cluster) if cfg.cluster else None, serving=serving,
+                           cluster=load_cluster(cfg.cluster) if cfg.cluster else None, calibration=calibration,
                            ep=cfg.expert_parallel_size, attention_dp=cfg.attention_data_parallel)
     if len(_MODELS) > 256:
         _MODELS.clear()
-    _MODELS[key] = (model_cfg, serving, model)
+    _MODELS[key] = model
     return model
 
 
@@ -134,11 +135,10 @@ class Deployment:
         return extra
 
 
-def build_deployment(cfg: ServingConfig, *, serving: ServingCoefficients | None = None,
-                     memory_frac: float = 1.0) -> Deployment:
+def build_deployment(cfg: ServingConfig, calibration: Calibration, *, memory_frac: float = 1.0) -> Deployment:
     """``cfg``'s deployment: the iteration model (tabulated once per process), the draft model, one GPU's
     memory with ``memory_frac`` of the usable memory (another model on the GPUs takes the rest) and the
-    limits its schedulers obey. ``serving`` replaces the packaged engine coefficients (fits)."""
+    limits its schedulers obey, priced with ``calibration``."""
     policy = "sarathi" if cfg.scheduler == "vllm" and cfg.enable_chunked_prefill else cfg.scheduler
     model_cfg = load_model(cfg.model)
     max_len = max_model_len(cfg, model_cfg)
@@ -148,12 +148,13 @@ def build_deployment(cfg: ServingConfig, *, serving: ServingCoefficients | None 
     dtype = serving_dtype(cfg, model_cfg)
     kv_dtype = None if cfg.kv_cache_dtype == "auto" else DType(cfg.kv_cache_dtype)
     model = _iteration_model(model_cfg, cfg, dtype=dtype, quantization=cfg.quantization, kv_dtype=kv_dtype,
-                             pp=cfg.pipeline_parallel_size, max_tokens=min(max(budget, 1), 65536), serving=serving)
+                             pp=cfg.pipeline_parallel_size, max_tokens=min(max(budget, 1), 65536),
+                             calibration=calibration)
     draft = None
     if cfg.speculative_model and cfg.num_speculative_tokens:
         draft = _iteration_model(_draft_config(cfg.speculative_model, model_cfg), cfg, dtype=dtype,
                                  quantization="none", kv_dtype=None, pp=1, max_tokens=min(max(budget, 1), 65536),
-                                 serving=serving)
+                                 calibration=calibration)
     memory = memory_breakdown(model, usable_frac=cfg.gpu_memory_utilization * memory_frac,
                               max_batched_tokens=budget, max_num_seqs=cfg.max_num_seqs, block_size=cfg.block_size,
                               draft=draft)
@@ -178,12 +179,13 @@ def _draft_config(name: str, target: ModelConfig) -> ModelConfig:
 
 
 def serving_memory(cfg: ServingConfig, *, memory_frac: float = 1.0,
-                   serving: ServingCoefficients | None = None) -> ServingMemory:
+                   calibration: Calibration | None = None) -> ServingMemory:
     """Whether ``cfg``'s deployment fits, with one GPU's memory breakdown (see :mod:`perfcast.serving.memory`),
     without simulating. Besides the weights and activations, the KV cache of one engine must hold at least
     one request of the workload (its prompt and output, each beam's tokens, under the cache's watermark);
-    requests longer than ``max_model_len`` do not count (they are refused whatever the memory)."""
-    dep = build_deployment(cfg, serving=serving, memory_frac=memory_frac)
+    requests longer than ``max_model_len`` do not count (they are refused whatever the memory). ``calibration``:
+    the shipped one when None."""
+    dep = build_deployment(cfg, resolve_calibration(calibration), memory_frac=memory_frac)
     memory = dep.memory
     if not memory.fits:
         return memory

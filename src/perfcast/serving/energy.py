@@ -21,8 +21,8 @@ from typing import Protocol
 import numpy as np
 
 from perfcast.catalog.hardware import Hardware
+from perfcast.coefficients.kernel import Coefficients
 from perfcast.dtypes import DType
-from perfcast.kernel.coefficients import Coefficients
 from perfcast.kernel.energy import ENERGY_STATUS, kernel_dynamic_J, power_model, step_energy_J
 from perfcast.serving.config import ServingConfig
 from perfcast.workload.types import OpKind

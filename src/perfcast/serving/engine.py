@@ -82,10 +82,10 @@ import math
 
 import numpy as np
 
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.errors import ConfigError
 from perfcast.serving.client import Client
 from perfcast.serving.clock import ExplainingClock, IterationClock
-from perfcast.serving.coefficients import ServingCoefficients
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.deployment import Deployment, build_deployment
 from perfcast.serving.handover import Handovers
@@ -106,20 +106,20 @@ __all__ = ["Engine", "simulate_serving"]
 
 
 def simulate_serving(cfg: ServingConfig, *, keep_events: bool = False, audit: bool = False,
-                     serving: ServingCoefficients | None = None, memory_frac: float = 1.0,
+                     calibration: Calibration | None = None, memory_frac: float = 1.0,
                      iteration_scale: float = 1.0, iteration_extra_s: float = 0.0,
                      explain: bool = False) -> ServingResult:
     """Simulate ``cfg`` to completion of every request (or its rejection with a reason).
 
     ``keep_events`` keeps every iteration for the timeline; ``audit`` checks every KV cache's
     invariants (blocks in use within capacity, no block owned twice) after each iteration (tests);
-    ``serving`` replaces the packaged engine coefficients (fits). ``memory_frac`` (the share of the usable
+    ``calibration`` prices it (the shipped one when None). ``memory_frac`` (the share of the usable
     GPU memory this model gets), ``iteration_scale`` and ``iteration_extra_s`` (every iteration's time is
     ``time * scale + extra``) describe another model sharing the GPUs
     (:mod:`perfcast.serving.experiments.colocation`). ``explain`` sums the iterations' time by part into the
     result's ``breakdown`` (:class:`~perfcast.serving.explain.TimeBreakdown`).
     """
-    dep = build_deployment(cfg, serving=serving, memory_frac=memory_frac)
+    dep = build_deployment(cfg, resolve_calibration(calibration), memory_frac=memory_frac)
     if not dep.memory.fits:  # an answer (serving_memory gives it with the breakdown), but nothing to simulate
         raise ConfigError(f"the deployment does not fit: {dep.memory.verdict}")
     requests = run_requests(cfg, dep.extra_prompt_tokens())

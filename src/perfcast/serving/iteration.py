@@ -58,12 +58,11 @@ import numpy as np
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.catalog.params import count_params
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
 from perfcast.kernel.attention import attention_rates
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
-from perfcast.kernel.predict import predict_ops
-from perfcast.serving.coefficients import ServingCoefficients, load_serving_coefficients
+from perfcast.kernel.predict import price_ops
 from perfcast.system.cluster import Cluster, cluster_for_gpu
 from perfcast.system.collectives import collective_times
 from perfcast.workload.build import WorkloadSpec, build_workload
@@ -158,8 +157,7 @@ class IterationModel:
     max_tokens: int = 16384
     max_seqs: int = 1024
     engine: str = "vllm"
-    coeffs: Coefficients | None = None
-    serving: ServingCoefficients | None = None
+    calibration: Calibration | None = None
     cluster: Cluster | None = None
     attention_dp: bool = False
     ep: int = 1
@@ -172,8 +170,8 @@ class IterationModel:
     def __post_init__(self) -> None:
         self.cfg = load_model(self.model)
         self.hw = self.hardware if isinstance(self.hardware, Hardware) else load_hardware(self.hardware)
-        self.co = self.coeffs or load_coefficients()
-        self.sc = self.serving or load_serving_coefficients()
+        self.cal = resolve_calibration(self.calibration)
+        self.co, self.sc = self.cal.kernel, self.cal.serving
         if self.engine not in self.sc.engines:
             raise ConfigError(f"unknown engine {self.engine!r}; use one of {', '.join(sorted(self.sc.engines))}")
         if self.quantization not in QUANTIZATION_CHOICES:
@@ -281,7 +279,7 @@ class IterationModel:
                       owner: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Seconds of the token-parallel ops (one stage, one GPU) for every token count up to ``max_tokens``,
         and their dynamic energy (joules, :attr:`~perfcast.kernel.types.KernelTime.dynamic_J`) on the same grid."""
-        times = predict_ops(lin_ops, self.hw, self.co)
+        times = price_ops(lin_ops, self.hw, self.co)
         per = np.zeros(len(grid))
         per_J = np.zeros(len(grid))
         stage = self.layers_per_stage / self.cfg.num_layers
@@ -303,11 +301,13 @@ class IterationModel:
             assert moe is not None  # checked in __post_init__
             moe_layers = sum(moe.is_moe_layer(i) for i in range(self.cfg.num_layers)) / self.pp
             hidden = grid.astype(float) * self.cfg.hidden_size * self.dtype.bytes
-            ct = (collective_times("all_gather", hidden, self.tp, self.cl, shared_nics=False)
-                  + collective_times("reduce_scatter", hidden, self.tp, self.cl, shared_nics=False))
+            co = self.cal.collectives
+            ct = (collective_times("all_gather", hidden, self.tp, self.cl, coeffs=co, shared_nics=False)
+                  + collective_times("reduce_scatter", hidden, self.tp, self.cl, coeffs=co, shared_nics=False))
             table = np.interp(dense, grid.astype(float), ct * moe_layers)
         elif self.tp > 1 and comm_calls:
-            ct = collective_times("all_reduce", comm_bytes, self.tp, self.cl, shared_nics=False)
+            ct = collective_times("all_reduce", comm_bytes, self.tp, self.cl, coeffs=self.cal.collectives,
+                                  shared_nics=False)
             table = np.interp(dense, grid.astype(float), ct * comm_calls)
         else:
             table = np.zeros_like(dense)
@@ -332,7 +332,7 @@ class IterationModel:
                     scaled.append(op.with_(dims=(int(n), cols), flops=op.flops * f, bytes_read=op.bytes_read * f,
                                            bytes_written=op.bytes_written * f))
         per_head = len([o for o in head_ops if o.kind is not OpKind.ATTENTION])
-        priced = predict_ops(scaled, self.hw, self.co)
+        priced = price_ops(scaled, self.hw, self.co)
         ht = np.array([k.time_s for k in priced]).reshape(len(seqs), per_head).sum(1)
         hj = np.array([k.dynamic_J for k in priced]).reshape(len(seqs), per_head).sum(1)
         dense, g = np.arange(self.max_seqs + 1, dtype=float), seqs.astype(float)
@@ -525,7 +525,7 @@ class IterationModel:
             g = Graph(self.dtype)
             build_vision_encoder(g, self.cfg.vision, images)
             ops = [o for o in shard_tp(list(g.ops), self.tp) if o.kind is not OpKind.COMM]
-            priced = list(zip(ops, predict_ops(ops, self.hw, self.co), strict=True))
+            priced = list(zip(ops, price_ops(ops, self.hw, self.co), strict=True))
             hit = (sum(k.time_s * o.count for o, k in priced), sum(k.dynamic_J * o.count for o, k in priced))
             self._vision[images] = hit
         return hit

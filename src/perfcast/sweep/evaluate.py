@@ -36,12 +36,10 @@ import numpy as np
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig, load_model
-from perfcast.compose.coefficients import ComposeCoefficients, load_compose_coefficients
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.errors import ConfigError
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.sweep.space import RECOMPUTE, PlanArrays, SearchSpace
 from perfcast.system.cluster import Cluster, load_cluster
-from perfcast.system.coefficients import TrainingCoefficients, load_training_coefficients
 from perfcast.system.layers import MicroBatchCosts, micro_batch_costs
 from perfcast.system.memory import training_memory
 from perfcast.system.schedule import steady_state_s
@@ -110,15 +108,15 @@ class Pricer:
     """The model, cluster and coefficients a search prices plans with, and the memos of what it derived."""
 
     def __init__(self, space: SearchSpace, *, cfg: ModelConfig | None = None, cluster: Cluster | None = None,
-                 coeffs: Coefficients | None = None, compose: ComposeCoefficients | None = None,
-                 training: TrainingCoefficients | None = None) -> None:
+                 calibration: Calibration | None = None) -> None:
         self.space = space
         self.cfg = cfg or load_model(space.model)
         self.cluster = cluster or load_cluster(space.cluster)
         self.hw: Hardware = self.cluster.hardware()
-        self.coeffs = coeffs or load_coefficients()
-        self.compose = compose or load_compose_coefficients()
-        self.training = training or load_training_coefficients()
+        self.calibration = resolve_calibration(calibration)
+        self.coeffs = self.calibration.kernel
+        self.compose = self.calibration.compose
+        self.training = self.calibration.training
         self.grad_bytes = 4.0  # gradients reduced in fp32 (ParallelPlan's default)
         self._shapes: dict[tuple[int, ...], _Shape] = {}
         self._layouts: dict[tuple[int, int], _Layout] = {}
@@ -141,7 +139,7 @@ class Pricer:
     def _comm(self, gpus: int) -> LayerComm:
         c = self._comms.get(gpus)
         if c is None:
-            c = self._comms[gpus] = LayerComm(self.cluster_for(gpus))
+            c = self._comms[gpus] = LayerComm(self.cluster_for(gpus), self.calibration.collectives)
         return c
 
     # -- per shape ------------------------------------------------------------------------------------------

@@ -220,7 +220,8 @@ def search_training(space: SearchSpace, *, objective: str = "tflops", top: int =
 
     def row(i: int, exact: bool) -> PlanRow:
         r = plans.row(i)
-        res = simulate_training(pricer.cfg, pricer.cluster, plans.plan(i, space)) if exact else None
+        res = (simulate_training(pricer.cfg, pricer.cluster, plans.plan(i, space), calibration=pricer.calibration)
+               if exact else None)
         return PlanRow(r, float(scores.step_time_s[i]), float(scores.tflops_per_gpu[i]),
                        float(scores.memory_bytes[i]), tokens, price_per_gpu_hour_usd, res)
 
@@ -280,7 +281,7 @@ def _references(space: SearchSpace, pricer: Pricer, plans: PlanArrays, scores: P
             except ConfigError:
                 continue
             sc = evaluate_plans(pricer, one)
-            exact = simulate_training(pricer.cfg, pricer.cluster, plan)
+            exact = simulate_training(pricer.cfg, pricer.cluster, plan, calibration=pricer.calibration)
             rows.append(PlanRow(r, float(sc.step_time_s[0]), float(sc.tflops_per_gpu[0]),
                                 float(sc.memory_bytes[0]), tokens, price, exact))
         if not rows:

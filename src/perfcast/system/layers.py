@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig
-from perfcast.compose.coefficients import ComposeCoefficients
+from perfcast.coefficients.compose import ComposeCoefficients
+from perfcast.coefficients.kernel import Coefficients
+from perfcast.digest import content_digest
 from perfcast.dtypes import DType
-from perfcast.kernel.coefficients import Coefficients
 from perfcast.kernel.energy import MATRIX_KINDS
-from perfcast.kernel.predict import predict_ops
+from perfcast.kernel.predict import price_ops
 from perfcast.system.plan import ParallelPlan
 from perfcast.workload.backward import SavedActivations, backward_ops
 from perfcast.workload.build import WorkloadSpec, build_workload
@@ -145,7 +146,8 @@ def _model_flops(forward: list[Op], tokens: int) -> tuple[float, float, float]:
     return mf, 3.0 * attention / tokens, mf / 3.0
 
 
-_CACHE: dict[tuple[object, ...], tuple[ModelConfig, Hardware, Coefficients, MicroBatchCosts]] = {}
+# per the contents of the model, device and coefficients, and the plan's fields the costs depend on
+_CACHE: dict[tuple[object, ...], MicroBatchCosts] = {}
 
 
 def micro_batch_costs(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients,
@@ -158,16 +160,16 @@ def micro_batch_costs(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs
     """
     if forward is not None:
         return _price(cfg, plan, hw, coeffs, compose, forward)
-    key = (id(cfg), id(hw), id(coeffs), id(compose), plan.tp, plan.cp, plan.cp_kind, plan.ep, plan.sp, plan.micro_batch,
-           plan.seq_len, plan.precision, plan.lora_rank, plan.lora_targets, plan.qlora, plan.moe_skew,
-           plan.moe_capacity_factor, plan.framework, plan.fused_kernels)
+    key = (content_digest(cfg), content_digest(hw), content_digest(coeffs), content_digest(compose), plan.tp,
+           plan.cp, plan.cp_kind, plan.ep, plan.sp, plan.micro_batch, plan.seq_len, plan.precision, plan.lora_rank,
+           plan.lora_targets, plan.qlora, plan.moe_skew, plan.moe_capacity_factor, plan.framework, plan.fused_kernels)
     hit = _CACHE.get(key)
-    if hit is not None and hit[0] is cfg and hit[1] is hw and hit[2] is coeffs:
-        return hit[3]
+    if hit is not None:
+        return hit
     costs = _price(cfg, plan, hw, coeffs, compose)
     if len(_CACHE) > 512:
         _CACHE.clear()
-    _CACHE[key] = (cfg, hw, coeffs, costs)
+    _CACHE[key] = costs
     return costs
 
 
@@ -226,7 +228,7 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
     ops = shard_tp(ops, plan.tp)
     if plan.sp and plan.tp > 1:
         ops = _sequence_parallel(ops, plan.tp)
-    kernels = predict_ops([o for o in ops if o.kind is not OpKind.COMM], hw, coeffs)
+    kernels = price_ops([o for o in ops if o.kind is not OpKind.COMM], hw, coeffs)
     host = compose.host
     launch = {"eager": host.autograd_op_s, "compiled": host.compiled_op_s, "graph": 0.0}[plan.framework]
     fwd_launch = {"eager": host.autograd_op_s, "compiled": host.compiled_op_s, "graph": 0.0}[plan.framework]

@@ -24,13 +24,11 @@ from dataclasses import dataclass, replace
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig
-from perfcast.compose.coefficients import ComposeCoefficients
+from perfcast.coefficients.bundle import Calibration
 from perfcast.compose.step import predict_step
 from perfcast.compose.types import OpTime, StepTime
 from perfcast.errors import ConfigError
-from perfcast.kernel.coefficients import Coefficients
 from perfcast.system.cluster import Cluster, cluster_for_gpu
-from perfcast.system.coefficients import TrainingCoefficients
 from perfcast.system.schedule import simulate_pipeline
 from perfcast.system.step import exposed_reduction_s
 from perfcast.system.training import LayerComm, split_layers
@@ -52,20 +50,17 @@ def node_for(hw: Hardware, gpus: int) -> Cluster:
 @dataclass(frozen=True)
 class NodeStep:
     """How each GPU's step is composed (:func:`perfcast.compose.step.predict_step`) and how the GPUs
-    communicate (``comm``: the node's collectives) and overlap (``training``)."""
+    communicate (``comm``: the node's collectives) and overlap (``calibration.training``)."""
 
     hw: Hardware
-    coeffs: Coefficients
+    calibration: Calibration
     comm: LayerComm
-    training: TrainingCoefficients
     fused: bool = False
     framework: str | None = None
-    compose: ComposeCoefficients | None = None
 
     def step(self, w: Workload) -> StepTime:
         """One GPU's step of ``w``."""
-        return predict_step(w, self.hw, coeffs=self.coeffs, fused=self.fused, framework=self.framework,
-                            compose=self.compose)
+        return predict_step(w, self.hw, calibration=self.calibration, fused=self.fused, framework=self.framework)
 
 
 def _stretched(step: StepTime, time_s: float, comm_s: float) -> StepTime:
@@ -90,7 +85,7 @@ def predict_data_parallel(build: Callable[[int], Workload], batch: int, n: int, 
     grad_bytes = sum(o.params * o.count * o.dtype.bytes for o in w.ops if o.phase is Phase.FORWARD)
     total = node.comm.time("all_reduce", grad_bytes, n, 1)
     exposed = float(exposed_reduction_s(total, step.by_phase_s.get("bwd", 0.0), _layers(w),
-                                        node.training.overlap_interference))
+                                        node.calibration.training.overlap_interference))
     return replace(_stretched(step, step.time_s + exposed, step.comm_s + exposed), parallelism=f"dp{n}",
                    batch_size=batch)
 

@@ -10,15 +10,13 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from perfcast.compose.coefficients import ComposeCoefficients
+from perfcast.coefficients.bundle import Calibration
 from perfcast.compose.energy import with_energy
 from perfcast.compose.memory import step_memory
 from perfcast.compose.predict import StepRequest, parse_parallelism, prepare
 from perfcast.compose.predict import predict as predict_one_gpu
 from perfcast.compose.types import StepTime
 from perfcast.errors import ConfigError
-from perfcast.kernel.coefficients import Coefficients
-from perfcast.system.coefficients import TrainingCoefficients, load_training_coefficients
 from perfcast.system.parallel import (
     NodeStep,
     node_for,
@@ -33,22 +31,21 @@ from perfcast.workload.types import Mode
 __all__ = ["predict"]
 
 
-def predict(req: StepRequest, coeffs: Coefficients | None = None, compose: ComposeCoefficients | None = None,
-            training: TrainingCoefficients | None = None) -> StepTime:
+def predict(req: StepRequest, calibration: Calibration | None = None) -> StepTime:
     """Predict one step (see :class:`perfcast.compose.predict.StepRequest`), with its energy over all its GPUs,
     mean power per GPU and the memory of one GPU (``StepTime.memory``). A step that does not fit is still
-    predicted: ``memory.fits`` says whether it does."""
+    predicted: ``memory.fits`` says whether it does. ``calibration``: the shipped one when None."""
     par = parse_parallelism(req.parallelism)
     if par.kind == "none":
-        return predict_one_gpu(req, coeffs, compose)
+        return predict_one_gpu(req, calibration)
     if req.microbatches is not None and par.kind != "pp":
         raise ConfigError(f"microbatches={req.microbatches} split the batch over pipeline stages: they need "
                           f"parallelism ppN (got {par})")
-    step = prepare(req, coeffs)
-    cfg, hw, co, build = step.cfg, step.hw, step.coeffs, step.build
+    step = prepare(req, calibration)
+    cfg, hw, cal, build = step.cfg, step.hw, step.calibration, step.build
+    co = cal.kernel
     n = par.degree
-    node = NodeStep(hw, co, LayerComm(node_for(hw, n)), training or load_training_coefficients(),
-                    fused=req.fused, framework=req.framework, compose=compose)
+    node = NodeStep(hw, cal, LayerComm(node_for(hw, n), cal.collectives), fused=req.fused, framework=req.framework)
     if par.kind == "dp":
         st = predict_data_parallel(build, req.batch_size, n, node)
         memory = step_memory(build(req.batch_size // n), hw, gpus=n)

@@ -21,7 +21,7 @@ Values = npt.ArrayLike
 def overlapped_s(comm_s: Values, window_s: Values, interference: float) -> np.ndarray:
     """Exposed time of collectives overlapped with ``window_s`` of compute: what does not fit behind the
     compute, plus ``interference`` (the fitted share a hidden collective still slows the compute it overlaps,
-    :class:`perfcast.system.coefficients.TrainingCoefficients`) of what does."""
+    :class:`perfcast.coefficients.training.TrainingCoefficients`) of what does."""
     c, w = np.asarray(comm_s, dtype=float), np.asarray(window_s, dtype=float)
     return np.maximum(0.0, c - w) + interference * np.minimum(c, w)
 

@@ -40,15 +40,16 @@ from dataclasses import dataclass, field
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig, load_model
-from perfcast.compose.coefficients import ComposeCoefficients, load_compose_coefficients
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
+from perfcast.coefficients.collectives import CollectiveCoefficients
+from perfcast.coefficients.kernel import Coefficients
+from perfcast.coefficients.training import TrainingCoefficients
 from perfcast.compose.interval import interval_for
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.energy import ENERGY_STATUS, power_model, step_energy_J
-from perfcast.kernel.predict import KernelTime, predict_ops
+from perfcast.kernel.predict import KernelTime, price_ops
 from perfcast.system.cluster import Cluster, load_cluster
-from perfcast.system.coefficients import TrainingCoefficients, load_training_coefficients
 from perfcast.system.layers import LayerCost, MicroBatchCosts, micro_batch_costs
 from perfcast.system.memory import MemoryBreakdown, training_memory
 from perfcast.system.plan import ParallelPlan, check_plan
@@ -192,8 +193,9 @@ class TrainingResult:
 class LayerComm:
     """Collective times on a cluster for groups laid out tp-fastest (Megatron's rank order)."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, collectives: CollectiveCoefficients) -> None:
         self.cluster = cluster
+        self.collectives = collectives
         self._memo: dict[tuple[str, float, int, int], float] = {}
 
     def per_node(self, stride: int, size: int) -> int:
@@ -209,9 +211,10 @@ class LayerComm:
         hit = self._memo.get(key)
         if hit is not None:
             return hit
-        from perfcast.system.collectives import collective_time
+        from perfcast.system.collectives import price_collective
 
-        t = collective_time(op, size_bytes, group, self.cluster, gpus_per_node=self.per_node(stride, group)).time_s
+        t = price_collective(op, size_bytes, group, self.cluster, self.collectives,
+                             gpus_per_node=self.per_node(stride, group)).time_s
         self._memo[key] = t
         return t
 
@@ -416,7 +419,7 @@ def optimizer_kernel(params: float, plan: ParallelPlan, hw: Hardware, coeffs: Co
     op = Op(name=f"optimizer.{plan.optimizer}", op=plan.optimizer, kind=OpKind.VECTOR, dims=(1, p), dtype=DType.FP32,
             flops=12.0 * p, bytes_read=rd * p, bytes_written=wr * p, phase=Phase.OPTIMIZER, group="optimizer",
             meta=(("inputs", 4), ("outputs", 3)))
-    return predict_ops([op], hw, coeffs)[0]
+    return price_ops([op], hw, coeffs)[0]
 
 
 def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m: int,
@@ -491,14 +494,14 @@ def training_energy(own: list[_Stage], microbatches: int, optimizer: KernelTime,
 
 
 def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: ParallelPlan, *,
-                      nodes: int | None = None, coeffs: Coefficients | None = None,
-                      compose: ComposeCoefficients | None = None, training: TrainingCoefficients | None = None,
+                      nodes: int | None = None, calibration: Calibration | None = None,
                       keep_events: bool = False, forward: tuple[Op, ...] | None = None) -> TrainingResult:
     """Predict one optimizer step of ``model`` trained on ``cluster`` with ``plan``.
 
     ``nodes`` sets the cluster size; by default the plan's GPU count decides it
     (a plan smaller than one node uses part of a node). ``forward``: one micro-batch's forward ops given
     instead of built from ``model`` (a captured model; see :func:`perfcast.system.layers.micro_batch_costs`).
+    ``calibration``: the shipped one when None.
     """
     cfg = load_model(model)
     cl = load_cluster(cluster)
@@ -513,11 +516,10 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
                               f"use a multiple of {cl.gpus_per_node}")
     check_plan(plan, cfg, cl, num_gpus=gpus)
     hw = cl.hardware()
-    co = coeffs or load_coefficients()
-    cc = compose or load_compose_coefficients()
-    tc = training or load_training_coefficients()
+    cal = resolve_calibration(calibration)
+    co, cc, tc = cal.kernel, cal.compose, cal.training
     costs = micro_batch_costs(cfg, plan, hw, co, cc, forward=forward)
-    comm = LayerComm(cl)
+    comm = LayerComm(cl, cal.collectives)
     grad_bytes = 4.0 if plan.grad_reduce_dtype == "fp32" else 2.0
     times = {part.label: layer_time(part, plan, comm, tc, grad_bytes=grad_bytes) for part in costs.parts}
     stages = _stages(costs, times, plan)
@@ -614,7 +616,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     energy = training_energy([stages[c * p + crit] for c in range(v)], m, opt_k[crit], breakdown, step, hw, co)
     mems = [_memory(stages, r, plan, hw, m, grad_bytes) for r in {0, p - 1}]
     memory = max(mems, key=lambda mb: mb.total_bytes)
-    low, high = interval_for(step, kind="training")
+    low, high = interval_for(step, cal.intervals, kind="training")
     return TrainingResult(
         model_id=cfg.id, cluster_id=cl.id, gpu_id=hw.id, num_gpus=gpus, plan=plan, step_time_s=step,
         low_s=low, high_s=high, tokens_per_step=tokens, tokens_per_s_per_gpu=tps, model_flops_per_token=mf,

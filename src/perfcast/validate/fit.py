@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
+from perfcast.coefficients.kernel import Coefficients
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.groundtruth.kernel_tables import KernelRows, load_kernel_rows, predict_kernel_rows
 from perfcast.groundtruth.vidur_tables import load_vidur_rows, predict_vidur_rows, rows_ops
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.validate.dotted import get_path, set_path
 from perfcast.validate.optimize import fit_least_squares
 
@@ -181,14 +182,15 @@ def _sample(rows: KernelRows, per_group: int, seed: int) -> KernelRows:
     return rows.subset(keep)
 
 
-def fit_coefficients(groundtruth: Path | None = None, *, base: Coefficients | None = None,
+def fit_coefficients(groundtruth: Path | None = None, *, calibration: Calibration | None = None,
                      stages: Sequence[str] = ("vector", "gemm", "conv", "tensor", "attention"), per_group: int = 1500,
                      seed: int = 0, tensor_gpus: Sequence[str] | None = None,
                      log: Callable[[str], None] = print) -> Coefficients:
-    """Fit the requested stages in order; returns the new coefficients."""
+    """Fit the requested stages in order, starting from ``calibration``'s kernel coefficients (the shipped ones
+    when None); returns the new kernel coefficients."""
     root = groundtruth or find_groundtruth()
     assert root is not None
-    co = base or load_coefficients()
+    co = resolve_calibration(calibration).kernel
     fitted_on = dict(co.fitted_on)
     fitted_on.pop("all", None)
     tables = {"vector": ("kernels_vector", VECTOR_STAGE), "gemm": ("kernels_gemm", GEMM_STAGE),
@@ -237,22 +239,23 @@ def _log_ratio(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     return np.log(measured[ok] / predicted[ok])
 
 
-def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *,
+def fit_intervals(cal: Calibration, groundtruth: Path | None = None, *,
                   quantiles: tuple[float, float] = (0.05, 0.95),
-                  log: Callable[[str], None] = lambda _m: None, collective_coeffs: Any = None) -> dict[str, Any]:
+                  log: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     """Prediction-interval quantiles of the log error ``log(measured / predicted)`` per prediction kind.
 
     kernel: NeuSight kernel rows with ``split=test`` (out of sample); vidur_op:
     VIDUR rows predicted leave-one-GPU-out; step: NeuSight end-to-end rows (never
     fitted on); gemm_published: published GEMM TFLOP/s rows; collective: VIDUR network and
     published collective rows predicted leave-one-cluster-out (refits start from the priors
-    recorded in ``collective_coeffs``, default the packaged collective coefficients).
+    recorded in ``cal.collectives``). Everything else is predicted with ``cal``.
     """
-    from perfcast.compose.interval import INTERVAL_SCHEMA_VERSION
+    from perfcast.coefficients.intervals import INTERVAL_SCHEMA_VERSION
     from perfcast.groundtruth.predict_batch import predict_batch
 
     root = groundtruth or find_groundtruth()
     assert root is not None
+    coeffs = cal.kernel
     kinds: dict[str, dict[str, Any]] = {}
 
     def add(name: str, resid: np.ndarray, source: str, qs: tuple[float, float] = quantiles) -> None:
@@ -273,7 +276,7 @@ def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *,
     vres = []
     for gpu in np.unique(all_rows.gpu):
         others = [g for g in np.unique(all_rows.gpu) if g != gpu]
-        co = fit_coefficients(root, base=coeffs, stages=("tensor",), tensor_gpus=others, per_group=600,
+        co = fit_coefficients(root, calibration=cal, stages=("tensor",), tensor_gpus=others, per_group=600,
                               log=lambda _m: None) if others else coeffs
         vrows = all_rows.subset(all_rows.gpu == gpu)
         vres.append(_log_ratio(vrows.measured_s.reshape(-1), predict_vidur_rows(vrows, co).reshape(-1)))
@@ -281,7 +284,7 @@ def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *,
 
     eres = []
     for name in ("e2e.csv", "e2e_extra.csv"):
-        res = predict_batch(root / "neusight" / name, coeffs)
+        res = predict_batch(root / "neusight" / name, cal)
         eres.append(_log_ratio(res.measured("measured_ms"), res.prediction.pred["measured_ms"]))
     # errors of one device are correlated, so the step interval takes the outer quantiles: a
     # device never seen behaves like the worst of the seen ones (coverage is reported leave-one-GPU-out)
@@ -295,29 +298,30 @@ def fit_intervals(coeffs: Coefficients, groundtruth: Path | None = None, *,
     add("attention", _log_ratio(arows.measured_s, predict_attention_rows(arows, coeffs)),
         "vidur legacy A100 attention table (in-sample: the attention stage is fitted on it)")
 
-    res = predict_batch(root / "published" / "gemm.csv", coeffs)
+    res = predict_batch(root / "published" / "gemm.csv", cal)
     add("gemm_published", _log_ratio(res.measured("tflops"), res.prediction.pred["tflops"])
         * -1.0, "published/gemm.csv (TFLOP/s; the ratio is inverted to a time ratio)")
     # TFLOP/s is inverse to time: an interval on time maps to the reversed interval on TFLOP/s
     g = kinds["gemm_published"]
     g["log_low"], g["log_high"] = -g["log_high"], -g["log_low"]
-    add(*collective_interval_residuals(root, collective_coeffs))
-    add(*training_interval_residuals(root, coeffs, log=log))
+    add(*collective_interval_residuals(root, cal))
+    add(*training_interval_residuals(root, cal, log=log))
     return {"schema_version": INTERVAL_SCHEMA_VERSION, "produced_by": "perfcast fit --intervals",
             "quantiles": list(quantiles), "kinds": kinds}
 
 
-def collective_interval_residuals(root: Path, collective_coeffs: Any = None) -> tuple[str, np.ndarray, str]:
-    """The ``collective`` interval kind: log(measured / predicted), every cluster leave-one-cluster-out."""
+def collective_interval_residuals(root: Path, cal: Calibration) -> tuple[str, np.ndarray, str]:
+    """The ``collective`` interval kind: log(measured / predicted), every cluster leave-one-cluster-out (refits
+    start from the priors of ``cal.collectives``)."""
     from perfcast.validate.fit_collectives import leave_one_cluster_out, load_collective_rows
 
     rows, labels = load_collective_rows(root)
-    pred, _ = leave_one_cluster_out(rows, labels, base=collective_coeffs)
+    pred, _ = leave_one_cluster_out(rows, labels, calibration=cal)
     return ("collective", _log_ratio(rows.measured_s, pred),
             "vidur/network + published/collectives.csv, leave-one-cluster-out")
 
 
-def training_interval_residuals(root: Path, coeffs: Coefficients,
+def training_interval_residuals(root: Path, cal: Calibration,
                                 log: Callable[[str], None] = lambda _m: None) -> tuple[str, np.ndarray, str]:
     """The ``training`` interval kind: log(measured / predicted step time) of published training rows, each GPU
     predicted with training coefficients refitted on the other GPUs' rows."""
@@ -325,29 +329,30 @@ def training_interval_residuals(root: Path, coeffs: Coefficients,
 
     cases = training_cases(root / "published" / "training.csv")
     log(f"training interval: leave-one-GPU-out over {len(cases)} published rows")
-    resid = np.concatenate(list(logo_training(cases, coeffs).values()))
+    resid = np.concatenate(list(logo_training(cases, cal).values()))
     return "training", resid, "published/training.csv, leave-one-GPU-out (throughput ratios as step-time ratios)"
 
 
 HOST_PARAMS = (("host.eager_op_s", "log"), ("host.eager_training_op_s", "log"))
 
 
-def fit_host(coeffs: Coefficients, groundtruth: Path | None = None, *, exclude_devices: Sequence[str] = (),
-             base: Any = None, log: Callable[[str], None] = lambda _m: None) -> Any:
+def fit_host(cal: Calibration, groundtruth: Path | None = None, *, exclude_devices: Sequence[str] = (),
+             log: Callable[[str], None] = lambda _m: None) -> Any:
     """Fit the host time per eager kernel (inference and training forward) on NeuSight end-to-end rows.
 
-    The kernel coefficients stay fixed (fitted on kernel tables); only the host-side
+    ``cal``'s kernel coefficients stay fixed (fitted on kernel tables) and its composition coefficients are
+    the start; only the host-side
     dispatch cost of eager PyTorch, which no kernel table can show, is fitted here.
     ``exclude_devices`` leaves devices out (``perfcast validate`` predicts each device
     with this fitted on the other devices only).
     """
-    from perfcast.compose.coefficients import ComposeCoefficients, load_compose_coefficients
+    from perfcast.coefficients.compose import ComposeCoefficients
     from perfcast.groundtruth.files import read_rows
     from perfcast.groundtruth.tables import predict_e2e
 
     root = groundtruth or find_groundtruth()
     assert root is not None
-    cc = base or load_compose_coefficients()
+    cc = cal.compose
     rows = [r for name in ("e2e.csv", "e2e_extra.csv") for r in read_rows(root / "neusight" / name)]
     rows = [r for r in rows if r["device"] not in set(exclude_devices) and r.get("measured_ms")]
     measured = np.array([float(r["measured_ms"]) for r in rows])
@@ -361,7 +366,7 @@ def fit_host(coeffs: Coefficients, groundtruth: Path | None = None, *, exclude_d
         return ComposeCoefficients.model_validate(r)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        pred = predict_e2e(rows, coeffs, make(x)).pred["measured_ms"]
+        pred = predict_e2e(rows, cal.with_compose(make(x))).pred["measured_ms"]
         return np.log(pred / measured)
 
     x, mse = fit_least_squares(residuals, [get_path(raw, p) for p in names], [k for _, k in HOST_PARAMS])

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.groundtruth.collective_tables import (
     CollectiveRows,
     predict_collective_rows,
@@ -31,7 +32,7 @@ from perfcast.groundtruth.collective_tables import (
     vidur_network_rows,
 )
 from perfcast.groundtruth.files import find_groundtruth, read_rows
-from perfcast.system.collectives import CollectiveCoefficients, load_collective_coefficients
+from perfcast.system.collectives import CollectiveCoefficients
 from perfcast.validate.dotted import get_path, set_path
 from perfcast.validate.optimize import fit_least_squares
 
@@ -98,15 +99,16 @@ def load_collective_rows(root: Path | None = None) -> tuple[CollectiveRows, np.n
     return rows.subset(keep), np.array(labels, dtype=object)[keep]
 
 
-def fit_collectives(groundtruth: Path | None = None, *, base: CollectiveCoefficients | None = None,
+def fit_collectives(groundtruth: Path | None = None, *, calibration: Calibration | None = None,
                     exclude_clusters: Sequence[str] = (), log: Callable[[str], None] = print,
                     rows: tuple[CollectiveRows, np.ndarray] | None = None) -> CollectiveCoefficients:
     """Fit :data:`COLLECTIVE_PARAMS` on the visible collective rows (without ``exclude_clusters``).
 
-    The fit starts from the priors recorded in ``base.priors`` (else ``base``'s own values) and is
-    weakly pulled towards them, so refitting never starts from, or leans on, an earlier fit.
+    The fit starts from the priors recorded in ``calibration.collectives.priors`` (else its own values; the
+    shipped calibration when None) and is weakly pulled towards them, so refitting never starts from, or leans
+    on, an earlier fit.
     """
-    co = base or load_collective_coefficients()
+    co = resolve_calibration(calibration).collectives
     data, labels = rows if rows is not None else load_collective_rows(groundtruth)
     keep = ~np.isin(data.group.astype(str), list(exclude_clusters))
     data, labels = data.subset(keep), labels[keep]
@@ -156,21 +158,23 @@ def fit_collectives(groundtruth: Path | None = None, *, base: CollectiveCoeffici
     return CollectiveCoefficients.model_validate(dumped)
 
 
-def leave_one_cluster_out(rows: CollectiveRows, labels: np.ndarray, *, base: CollectiveCoefficients | None = None,
+def leave_one_cluster_out(rows: CollectiveRows, labels: np.ndarray, *, calibration: Calibration | None = None,
                           log: Callable[[str], None] = lambda _m: None) -> tuple[np.ndarray, dict[str, str]]:
     """Predict every cluster's rows with coefficients fitted on the other clusters' rows only.
 
     Returns the predicted times (s, NaN where a row is not ``ok``) and, per cluster, what its
-    coefficients were fitted on. Each refit starts from the priors recorded in ``base`` (default:
-    the packaged coefficients), never from values fitted on the held-out rows.
+    coefficients were fitted on. Each refit starts from the priors recorded in ``calibration``'s collective
+    coefficients (the shipped calibration when None), never from values fitted on the held-out rows.
     """
-    co = base or load_collective_coefficients()
+    cal = resolve_calibration(calibration)
+    co = cal.collectives
     out = np.full(len(rows), np.nan)
     notes: dict[str, str] = {}
     clusters = sorted({str(g) for g in rows.group})
     for cluster in clusters:
         others = [c for c in clusters if c != cluster]
-        fitted = fit_collectives(base=co, exclude_clusters=[cluster], rows=(rows, labels), log=log) if others else co
+        fitted = (fit_collectives(calibration=cal, exclude_clusters=[cluster], rows=(rows, labels), log=log)
+                  if others else co)
         sel = rows.group.astype(str) == cluster
         out[sel] = predict_collective_rows(rows.subset(sel), fitted)
         notes[cluster] = f"fitted on {', '.join(others)}" if others else "in-sample (no other cluster)"

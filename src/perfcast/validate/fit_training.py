@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from perfcast.catalog.models import ModelConfig
+from perfcast.coefficients.bundle import Calibration
+from perfcast.coefficients.training import TRAINING_SCHEMA_VERSION, TrainingCoefficients
 from perfcast.errors import PerfcastError
 from perfcast.groundtruth.training_tables import cluster_for_gpu, counts_recompute, model_for_row, plan_for_row
-from perfcast.kernel.coefficients import Coefficients
 from perfcast.system.cluster import Cluster
-from perfcast.system.coefficients import TRAINING_SCHEMA_VERSION, TrainingCoefficients
 from perfcast.system.plan import ParallelPlan
 from perfcast.system.training import TrainingResult, simulate_training
 from perfcast.validate.optimize import fit_least_squares
@@ -112,11 +112,11 @@ def _coefficients(x: Sequence[float] | np.ndarray, fitted_on: str) -> TrainingCo
     )
 
 
-def _residuals(cases: Sequence[TrainingCase], coeffs: Coefficients, tc: TrainingCoefficients) -> np.ndarray:
+def _residuals(cases: Sequence[TrainingCase], cal: Calibration) -> np.ndarray:
     out = np.empty(len(cases))
     for j, c in enumerate(cases):
         try:
-            res = simulate_training(c.model, c.cluster, c.plan, coeffs=coeffs, training=tc)
+            res = simulate_training(c.model, c.cluster, c.plan, calibration=cal)
             value = _value(res, c.target, recompute_counted=c.recompute_counted)
             out[j] = math.log(value / c.measured) if c.target != "step_time_s" else math.log(c.measured / value)
         except PerfcastError:
@@ -124,23 +124,24 @@ def _residuals(cases: Sequence[TrainingCase], coeffs: Coefficients, tc: Training
     return out
 
 
-def fit_training(cases: Sequence[TrainingCase], coeffs: Coefficients, *, label: str = "") -> TrainingCoefficients:
-    """Least-squares fit of the training coefficients on ``cases`` (log-ratio residuals)."""
+def fit_training(cases: Sequence[TrainingCase], cal: Calibration, *, label: str = "") -> TrainingCoefficients:
+    """Least-squares fit of the training coefficients on ``cases`` (log-ratio residuals), the other parts
+    those of ``cal``."""
     where = label or f"{len(cases)} rows of published/training.csv"
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        return _residuals(cases, coeffs, _coefficients(x, where))
+        return _residuals(cases, cal.with_training(_coefficients(x, where)))
 
     x, _ = fit_least_squares(residuals, _X0, _KINDS, iterations=25)
     return _coefficients(x, where)
 
 
-def logo_training(cases: Sequence[TrainingCase], coeffs: Coefficients) -> dict[str, np.ndarray]:
+def logo_training(cases: Sequence[TrainingCase], cal: Calibration) -> dict[str, np.ndarray]:
     """Leave-one-GPU-out: per held-out GPU, the log errors of its rows under coefficients fitted on the others."""
     out: dict[str, np.ndarray] = {}
     for gpu in sorted({c.gpu_id for c in cases}):
         train = [c for c in cases if c.gpu_id != gpu]
         test = [c for c in cases if c.gpu_id == gpu]
-        tc = fit_training(train, coeffs, label=f"{len(train)} rows, {gpu} held out")
-        out[gpu] = _residuals(test, coeffs, tc)
+        tc = fit_training(train, cal, label=f"{len(train)} rows, {gpu} held out")
+        out[gpu] = _residuals(test, cal.with_training(tc))
     return out

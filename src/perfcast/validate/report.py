@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.groundtruth.predict_batch import BatchResult, predict_batch
 from perfcast.groundtruth.tables import TablePrediction
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.validate.metrics import ErrorSummary, summarize
 
 __all__ = ["MAX_POINTS", "Points", "TableReport", "ValidationReport", "default_tables", "run_validation"]
@@ -159,7 +159,7 @@ def _summaries(res: BatchResult, target: str, mask: np.ndarray | None = None,
     return overall, out
 
 
-def _vidur_logo(paths: list[Path], root: Path, coeffs: Coefficients, log: Callable[[str], None]
+def _vidur_logo(paths: list[Path], root: Path, cal: Calibration, log: Callable[[str], None]
                 ) -> list[TableReport]:
     from perfcast.groundtruth.files import read_rows
     from perfcast.groundtruth.tables import predict_table, recognize
@@ -177,14 +177,14 @@ def _vidur_logo(paths: list[Path], root: Path, coeffs: Coefficients, log: Callab
         others = [gpu_ids[o] for o in gpus if o != g and o in gpu_ids]
         if others:
             log(f"fitting tensor-path coefficients on {', '.join(others)} to predict {gpu_ids[g]}")
-            co = fit_coefficients(root, base=coeffs, stages=("tensor",), tensor_gpus=others, per_group=600,
+            co = fit_coefficients(root, calibration=cal, stages=("tensor",), tensor_gpus=others, per_group=600,
                                   log=lambda _m: None)
             note = f"leave-one-GPU-out: tensor coefficients fitted on {', '.join(others)} only"
         else:
-            co, note = coeffs, "single GPU: in-sample"
+            co, note = cal.kernel, "single GPU: in-sample"
         rows = tables[g]
         kind = recognize(list(rows[0].keys()))
-        pred = predict_table(kind, rows, co)
+        pred = predict_table(kind, rows, cal.with_kernel(co))
         meas = np.concatenate([np.array([float(r[t]) if r.get(t, "") not in ("", None) else np.nan for r in rows])
                                for t in pred.pred])
         pr = np.concatenate([pred.pred[t] for t in pred.pred])
@@ -230,11 +230,10 @@ def _held_out_reports(res: BatchResult, groups: list[str],
     return reports
 
 
-def _collective_loco(paths: list[Path], root: Path, name: Callable[[Path], str],
+def _collective_loco(paths: list[Path], root: Path, name: Callable[[Path], str], cal: Calibration,
                      log: Callable[[str], None]) -> list[TableReport]:
     """Collective tables predicted leave-one-cluster-out (refits on the other clusters' visible rows)."""
     from perfcast.groundtruth.tables import predict_published_collectives, predict_vidur_network
-    from perfcast.system.collectives import load_collective_coefficients
     from perfcast.validate.fit_collectives import fit_collectives, load_collective_rows
 
     rows, labels = load_collective_rows(root)
@@ -242,22 +241,22 @@ def _collective_loco(paths: list[Path], root: Path, name: Callable[[Path], str],
     fitted = {}
     for c in clusters:
         log(f"fitting collective coefficients without {c}")
-        fitted[c] = fit_collectives(exclude_clusters=[c], rows=(rows, labels), log=lambda _m: None)
-    packaged = load_collective_coefficients()
+        fitted[c] = fit_collectives(calibration=cal, exclude_clusters=[c], rows=(rows, labels), log=lambda _m: None)
+    packaged = cal.collectives
     note = f"each cluster predicted with collective coefficients fitted on the other clusters' rows " \
            f"({', '.join(clusters)})"
     reports = []
     for p in paths:
-        res = predict_batch(p)
+        res = predict_batch(p, cal)
         fn = predict_vidur_network if res.kind.name == "vidur_network" else predict_published_collectives
         reports += _held_out_reports(
             res, sorted(set(res.prediction.groups)),
-            lambda g, part, fn=fn: fn(part, collective_coeffs=fitted.get(g, packaged)),  # type: ignore[misc]
+            lambda g, part, fn=fn: fn(part, cal.with_collectives(fitted.get(g, packaged))),  # type: ignore[misc]
             f"{name(p)} [leave-one-cluster-out]", note)
     return reports
 
 
-def _training_logo(paths: list[Path], name: Callable[[Path], str], coeffs: Coefficients,
+def _training_logo(paths: list[Path], name: Callable[[Path], str], cal: Calibration,
                    log: Callable[[str], None]) -> list[TableReport]:
     """Published training tables predicted leave-one-GPU-out (refits on the other GPUs' rows)."""
     from perfcast.groundtruth.tables import predict_published_training
@@ -265,15 +264,15 @@ def _training_logo(paths: list[Path], name: Callable[[Path], str], coeffs: Coeff
 
     reports = []
     for p in paths:
-        res = predict_batch(p, coeffs)
+        res = predict_batch(p, cal)
         cases = training_cases(p)
         gpus = sorted({c.gpu_id for c in cases})
 
         def held_out(gpu: str, part: list[dict[str, str]], cases: list[TrainingCase] = cases) -> TablePrediction:
             log(f"fitting training coefficients without {gpu}")
             train = [c for c in cases if c.gpu_id != gpu]
-            tc = fit_training(train, coeffs, label=f"{len(train)} rows, {gpu} held out")
-            return predict_published_training(part, coeffs, tc)
+            tc = fit_training(train, cal, label=f"{len(train)} rows, {gpu} held out")
+            return predict_published_training(part, cal.with_training(tc))
 
         reports += _held_out_reports(res, gpus, held_out, f"{name(p)} [leave-one-GPU-out]",
                                      f"each GPU predicted with training coefficients fitted on the other GPUs' "
@@ -281,12 +280,12 @@ def _training_logo(paths: list[Path], name: Callable[[Path], str], coeffs: Coeff
     return reports
 
 
-def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | None = None,
+def run_validation(tables: list[Path] | None = None, *, calibration: Calibration | None = None,
                    log: Callable[[str], None] = lambda _m: None,
                    progress: Callable[[str], None] = lambda _m: None) -> ValidationReport:
-    """Validate the given (default: all visible) tables."""
+    """Validate the given (default: all visible) tables with ``calibration`` (the shipped one when None)."""
     root = find_groundtruth(required=not tables)
-    co = coeffs or load_coefficients()
+    cal = resolve_calibration(calibration)
     paths = tables or default_tables(root)  # type: ignore[arg-type]
     vidur = [p for p in paths if "vidur" in p.parts and "compute" in p.parts and "legacy" not in p.parts]
     others = [p for p in paths if p not in vidur]
@@ -299,7 +298,7 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
     training_paths: list[Path] = []
     for p in others:
         progress(str(p))
-        res = predict_batch(p, co)
+        res = predict_batch(p, cal)
         name = table_name(p)
         if res.kind.name in _COLLECTIVE_KINDS:
             collective_paths.append(p)
@@ -344,13 +343,13 @@ def run_validation(tables: list[Path] | None = None, *, coeffs: Coefficients | N
         progress("collectives (leave-one-cluster-out)")
         fit_root = root or find_groundtruth()
         assert fit_root is not None
-        reports += _collective_loco(collective_paths, fit_root, table_name, log)
+        reports += _collective_loco(collective_paths, fit_root, table_name, cal, log)
     if training_paths:
         progress("training (leave-one-GPU-out)")
-        reports += _training_logo(training_paths, table_name, co, log)
+        reports += _training_logo(training_paths, table_name, cal, log)
     if vidur:
         progress("vidur/compute (leave-one-GPU-out)")
         fit_root = root or find_groundtruth()  # the leave-one-GPU-out refit reads the other GPUs' tables
         assert fit_root is not None
-        reports += _vidur_logo(vidur, fit_root, co, log)
+        reports += _vidur_logo(vidur, fit_root, cal, log)
     return ValidationReport(reports)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfcast.catalog.models import ModelConfig, check_context, load_model
+from perfcast.digest import content_digest
 from perfcast.dtypes import DType, parse_dtype
 from perfcast.errors import ConfigError, UnsupportedError
 from perfcast.workload.backward import backward_ops, optimizer_ops
@@ -103,21 +104,22 @@ def _check(cfg: ModelConfig, spec: WorkloadSpec) -> None:
         )
 
 
-_CACHE: dict[tuple[int, WorkloadSpec], tuple[ModelConfig, Workload]] = {}
+_CACHE: dict[tuple[str, WorkloadSpec], Workload] = {}  # (the model's content digest, spec) -> its workload
 
 
 def build_workload(model: str | ModelConfig, spec: WorkloadSpec) -> Workload:
-    """Build the op list of one step of ``model`` as described by ``spec`` (memoized per model object and spec)."""
+    """Build the op list of one step of ``model`` as described by ``spec`` (memoized per model content and spec:
+    equal configs share one workload object)."""
     cfg = load_model(model)
     spec = WorkloadSpec(**{**{f: getattr(spec, f) for f in spec.__slots__}, "dtype": parse_dtype(spec.dtype)})
-    key = (id(cfg), spec)
+    key = (content_digest(cfg), spec)
     hit = _CACHE.get(key)
-    if hit is not None and hit[0] is cfg:
-        return hit[1]
+    if hit is not None:
+        return hit
     workload = _build(cfg, spec)
     if len(_CACHE) > 4096:
         _CACHE.clear()
-    _CACHE[key] = (cfg, workload)
+    _CACHE[key] = workload
     return workload
 
 

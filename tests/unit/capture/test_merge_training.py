@@ -62,7 +62,7 @@ def test_resnet_merges_the_identical_blocks_inside_each_stage() -> None:
 
 
 def test_merged_and_unmerged_predict_the_same_kernels() -> None:
-    from perfcast.compose.coefficients import load_compose_coefficients
+    from perfcast.coefficients.compose import load_compose_coefficients
     from perfcast.compose.step import _run, predict_step
 
     raw, merged = _pair(*_gpt2(6))

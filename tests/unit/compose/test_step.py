@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from perfcast.catalog.hardware import load_hardware
-from perfcast.compose.coefficients import load_compose_coefficients
-from perfcast.compose.interval import load_intervals
+from perfcast.coefficients.bundle import Calibration
+from perfcast.coefficients.compose import load_compose_coefficients
+from perfcast.coefficients.intervals import load_intervals
 from perfcast.compose.predict import StepRequest, parse_parallelism, predict
 from perfcast.compose.step import predict_step, simulate_queue
 from perfcast.compose.types import OpTime, StepTime
@@ -255,7 +256,7 @@ def test_parse_parallelism_rejects(text: str) -> None:
 # -- intervals and composition coefficients are versioned files -------------------------------------------------
 def test_intervals_have_a_step_kind_below_and_above_zero() -> None:
     table = load_intervals()
-    lo, hi = table["step"]
+    lo, hi = table.bounds("step")
     assert lo < 0 < hi
 
 
@@ -285,11 +286,28 @@ def test_slower_host_makes_eager_steps_longer(tmp_path: Path) -> None:
     slow = load_compose_coefficients(path)
     w = _workload("gpt2", Mode.INFERENCE, 1, 16, DType.FP32)
     base = predict_step(w, "h100-sxm-80gb")
-    assert predict_step(w, "h100-sxm-80gb", compose=slow).time_s > 2 * base.time_s
-    assert predict_step(w, "h100-sxm-80gb", compose=slow, framework="graph").device_busy_s == base.device_busy_s
+    cal = Calibration.shipped().with_compose(slow)
+    assert predict_step(w, "h100-sxm-80gb", calibration=cal).time_s > 2 * base.time_s
+    assert predict_step(w, "h100-sxm-80gb", calibration=cal, framework="graph").device_busy_s == base.device_busy_s
 
 
 def test_phase_keys_are_phase_values() -> None:
     st = predict(StepRequest(model="gpt2", hardware="a100-pcie-40gb", mode=Mode.TRAINING, batch_size=1, seq_len=64))
     assert set(st.by_phase_s) == {Phase.FORWARD.value, Phase.BACKWARD.value, Phase.OPTIMIZER.value}
     assert st.by_phase_s["bwd"] > st.by_phase_s["fwd"]
+
+
+def test_equal_workloads_share_one_priced_step_and_changed_ones_do_not() -> None:
+    """The step cache keys on the workload's content: a copy (another object, the same ops) reuses the priced
+    ops; a workload with one op changed is priced anew."""
+    from perfcast.compose import step as step_module
+
+    w = _workload("gpt2", Mode.INFERENCE, 3, 96, DType.FP16)
+    first = predict_step(w, "a100-pcie-40gb")
+    entries = len(step_module._TIMES)
+    copy = replace(w, ops=tuple(w.ops))
+    assert copy is not w and predict_step(copy, "a100-pcie-40gb").time_s == first.time_s
+    assert len(step_module._TIMES) == entries
+    bigger = replace(w, ops=tuple(replace(o, flops=o.flops * 64, bytes_read=o.bytes_read * 64) if i == 0 else o
+                                  for i, o in enumerate(w.ops)))
+    assert predict_step(bigger, "a100-pcie-40gb").device_busy_s > first.device_busy_s

@@ -16,9 +16,10 @@ import pytest
 
 from perfcast.catalog.hardware import list_hardware, load_hardware
 from perfcast.catalog.models import load_model
+from perfcast.coefficients.bundle import Calibration
+from perfcast.coefficients.kernel import Coefficients, load_coefficients
 from perfcast.compose.predict import StepRequest
 from perfcast.dtypes import DType
-from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.energy import ENERGY_STATUS, op_energy, ops_energy, power_model
 from perfcast.kernel.power import datapath, energy_per_flop_J, full_power_peak, sustained_clock_frac
 from perfcast.kernel.predict import KernelTime, predict_ops
@@ -27,6 +28,8 @@ from perfcast.system.predict import predict
 from perfcast.system.training import simulate_training
 from perfcast.workload.graph import Graph
 from perfcast.workload.types import Op
+
+KERNEL = Calibration.shipped().kernel
 
 
 def _ops() -> list[Op]:
@@ -44,8 +47,8 @@ def test_energy_is_between_static_and_tdp(hw) -> None:
     ops = _ops()
     supported = [o for o in ops if o.dtype.value in hw.supported_dtypes() or o.dtype is DType.FP32]
     kernels = predict_ops(supported, hw)
-    pm = power_model(hw)
-    for op, kt, e in zip(supported, kernels, ops_energy(supported, kernels, hw), strict=True):
+    pm = power_model(hw, KERNEL)
+    for op, kt, e in zip(supported, kernels, ops_energy(supported, kernels, hw, KERNEL), strict=True):
         assert e.energy_J >= pm.static_W * kt.time_s * (1 - 1e-12), op.name
         assert e.avg_power_W <= hw.tdp_W * (1 + 1e-12), op.name
         assert e.energy_J == pytest.approx(e.static_J + e.dynamic_J)
@@ -60,7 +63,7 @@ def test_compute_bound_draws_more_than_memory_bound_at_equal_time() -> None:
     t = 1e-3  # the same duration for both, at the work each does per second
     scaled_gemm = KernelTime(t, "compute", k_gemm.flops * t / k_gemm.time_s, k_gemm.bytes * t / k_gemm.time_s)
     scaled_gemv = KernelTime(t, "memory", k_gemv.flops * t / k_gemv.time_s, k_gemv.bytes * t / k_gemv.time_s)
-    assert op_energy(gemm, scaled_gemm, hw).energy_J > 1.3 * op_energy(gemv, scaled_gemv, hw).energy_J
+    assert op_energy(gemm, scaled_gemm, hw, KERNEL).energy_J > 1.3 * op_energy(gemv, scaled_gemv, hw, KERNEL).energy_J
 
 
 def test_a_lower_tdp_part_of_the_same_chip_draws_less() -> None:
@@ -68,7 +71,7 @@ def test_a_lower_tdp_part_of_the_same_chip_draws_less() -> None:
     powers = {}
     for hid in ("h100-sxm-80gb", "h100-sxm-96gb-500w", "h100-pcie-80gb"):
         hw = load_hardware(hid)
-        powers[hid] = op_energy(gemm, predict_ops([gemm], hw)[0], hw).avg_power_W
+        powers[hid] = op_energy(gemm, predict_ops([gemm], hw)[0], hw, KERNEL).avg_power_W
     assert powers["h100-sxm-80gb"] > powers["h100-sxm-96gb-500w"] > powers["h100-pcie-80gb"]
 
 
@@ -78,7 +81,7 @@ def test_public_sanity_h100_gemm_near_tdp_and_decode_well_below() -> None:
     hw = load_hardware("h100-sxm-80gb")
     gemm, _, gemv = _ops()[:3]
     kg, kv = predict_ops([gemm, gemv], hw)
-    pg, pv = op_energy(gemm, kg, hw).avg_power_W, op_energy(gemv, kv, hw).avg_power_W
+    pg, pv = op_energy(gemm, kg, hw, KERNEL).avg_power_W, op_energy(gemv, kv, hw, KERNEL).avg_power_W
     assert 0.8 * hw.tdp_W <= pg <= hw.tdp_W
     assert pv < 0.6 * hw.tdp_W
 
@@ -112,9 +115,9 @@ def test_a_power_limited_op_is_capped_and_flagged() -> None:
     gemm = _ops()[0]
     kt = predict_ops([gemm], hw)[0]
     fast = KernelTime(kt.time_s / 4, "compute", kt.flops, kt.bytes)  # four times the FLOP rate it can sustain
-    e = op_energy(gemm, fast, hw)
+    e = op_energy(gemm, fast, hw, KERNEL)
     assert e.power_limited and e.avg_power_W == pytest.approx(hw.tdp_W)
-    assert not op_energy(gemm, kt, hw).power_limited
+    assert not op_energy(gemm, kt, hw, KERNEL).power_limited
 
 
 def test_predict_ops_prices_energy_beside_time() -> None:
@@ -122,7 +125,7 @@ def test_predict_ops_prices_energy_beside_time() -> None:
     hw = load_hardware("h100-sxm-80gb")
     ops = [t.op for t in predict(StepRequest("gpt2", hw, mode="training", batch_size=2, seq_len=256)).ops]
     kernels = predict_ops(ops, hw)
-    for kt, e in zip(kernels, ops_energy(ops, kernels, hw), strict=True):
+    for kt, e in zip(kernels, ops_energy(ops, kernels, hw, KERNEL), strict=True):
         assert (kt.energy_J, kt.dynamic_J) == (e.energy_J, e.dynamic_J)
     assert all(kt.dynamic_J > 0 for kt in kernels if kt.time_s > 0 and kt.bound not in ("host", "comm"))
 
@@ -137,19 +140,20 @@ def test_a_kernel_priced_by_hand_gets_the_same_energy() -> None:
     attn = next(o for o in ops if o.kind.value == "gemm" and o.op == "bmm")  # attention scores, eager
     kt = predict_ops([attn], hw)[0]
     one = kernel_dynamic_J(attn.kind, attn.dtype, time_s=kt.time_s, flops=kt.flops, bytes_=kt.bytes, bound=kt.bound,
-                           hw=hw)
+                           hw=hw, coeffs=KERNEL)
     assert one == kt.dynamic_J
     two = kernel_dynamic_J(attn.kind, attn.dtype, time_s=2 * kt.time_s, flops=2 * kt.flops, bytes_=2 * kt.bytes,
-                           bound=kt.bound, hw=hw)
+                           bound=kt.bound, hw=hw, coeffs=KERNEL)
     assert two == pytest.approx(2 * one, rel=1e-12)
 
 
 def test_step_energy_adds_its_ops_and_idle_gaps() -> None:
     step = predict(StepRequest("gpt2", "a100-sxm-80gb", batch_size=4, seq_len=512))
     hw = load_hardware("a100-sxm-80gb")
-    pm = power_model(hw)
+    pm = power_model(hw, KERNEL)
     ops_j = sum(e.energy_J * t.op.count for t, e in
-                zip(step.ops, ops_energy([t.op for t in step.ops], [t.kernel for t in step.ops], hw), strict=True))
+                zip(step.ops, ops_energy([t.op for t in step.ops], [t.kernel for t in step.ops], hw, KERNEL),
+                    strict=True))
     gaps = step.time_s - step.device_busy_s
     assert step.energy_J == pytest.approx(ops_j + pm.idle_W * gaps, rel=1e-9)
     assert sum(step.energy_by_group_J.values()) == pytest.approx(ops_j, rel=1e-9)
@@ -171,7 +175,7 @@ def test_training_energy_scales_with_the_work_of_a_step() -> None:
     assert large.energy_per_step_J == pytest.approx(2 * small.energy_per_step_J, rel=0.1)
     assert large.energy_per_token_J == pytest.approx(small.energy_per_token_J, rel=0.1)
     hw = load_hardware("a100-sxm-80gb")
-    assert power_model(hw).static_W < small.avg_power_per_gpu_W <= hw.tdp_W
+    assert power_model(hw, KERNEL).static_W < small.avg_power_per_gpu_W <= hw.tdp_W
     assert small.energy_per_step_J == pytest.approx(small.energy_per_gpu_J * 8)
     assert sum(small.energy_breakdown_J.values()) == pytest.approx(small.energy_per_gpu_J)
 
@@ -179,7 +183,7 @@ def test_training_energy_scales_with_the_work_of_a_step() -> None:
 def test_training_energy_sums_the_ops_the_step_priced() -> None:
     """One GPU, two micro-batches, no recompute: static power over the step plus every priced op's dynamic energy
     (per micro-batch, and the optimizer step) plus active power over the exposed communication (none here)."""
-    from perfcast.compose.coefficients import load_compose_coefficients
+    from perfcast.coefficients.compose import load_compose_coefficients
     from perfcast.system.layers import micro_batch_costs
     from perfcast.system.training import optimizer_kernel
 
@@ -191,7 +195,7 @@ def test_training_energy_sums_the_ops_the_step_priced() -> None:
     per_mb = sum(p.count * (p.fwd_matrix_J + p.fwd_other_J + p.bwd_matrix_J + p.bwd_other_J) for p in costs.parts)
     trainable = sum(p.count * p.trainable_params for p in costs.parts)
     dynamic = 2 * per_mb + optimizer_kernel(trainable, plan, hw, co).dynamic_J
-    pm = power_model(hw)
+    pm = power_model(hw, KERNEL)
     assert res.breakdown_s["dp_comm_s"] == 0.0
     assert res.energy_per_gpu_J == pytest.approx(pm.static_W * res.step_time_s + dynamic, rel=1e-9)
 

@@ -15,9 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfcast.catalog.hardware import Hardware, list_hardware, load_hardware
+from perfcast.coefficients.bundle import Calibration
+from perfcast.coefficients.kernel import SCHEMA_VERSION, load_coefficients
 from perfcast.dtypes import DType
 from perfcast.errors import DataError, UnsupportedError
-from perfcast.kernel.coefficients import SCHEMA_VERSION, load_coefficients
 from perfcast.kernel.power import datapath, sustained_clock_frac
 from perfcast.kernel.predict import KernelTime, predict_kernel, predict_ops
 from perfcast.workload.graph import Graph
@@ -305,5 +306,5 @@ def test_custom_coefficients_change_the_prediction(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps(raw), encoding="utf-8")
     op = _vector("add", 8192, 8192)
-    slow = predict_kernel(op, "a100-pcie-40gb", load_coefficients(path)).time_s
+    slow = predict_kernel(op, "a100-pcie-40gb", Calibration.shipped().with_kernel(load_coefficients(path))).time_s
     assert slow > 1.5 * predict_kernel(op, "a100-pcie-40gb").time_s

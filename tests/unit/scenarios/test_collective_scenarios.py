@@ -6,6 +6,7 @@ from functools import cache
 
 import pytest
 
+from perfcast.coefficients.bundle import Calibration
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.scenarios import ScenarioResult, load_scenario, run_scenario
 
@@ -78,7 +79,7 @@ def test_r11_compares_with_vidur_as_validate_prices_it() -> None:
     assert root is not None
     with (root / "vidur/network/a100_dgx/send_recv.csv").open(encoding="utf-8", newline="") as fh:
         table = vidur_network_rows(list(csv.DictReader(fh)))
-    pred = predict_collective_rows(table)
+    pred = predict_collective_rows(table, Calibration.shipped().collectives)
     row = next(r for r in measured if r["op"] == "send_recv" and r["size_bytes"] == MiB and r["gpus_per_node"] == 1)
     i = next(i for i in range(len(table)) if table.size[i] == MiB and table.g[i] == 1)
     assert float(str(row["time_s"])) == pytest.approx(float(pred[i]))

@@ -35,7 +35,8 @@ def test_moe_all_reduce_carries_the_layer_output_not_the_expert_outputs() -> Non
     m = _model(2)
     tokens = 512
     hidden = tokens * m.cfg.hidden_size * DType.FP16.bytes  # the weighted sum of the top-8 experts, once
-    one = collective_times("all_reduce", np.array([float(hidden)]), 2, m.cl, shared_nics=False)[0]
+    one = collective_times("all_reduce", np.array([float(hidden)]), 2, m.cl, coeffs=m.cal.collectives,
+                           shared_nics=False)[0]
     assert m.breakdown((), tokens, tokens * 100).tp_comm_s == pytest.approx(2 * m.cfg.num_layers * one, rel=0.02)
 
 

@@ -9,6 +9,7 @@ from dataclasses import fields, replace
 import pytest
 
 from perfcast.catalog.hardware import load_hardware
+from perfcast.coefficients.bundle import Calibration
 from perfcast.kernel.energy import power_model
 from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
 from perfcast.serving.clock import IterationClock
@@ -31,7 +32,7 @@ def test_serving_energy_is_between_static_and_tdp() -> None:
     e = res.energy()
     hw = load_hardware("h100-sxm-80gb")
     assert e.num_gpus == 2 and e.output_tokens == int(res.generated_tokens.sum()) > 0
-    assert power_model(hw).static_W < e.avg_power_per_gpu_W <= hw.tdp_W
+    assert power_model(hw, Calibration.shipped().kernel).static_W < e.avg_power_per_gpu_W <= hw.tdp_W
     assert e.energy_per_output_token_J == pytest.approx(e.energy_J / e.output_tokens)
     data = res.as_dict()
     assert data["energy_J"] == e.energy_J and data["avg_power_per_gpu_W"] == e.avg_power_per_gpu_W
@@ -72,7 +73,7 @@ def test_more_gpus_held_idle_cost_their_static_energy() -> None:
 
 
 def test_a_stretch_sums_the_energy_of_its_iterations_one_by_one() -> None:
-    dep = build_deployment(_cfg(None, tp=2, pipeline_parallel_size=2))
+    dep = build_deployment(_cfg(None, tp=2, pipeline_parallel_size=2), Calibration.shipped())
     num, ctx, k = 24, 24 * 300, 40
 
     def clock() -> IterationClock:

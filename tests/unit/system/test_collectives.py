@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 
+from perfcast.coefficients.bundle import Calibration
 from perfcast.errors import ConfigError, UnknownNameError
 from perfcast.registry import Registry
 from perfcast.system.cluster import Cluster, load_cluster
@@ -27,6 +28,8 @@ from perfcast.system.collectives import (
     load_collective_coefficients,
     parse_op,
 )
+
+CO = Calibration.shipped().collectives
 
 GiB = 2.0**30
 OPS = [op.value for op in CollectiveOp]
@@ -76,7 +79,8 @@ def test_ring_all_reduce_moves_2_n_minus_1_over_n_of_the_buffer() -> None:
     ideal = CollectiveCoefficients.model_validate(raw)
     c = load_cluster("dgx-a100")
     for n in (2, 4, 8):
-        t = collective_time("all_reduce", 1e9, n, c, algorithm="ring", coeffs=ideal).time_s
+        t = collective_time("all_reduce", 1e9, n, c, algorithm="ring",
+                            calibration=Calibration.shipped().with_collectives(ideal)).time_s
         assert t == pytest.approx(2 * (n - 1) / n * 1e9 / c.intra_node.bandwidth_Bps)
 
 
@@ -88,13 +92,13 @@ def test_ring_all_reduce_moves_2_n_minus_1_over_n_of_the_buffer() -> None:
 @pytest.mark.parametrize("op", OPS)
 def test_time_never_decreases_with_size(cluster: str, nodes: int, n: int, g: int, op: str) -> None:
     c = load_cluster(cluster, nodes=nodes)
-    t = collective_times(op, SIZES, n, c, gpus_per_node=g)
+    t = collective_times(op, SIZES, n, c, gpus_per_node=g, coeffs=CO)
     assert np.all(np.isfinite(t)) and np.all(t > 0)
     assert np.all(np.diff(t) >= 0), t
     for name, alg in ALGORITHMS.items():
         if CollectiveOp(op) in alg.ops:
             try:
-                ta = collective_times(op, SIZES, n, c, gpus_per_node=g, algorithm=name)
+                ta = collective_times(op, SIZES, n, c, gpus_per_node=g, algorithm=name, coeffs=CO)
             except ConfigError:
                 continue  # not available on this placement
             assert np.all(np.diff(ta) >= 0), name
@@ -122,8 +126,8 @@ def test_more_bandwidth_is_never_slower(cluster: str, n: int, g: int, op: str) -
     c = load_cluster(cluster, nodes=16)
     if g > c.domain:
         pytest.skip("more GPUs per node than the cluster has")
-    slow = collective_times(op, SIZES, n, c, gpus_per_node=g)
-    fast = collective_times(op, SIZES, n, _scaled(c, 2.0), gpus_per_node=g)
+    slow = collective_times(op, SIZES, n, c, gpus_per_node=g, coeffs=CO)
+    fast = collective_times(op, SIZES, n, _scaled(c, 2.0), gpus_per_node=g, coeffs=CO)
     assert np.all(fast <= slow * (1 + 1e-12))
 
 
@@ -150,7 +154,7 @@ def test_cost_does_not_grow_with_gpu_count() -> None:
 def test_vectorized_matches_scalar() -> None:
     c = load_cluster("dgx-a100", nodes=4)
     for op in OPS:
-        many = collective_times(op, SIZES, 32, c)
+        many = collective_times(op, SIZES, 32, c, coeffs=CO)
         one = [collective_time(op, s, 32, c).time_s for s in SIZES]
         assert many == pytest.approx(one, rel=1e-12)
 
@@ -159,7 +163,7 @@ def test_nothing_to_move_takes_no_time() -> None:
     c = load_cluster("dgx-h100")
     assert collective_time("all_reduce", 1e6, 1, c).time_s == 0.0
     assert collective_time("all_reduce", 0, 8, c).time_s == 0.0
-    assert collective_times("all_gather", np.array([0.0, 1e6]), 8, c)[0] == 0.0
+    assert collective_times("all_gather", np.array([0.0, 1e6]), 8, c, coeffs=CO)[0] == 0.0
 
 
 def test_automatic_choice_follows_nccl() -> None:
@@ -195,7 +199,7 @@ def test_socket_transfers_burst_at_the_wire_rate_until_the_socket_buffers_fill()
     buf = co.socket_buffer_bytes
     small, large = buf / 8, buf * 64
     t = collective_times("send_recv", np.array([small, 2 * small, large, 2 * large]), 2, c, gpus_per_node=1,
-                         shared_nics=False)
+                         shared_nics=False, coeffs=CO)
     burst_bw, sustained_bw = small / (t[1] - t[0]), large / (t[3] - t[2])  # incremental rates (latency cancels)
     wire = c.inter_node.nic_bandwidth_Bps
     assert sustained_bw < 0.6 * burst_bw
@@ -203,7 +207,7 @@ def test_socket_transfers_burst_at_the_wire_rate_until_the_socket_buffers_fill()
     assert sustained_bw <= co.staged_bandwidth_Bps["socket"] * (1 + 1e-9)
     # an RDMA network (GPUDirect) has no such regime: the incremental rate is the same at both sizes
     h = load_cluster("dgx-h100", nodes=2)
-    t = collective_times("send_recv", np.array([small, 2 * small, large, 2 * large]), 2, h, gpus_per_node=1)
+    t = collective_times("send_recv", np.array([small, 2 * small, large, 2 * large]), 2, h, gpus_per_node=1, coeffs=CO)
     assert small / (t[1] - t[0]) == pytest.approx(large / (t[3] - t[2]), rel=1e-6)
 
 

@@ -8,11 +8,12 @@ import pytest
 from perfcast import StepRequest, predict
 from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
+from perfcast.coefficients.collectives import load_collective_coefficients
+from perfcast.coefficients.training import load_training_coefficients
 from perfcast.compose.predict import predict as predict_one_gpu
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
 from perfcast.system.cluster import cluster_for_gpu
-from perfcast.system.coefficients import load_training_coefficients
 from perfcast.system.plan import ParallelPlan
 from perfcast.system.schedule import simulate_pipeline
 from perfcast.system.step import exposed_reduction_s
@@ -42,7 +43,7 @@ def test_tp4_all_reduce_is_nccls_choice_on_the_node() -> None:
     st = predict(StepRequest(model="bert-large", hardware="v100", batch_size=16, seq_len=512,
                              parallelism="tp4"))
     hw = load_hardware("v100")
-    comm = LayerComm(cluster_for_gpu(hw).with_nodes(1))
+    comm = LayerComm(cluster_for_gpu(hw).with_nodes(1), load_collective_coefficients())
     one = comm.time("all_reduce", 16 * 512 * 1024 * 4.0, 4, 1)  # tokens x hidden x fp32
     assert st.comm_s == pytest.approx((2 * 24 + 1) * one, rel=1e-12)
     assert st.low_s < st.time_s < st.high_s
@@ -57,7 +58,7 @@ def test_dp4_training_exposes_what_the_backward_cannot_hide() -> None:
     cfg = load_model("gpt2-large")
     w = build_workload(cfg, WorkloadSpec(Mode.TRAINING, 2, 512, dtype=DType(per_gpu.dtype)))
     grads = sum(o.params * o.count * o.dtype.bytes for o in w.ops if o.phase is Phase.FORWARD)
-    comm = LayerComm(cluster_for_gpu(load_hardware("a100-pcie-40gb")).with_nodes(1))
+    comm = LayerComm(cluster_for_gpu(load_hardware("a100-pcie-40gb")).with_nodes(1), load_collective_coefficients())
     total = comm.time("all_reduce", grads, 4, 1)
     want = float(exposed_reduction_s(total, per_gpu.by_phase_s["bwd"], cfg.num_layers,
                                      load_training_coefficients().overlap_interference))

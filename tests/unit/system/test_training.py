@@ -241,8 +241,8 @@ def test_r3_resnet50_data_parallel_communication_grows_with_gpus() -> None:
 def test_kept_activations_per_layer_follow_korthikanti(tp: int, sp: bool, per_layer_sbh: float) -> None:
     from perfcast.catalog.hardware import load_hardware
     from perfcast.catalog.models import load_model
-    from perfcast.compose.coefficients import load_compose_coefficients
-    from perfcast.kernel.coefficients import load_coefficients
+    from perfcast.coefficients.compose import load_compose_coefficients
+    from perfcast.coefficients.kernel import load_coefficients
     from perfcast.system.layers import micro_batch_costs
 
     cfg = load_model("gpt3-xl")

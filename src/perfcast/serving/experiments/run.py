@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, overload
 
-from perfcast.serving.coefficients import ServingCoefficients
+from perfcast.coefficients.bundle import Calibration
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.engine import simulate_serving
 from perfcast.serving.experiments.colocation import ColocatedResult, simulate_colocated
@@ -33,12 +33,12 @@ __all__ = ["Colocation", "Experiment", "MLPerfScenario", "MaxQpsSearch", "RLHFIt
 @dataclass(frozen=True)
 class Simulation:
     """One simulation of ``config``; ``keep_events`` keeps every iteration (the timeline), ``explain`` sums the
-    iterations' time by part, ``coefficients`` replace the packaged engine coefficients (fits)."""
+    iterations' time by part, ``calibration`` prices it (the shipped one when None)."""
 
     config: ServingConfig
     keep_events: bool = False
     explain: bool = False
-    coefficients: ServingCoefficients | None = None
+    calibration: Calibration | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def run_experiment(experiment: Experiment) -> ServingResult | QPSSearch | Coloca
     """Run ``experiment`` (see the module docstring for what each returns)."""
     if isinstance(experiment, Simulation):
         return simulate_serving(experiment.config, keep_events=experiment.keep_events, explain=experiment.explain,
-                                serving=experiment.coefficients)
+                                calibration=experiment.calibration)
     if isinstance(experiment, MaxQpsSearch):
         return find_max_qps(experiment.config, start_qps=experiment.start_qps)
     if isinstance(experiment, Colocation):

@@ -11,14 +11,14 @@ use coefficients fitted on measured NCCL tables (``data/coefficients/collectives
 """
 
 # the built-in algorithms register themselves on import, in this order
-from perfcast.system.collectives import direct, halving_doubling, hierarchical, nvls, ring, tree  # noqa: F401
-from perfcast.system.collectives.base import ALGORITHMS, Algorithm, Cost, register
-from perfcast.system.collectives.coefficients import (
+from perfcast.coefficients.collectives import (
     COLLECTIVES_SCHEMA_VERSION,
     CollectiveCoefficients,
     load_collective_coefficients,
 )
-from perfcast.system.collectives.model import collective_time, collective_times
+from perfcast.system.collectives import direct, halving_doubling, hierarchical, nvls, ring, tree  # noqa: F401
+from perfcast.system.collectives.base import ALGORITHMS, Algorithm, Cost, register
+from perfcast.system.collectives.model import collective_time, collective_times, price_collective
 from perfcast.system.collectives.placement import Links, Placement
 from perfcast.system.collectives.types import CollectiveOp, CollectiveTime, bus_factor, parse_op
 
@@ -35,6 +35,7 @@ __all__ = [
     "bus_factor",
     "collective_time",
     "collective_times",
+    "price_collective",
     "load_collective_coefficients",
     "parse_op",
     "register",

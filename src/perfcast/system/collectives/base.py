@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
+from perfcast.coefficients.collectives import CollectiveCoefficients
 from perfcast.registry import Registry
 from perfcast.system.cluster import Cluster
-from perfcast.system.collectives.coefficients import CollectiveCoefficients
 from perfcast.system.collectives.placement import Links, Placement
 from perfcast.system.collectives.types import CollectiveOp
 

@@ -14,8 +14,8 @@ through its own kernels and channels: their latencies and bandwidths are the ``p
 
 from __future__ import annotations
 
+from perfcast.coefficients.collectives import CollectiveCoefficients
 from perfcast.system.collectives.base import Algorithm, Cost, register
-from perfcast.system.collectives.coefficients import CollectiveCoefficients
 from perfcast.system.collectives.placement import Links, Placement
 from perfcast.system.collectives.types import CollectiveOp
 

@@ -10,9 +10,9 @@ so it is never picked automatically.
 
 from __future__ import annotations
 
+from perfcast.coefficients.collectives import CollectiveCoefficients
 from perfcast.system.cluster import Cluster
 from perfcast.system.collectives.base import Algorithm, Cost, log2_ceil, register
-from perfcast.system.collectives.coefficients import CollectiveCoefficients
 from perfcast.system.collectives.placement import Links, Placement
 from perfcast.system.collectives.types import CollectiveOp
 

@@ -11,8 +11,8 @@ intra-domain phases move each byte once. Two-level all-reduce: Jia et al. 2018 (
 
 from __future__ import annotations
 
+from perfcast.coefficients.collectives import CollectiveCoefficients
 from perfcast.system.collectives.base import PROTOCOLS, Algorithm, Cost, log2_ceil, register
-from perfcast.system.collectives.coefficients import CollectiveCoefficients
 from perfcast.system.collectives.placement import Links, Placement
 from perfcast.system.collectives.types import CollectiveOp
 

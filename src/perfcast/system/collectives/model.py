@@ -25,14 +25,15 @@ import math
 
 import numpy as np
 
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
+from perfcast.coefficients.collectives import CollectiveCoefficients
 from perfcast.errors import ConfigError
 from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.collectives.base import ALGORITHMS, Algorithm, Cost
-from perfcast.system.collectives.coefficients import CollectiveCoefficients, load_collective_coefficients
 from perfcast.system.collectives.placement import Links, Placement, links, place
 from perfcast.system.collectives.types import CollectiveOp, CollectiveTime, bus_factor, parse_op
 
-__all__ = ["check_buffer_fits", "collective_time", "collective_times", "candidates"]
+__all__ = ["candidates", "check_buffer_fits", "collective_time", "collective_times", "price_collective"]
 
 
 def _s_per_byte(cost: Cost, sizes: np.ndarray) -> np.ndarray | float:
@@ -85,11 +86,10 @@ def candidates(op: CollectiveOp, p: Placement, lk: Links, cluster: Cluster, algo
 
 
 def _setup(op: str | CollectiveOp, group_size: int, cluster: Cluster | str, gpus_per_node: int | None,
-           coeffs: CollectiveCoefficients | None, shared_nics: bool
+           co: CollectiveCoefficients, shared_nics: bool
            ) -> tuple[CollectiveOp, Cluster, Placement, Links, CollectiveCoefficients]:
     o = parse_op(op)
     c = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
-    co = coeffs or load_collective_coefficients()
     p = place(c, group_size, gpus_per_node)
     return o, c, p, links(c, p, co, shared_nics=shared_nics), co
 
@@ -113,8 +113,17 @@ def check_buffer_fits(size_bytes: float, cluster: Cluster) -> None:
 
 def collective_time(op: str | CollectiveOp, size_bytes: float, group_size: int, cluster: Cluster | str, *,
                     gpus_per_node: int | None = None, algorithm: str | None = None,
-                    coeffs: CollectiveCoefficients | None = None, shared_nics: bool = True) -> CollectiveTime:
-    """Predicted time of one collective over ``group_size`` GPUs placed on ``cluster``.
+                    calibration: Calibration | None = None, shared_nics: bool = True) -> CollectiveTime:
+    """Predicted time of one collective over ``group_size`` GPUs placed on ``cluster`` (priced by
+    :func:`price_collective` with ``calibration``'s collective coefficients; the shipped ones when None)."""
+    return price_collective(op, size_bytes, group_size, cluster, resolve_calibration(calibration).collectives,
+                            gpus_per_node=gpus_per_node, algorithm=algorithm, shared_nics=shared_nics)
+
+
+def price_collective(op: str | CollectiveOp, size_bytes: float, group_size: int, cluster: Cluster | str,
+                     coeffs: CollectiveCoefficients, *, gpus_per_node: int | None = None,
+                     algorithm: str | None = None, shared_nics: bool = True) -> CollectiveTime:
+    """Time of one collective over ``group_size`` GPUs placed on ``cluster``, priced with ``coeffs``.
 
     ``size_bytes`` follows nccl-tests (see :mod:`perfcast.system.collectives.types`);
     ``gpus_per_node`` is how many members share one scale-up domain (default
@@ -142,8 +151,8 @@ def collective_time(op: str | CollectiveOp, size_bytes: float, group_size: int, 
 
 def collective_times(op: str | CollectiveOp, sizes: np.ndarray, group_size: int, cluster: Cluster | str, *,
                      gpus_per_node: int | None = None, algorithm: str | None = None,
-                     coeffs: CollectiveCoefficients | None = None, shared_nics: bool = True) -> np.ndarray:
-    """``collective_time(...).time_s`` for every size in ``sizes`` at once (numpy; for sweeps and fits)."""
+                     coeffs: CollectiveCoefficients, shared_nics: bool = True) -> np.ndarray:
+    """``price_collective(...).time_s`` for every size in ``sizes`` at once (numpy; for sweeps and fits)."""
     arr = np.asarray(sizes, dtype=float)
     _check_sizes(arr)
     o, c, p, lk, co = _setup(op, group_size, cluster, gpus_per_node, coeffs, shared_nics)

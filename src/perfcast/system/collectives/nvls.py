@@ -12,9 +12,9 @@ domains NCCL combines it with a tree (see ``hierarchical``).
 
 from __future__ import annotations
 
+from perfcast.coefficients.collectives import CollectiveCoefficients
 from perfcast.system.cluster import Cluster
 from perfcast.system.collectives.base import Algorithm, Cost, register
-from perfcast.system.collectives.coefficients import CollectiveCoefficients
 from perfcast.system.collectives.placement import Links, Placement
 from perfcast.system.collectives.types import CollectiveOp
 

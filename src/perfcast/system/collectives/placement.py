@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from perfcast.coefficients.collectives import CollectiveCoefficients
 from perfcast.errors import ConfigError
 from perfcast.system.cluster import Cluster
-from perfcast.system.collectives.coefficients import CollectiveCoefficients
 
 __all__ = ["Links", "Placement", "links", "place"]
 

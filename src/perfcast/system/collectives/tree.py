@@ -11,8 +11,8 @@ across many nodes. ``tree_efficiency_frac`` is NCCL trees' lower achieved bandwi
 
 from __future__ import annotations
 
+from perfcast.coefficients.collectives import CollectiveCoefficients
 from perfcast.system.collectives.base import Algorithm, Cost, log2_ceil, register
-from perfcast.system.collectives.coefficients import CollectiveCoefficients
 from perfcast.system.collectives.placement import Links, Placement
 from perfcast.system.collectives.types import CollectiveOp
 
