@@ -22,6 +22,7 @@ from perfcast.digest import content_digest
 from perfcast.dtypes import DType
 from perfcast.kernel.energy import MATRIX_KINDS
 from perfcast.kernel.predict import price_ops
+from perfcast.kernel.types import KernelTime
 from perfcast.system.plan import ParallelPlan
 from perfcast.workload.backward import SavedActivations, backward_ops
 from perfcast.workload.build import WorkloadSpec, build_workload
@@ -222,6 +223,7 @@ def _sequence_parallel(ops: list[Op], tp: int) -> list[Op]:
 
 def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficients,
            compose: ComposeCoefficients, given: tuple[Op, ...] | None = None) -> MicroBatchCosts:
+    """One micro-batch's forward and backward ops after the plan's rewrites, priced and summed per part."""
     forward, convention, tokens = _forward_ops(cfg, plan, given)
     mf, af, ff = _model_flops(convention, tokens)
     ops = forward + backward_ops(forward)
@@ -230,9 +232,27 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
         ops = _sequence_parallel(ops, plan.tp)
     kernels = price_ops([o for o in ops if o.kind is not OpKind.COMM], hw, coeffs)
     host = compose.host
-    launch = {"eager": host.autograd_op_s, "compiled": host.compiled_op_s, "graph": 0.0}[plan.framework]
-    fwd_launch = {"eager": host.autograd_op_s, "compiled": host.compiled_op_s, "graph": 0.0}[plan.framework]
+    launch_s = {"eager": host.autograd_op_s, "compiled": host.compiled_op_s, "graph": 0.0}[plan.framework]
+    parts = _sum_parts(ops, kernels, plan, launch_s)
+    e = _DTYPES[plan.precision].bytes
+    local_tokens = tokens // (plan.tp if plan.sp and plan.tp > 1 else 1)
+    hidden = local_tokens * cfg.hidden_size * e
+    for part in parts.values():
+        part.input_bytes = hidden
+    ordered = [parts["embed"]] if "embed" in parts else []
+    ordered += [p for lbl, p in parts.items() if lbl not in ("embed", "head")]
+    if "head" in parts:
+        ordered.append(parts["head"])
+    _add_parallel_comm(ordered, cfg, plan, tokens, e)
+    return MicroBatchCosts(parts=ordered, tokens=tokens, model_flops_per_token=mf, attention_flops_per_token=af,
+                           hidden_bytes=hidden, forward_flops_per_token=ff)
 
+
+def _sum_parts(ops: list[Op], kernels: list[KernelTime], plan: ParallelPlan,
+               launch_s: float) -> dict[str, LayerCost]:
+    """Each part's (``embed``, each kind of layer, ``head``) sums over one of its layers: kernel seconds and
+    joules by phase and class, host launches (``launch_s`` per kernel), FLOPs, saved activations, parameters;
+    ``kernels`` prices the ops that are not communication, in order."""
     parts: dict[str, LayerCost] = {}
     layer_counts: dict[str, int] = {}
     for op in ops:
@@ -256,68 +276,73 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
             entry[1] += per
             continue
         kt = next(it)
-        t = kt.time_s * per
-        joules = kt.dynamic_J * per
-        fp8 = op.kind is OpKind.GEMM and op.dtype is DType.FP8
-        matrix = op.kind in MATRIX_KINDS
         if fwd:
-            if matrix:
-                part.fwd_matrix_s += t
-                part.fwd_matrix_J += joules
-            else:
-                part.fwd_other_J += joules
-            part.fwd_s += t
-            part.fwd_kernels += per
-            part.fwd_host_s += fwd_launch * per
-            part.fwd_flops += op.flops * per
-            if fp8:
-                part.fwd_fp8_s += t
-            if op.kind is OpKind.GEMM:
-                part.fwd_gemm_s += t
-            if op.kind is OpKind.ATTENTION:
-                part.attention_fwd_s += t
-                part.attention_fwd_J += joules
-            part.activation_bytes += saved.add(op) * per
-            if op.kind is OpKind.GEMM and op.op == "linear" and not op.get("tied", False):
-                _, _, k, nn = op.dims
-                stored = k * nn + (nn if op.get("bias", False) else 0)
-                part.weight_elements += stored * per
-                part.params += stored * per
-            elif op.kind is OpKind.EMBEDDING:
-                part.weight_elements += op.weight_bytes / op.dtype.bytes * per
-                part.params += op.weight_bytes / op.dtype.bytes * per
-            elif op.kind is OpKind.VECTOR and op.params:
-                part.weight_elements += op.params * per
-                part.params += op.params * per
-            if op.op == "dequantize":
-                part.quantized_weight_bytes += float(op.get("stored_weight_bytes", 0.0)) * per  # type: ignore[arg-type]
-                part.quantized_elements += op.dims[1] * per
-            part.trainable_params += op.params * per
+            _add_forward(part, op, kt.time_s * per, kt.dynamic_J * per, per, launch_s, saved)
         else:
-            if matrix:
-                part.bwd_matrix_s += t
-                part.bwd_matrix_J += joules
-            else:
-                part.bwd_other_J += joules
-            part.bwd_s += t
-            part.bwd_kernels += per
-            if fp8:
-                part.bwd_fp8_s += t
-            part.bwd_host_s += launch * per
-            part.bwd_flops += op.flops * per
-            if op.kind is OpKind.GEMM:
-                part.bwd_gemm_s += t
-            if op.kind is OpKind.ATTENTION:
-                part.attention_bwd_s += t
-    e = _DTYPES[plan.precision].bytes
-    local_tokens = tokens // (plan.tp if plan.sp and plan.tp > 1 else 1)
-    hidden = local_tokens * cfg.hidden_size * e
-    for part in parts.values():
-        part.input_bytes = hidden
-    ordered = [parts["embed"]] if "embed" in parts else []
-    ordered += [p for lbl, p in parts.items() if lbl not in ("embed", "head")]
-    if "head" in parts:
-        ordered.append(parts["head"])
+            _add_backward(part, op, kt.time_s * per, kt.dynamic_J * per, per, launch_s)
+    return parts
+
+
+def _add_forward(part: LayerCost, op: Op, t: float, joules: float, per: float, launch_s: float,
+                 saved: SavedActivations) -> None:
+    """Add forward op ``op`` (``per`` instances per layer, ``t`` s and ``joules`` J of them) to ``part``: its
+    time by class, launches, FLOPs, the activations it saves for the backward and the parameters it holds."""
+    if op.kind in MATRIX_KINDS:
+        part.fwd_matrix_s += t
+        part.fwd_matrix_J += joules
+    else:
+        part.fwd_other_J += joules
+    part.fwd_s += t
+    part.fwd_kernels += per
+    part.fwd_host_s += launch_s * per
+    part.fwd_flops += op.flops * per
+    if op.kind is OpKind.GEMM and op.dtype is DType.FP8:
+        part.fwd_fp8_s += t
+    if op.kind is OpKind.GEMM:
+        part.fwd_gemm_s += t
+    if op.kind is OpKind.ATTENTION:
+        part.attention_fwd_s += t
+        part.attention_fwd_J += joules
+    part.activation_bytes += saved.add(op) * per
+    if op.kind is OpKind.GEMM and op.op == "linear" and not op.get("tied", False):
+        _, _, k, nn = op.dims
+        stored = k * nn + (nn if op.get("bias", False) else 0)
+        part.weight_elements += stored * per
+        part.params += stored * per
+    elif op.kind is OpKind.EMBEDDING:
+        part.weight_elements += op.weight_bytes / op.dtype.bytes * per
+        part.params += op.weight_bytes / op.dtype.bytes * per
+    elif op.kind is OpKind.VECTOR and op.params:
+        part.weight_elements += op.params * per
+        part.params += op.params * per
+    if op.op == "dequantize":
+        part.quantized_weight_bytes += float(op.get("stored_weight_bytes", 0.0)) * per  # type: ignore[arg-type]
+        part.quantized_elements += op.dims[1] * per
+    part.trainable_params += op.params * per
+
+
+def _add_backward(part: LayerCost, op: Op, t: float, joules: float, per: float, launch_s: float) -> None:
+    """Add backward op ``op`` (``per`` instances per layer, ``t`` s and ``joules`` J of them) to ``part``."""
+    if op.kind in MATRIX_KINDS:
+        part.bwd_matrix_s += t
+        part.bwd_matrix_J += joules
+    else:
+        part.bwd_other_J += joules
+    part.bwd_s += t
+    part.bwd_kernels += per
+    if op.kind is OpKind.GEMM and op.dtype is DType.FP8:
+        part.bwd_fp8_s += t
+    part.bwd_host_s += launch_s * per
+    part.bwd_flops += op.flops * per
+    if op.kind is OpKind.GEMM:
+        part.bwd_gemm_s += t
+    if op.kind is OpKind.ATTENTION:
+        part.attention_bwd_s += t
+
+
+def _add_parallel_comm(ordered: list[LayerCost], cfg: ModelConfig, plan: ParallelPlan, tokens: int,
+                       e: float) -> None:
+    """The expert- and context-parallel traffic of each layer part (bytes, calls; ``e`` bytes per element)."""
     # EP all-to-all: dispatch and combine per MoE layer, the tokens x top-k hidden vectors
     if cfg.moe is not None and plan.ep > 1:
         routed = tokens * cfg.moe.experts_per_token * cfg.hidden_size * e / (plan.tp if plan.sp else 1)
@@ -339,5 +364,3 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
             else:
                 part.fwd_comm["cp_all_to_all"] = [kv + qo, 4.0]
                 part.bwd_comm["cp_all_to_all"] = [kv + qo, 4.0]
-    return MicroBatchCosts(parts=ordered, tokens=tokens, model_flops_per_token=mf, attention_flops_per_token=af,
-                           hidden_bytes=hidden, forward_flops_per_token=ff)
