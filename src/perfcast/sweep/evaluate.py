@@ -283,8 +283,7 @@ def evaluate_plans(pricer: Pricer, pl: PlanArrays) -> PlanScores:
     n = len(pl)
     if n == 0:
         return PlanScores(np.zeros(0), np.zeros(0), np.zeros(0), pricer.hw.memory_bytes)
-    space, tc = pricer.space, pricer.training
-    oi = tc.overlap_interference
+    space = pricer.space
     s_idx, shapes = _gather_shapes(pricer, pl)
     fwd = np.stack([s.fwd_s for s in shapes])[s_idx, pl.rc]  # (n, K)
     bwd = np.stack([s.bwd_s for s in shapes])[s_idx, pl.rc]
@@ -295,46 +294,70 @@ def evaluate_plans(pricer: Pricer, pl: PlanArrays) -> PlanScores:
     mf = np.array([s.model_flops_per_token for s in shapes])[s_idx]
     hidden = np.array([s.hidden_bytes for s in shapes])[s_idx]
     counts, layers, total, first = _gather_layouts(pricer, pl)  # (n, C, K), (n, C), (n, K), (n, K)
-    gb = pricer.grad_bytes
-    shards = pl.dp * pl.cp
-    n_parts = fwd.shape[1]
-
-    # ZeRO-3: every layer gathers its parameters (forward and backward) and reduce-scatters its gradients
-    z3 = pl.zero == 3
-    ag0 = np.zeros(n)
-    if z3.any():
-        ag = np.zeros((n, n_parts))
-        rs = np.zeros((n, n_parts))
-        args = (shards[z3], pl.tp[z3], pl.gpus[z3])
-        for k in range(n_parts):
-            ag[z3, k] = pricer.collective("all_gather", params[z3, k] * 2.0, *args)
-            rs[z3, k] = pricer.collective("reduce_scatter", trainable[z3, k] * gb, *args)
-        f3, b3 = zero3_layer_s(fwd, bwd, ag, rs, oi)
-        fwd = np.where(z3[:, None], f3, fwd)
-        bwd = np.where(z3[:, None], b3, bwd)
-        # the first layer's gather of each pass cannot be prefetched
-        first_max = np.where(first, params, 0.0).max(axis=1)
-        ag0[z3] = pricer.collective("all_gather", first_max[z3] * 2.0, *args)
-
-    # pipeline: activation sends between stages, steady-state makespan of 1F1B / interleaved 1F1B
-    multi = pl.pp > 1
-    send = np.zeros(n)
-    if multi.any():
-        sp = space.sp & (pl.tp > 1)
-        size = hidden / np.where(sp, 1, pl.tp)
-        send[multi] = pricer.collective("send_recv", size[multi], np.full(int(multi.sum()), 2),
-                                        (pl.tp * pl.cp * pl.dp)[multi], pl.gpus[multi])
+    fwd, bwd, ag0 = _zero3_layers(pricer, pl, fwd, bwd, params, trainable, first)
     m = space.global_batch // (pl.mb * pl.dp)
     f_rank = np.einsum("nck,nk->nc", counts, fwd)
     f_rank[:, 0] += ag0
     b_rank = np.einsum("nck,nk->nc", counts, bwd)
-    work = f_rank + b_rank
-    chain = np.einsum("nk,nk->n", total, fwd + bwd) + ag0
-    slowest = work.max(axis=1)
-    p, v = pl.pp, pl.vp
-    pipe = np.where(multi, steady_state_s(slowest, chain, m, v, p, send), m * chain)
+    pipe = _pipeline_s(pricer, pl, f_rank + b_rank, np.einsum("nk,nk->n", total, fwd + bwd) + ag0, hidden, m)
+    dp_exposed, opt = _data_parallel_s(pricer, pl, counts, layers, params, trainable, f_rank, b_rank)
+    step = step_time_s(pipe, dp_exposed, opt, pricer.compose.host.step_overhead_s)
 
-    # data-parallel gradient reduction (ZeRO-1/2: and the parameter gather) and the optimizer, per rank class
+    tokens = space.global_batch * (1 if pricer.cfg.kind == "cnn" else space.seq_len)
+    tflops = mf * tokens / step / pl.gpus / 1e12
+    memory = np.maximum(_memory(pricer, pl, counts, params, trainable, act, inp, m, rank=0),
+                        _memory(pricer, pl, counts, params, trainable, act, inp, m, rank=1))
+    return PlanScores(step, tflops, memory, pricer.hw.memory_bytes)
+
+
+def _zero3_layers(pricer: Pricer, pl: PlanArrays, fwd: np.ndarray, bwd: np.ndarray, params: np.ndarray,
+                  trainable: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ZeRO-3: every layer gathers its parameters (forward and backward) and reduce-scatters its gradients.
+    Returns the layers' forward and backward seconds with them, and the first layer's gather of each pass,
+    which cannot be prefetched (s, 0 for other plans)."""
+    n, n_parts = fwd.shape
+    z3 = pl.zero == 3
+    ag0 = np.zeros(n)
+    if not z3.any():
+        return fwd, bwd, ag0
+    shards = pl.dp * pl.cp
+    ag = np.zeros((n, n_parts))
+    rs = np.zeros((n, n_parts))
+    args = (shards[z3], pl.tp[z3], pl.gpus[z3])
+    for k in range(n_parts):
+        ag[z3, k] = pricer.collective("all_gather", params[z3, k] * 2.0, *args)
+        rs[z3, k] = pricer.collective("reduce_scatter", trainable[z3, k] * pricer.grad_bytes, *args)
+    f3, b3 = zero3_layer_s(fwd, bwd, ag, rs, pricer.training.overlap_interference)
+    fwd = np.where(z3[:, None], f3, fwd)
+    bwd = np.where(z3[:, None], b3, bwd)
+    first_max = np.where(first, params, 0.0).max(axis=1)
+    ag0[z3] = pricer.collective("all_gather", first_max[z3] * 2.0, *args)
+    return fwd, bwd, ag0
+
+
+def _pipeline_s(pricer: Pricer, pl: PlanArrays, work: np.ndarray, chain: np.ndarray, hidden: np.ndarray,
+                m: np.ndarray) -> np.ndarray:
+    """The pipeline's makespan (s): activation sends between stages and the steady state of 1F1B /
+    interleaved 1F1B over ``m`` micro-batches, from each rank class's ``work`` and the one-micro-batch
+    ``chain`` through every stage (s); ``m`` micro-batches back to back without stages."""
+    multi = pl.pp > 1
+    send = np.zeros(len(pl))
+    if multi.any():
+        sp = pricer.space.sp & (pl.tp > 1)
+        size = hidden / np.where(sp, 1, pl.tp)
+        send[multi] = pricer.collective("send_recv", size[multi], np.full(int(multi.sum()), 2),
+                                        (pl.tp * pl.cp * pl.dp)[multi], pl.gpus[multi])
+    slowest = work.max(axis=1)
+    return np.where(multi, steady_state_s(slowest, chain, m, pl.vp, pl.pp, send), m * chain)
+
+
+def _data_parallel_s(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, layers: np.ndarray,
+                     params: np.ndarray, trainable: np.ndarray, f_rank: np.ndarray,
+                     b_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank class: the data-parallel gradient reduction's exposed seconds (ZeRO-1/2: and the parameter
+    gather) and the optimizer step's seconds."""
+    n = len(pl)
+    gb = pricer.grad_bytes
     trn_c = np.einsum("nck,nk->nc", counts, trainable)
     par_c = np.einsum("nck,nk->nc", counts, params)
     lay_c = np.maximum(1, layers)
@@ -343,7 +366,7 @@ def evaluate_plans(pricer: Pricer, pl: PlanArrays) -> PlanScores:
     def per_class(a: np.ndarray) -> np.ndarray:
         return np.repeat(a[:, None], classes, axis=1)
 
-    grp, stride, gpus = per_class(shards), per_class(pl.tp), per_class(pl.gpus)
+    grp, stride, gpus = per_class(pl.dp * pl.cp), per_class(pl.tp), per_class(pl.gpus)
     zero = per_class(pl.zero)
     ar, rs_t, ag_t = np.zeros((n, classes)), np.zeros((n, classes)), np.zeros((n, classes))
     z0 = zero == 0
@@ -354,15 +377,10 @@ def evaluate_plans(pricer: Pricer, pl: PlanArrays) -> PlanScores:
         rs_t[z12] = pricer.collective("reduce_scatter", trn_c[z12] * gb, grp[z12], stride[z12], gpus[z12])
         ag_t[z12] = np.where(trn_c[z12] > 0,
                              pricer.collective("all_gather", par_c[z12] * 2.0, grp[z12], stride[z12], gpus[z12]), 0.0)
-    dp_exposed = data_parallel_exposed_s(zero, ar, rs_t, ag_t, b_rank, f_rank, lay_c, oi)
+    dp_exposed = data_parallel_exposed_s(zero, ar, rs_t, ag_t, b_rank, f_rank, lay_c,
+                                         pricer.training.overlap_interference)
     opt = pricer.optimizer_s(trn_c / np.where(zero >= 1, grp, 1))
-    step = step_time_s(pipe, dp_exposed, opt, pricer.compose.host.step_overhead_s)
-
-    tokens = space.global_batch * (1 if pricer.cfg.kind == "cnn" else space.seq_len)
-    tflops = mf * tokens / step / pl.gpus / 1e12
-    memory = np.maximum(_memory(pricer, pl, counts, params, trainable, act, inp, m, rank=0),
-                        _memory(pricer, pl, counts, params, trainable, act, inp, m, rank=1))
-    return PlanScores(step, tflops, memory, pricer.hw.memory_bytes)
+    return dp_exposed, opt
 
 
 def _memory(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, params: np.ndarray, trainable: np.ndarray,
