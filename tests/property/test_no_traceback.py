@@ -28,6 +28,7 @@ from typer.testing import CliRunner, Result
 from perfcast.cli import app
 from perfcast.compose.predict import StepRequest
 from perfcast.errors import PerfcastError
+from perfcast.results.serialize import to_json
 from perfcast.system.predict import predict
 
 runner = CliRunner()
@@ -136,7 +137,7 @@ def test_api_serving_answers_or_raises_perfcast_error(model: str, hardware: str,
     except PerfcastError as exc:
         assert str(exc) and "\n" not in str(exc)
         return
-    data = res.as_dict()
+    data = to_json(res)
     assert math.isfinite(data["ttft_s"]["mean"]) or data.get("completed", 1) == 0
 
 

@@ -11,6 +11,7 @@ import typer
 from perfcast.cli.app import app, does_not_fit, emit_json, flag_error, handled
 from perfcast.cli.output_paths import refuse_overwrite
 from perfcast.cli.serve_output import print_memory, print_serving
+from perfcast.results.serialize import to_json
 
 __all__ = ["serve"]
 
@@ -188,7 +189,7 @@ def serve(
                                        "workload": cfg.workload.model_copy(update={"seed": cfg.workload.seed + 1})})
         pair = run_experiment(Colocation(cfg, other, mode=colocation, memory_frac=colocate_memory_frac))  # type: ignore[arg-type]
         result = pair.first
-        data_extra = pair.as_dict()
+        data_extra = to_json(pair)
     elif result is None or trace_out is not None or explain:  # (the timeline needs the iterations kept)
         result = run_experiment(Simulation(cfg, keep_events=trace_out is not None, explain=explain))
     steady = None
@@ -206,7 +207,7 @@ def serve(
             writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
-    data = data_extra or result.as_dict()
+    data = data_extra or to_json(result)
     if not data_extra:  # what auto resolved to: the weights' format and the KV cache's dtype
         from perfcast.catalog.hardware import load_hardware
         from perfcast.catalog.models import load_model
@@ -220,21 +221,21 @@ def serve(
                                             cfg.quantization, DType(result.dtype)).value
     missed = ""
     if search is not None:
-        data.update(search.as_dict())
+        data.update(to_json(search))
         if search.check is not None and search.max_qps > 0:
-            data["steady_state"] = search.check.as_dict()
+            data["steady_state"] = to_json(search.check)
         missed = search.verdict
     if steady is not None:  # the load of a plain run, judged in steady state
         verdict = steady.check.verdict
         data["load_verdict"] = {"meets": "sustained", "misses": "misses_slo"}.get(verdict, verdict)
-        data.update(steady.as_dict())
+        data.update(to_json(steady))
     if mlperf is not None:
         data.update({k if k.startswith("mlperf_") else f"mlperf_{k}": v for k, v in mlperf.as_dict().items()})
         if mlperf.qps_evaluated:
             data["max_qps"] = mlperf.qps
-            data["qps_evaluated"] = [c.as_dict() for c in mlperf.qps_evaluated]
+            data["qps_evaluated"] = to_json(mlperf.qps_evaluated)
         if mlperf.check is not None:
-            data["steady_state"] = mlperf.check.as_dict()
+            data["steady_state"] = to_json(mlperf.check)
     if as_json:
         emit_json(data)
     else:
@@ -268,7 +269,7 @@ def _verdict_first(cfg: Any, workload: str | None, num_requests: int | None, col
             "model": run.model, "hardware": run.hardware, "scheduler": run.scheduler,
             "tensor_parallel_size": run.tensor_parallel_size, "pipeline_parallel_size": run.pipeline_parallel_size,
             "num_replicas": run.num_replicas, "dtype": serving_dtype(run).value, "quantization": run.quantization,
-            **memory.as_dict()}
+            **to_json(memory)}
         if as_json:
             emit_json(data)
         else:

@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from perfcast.errors import PerfcastError
+from perfcast.results.serialize import to_json
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.experiments.run import Simulation, run_experiment
 from perfcast.serving.result import ServingResult
@@ -75,7 +76,7 @@ def load_curve(cfg: ServingConfig) -> list[dict[str, float | None]]:
             m = run_experiment(Simulation(_at(cfg, qps))).metrics
         except PerfcastError:
             continue
-        ttft = m.ttft_s.as_dict()
+        ttft = to_json(m.ttft_s)
         points.append({"load_frac": frac, "qps": qps, "throughput_tokens_per_s": m.throughput_tokens_per_s,
                        "throughput_requests_per_s": m.throughput_requests_per_s,
                        "ttft_p50_s": ttft["p50"], "ttft_p99_s": ttft["p99"],

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from perfcast.catalog.models import load_model
 from perfcast.errors import ConfigError, PerfcastError
+from perfcast.results.serialize import to_json
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.deployment import serving_memory
 from perfcast.serving.experiments.run import MaxQpsSearch, run_experiment
@@ -160,7 +161,7 @@ def search_serving(base: ServingConfig, gpus: int, *, tps: tuple[int, ...] | Non
                             c.max_qps, c.reason = found.max_qps, found.verdict
                             c.check = found.check
                             if found.result is not None and not workload:
-                                workload = found.result.workload_summary()
+                                workload = to_json(found.result.workload_summary())
                                 for key in ("qps", "num_requests", "arrival_span_s", "offered_requests_per_s"):
                                     workload.pop(key, None)  # each load's own: in the candidates' rows
                             if found.result is not None and found.check is not None:

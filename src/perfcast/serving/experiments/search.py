@@ -57,11 +57,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from perfcast.errors import ConfigError
+from perfcast.results.serialize import json_field
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.engine import simulate_serving
 from perfcast.serving.result import ServingResult
@@ -69,9 +70,10 @@ from perfcast.serving.sources.arrivals import generate_requests
 
 __all__ = ["MAX_CHECK_REQUESTS", "MAX_GROWTH", "MIN_REQUESTS", "MIN_WINDOW_LIFETIMES", "NUM_BATCHES", "OVERLOAD_TOL",
            "RELAXATION_WARMUP", "RELAXATION_WINDOW", "SERVED_TOL", "STEADY_LIFETIMES", "WARMUP_LIFETIMES", "Z",
-           "LoadCheck", "QPSSearch", "Saturation", "SteadyState", "TailEstimate", "check_load", "find_max_qps",
-           "judge_load", "meets_slo", "relaxation_s", "saturation", "saturation_of", "steady_requests",
-           "steady_state", "steady_state_rule", "warmup_s", "window_lifetimes"]
+           "JudgedLoad", "LoadCheck", "QPSSearch", "Saturation", "SearchSummary", "SteadyState",
+           "SteadyStateSummary", "TailEstimate", "check_load", "find_max_qps", "judge_load", "meets_slo",
+           "relaxation_s", "saturation", "saturation_of", "steady_requests", "steady_state", "steady_state_rule",
+           "warmup_s", "window_lifetimes"]
 
 STEADY_LIFETIMES = 30.0
 """Request lifetimes of arrivals measured per load (after the warm-up)."""
@@ -107,14 +109,9 @@ Verdict = Literal["meets", "misses", "overload", "unsettled"]
 class Saturation:
     """The deployment with its queue never empty: completions per second and one request's lifetime (s)."""
 
-    requests_per_s: float
-    lifetime_s: float
-    num_requests: int
-
-    def as_dict(self) -> dict[str, float | int]:
-        """``saturated_requests_per_s``, ``request_lifetime_s``, ``saturation_requests``."""
-        return {"saturated_requests_per_s": self.requests_per_s, "request_lifetime_s": self.lifetime_s,
-                "saturation_requests": self.num_requests}
+    requests_per_s: float = field(metadata=json_field(key="saturated_requests_per_s"))
+    lifetime_s: float = field(metadata=json_field(key="request_lifetime_s"))
+    num_requests: int = field(metadata=json_field(key="saturation_requests"))
 
 
 @dataclass(frozen=True)
@@ -125,10 +122,6 @@ class TailEstimate:
     p99_s: float
     stderr_s: float
     slo_s: float
-
-    def as_dict(self) -> dict[str, float | str]:
-        """``{"metric", "p99_s", "stderr_s", "slo_s"}``."""
-        return {"metric": self.metric, "p99_s": self.p99_s, "stderr_s": self.stderr_s, "slo_s": self.slo_s}
 
 
 @dataclass(frozen=True)
@@ -147,22 +140,16 @@ class LoadCheck:
     served_requests_per_s: float = math.nan  # completing
     tails: tuple[TailEstimate, ...] = ()
 
+    # to_json: a row with ``met`` after the load, NaN rates (not measured) as None
+    JSON_ORDER: ClassVar[tuple[str, ...]] = ("qps", "met", "verdict", "reason", "num_requests", "simulated_s",
+                                             "warmup_s", "measured_requests", "offered_requests_per_s",
+                                             "admitted_requests_per_s", "served_requests_per_s", "tails")
+    JSON_NAN_NULL: ClassVar[bool] = True
+
     @property
     def met(self) -> bool:
         """Whether the load meets the SLOs in steady state."""
         return self.verdict == "meets"
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready row (NaN as None)."""
-        def num(x: float) -> float | None:
-            return None if math.isnan(x) else x
-        return {"qps": self.qps, "met": self.met, "verdict": self.verdict, "reason": self.reason,
-                "num_requests": self.num_requests, "simulated_s": self.simulated_s, "warmup_s": self.warmup_s,
-                "measured_requests": self.measured_requests,
-                "offered_requests_per_s": num(self.offered_requests_per_s),
-                "admitted_requests_per_s": num(self.admitted_requests_per_s),
-                "served_requests_per_s": num(self.served_requests_per_s),
-                "tails": [t.as_dict() for t in self.tails]}
 
 
 @dataclass
@@ -178,12 +165,22 @@ class QPSSearch:
     check: LoadCheck | None = None  # the verdict at max_qps
     verdict: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def json_view(self) -> SearchSummary:
         """``max_qps``, the saturation, the rule's constants and every load (``qps_evaluated``)."""
-        return {"max_qps": self.max_qps, **(self.saturation.as_dict() if self.saturation else {}),
-                "steady_state_rule": steady_state_rule(self.config),
-                "qps_evaluated": [c.as_dict() for c in self.evaluated],
-                **({"qps_search_verdict": self.verdict} if self.verdict else {})}
+        return SearchSummary(self.max_qps, self.saturation, steady_state_rule(self.config), tuple(self.evaluated),
+                             self.verdict or None)
+
+
+@dataclass(frozen=True)
+class SearchSummary:
+    """What a QPS search reports: the highest load, the saturation's keys, the rule's constants, every load
+    judged and, when no load meets, why."""
+
+    max_qps: float
+    saturation: Saturation | None = field(metadata=json_field(flatten=True))
+    steady_state_rule: dict[str, float]
+    qps_evaluated: tuple[LoadCheck, ...]
+    qps_search_verdict: str | None = field(metadata=json_field(omit_none=True))
 
 
 def steady_state_rule(cfg: ServingConfig | None = None) -> dict[str, float]:
@@ -399,10 +396,25 @@ class SteadyState:
     saturation: Saturation | None = None
     p99_s: dict[str, float] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
-        """``steady_state`` (the verdict, with ``p99_s``) and the saturation's keys."""
-        return {**(self.saturation.as_dict() if self.saturation else {}),
-                "steady_state": {**self.check.as_dict(), "p99_s": self.p99_s}}
+    def json_view(self) -> SteadyStateSummary:
+        """The saturation's keys and ``steady_state`` (the verdict, with ``p99_s``)."""
+        return SteadyStateSummary(self.saturation, JudgedLoad(self.check, self.p99_s))
+
+
+@dataclass(frozen=True)
+class JudgedLoad:
+    """A load's verdict with the p99s (s) of the run judged."""
+
+    check: LoadCheck = field(metadata=json_field(flatten=True))
+    p99_s: dict[str, float]
+
+
+@dataclass(frozen=True)
+class SteadyStateSummary:
+    """What a plain run's steady-state check reports: the saturation's keys and the judged load."""
+
+    saturation: Saturation | None = field(metadata=json_field(flatten=True))
+    steady_state: JudgedLoad
 
 
 def _p99s(result: ServingResult, warmup_s: float) -> dict[str, float]:
