@@ -10,6 +10,7 @@ import typer
 
 from perfcast.cli.app import _console, _progress, _table, app, emit_json, flag_error, handled
 from perfcast.cli.output_paths import refuse_overwrite
+from perfcast.results.serialize import to_json
 
 __all__ = ["search"]
 
@@ -132,7 +133,7 @@ def search(
         if price is not None and price <= 0:
             raise ConfigError(f"--price-per-gpu-hour must be positive (got {price})")
         result = search_training(space, objective=objective, top=top, backend=backend, price_per_gpu_hour_usd=price)
-        data = {**result.as_dict(), "precision": space.precision}
+        data = {**to_json(result), "precision": space.precision}
     if out is not None:
         out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     if as_json:
@@ -220,7 +221,7 @@ def _serve(model: str, hardware: str, gpus: int, cluster: str | None, slo_ttft: 
         reasons = sorted({c.reason for c in res.candidates if c.reason})
         raise ConfigError(f"no deployment of {gpus} {hardware} meets the SLO "
                           f"({len(res.candidates)} tried): {reasons[0] if reasons else 'every load missed it'}")
-    return res.as_dict(top)
+    return to_json(res.summary(top))
 
 
 def _print_training(d: dict[str, Any]) -> None:

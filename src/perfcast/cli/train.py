@@ -9,6 +9,7 @@ import typer
 
 from perfcast.cli.app import _console, _table, app, does_not_fit, emit_json, flag_error, handled
 from perfcast.cli.output_paths import refuse_overwrite
+from perfcast.results.serialize import to_json
 
 __all__ = ["train"]
 
@@ -140,7 +141,7 @@ def train(
 
         write_trace(result, trace)
     if as_json:
-        data: dict[str, Any] = result.as_dict()
+        data: dict[str, Any] = to_json(result)
         data["chosen_by_default"] = defaults
         if trace is not None:
             data["trace_path"] = str(trace)
@@ -248,7 +249,7 @@ def _print(result: Any, trace: Path | None, defaults: list[str], precision_note:
     mem = _table(title="memory per GPU" + ("" if result.fits else " - OUT OF MEMORY"))
     mem.add_column("part")
     mem.add_column("bytes", justify="right")
-    for k, v in result.memory.as_dict().items():
+    for k, v in to_json(result.memory).items():
         mem.add_row(k.removesuffix("_bytes").replace("_", " "), _gib(v))
     con.print(mem)
     if trace is not None:

@@ -13,7 +13,8 @@ result type states its JSON by being written down. :func:`to_json` walks:
 A field says how its JSON differs from its name with :func:`json_field` metadata: another key, left out, left
 out when None, or its object's keys merged into the parent's (``flatten``). A class that sets
 ``JSON_NAN_NULL = True`` writes its own NaN floats as ``null``. Floats stay floats and ints stay ints, so a
-value's JSON is what it was when the same dict was written by hand.
+value's JSON is what it was when the same dict was written by hand. The module imports nothing beyond the standard
+library (the CLI imports it at start-up).
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import math
 from collections.abc import Mapping
 from enum import Enum
 from typing import Any
-
-import numpy as np
 
 __all__ = ["JsonField", "json_field", "to_json"]
 
@@ -66,10 +65,8 @@ def _convert(value: object, *, nan_null: bool) -> Any:
         return int(value)
     if isinstance(value, float):
         return None if nan_null and math.isnan(value) else float(value)
-    if isinstance(value, np.generic):
-        return _convert(value.item(), nan_null=nan_null)
-    if isinstance(value, np.ndarray):
-        return [_convert(v, nan_null=nan_null) for v in value.tolist()]
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # a scalar or an array, without importing numpy
+        return _convert(value.tolist(), nan_null=nan_null)
     view = getattr(value, "json_view", None)
     if callable(view):
         return to_json(view())
