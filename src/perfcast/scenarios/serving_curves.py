@@ -20,6 +20,7 @@ from perfcast.errors import PerfcastError
 from perfcast.results.serialize import to_json
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.experiments.run import Simulation, run_experiment
+from perfcast.serving.outcomes import RequestStatus
 from perfcast.serving.result import ServingResult
 
 __all__ = ["LOAD_FRACS", "MIN_REQUESTS_FOR_CURVE", "NUM_QUANTILES", "latency_quantiles", "load_curve",
@@ -39,7 +40,7 @@ def _quantiles(values: np.ndarray) -> list[float]:
 def latency_quantiles(res: ServingResult) -> dict[str, list[float]]:
     """``{"q": [0, 0.01, ..., 1], "ttft_s": [...], "tpot_s": [...], "e2e_s": [...]}`` over the completed requests
     (a series is empty when no request has that latency; TPOT needs two or more output tokens)."""
-    done = np.array([s == "completed" for s in res.status], dtype=bool) & np.isfinite(res.finish_s)
+    done = np.array([s == RequestStatus.COMPLETED for s in res.status], dtype=bool) & np.isfinite(res.finish_s)
     arrival, first, finish = res.arrival_s[done], res.first_token_s[done], res.finish_s[done]
     output = res.output_tokens[done]
     many = output >= 2

@@ -24,6 +24,7 @@ from perfcast.catalog.hardware import Hardware
 from perfcast.dtypes import DType
 from perfcast.kernel.coefficients import Coefficients
 from perfcast.kernel.energy import ENERGY_STATUS, kernel_dynamic_J, power_model, step_energy_J
+from perfcast.kernel.types import Bound
 from perfcast.results.serialize import json_field
 from perfcast.serving.config import ServingConfig
 from perfcast.workload.types import OpKind
@@ -55,10 +56,10 @@ class EnergyCounts:
         hw, co, dt = self.hardware, self.coeffs, self.dtype
         return (kernel_dynamic_J(OpKind.ATTENTION, dt, time_s=self.prefill_attention_s,
                                  flops=self.prefill_attention_flops, bytes_=self.prefill_attention_bytes,
-                                 bound="compute", hw=hw, coeffs=co)
+                                 bound=Bound.COMPUTE, hw=hw, coeffs=co)
                 + kernel_dynamic_J(OpKind.ATTENTION, dt, time_s=self.decode_attention_s,
                                    flops=self.decode_attention_flops, bytes_=self.decode_attention_bytes,
-                                   bound="memory", hw=hw, coeffs=co))
+                                   bound=Bound.MEMORY, hw=hw, coeffs=co))
 
 
 class RunCounts(Protocol):

@@ -47,6 +47,7 @@ from perfcast.errors import ConfigError
 from perfcast.kernel.coefficients import Coefficients, load_coefficients
 from perfcast.kernel.energy import ENERGY_STATUS, power_model, step_energy_J
 from perfcast.kernel.predict import KernelTime, predict_ops
+from perfcast.kernel.types import Bound
 from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.coefficients import TrainingCoefficients, load_training_coefficients
 from perfcast.system.layers import LayerCost, MicroBatchCosts, micro_batch_costs
@@ -398,7 +399,7 @@ def optimizer_kernel(params: float, plan: ParallelPlan, hw: Hardware, coeffs: Co
     """The optimizer step over ``params`` parameters held by one GPU, priced by the kernel layer (time and
     energy)."""
     if params <= 0:
-        return KernelTime(0.0, "memory", 0.0, 0.0)
+        return KernelTime(0.0, Bound.MEMORY, 0.0, 0.0)
     rd, wr = _ADAM_BYTES if plan.optimizer == "adam" else _SGD_BYTES
     p = int(math.ceil(params))
     op = Op(name=f"optimizer.{plan.optimizer}", op=plan.optimizer, kind=OpKind.VECTOR, dims=(1, p), dtype=DType.FP32,
