@@ -24,6 +24,7 @@ from pathlib import Path
 from perfcast.calibrate.write import calibrate_to
 from perfcast.errors import PerfcastError
 from perfcast.groundtruth.local import FULL_CASES, load_local_cpu, validate_local
+from perfcast.results.serialize import to_json
 
 TARGET_MAPE_FRAC = 0.10
 
@@ -53,7 +54,7 @@ def main() -> int:
             load_run = os.getloadavg()[0]
             start = time.perf_counter()
             rep = validate_local(FULL_CASES, hardware=hw)
-            runs.append({**rep.as_dict(), "validation_time_s": time.perf_counter() - start,
+            runs.append({**to_json(rep), "validation_time_s": time.perf_counter() - start,
                          "load_avg_1min_before": load_run, "load_avg_1min_after": os.getloadavg()[0]})
     out = {**runs[-1], "runs": runs, "mape_frac_by_run": [r["mape_frac"] for r in runs],
            "target_mape_frac": TARGET_MAPE_FRAC, "calibration_time_s": calib_s,

@@ -122,6 +122,7 @@ _SCALARS = ("preemptions", "iterations", "kv_blocks_per_engine", "kv_utilization
 
 def serving_values(name: str) -> dict[str, Any]:
     """Every value one reference serving configuration's simulation produces."""
+    from perfcast.results.serialize import to_json
     from perfcast.serving.config import ServingConfig
     from perfcast.serving.engine import simulate_serving
 
@@ -129,9 +130,9 @@ def serving_values(name: str) -> dict[str, Any]:
     out: dict[str, Any] = {k: np.asarray(getattr(res, k)).tolist() for k in _REQUEST_ARRAYS}
     out["status"] = list(res.status)
     out.update({k: getattr(res, k) for k in _SCALARS})
-    out["metrics"] = res.metrics.as_dict()
-    out["energy"] = res.energy().as_dict()
-    out["memory"] = None if res.memory is None else res.memory.as_dict()
+    out["metrics"] = to_json(res.metrics)
+    out["energy"] = to_json(res.energy())
+    out["memory"] = None if res.memory is None else to_json(res.memory)
     return out
 
 

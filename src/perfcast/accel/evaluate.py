@@ -25,13 +25,15 @@ The counting follows Timeloop's tile analysis (Parashar et al., ISPASS 2019), si
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from perfcast.accel.nest import Nest
 from perfcast.accel.problem import RELEVANT, Problem
 from perfcast.accel.spec import TENSORS, Architecture
 from perfcast.digest import content_digest
+from perfcast.results.serialize import json_field
 
-__all__ = ["AccelResult", "LevelAccess", "evaluate_nest", "nest_cost"]
+__all__ = ["AccelResult", "AccelSummary", "LevelAccess", "evaluate_nest", "nest_cost"]
 
 _SLIDING = (0, 1, 2, 3)  # R, S, P, Q
 
@@ -43,12 +45,15 @@ class LevelAccess:
     name: str
     kind: str
     instances: int
-    reads: dict[str, float]
-    writes: dict[str, float]
+    reads: dict[str, float] = field(metadata=json_field(key="reads_words"))
+    writes: dict[str, float] = field(metadata=json_field(key="writes_words"))
     network_words: float
     energy_J: float
     network_energy_J: float
     cycles: float
+
+    # to_json: the accesses (keyed by the level's name in the result's object)
+    JSON_ORDER: ClassVar[tuple[str, ...]] = ("instances", "reads", "writes", "network_words", "cycles")
 
     @property
     def accesses(self) -> float:
@@ -117,19 +122,40 @@ class AccelResult:
         return {"dram": dram / total, "buffers": (self.energy_J - dram - self.mac_energy_J) / total,
                 "mac": self.mac_energy_J / total}
 
-    def as_dict(self) -> dict[str, object]:
-        """The result's figures with units in the keys (the CLI's ``--json``)."""
-        return {
-            "arch": self.arch, "problem": self.problem, "macs": self.macs, "num_pes": self.num_pes,
-            "pes_used": self.pes_used, "ideal_cycles": self.ideal_cycles, "compute_cycles": self.compute_cycles,
-            "cycles": self.cycles, "bound": self.bound, "utilization": self.utilization,
-            "spatial_utilization": self.spatial_utilization, "time_s": self.time_s, "energy_J": self.energy_J,
-            "energy_per_mac_fJ": self.energy_per_mac_fJ, "edp_Js": self.edp_Js,
-            "energy_breakdown": self.energy_breakdown(),
-            "energy_share": self.energy_shares(),
-            "accesses": {lv.name: {"instances": lv.instances, "reads_words": lv.reads, "writes_words": lv.writes,
-                                   "network_words": lv.network_words, "cycles": lv.cycles} for lv in self.levels},
-        }
+    def json_view(self) -> AccelSummary:
+        """The result's figures as reported (the CLI's ``--json``): units in the keys, each level's accesses."""
+        return AccelSummary(
+            arch=self.arch, problem=self.problem, macs=self.macs, num_pes=self.num_pes, pes_used=self.pes_used,
+            ideal_cycles=self.ideal_cycles, compute_cycles=self.compute_cycles, cycles=self.cycles, bound=self.bound,
+            utilization=self.utilization, spatial_utilization=self.spatial_utilization, time_s=self.time_s,
+            energy_J=self.energy_J, energy_per_mac_fJ=self.energy_per_mac_fJ, edp_Js=self.edp_Js,
+            energy_breakdown=self.energy_breakdown(), energy_share=self.energy_shares(),
+            accesses={lv.name: lv for lv in self.levels})
+
+
+@dataclass(frozen=True, slots=True)
+class AccelSummary:
+    """An :class:`AccelResult` as reported: cycles, utilization, time (s), energy (J, fJ per MAC, J s), energy by
+    component and by kind of storage, and each level's word accesses."""
+
+    arch: str
+    problem: str
+    macs: int
+    num_pes: int
+    pes_used: int
+    ideal_cycles: float
+    compute_cycles: int
+    cycles: float
+    bound: str
+    utilization: float
+    spatial_utilization: float
+    time_s: float
+    energy_J: float
+    energy_per_mac_fJ: float
+    edp_Js: float
+    energy_breakdown: dict[str, float]
+    energy_share: dict[str, float]
+    accesses: dict[str, LevelAccess]
 
 
 @dataclass(frozen=True, slots=True)

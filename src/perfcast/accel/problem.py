@@ -90,9 +90,3 @@ class Problem:
         cols = self.input_cols(ext[Q], ext[S])
         shift = step * (self.stride_w if dim == Q else self.dilation_w)
         return ext[N] * ext[C] * self.input_rows(ext[P], ext[R]) * min(cols, shift)
-
-    def as_dict(self) -> dict[str, object]:
-        """The problem's dims and strides (JSON-friendly)."""
-        return {"name": self.name, "dims": dict(zip(DIMS, self.dims, strict=True)), "stride_h": self.stride_h,
-                "stride_w": self.stride_w, "dilation_h": self.dilation_h, "dilation_w": self.dilation_w,
-                "macs": self.macs}

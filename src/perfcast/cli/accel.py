@@ -9,6 +9,7 @@ import typer
 
 from perfcast.cli.app import _console, _table, app, emit_json, handled
 from perfcast.cli.output_paths import refuse_overwrite
+from perfcast.results.serialize import to_json
 
 __all__ = ["accel"]
 
@@ -72,7 +73,7 @@ def accel(
         import yaml
 
         out.write_text(yaml.safe_dump(chosen.model_dump(exclude_defaults=True), sort_keys=False), encoding="utf-8")
-    data = result.as_dict()
+    data = to_json(result)
     data["mapping"] = chosen.model_dump(exclude_defaults=True)
     if found is not None:
         data["search"] = {"strategy": found.strategy, "objective": found.objective, "evaluated": found.evaluated,

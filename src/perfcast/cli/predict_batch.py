@@ -23,6 +23,7 @@ def predict_batch_cmd(
 ) -> None:
     """Predict every row of a table; writes the rows plus pred_X, pred_X_low, pred_X_high and status."""
     from perfcast.groundtruth.predict_batch import predict_batch, write_predictions
+    from perfcast.results.serialize import to_json
     from perfcast.validate.metrics import summarize
 
     check_output_paths(output, force=force)
@@ -33,7 +34,7 @@ def predict_batch_cmd(
     targets: dict[str, dict[str, float | int]] = {}
     for t in res.targets:
         s = summarize(res.measured(t), res.prediction.pred[t], res.prediction.low[t], res.prediction.high[t])
-        targets[t] = s.as_dict()
+        targets[t] = to_json(s)
     if as_json:
         emit_json({"table": str(table), "kind": res.kind.name, "rows": len(res.rows), "predicted_rows": ok,
                    "out_of_memory_rows": oom, "output": str(path), "targets": targets})

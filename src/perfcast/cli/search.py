@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from perfcast.cli.app import _console, _progress, _table, app, emit_json, flag_error, handled
 from perfcast.cli.output_paths import refuse_overwrite
+from perfcast.errors import ConfigError
+from perfcast.results.serialize import json_field, to_json
+
+if TYPE_CHECKING:
+    from perfcast.sweep.search import SearchResult
+    from perfcast.sweep.space import SearchSpace
 
 __all__ = ["search"]
 
 
 def _ints(flag: str, text: str | None) -> tuple[int, ...] | None:
-    from perfcast.errors import ConfigError
-
     if text is None or not text.strip():
         return None
     try:
@@ -82,10 +87,6 @@ def search(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Search parallel plans for the best training throughput (or deployments for the best serving goodput)."""
-    from pydantic import ValidationError
-
-    from perfcast.errors import ConfigError
-
     refuse_overwrite(out, force=force)
     counts = _ints("--gpus", gpus) or ()
     serving_defaults = {"--schedulers": (schedulers, "vllm,sarathi"), "--chunk-sizes": (chunk_sizes, "512,2048"),
@@ -98,41 +99,16 @@ def search(
                         "--trace": trace, "--prompt-tokens": prompt_tokens, "--output-tokens": output_tokens,
                         **{flag: value for flag, (value, default) in serving_defaults.items() if value != default}})
     if serve:
-        from perfcast.sweep.space import MAX_GPUS
-
-        if len(counts) != 1:
-            raise ConfigError(f"--serve searches one GPU budget; --gpus {gpus!r} lists {len(counts)}")
-        if counts[0] > MAX_GPUS:
-            raise ConfigError(f"--gpus {counts[0]}: at most {MAX_GPUS:,} GPUs (160x the largest cluster built)")
-        if hardware is None:
-            raise ConfigError("--serve needs --hardware (a GPU id; `perfcast hardware list`)")
+        hardware = _serving_budget(gpus, counts, hardware)
         data = _serve(model, hardware, counts[0], cluster, slo_ttft, slo_tpot, trace, prompt_tokens, output_tokens,
                       schedulers, chunk_sizes, max_num_seqs, requests_per_replica, top, quiet=as_json,
                       tps=_ints("--tp", tp))
     else:
-        from perfcast.sweep.search import search_training
-        from perfcast.sweep.space import SearchSpace
-
-        if cluster is None:
-            raise ConfigError("--cluster is required for a training search (`perfcast clusters list`)")
-        if global_batch is None:
-            raise ConfigError("--global-batch is required for a training search (sequences per step)")
-        try:
-            space = SearchSpace(model=model, cluster=cluster, gpus=counts, seq_len=seq_len, global_batch=global_batch,
-                                tp=_ints("--tp", tp), pp=_ints("--pp", pp), cp=_ints("--cp", cp), ep=_ints("--ep", ep),
-                                vp=_ints("--vp", vp), micro_batch=_ints("--micro-batch", micro_batch),
-                                recompute=_words(recompute) or ("none", "selective", "full"),  # type: ignore[arg-type]
-                                zero=_ints_zero(zero), precision=precision,  # type: ignore[arg-type]
-                                sp=sp, tp_comm_overlap=tp_overlap, uneven_stages=not even_stages,
-                                max_memory_frac=max_memory_fraction)
-        except ValidationError as exc:
-            raise flag_error(exc, default="space", renames={"max_memory_frac": "max-memory-fraction",
-                                                            "uneven_stages": "even-stages",
-                                                            "tp_comm_overlap": "tp-overlap"}) from None
-        if price is not None and price <= 0:
-            raise ConfigError(f"--price-per-gpu-hour must be positive (got {price})")
-        result = search_training(space, objective=objective, top=top, backend=backend, price_per_gpu_hour_usd=price)
-        data = {**result.as_dict(), "precision": space.precision}
+        space = _space(model=model, cluster=cluster, counts=counts, seq_len=seq_len, global_batch=global_batch, tp=tp,
+                       pp=pp, cp=cp, ep=ep, vp=vp, micro_batch=micro_batch, recompute=recompute, zero=zero,
+                       precision=precision, sp=sp, tp_overlap=tp_overlap, even_stages=even_stages,
+                       max_memory_fraction=max_memory_fraction)
+        data = _training_search(space, objective, top, backend, price)
     if out is not None:
         out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     if as_json:
@@ -145,10 +121,67 @@ def search(
         _console().print(f"result written to {out}")
 
 
+@dataclass(frozen=True)
+class TrainingSearchReport:
+    """What ``perfcast search --json`` reports for training plans: the search's keys and the precision searched."""
+
+    result: SearchResult = field(metadata=json_field(flatten=True))
+    precision: str
+
+
+def _serving_budget(gpus: str, counts: tuple[int, ...], hardware: str | None) -> str:
+    """A serving search's one GPU budget and its GPU, refused in one line when the flags do not give them."""
+    from perfcast.sweep.space import MAX_GPUS
+
+    if len(counts) != 1:
+        raise ConfigError(f"--serve searches one GPU budget; --gpus {gpus!r} lists {len(counts)}")
+    if counts[0] > MAX_GPUS:
+        raise ConfigError(f"--gpus {counts[0]}: at most {MAX_GPUS:,} GPUs (160x the largest cluster built)")
+    if hardware is None:
+        raise ConfigError("--serve needs --hardware (a GPU id; `perfcast hardware list`)")
+    return hardware
+
+
+def _space(*, model: str, cluster: str | None, counts: tuple[int, ...], seq_len: int, global_batch: int | None,
+           tp: str | None, pp: str | None, cp: str | None, ep: str | None, vp: str | None, micro_batch: str | None,
+           recompute: str | None, zero: str | None, precision: str, sp: bool, tp_overlap: bool, even_stages: bool,
+           max_memory_fraction: float) -> SearchSpace:
+    """The training search space of the flags (lists of degrees as comma lists), refused in one line."""
+    from pydantic import ValidationError
+
+    from perfcast.sweep.space import SearchSpace
+
+    if cluster is None:
+        raise ConfigError("--cluster is required for a training search (`perfcast clusters list`)")
+    if global_batch is None:
+        raise ConfigError("--global-batch is required for a training search (sequences per step)")
+    try:
+        return SearchSpace(model=model, cluster=cluster, gpus=counts, seq_len=seq_len, global_batch=global_batch,
+                           tp=_ints("--tp", tp), pp=_ints("--pp", pp), cp=_ints("--cp", cp), ep=_ints("--ep", ep),
+                           vp=_ints("--vp", vp), micro_batch=_ints("--micro-batch", micro_batch),
+                           recompute=_words(recompute) or ("none", "selective", "full"),  # type: ignore[arg-type]
+                           zero=_ints_zero(zero), precision=precision,  # type: ignore[arg-type]
+                           sp=sp, tp_comm_overlap=tp_overlap, uneven_stages=not even_stages,
+                           max_memory_frac=max_memory_fraction)
+    except ValidationError as exc:
+        raise flag_error(exc, default="space", renames={"max_memory_frac": "max-memory-fraction",
+                                                        "uneven_stages": "even-stages",
+                                                        "tp_comm_overlap": "tp-overlap"}) from None
+
+
+def _training_search(space: SearchSpace, objective: str, top: int, backend: str,
+                     price: float | None) -> dict[str, Any]:
+    """The search over ``space`` as its JSON object."""
+    from perfcast.sweep.search import search_training
+
+    if price is not None and price <= 0:
+        raise ConfigError(f"--price-per-gpu-hour must be positive (got {price})")
+    result = search_training(space, objective=objective, top=top, backend=backend, price_per_gpu_hour_usd=price)
+    return dict(to_json(TrainingSearchReport(result, space.precision)))
+
+
 def _one_kind_of_flags(serve: bool, training: dict[str, object], serving: dict[str, object]) -> None:
     """A flag of the other kind of search is refused, not ignored."""
-    from perfcast.errors import ConfigError
-
     wrong = [flag for flag, value in (training if serve else serving).items() if value is not None]
     if wrong:
         kind = "a training search (without --serve)" if serve else "a serving search (--serve)"
@@ -157,8 +190,6 @@ def _one_kind_of_flags(serve: bool, training: dict[str, object], serving: dict[s
 
 
 def _ints_zero(text: str | None) -> tuple[int, ...]:
-    from perfcast.errors import ConfigError
-
     if text is None or not text.strip():
         return (0, 1, 2, 3)
     try:
@@ -176,7 +207,6 @@ def _serve(model: str, hardware: str, gpus: int, cluster: str | None, slo_ttft: 
            tps: tuple[int, ...] | None = None) -> dict[str, Any]:
     from pydantic import ValidationError
 
-    from perfcast.errors import ConfigError
     from perfcast.serving.config import MAX_NUM_SEQS, MAX_REQUESTS, MAX_TOKENS, ServingConfig, WorkloadConfig
     from perfcast.serving.schedulers import SCHEDULERS
     from perfcast.sweep.serving import search_serving
@@ -220,7 +250,7 @@ def _serve(model: str, hardware: str, gpus: int, cluster: str | None, slo_ttft: 
         reasons = sorted({c.reason for c in res.candidates if c.reason})
         raise ConfigError(f"no deployment of {gpus} {hardware} meets the SLO "
                           f"({len(res.candidates)} tried): {reasons[0] if reasons else 'every load missed it'}")
-    return res.as_dict(top)
+    return to_json(res.summary(top))
 
 
 def _print_training(d: dict[str, Any]) -> None:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from perfcast.cli.app import app, does_not_fit, emit_json, flag_error, handled
 from perfcast.cli.output_paths import refuse_overwrite
 from perfcast.cli.serve_output import print_memory, print_serving
+from perfcast.cli.serve_run import ServeReport, ServeRequest, run_serve
+from perfcast.errors import ConfigError
+from perfcast.results.serialize import to_json
+
+if TYPE_CHECKING:
+    from perfcast.serving.config import ServingConfig
 
 __all__ = ["serve"]
 
@@ -107,140 +113,107 @@ def serve(
     explain: bool = typer.Option(False, "--explain", help="Show where the iterations' time went, by part."),
 ) -> None:
     """Simulate LLM serving under load: TTFT, TPOT, E2E, throughput, goodput, KV use, preemptions."""
-    from pydantic import ValidationError
-
-    from perfcast.errors import ConfigError
-    from perfcast.serving.config import ServingConfig, WorkloadConfig
-    from perfcast.serving.experiments.run import Colocation, MaxQpsSearch, MLPerfScenario, Simulation, run_experiment
-
     refuse_overwrite(trace_out, requests_out, force=force)
     if workload is not None:
-        from perfcast.serving.sources.mlperf import default_quantization, parse_workload
-
-        bench, scenario = parse_workload(workload)
-        if scenario == "offline" and qps is not None:
-            raise ConfigError("--qps does not apply to an offline workload (every request arrives at once)")
-        given = [flag for flag, v in (("--trace", trace), ("--prompt-tokens", prompt_tokens),
-                                      ("--output-tokens", output_tokens), ("--find-max-qps", find_max_qps or None),
-                                      ("--slo-ttft-p99", slo_ttft), ("--slo-tpot-p99", slo_tpot),
-                                      ("--colocate-model", colocate_model), ("--max-concurrency", max_concurrency))
-                 if v is not None]
-        if given:
-            raise ConfigError(f"--workload sets the request lengths, arrivals and latency limits; drop "
-                              f"{', '.join(given)}")
-        model = model or bench.model
-        if quantization == "auto":
-            quantization = default_quantization(bench, hardware)
+        model, quantization = _preset_defaults(workload, model, hardware, quantization, qps, {
+            "--trace": trace, "--prompt-tokens": prompt_tokens, "--output-tokens": output_tokens,
+            "--find-max-qps": find_max_qps or None, "--slo-ttft-p99": slo_ttft, "--slo-tpot-p99": slo_tpot,
+            "--colocate-model": colocate_model, "--max-concurrency": max_concurrency})
     elif model is None:
         raise ConfigError("--model is required (or --workload mlperf:<benchmark>:<scenario>, whose model is the "
                           "default)")
+    work: dict[str, Any] = dict(
+        num_requests=200 if num_requests is None else num_requests, seed=seed, arrival=arrival, qps=qps,
+        burstiness_cv=burstiness, concurrency=max_concurrency, trace=trace, prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens, shared_prefix_tokens=shared_prefix_tokens, num_prefixes=num_prefixes,
+        images_per_request=images_per_request, retrieval_latency_s=retrieval_latency,
+        retrieval_latency_cv=retrieval_latency_cv, retrieved_tokens=retrieved_tokens,
+        **({} if beam_width is None else {"num_beams": beam_width}))
+    cfg = _config(work, dict(
+        model=model, hardware=hardware, tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size, num_replicas=num_replicas, cluster=cluster,
+        expert_parallel_size=expert_parallel_size, attention_data_parallel=enable_attention_dp,
+        num_prefill_replicas=num_prefill_replicas, kv_transfer_bandwidth_Bps=kv_transfer_bandwidth * 1e9,
+        scheduler=scheduler, router=router, engine=engine, dtype=dtype, quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len, enable_chunked_prefill=enable_chunked_prefill, chunk_size=chunk_size,
+        block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, swap_space=swap_space * 2**30,
+        preemption_mode=preemption_mode, enable_prefix_caching=enable_prefix_caching,
+        speculative_model=speculative_model, num_speculative_tokens=num_speculative_tokens,
+        spec_acceptance_rate=spec_acceptance_rate, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot))
+    req = ServeRequest(workload=workload, num_requests=num_requests, qps=qps, find_max_qps=find_max_qps,
+                       colocate_model=colocate_model, colocation=colocation,
+                       colocate_memory_frac=colocate_memory_frac, keep_events=trace_out is not None, explain=explain)
+    _check_request(req, slo_ttft, slo_tpot)
+    _verdict_first(cfg, workload, num_requests, colocate_model, colocate_memory_frac, as_json)
+    report = run_serve(cfg, req)
+    _write_files(report, trace_out, requests_out)
+    data = to_json(report)
+    if as_json:
+        emit_json(data)
+    else:
+        print_serving(data, trace_out, requests_out)
+    if report.missed:  # no load meets the SLO: an answer, "no"
+        does_not_fit(report.missed)
+
+
+def _preset_defaults(workload: str, model: str | None, hardware: str, quantization: str, qps: float | None,
+                     fixed_by_preset: dict[str, object]) -> tuple[str, str]:
+    """An MLPerf preset's model and precision where the flags leave them out; the flags the preset sets are
+    refused."""
+    from perfcast.serving.sources.mlperf import default_quantization, parse_workload
+
+    bench, scenario = parse_workload(workload)
+    if scenario == "offline" and qps is not None:
+        raise ConfigError("--qps does not apply to an offline workload (every request arrives at once)")
+    given = [flag for flag, value in fixed_by_preset.items() if value is not None]
+    if given:
+        raise ConfigError(f"--workload sets the request lengths, arrivals and latency limits; drop {', '.join(given)}")
+    if quantization == "auto":
+        quantization = default_quantization(bench, hardware)
+    return model or bench.model, quantization
+
+
+def _config(work: dict[str, Any], fields: dict[str, Any]) -> ServingConfig:
+    """The typed config of the flags (``work``: the workload's fields), a pydantic refusal as a flag error."""
+    from pydantic import ValidationError
+
+    from perfcast.serving.config import ServingConfig, WorkloadConfig
+
     try:
-        work = WorkloadConfig(num_requests=200 if num_requests is None else num_requests, seed=seed,
-                              arrival=arrival, qps=qps,  # type: ignore[arg-type]
-                              burstiness_cv=burstiness, concurrency=max_concurrency, trace=trace,
-                              prompt_tokens=prompt_tokens,
-                              output_tokens=output_tokens, shared_prefix_tokens=shared_prefix_tokens,
-                              num_prefixes=num_prefixes, images_per_request=images_per_request,
-                              retrieval_latency_s=retrieval_latency, retrieval_latency_cv=retrieval_latency_cv,
-                              retrieved_tokens=retrieved_tokens,
-                              **({} if beam_width is None else {"num_beams": beam_width}))
-        fields: dict[str, Any] = dict(
-            model=model, hardware=hardware, tensor_parallel_size=tensor_parallel_size,
-            pipeline_parallel_size=pipeline_parallel_size, num_replicas=num_replicas, cluster=cluster,
-            expert_parallel_size=expert_parallel_size, attention_data_parallel=enable_attention_dp,
-            num_prefill_replicas=num_prefill_replicas, kv_transfer_bandwidth_Bps=kv_transfer_bandwidth * 1e9,
-            scheduler=scheduler, router=router, engine=engine, dtype=dtype, quantization=quantization,
-            kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len, enable_chunked_prefill=enable_chunked_prefill, chunk_size=chunk_size,
-            block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, swap_space=swap_space * 2**30,
-            preemption_mode=preemption_mode, enable_prefix_caching=enable_prefix_caching,
-            speculative_model=speculative_model, num_speculative_tokens=num_speculative_tokens,
-            spec_acceptance_rate=spec_acceptance_rate, slo_ttft_s=slo_ttft,
-            slo_tpot_s=slo_tpot, workload=work)
-        cfg = ServingConfig(**fields)
+        return ServingConfig(**fields, workload=WorkloadConfig(**work))
     except ValidationError as exc:
         raise flag_error(exc, default="config", skip=("workload",), renames={
             "burstiness_cv": "burstiness", "kv_transfer_bandwidth_Bps": "kv-transfer-bandwidth",
             "concurrency": "max-concurrency", "num_beams": "beam-width",
             "retrieval_latency_s": "retrieval-latency"}) from None
-    if find_max_qps and qps is not None:
-        raise ConfigError(f"--qps {qps:g} sets one load; --find-max-qps searches the load (drop --qps)")
-    if find_max_qps and workload is None and slo_ttft is None and slo_tpot is None:
+
+
+def _check_request(req: ServeRequest, slo_ttft: float | None, slo_tpot: float | None) -> None:
+    """Flags that do not combine, refused in one line each."""
+    if req.find_max_qps and req.qps is not None:
+        raise ConfigError(f"--qps {req.qps:g} sets one load; --find-max-qps searches the load (drop --qps)")
+    if req.find_max_qps and req.workload is None and slo_ttft is None and slo_tpot is None:
         raise ConfigError("--find-max-qps needs --slo-ttft-p99 and/or --slo-tpot-p99")
-    if colocate_model is None and (colocation != "time_sliced" or colocate_memory_frac != 0.5):
+    if req.colocate_model is None and (req.colocation != "time_sliced" or req.colocate_memory_frac != 0.5):
         raise ConfigError("--colocation and --colocate-memory-frac describe a second model on the same GPUs; add "
                           "--colocate-model MODEL (without it they have no effect)")
-    if colocate_model is not None and (find_max_qps or trace_out is not None or explain):
+    if req.colocate_model is not None and (req.find_max_qps or req.keep_events or req.explain):
         raise ConfigError("--colocate-model does not combine with --find-max-qps, --trace-out or --explain yet")
-    _verdict_first(cfg, workload, num_requests, colocate_model, colocate_memory_frac, as_json)
-    search = None
-    mlperf = None
-    result = None
-    if workload is not None:
-        mlperf = run_experiment(MLPerfScenario(cfg, workload, num_requests=num_requests, qps=qps))
-        cfg, result = mlperf.result.config, mlperf.result
-    elif find_max_qps:
-        search = run_experiment(MaxQpsSearch(cfg))
-        cfg, result = search.config, search.result
-    data_extra: dict[str, Any] = {}
-    if colocate_model is not None:
-        other = cfg.model_copy(update={"model": colocate_model, "speculative_model": None,
-                                       "workload": cfg.workload.model_copy(update={"seed": cfg.workload.seed + 1})})
-        pair = run_experiment(Colocation(cfg, other, mode=colocation, memory_frac=colocate_memory_frac))  # type: ignore[arg-type]
-        result = pair.first
-        data_extra = pair.as_dict()
-    elif result is None or trace_out is not None or explain:  # (the timeline needs the iterations kept)
-        result = run_experiment(Simulation(cfg, keep_events=trace_out is not None, explain=explain))
-    steady = None
-    if search is None and mlperf is None and colocate_model is None:
-        from perfcast.serving.experiments.search import steady_state
 
-        steady = steady_state(cfg, result)
+
+def _write_files(report: ServeReport, trace_out: Path | None, requests_out: Path | None) -> None:
+    """The Perfetto timeline and the per-request CSV, where asked."""
     if trace_out is not None:
         from perfcast.serving.timeline import write_serving_trace
 
-        write_serving_trace(result, trace_out)
+        write_serving_trace(report.result, trace_out)
     if requests_out is not None:
-        rows = result.request_rows()
+        rows = report.result.request_rows()
         with requests_out.open("w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
-    data = data_extra or result.as_dict()
-    if not data_extra:  # what auto resolved to: the weights' format and the KV cache's dtype
-        from perfcast.catalog.hardware import load_hardware
-        from perfcast.catalog.models import load_model
-        from perfcast.dtypes import DType
-        from perfcast.serving.iteration import kv_cache_dtype as resolve_kv
-        from perfcast.workload.quantization import resolve_quantization
-
-        quant = resolve_quantization(load_model(cfg.model), cfg.quantization, load_hardware(cfg.hardware))
-        data["weights_format"] = quant.label
-        data["kv_cache_dtype"] = resolve_kv(None if cfg.kv_cache_dtype == "auto" else DType(cfg.kv_cache_dtype),
-                                            cfg.quantization, DType(result.dtype)).value
-    missed = ""
-    if search is not None:
-        data.update(search.as_dict())
-        if search.check is not None and search.max_qps > 0:
-            data["steady_state"] = search.check.as_dict()
-        missed = search.verdict
-    if steady is not None:  # the load of a plain run, judged in steady state
-        verdict = steady.check.verdict
-        data["load_verdict"] = {"meets": "sustained", "misses": "misses_slo"}.get(verdict, verdict)
-        data.update(steady.as_dict())
-    if mlperf is not None:
-        data.update({k if k.startswith("mlperf_") else f"mlperf_{k}": v for k, v in mlperf.as_dict().items()})
-        if mlperf.qps_evaluated:
-            data["max_qps"] = mlperf.qps
-            data["qps_evaluated"] = [c.as_dict() for c in mlperf.qps_evaluated]
-        if mlperf.check is not None:
-            data["steady_state"] = mlperf.check.as_dict()
-    if as_json:
-        emit_json(data)
-    else:
-        print_serving(data, trace_out, requests_out)
-    if missed:  # no load meets the SLO: an answer, "no"
-        does_not_fit(missed)
 
 
 def _verdict_first(cfg: Any, workload: str | None, num_requests: int | None, colocate_model: str | None,
@@ -268,7 +241,7 @@ def _verdict_first(cfg: Any, workload: str | None, num_requests: int | None, col
             "model": run.model, "hardware": run.hardware, "scheduler": run.scheduler,
             "tensor_parallel_size": run.tensor_parallel_size, "pipeline_parallel_size": run.pipeline_parallel_size,
             "num_replicas": run.num_replicas, "dtype": serving_dtype(run).value, "quantization": run.quantization,
-            **memory.as_dict()}
+            **to_json(memory)}
         if as_json:
             emit_json(data)
         else:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from perfcast.cli.app import _console, _table, app, does_not_fit, emit_json, flag_error, handled
 from perfcast.cli.output_paths import refuse_overwrite
+from perfcast.errors import ConfigError
+from perfcast.results.serialize import json_field, to_json
+
+if TYPE_CHECKING:
+    from perfcast.system.training import TrainingResult
 
 __all__ = ["train"]
 
@@ -72,12 +78,7 @@ def train(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict one training step: time, tokens/s and TFLOP/s per GPU, MFU/HFU, where time and memory go."""
-    from pydantic import ValidationError
-
-    from perfcast.errors import ConfigError
     from perfcast.system.cluster import load_cluster
-    from perfcast.system.plan import ParallelPlan
-    from perfcast.system.training import simulate_training
 
     if trace_out is not None and trace_alias is not None:
         raise ConfigError("--trace is the old spelling of --trace-out; give one of them")
@@ -88,69 +89,100 @@ def train(
     cl = load_cluster(cluster, nodes=nodes)
     defaults = [name for name, value in (("dp", dp), ("precision", precision)) if value is None]
     captured = None
-    if workload is not None:
-        from perfcast.capture.io import load_workload
-        from perfcast.capture.training import training_forward
-        from perfcast.dtypes import DType
-
-        w = load_workload(workload)
-        _check_captured_plan(w, micro_batch, seq_len, cp=cp, ep=ep, lora_rank=lora_rank)
-        if precision is None:
-            precision = _captured_precision(w.dtype)
-        base = {"fp32": DType.FP32, "fp16": DType.FP16}.get(precision, DType.BF16)  # fp8: BF16 + FP8 GEMMs
-        captured = training_forward(w, base)
-        if tp > 1 and captured.tp_error:
-            raise ConfigError(f"--tp {tp}: tensor parallelism cannot shard this captured graph: "
-                              f"{captured.tp_error}; use --tp 1 (data/pipeline parallelism)")
-        micro_batch, seq_len = captured.micro_batch, captured.tokens_per_sample
     precision_note = "the captured model's"
-    if workload is None and precision is None:
-        from perfcast.catalog.defaults import default_dtype, describe_default_dtype
-        from perfcast.catalog.models import load_model
-
-        chosen = default_dtype(load_model(model), cl.hardware())
-        precision, precision_note = chosen.value, describe_default_dtype(load_model(model), chosen, cl.hardware())
-    micro_batch = 1 if micro_batch is None else micro_batch
-    seq_len = 2048 if seq_len is None else seq_len
-    if dp is None:
-        dp = _default_dp(cl.gpus_per_node, cl.id, nodes, tp * pp * cp)
-    try:
-        fields: dict[str, Any] = dict(
-            tp=tp, pp=pp, dp=dp, cp=cp, cp_kind=cp_kind, ep=ep, vp=vp, sp=sp, tp_comm_overlap=tp_overlap,
-            zero=zero, recompute=recompute, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
-            precision=precision, schedule="interleaved" if vp > 1 and schedule == "1f1b" else schedule,
-            uneven_stages=uneven_stages,
-            lora_rank=lora_rank, lora_targets=tuple(t.strip() for t in lora_targets.split(",") if t.strip()),
-            qlora=qlora, moe_skew=moe_skew, moe_capacity_factor=capacity_factor, framework=framework,
-            fused_kernels=fused_kernels,
-        )
-        plan = ParallelPlan(**fields)
-    except ValidationError as exc:
-        raise flag_error(exc, default="plan") from None
-    if captured is not None:
-        if plan.recompute != "none" and not any(o.kind.value == "embedding" for o in captured.forward):
-            raise ConfigError(f"--recompute {recompute}: recompute of a captured model needs token inputs (its "
-                              "checkpoints are hidden states); use --recompute none")
-        result = simulate_training(captured.config, cl, plan, nodes=nodes, keep_events=trace is not None,
-                                   forward=captured.forward)
-    else:
-        result = simulate_training(model, cl, plan, nodes=nodes, keep_events=trace is not None)
-    if trace is not None:
-        from perfcast.system.trace import write_trace
-
-        write_trace(result, trace)
+    if workload is not None:
+        captured, micro_batch, seq_len, precision = _captured_forward(workload, tp, micro_batch, seq_len, precision,
+                                                                     cp=cp, ep=ep, lora_rank=lora_rank)
+    elif precision is None:
+        precision, precision_note = _default_precision(model, cl)
+    plan = _plan(dict(
+        tp=tp, pp=pp, dp=_default_dp(cl.gpus_per_node, cl.id, nodes, tp * pp * cp) if dp is None else dp, cp=cp,
+        cp_kind=cp_kind, ep=ep, vp=vp, sp=sp, tp_comm_overlap=tp_overlap, zero=zero, recompute=recompute,
+        micro_batch=1 if micro_batch is None else micro_batch, global_batch=global_batch,
+        seq_len=2048 if seq_len is None else seq_len, precision=precision,
+        schedule="interleaved" if vp > 1 and schedule == "1f1b" else schedule, uneven_stages=uneven_stages,
+        lora_rank=lora_rank, lora_targets=tuple(t.strip() for t in lora_targets.split(",") if t.strip()),
+        qlora=qlora, moe_skew=moe_skew, moe_capacity_factor=capacity_factor, framework=framework,
+        fused_kernels=fused_kernels))
+    result = _simulate(model, captured, cl, plan, nodes=nodes, trace=trace)
     if as_json:
-        data: dict[str, Any] = result.as_dict()
-        data["chosen_by_default"] = defaults
-        if trace is not None:
-            data["trace_path"] = str(trace)
-        emit_json(data)
+        emit_json(to_json(TrainReport(result, defaults, None if trace is None else str(trace))))
     else:
         _print(result, trace, defaults, precision_note)
     if not result.fits:
         does_not_fit(f"out of memory: the plan needs {_gib(result.memory.total_bytes)} per GPU and {result.gpu_id} "
                      f"has {_gib(result.memory.capacity_bytes)}; shard more (zero, tp, pp), recompute, or shrink the "
                      "micro-batch")
+
+
+@dataclass(frozen=True)
+class TrainReport:
+    """What ``perfcast train --json`` reports: the prediction's keys, the flags left to their defaults and where the
+    trace went."""
+
+    result: TrainingResult = field(metadata=json_field(flatten=True))
+    chosen_by_default: list[str]
+    trace_path: str | None = field(metadata=json_field(omit_none=True))
+
+
+def _captured_forward(path: Path, tp: int, micro_batch: int | None, seq_len: int | None, precision: str | None, *,
+                      cp: int, ep: int, lora_rank: int) -> tuple[Any, int, int, str]:
+    """A captured workload's training forward, with the micro-batch, tokens per sample and precision it fixes."""
+    from perfcast.capture.io import load_workload
+    from perfcast.capture.training import training_forward
+    from perfcast.dtypes import DType
+
+    w = load_workload(path)
+    _check_captured_plan(w, micro_batch, seq_len, cp=cp, ep=ep, lora_rank=lora_rank)
+    if precision is None:
+        precision = _captured_precision(w.dtype)
+    base = {"fp32": DType.FP32, "fp16": DType.FP16}.get(precision, DType.BF16)  # fp8: BF16 + FP8 GEMMs
+    captured = training_forward(w, base)
+    if tp > 1 and captured.tp_error:
+        raise ConfigError(f"--tp {tp}: tensor parallelism cannot shard this captured graph: "
+                          f"{captured.tp_error}; use --tp 1 (data/pipeline parallelism)")
+    return captured, captured.micro_batch, captured.tokens_per_sample, precision
+
+
+def _default_precision(model: str, cl: Any) -> tuple[str, str]:
+    """The checkpoint's precision where the cluster's GPU has it (as predict and serve), and why."""
+    from perfcast.catalog.defaults import default_dtype, describe_default_dtype
+    from perfcast.catalog.models import load_model
+
+    chosen = default_dtype(load_model(model), cl.hardware())
+    return chosen.value, describe_default_dtype(load_model(model), chosen, cl.hardware())
+
+
+def _plan(fields: dict[str, Any]) -> Any:
+    """The typed plan of the flags, a pydantic refusal as a flag error."""
+    from pydantic import ValidationError
+
+    from perfcast.system.plan import ParallelPlan
+
+    try:
+        return ParallelPlan(**fields)
+    except ValidationError as exc:
+        raise flag_error(exc, default="plan") from None
+
+
+def _simulate(model: str | None, captured: Any, cl: Any, plan: Any, *, nodes: int | None,
+              trace: Path | None) -> TrainingResult:
+    """The step of the catalog ``model`` or of the ``captured`` forward, and its trace where asked."""
+    from perfcast.system.training import simulate_training
+
+    if captured is not None:
+        if plan.recompute != "none" and not any(o.kind.value == "embedding" for o in captured.forward):
+            raise ConfigError(f"--recompute {plan.recompute}: recompute of a captured model needs token inputs (its "
+                              "checkpoints are hidden states); use --recompute none")
+        result = simulate_training(captured.config, cl, plan, nodes=nodes, keep_events=trace is not None,
+                                   forward=captured.forward)
+    else:
+        result = simulate_training(model, cl, plan, nodes=nodes, keep_events=trace is not None)  # type: ignore[arg-type]
+    if trace is not None:
+        from perfcast.system.trace import write_trace
+
+        write_trace(result, trace)
+    return result
 
 
 def _default_dp(gpus_per_node: int, cluster_id: str, nodes: int | None, model_parallel: int) -> int:
@@ -248,7 +280,7 @@ def _print(result: Any, trace: Path | None, defaults: list[str], precision_note:
     mem = _table(title="memory per GPU" + ("" if result.fits else " - OUT OF MEMORY"))
     mem.add_column("part")
     mem.add_column("bytes", justify="right")
-    for k, v in result.memory.as_dict().items():
+    for k, v in to_json(result.memory).items():
         mem.add_row(k.removesuffix("_bytes").replace("_", " "), _gib(v))
     con.print(mem)
     if trace is not None:

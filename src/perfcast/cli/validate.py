@@ -8,6 +8,7 @@ import typer
 
 from perfcast.cli.app import _console, _progress, _table, app, emit_json, handled
 from perfcast.cli.output_paths import check_output_folder
+from perfcast.results.serialize import to_json
 
 __all__ = ["validate"]
 
@@ -17,7 +18,7 @@ def _validate_local(as_json: bool) -> None:
     from perfcast.report.text import pct
 
     if as_json:
-        emit_json(validate_local().as_dict())
+        emit_json(to_json(validate_local()))
         return
     with _console(stderr=True).status("measuring") as status:
         rep = validate_local(progress=lambda m: status.update(f"measuring {m}"))
@@ -59,7 +60,7 @@ def validate(
     if as_json:
         rep = run_validation(list(tables) if tables else None)
         written = write_validation(rep, out_dir) if out_dir is not None else None
-        emit_json({**rep.as_dict(), **({"validation_file": str(written)} if written else {})})
+        emit_json({**to_json(rep), **({"validation_file": str(written)} if written else {})})
         return
     with _progress() as prog:
         task = prog.add_task("validating", total=None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from perfcast.kernel.types import KernelTime
 from perfcast.workload.types import Op
@@ -47,6 +48,11 @@ class MemoryBreakdown:
     capacity_bytes: float
     kv_cache_bytes: float = 0.0
 
+    # to_json: the parts (as :meth:`parts` orders them), the total and the capacity
+    JSON_ORDER: ClassVar[tuple[str, ...]] = ("weights_bytes", "kv_cache_bytes", "gradients_bytes", "optimizer_bytes",
+                                             "activations_bytes", "comm_buffers_bytes", "context_bytes",
+                                             "fragmentation_bytes", "total_bytes", "capacity_bytes")
+
     @property
     def total_bytes(self) -> float:
         """Everything the GPU holds at the peak of the step."""
@@ -63,10 +69,6 @@ class MemoryBreakdown:
                 "gradients_bytes": self.gradients_bytes, "optimizer_bytes": self.optimizer_bytes,
                 "activations_bytes": self.activations_bytes, "comm_buffers_bytes": self.comm_buffers_bytes,
                 "context_bytes": self.context_bytes, "fragmentation_bytes": self.fragmentation_bytes}
-
-    def as_dict(self) -> dict[str, float]:
-        """JSON-ready parts with unit-bearing keys, the total and the capacity."""
-        return {**self.parts(), "total_bytes": self.total_bytes, "capacity_bytes": self.capacity_bytes}
 
     @classmethod
     def build(cls, *, weights: float, gradients: float, optimizer: float, activations: float, capacity: float,

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from perfcast.calibrate.bench import clock_for, import_torch, interleaved_fastest_s
 from perfcast.calibrate.machine import LOCAL_CPU_ID, default_path
@@ -30,10 +30,11 @@ from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.compose.predict import StepRequest, predict
 from perfcast.errors import ConfigError, PerfcastError, UnsupportedError
+from perfcast.results.serialize import json_field
 from perfcast.workload.types import Mode
 
-__all__ = ["FULL_CASES", "ROUNDS", "SUITE_CASES", "LocalCase", "LocalResult", "LocalValidation", "load_local_cpu",
-           "validate_local"]
+__all__ = ["FULL_CASES", "ROUNDS", "SUITE_CASES", "LocalCase", "LocalResult", "LocalSummary", "LocalValidation",
+           "load_local_cpu", "validate_local"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +67,11 @@ ROUNDS = 4  # passes over all cases; a case's latency is its fastest forward ove
 class LocalResult:
     """Measured and predicted seconds of one case."""
 
-    case: LocalCase
+    case: LocalCase = field(metadata=json_field(flatten=True))  # its model, batch size and length inline
     measured_s: float
     predicted_s: float
+
+    JSON_EXTRA: ClassVar[tuple[str, ...]] = ("error_frac",)
 
     @property
     def error_frac(self) -> float:
@@ -94,16 +97,21 @@ class LocalValidation:
         """Models in the order measured."""
         return list(dict.fromkeys(r.case.model for r in self.results))
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready summary (seconds and fractions)."""
-        return {
-            "hardware": self.hardware_id, "threads": self.threads,
-            "cases": [{"model": r.case.model, "batch_size": r.case.batch_size, "seq_len": r.case.seq_len,
-                       "measured_s": r.measured_s, "predicted_s": r.predicted_s, "error_frac": r.error_frac}
-                      for r in self.results],
-            "mape_frac_by_model": {m: self.mape_frac(m) for m in self.models},
-            "mape_frac": self.mape_frac(),
-        }
+    def json_view(self) -> LocalSummary:
+        """What the validation reports (seconds and fractions)."""
+        return LocalSummary(self.hardware_id, self.threads, self.results, {m: self.mape_frac(m) for m in self.models},
+                            self.mape_frac())
+
+
+@dataclass(frozen=True, slots=True)
+class LocalSummary:
+    """The validation on this CPU as reported: every case, the error per model and overall (fractions)."""
+
+    hardware: str
+    threads: int
+    cases: tuple[LocalResult, ...]
+    mape_frac_by_model: dict[str, float]
+    mape_frac: float
 
 
 def load_local_cpu(path: str | Path | None = None) -> Hardware:

@@ -35,6 +35,7 @@ from perfcast.catalog.cpu import CpuEfficiency
 from perfcast.catalog.hardware import Hardware
 from perfcast.dtypes import DType
 from perfcast.errors import UnsupportedError
+from perfcast.kernel.types import Bound
 from perfcast.workload.types import Op, OpKind
 
 __all__ = ["OP_CLASSES", "PAGE_BYTES", "conv_shape", "cpu_gemm_memory_time_s", "cpu_gemm_time_s", "cpu_memory_time_s",
@@ -135,12 +136,12 @@ def conv_shape(c: CpuEfficiency) -> tuple[float, float, float]:
             c.gemm_k0 if c.conv_k0 is None else c.conv_k0)
 
 
-def cpu_op_times(ops: Sequence[Op], hw: Hardware) -> tuple[np.ndarray, list[str]]:
+def cpu_op_times(ops: Sequence[Op], hw: Hardware) -> tuple[np.ndarray, list[Bound]]:
     """Seconds of one instance of each op on the CPU ``hw``, and what bounds each one."""
     c = _cpu(hw)
     n = len(ops)
     times = np.zeros(n)
-    bounds = ["latency"] * n
+    bounds = [Bound.LATENCY] * n
     # a forward pass touches each weight once: when the weights outgrow the cache, every GEMM streams its own
     # from DRAM, however small it is (a microbenchmark repeating one product keeps its operands cached)
     cold = sum(op.weight_bytes * op.count for op in ops) > c.cache_bytes
@@ -172,12 +173,12 @@ def cpu_op_times(ops: Sequence[Op], hw: Hardware) -> tuple[np.ndarray, list[str]
             compute = 0.0
             mem = mem * factor
         else:  # host and comm ops take no device time on one CPU
-            bounds[i] = "host" if op.kind is OpKind.HOST else "comm"
+            bounds[i] = Bound.HOST if op.kind is OpKind.HOST else Bound.COMM
             continue
         t += fresh_pages_time_s(op, hw)
         times[i] = t
         if t < 2.0 * max(c.vector_fixed_s, 1e-9):
-            bounds[i] = "latency"
+            bounds[i] = Bound.LATENCY
         else:
-            bounds[i] = "compute" if compute >= mem else "memory"
+            bounds[i] = Bound.COMPUTE if compute >= mem else Bound.MEMORY
     return times, bounds

@@ -53,7 +53,7 @@ from perfcast.kernel.power import (
     sustained_clock_frac,
     voltage_frac,
 )
-from perfcast.kernel.types import KernelTime
+from perfcast.kernel.types import Bound, KernelTime
 from perfcast.workload.types import Op, OpKind
 
 __all__ = ["ENERGY_STATUS", "MATRIX_KINDS", "OpEnergy", "PowerModel", "dynamic_energy_J", "energy_arrays",
@@ -162,7 +162,7 @@ def energy_arrays(kinds: Sequence[OpKind], dtypes: Sequence[DType], time_s: np.n
     n = len(kinds)
     t = np.asarray(time_s, dtype=float)
     matrix = np.array([k in MATRIX_KINDS for k in kinds], dtype=bool)
-    compute = np.array([b == "compute" for b in bounds], dtype=bool)
+    compute = np.array([b == Bound.COMPUTE for b in bounds], dtype=bool)
     # clock fraction, its voltage and the energy per FLOP per (datapath, compute-bound) pair
     x, v2, ef = np.ones(n), np.ones(n), np.zeros(n)
     pairs: dict[tuple[str, bool], list[int]] = {}
@@ -173,8 +173,8 @@ def energy_arrays(kinds: Sequence[OpKind], dtypes: Sequence[DType], time_s: np.n
         x[idx], v2[idx], ef[idx] = xi, pm.voltage_frac(xi) ** 2, energy_per_flop_J(hw, path, coeffs)
     dram = np.where(matrix, np.maximum(bytes_, flops / pm.flop_per_dram_byte), bytes_)
     total, static, limited = pm.kernel_energy_J(t, flops, dram, ef, x, v2)
-    comm = np.array([b == "comm" for b in bounds], dtype=bool)
-    host = np.array([b == "host" for b in bounds], dtype=bool)
+    comm = np.array([b == Bound.COMM for b in bounds], dtype=bool)
+    host = np.array([b == Bound.HOST for b in bounds], dtype=bool)
     total = np.where(comm, pm.comm_W * t, np.where(host, pm.idle_W * t, total))
     dynamic = np.where(host, 0.0, total - static)
     off = (t <= 0) | comm | host
@@ -201,7 +201,8 @@ def ops_energy(ops: Sequence[Op], kernels: Sequence[KernelTime], hw: Hardware,
     out = []
     for i, k in enumerate(kernels):
         e, ti = float(energy[i]), float(t[i])
-        avg = 0.0 if ti <= 0 else (pm.comm_W if k.bound == "comm" else pm.idle_W if k.bound == "host" else e / ti)
+        held_W = {Bound.COMM: pm.comm_W, Bound.HOST: pm.idle_W}.get(k.bound)
+        avg = 0.0 if ti <= 0 else (held_W if held_W is not None else e / ti)
         out.append(OpEnergy(e, float(static[i]), float(dynamic[i]), avg, bool(limited[i])))
     return out
 

@@ -17,7 +17,7 @@ from perfcast.kernel.conv import conv_times
 from perfcast.kernel.cpu import cpu_op_times
 from perfcast.kernel.energy import energy_arrays
 from perfcast.kernel.gemm import gemm_times
-from perfcast.kernel.types import KernelTime
+from perfcast.kernel.types import Bound, KernelTime
 from perfcast.kernel.vector import vector_times
 from perfcast.workload.types import Op, OpKind
 
@@ -80,7 +80,7 @@ def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: 
         cpu_times, cpu_bounds = cpu_op_times(ops, hw)
         return _with_energy(ops, np.asarray(cpu_times, dtype=float), list(cpu_bounds), hw, co)
     times = np.zeros(n)
-    bounds = ["latency"] * n
+    bounds = [Bound.LATENCY] * n
     kmin = co.launch.kernel_min_s
 
     groups: dict[tuple[OpKind, object], list[int]] = {}
@@ -117,13 +117,13 @@ def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: 
                                 training=train)
             for j, i in enumerate(idx):
                 times[i] = t[j]
-                bounds[i] = "memory" if sel[j].dims[3] == 1 else "compute"
+                bounds[i] = Bound.MEMORY if sel[j].dims[3] == 1 else Bound.COMPUTE
         elif kind is OpKind.CONV:
             d = np.array([o.dims for o in sel], dtype=float)
             t = conv_times(d, hw, sub, co, clock_frac=clock_frac)  # type: ignore[arg-type]
             for j, i in enumerate(idx):
                 times[i] = t[j]
-                bounds[i] = "compute"
+                bounds[i] = Bound.COMPUTE
         elif kind in (OpKind.VECTOR, OpKind.EMBEDDING, OpKind.POOL):
             names = [o.op for o in sel]
             by = np.array([o.bytes for o in sel])
@@ -133,17 +133,17 @@ def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: 
             t = vector_times(names, by, cols, hw, co, elements=elems)
             for j, i in enumerate(idx):
                 times[i] = t[j]
-                bounds[i] = "memory" if t[j] > 2 * kmin else "latency"
+                bounds[i] = Bound.MEMORY if t[j] > 2 * kmin else Bound.LATENCY
         elif kind is OpKind.HOST:
             for i in idx:
-                bounds[i] = "host"
+                bounds[i] = Bound.HOST
         elif kind is OpKind.COMM:
             for i in idx:
-                bounds[i] = "comm"
+                bounds[i] = Bound.COMM
     return _with_energy(ops, times, bounds, hw, co)
 
 
-def _with_energy(ops: Sequence[Op], times: np.ndarray, bounds: list[str], hw: Hardware,
+def _with_energy(ops: Sequence[Op], times: np.ndarray, bounds: list[Bound], hw: Hardware,
                  co: Coefficients) -> list[KernelTime]:
     """The ops' times with the energy of each instance beside them (:func:`perfcast.kernel.energy.energy_arrays`)."""
     flops = np.array([o.flops for o in ops], dtype=float)
@@ -154,7 +154,7 @@ def _with_energy(ops: Sequence[Op], times: np.ndarray, bounds: list[str], hw: Ha
                        energy_J=float(energy[i]), dynamic_J=float(dynamic[i])) for i in range(len(ops))]
 
 
-def _bound(compute: float, memory: float, total: float, kmin: float) -> str:
+def _bound(compute: float, memory: float, total: float, kmin: float) -> Bound:
     if total < 2 * kmin:
-        return "latency"
-    return "compute" if compute >= memory else "memory"
+        return Bound.LATENCY
+    return Bound.COMPUTE if compute >= memory else Bound.MEMORY

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from perfcast.errors import PerfcastError
 from perfcast.results.scenario import ScenarioResult
+from perfcast.results.serialize import to_json
 from perfcast.scenarios.schema import SearchScenario
 from perfcast.sweep.search import PlanRow, search_training
 
@@ -20,7 +21,7 @@ __all__ = ["run_search_scenario"]
 
 
 def _row(label: str, r: PlanRow) -> dict[str, object]:
-    row: dict[str, object] = {"label": label, "status": "ok", **r.as_dict()}
+    row: dict[str, object] = {"label": label, "status": "ok", **to_json(r)}
     if r.exact is not None:
         row["fits_in_memory"] = r.exact.fits
         row["memory_per_gpu_bytes"] = r.exact.memory.total_bytes
@@ -62,6 +63,6 @@ def run_search_scenario(sc: SearchScenario) -> ScenarioResult:
 
 
 def _plan(r: PlanRow) -> str:
-    d = r.as_dict()
+    d = to_json(r)
     return (f"tp {d['tp']} pp {d['pp']} dp {d['dp']} cp {d['cp']} vp {d['vp']} micro-batch {d['micro_batch']} "
             f"recompute {d['recompute']} zero {d['zero']}")

@@ -28,6 +28,7 @@ from typing import Any
 
 from perfcast.errors import PerfcastError
 from perfcast.results.scenario import ScenarioResult
+from perfcast.results.serialize import to_json
 from perfcast.scenarios.schema import ServingRun, ServingScenario
 from perfcast.scenarios.serving_curves import latency_quantiles, load_curve, sweepable
 from perfcast.serving.config import ServingConfig
@@ -85,7 +86,7 @@ def _run_rows(run: ServingRun) -> list[dict[str, object]]:
         results: tuple[ServingResult, ServingResult] = (co.first, co.second)
         for row, res, other, frac in zip(rows, results, reversed(rows), (run.memory_frac, 1 - run.memory_frac),
                                          strict=True):
-            row.update(_flat(res.as_dict()))
+            row.update(_flat(to_json(res)))
             row["latency_quantiles"] = latency_quantiles(res)
             row.update(status="ok", colocation=run.colocation, colocated_with=other["label"], memory_frac=frac,
                        colocation_passes=co.passes, gpu_busy_frac=res.busy_frac)
@@ -98,13 +99,13 @@ def _run_rows(run: ServingRun) -> list[dict[str, object]]:
                 row.update(status="error", error=search.verdict, qps_loads_tried=len(search.evaluated))
                 return [row]
             sim = search.result
-            row.update(_flat(sim.as_dict()))
+            row.update(_flat(to_json(sim)))
             row.update(qps=search.max_qps, max_qps=search.max_qps, qps_loads_tried=len(search.evaluated),
                        qps_search_requests=sim.arrival_s.size, qps_search_simulated_s=float(sim.arrival_s[-1]),
                        saturated_requests_per_s=search.saturation.requests_per_s if search.saturation else None)
         else:
             sim = run_experiment(Simulation(cfg))
-            row.update(_flat(sim.as_dict()))
+            row.update(_flat(to_json(sim)))
         row["latency_quantiles"] = latency_quantiles(sim)
         row["status"] = "ok"
     except PerfcastError as exc:

@@ -17,8 +17,10 @@ import math
 import numpy as np
 
 from perfcast.errors import PerfcastError
+from perfcast.results.serialize import to_json
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.experiments.run import Simulation, run_experiment
+from perfcast.serving.outcomes import RequestStatus
 from perfcast.serving.result import ServingResult
 
 __all__ = ["LOAD_FRACS", "MIN_REQUESTS_FOR_CURVE", "NUM_QUANTILES", "latency_quantiles", "load_curve",
@@ -38,7 +40,7 @@ def _quantiles(values: np.ndarray) -> list[float]:
 def latency_quantiles(res: ServingResult) -> dict[str, list[float]]:
     """``{"q": [0, 0.01, ..., 1], "ttft_s": [...], "tpot_s": [...], "e2e_s": [...]}`` over the completed requests
     (a series is empty when no request has that latency; TPOT needs two or more output tokens)."""
-    done = np.array([s == "completed" for s in res.status], dtype=bool) & np.isfinite(res.finish_s)
+    done = np.array([s == RequestStatus.COMPLETED for s in res.status], dtype=bool) & np.isfinite(res.finish_s)
     arrival, first, finish = res.arrival_s[done], res.first_token_s[done], res.finish_s[done]
     output = res.output_tokens[done]
     many = output >= 2
@@ -75,7 +77,7 @@ def load_curve(cfg: ServingConfig) -> list[dict[str, float | None]]:
             m = run_experiment(Simulation(_at(cfg, qps))).metrics
         except PerfcastError:
             continue
-        ttft = m.ttft_s.as_dict()
+        ttft = to_json(m.ttft_s)
         points.append({"load_frac": frac, "qps": qps, "throughput_tokens_per_s": m.throughput_tokens_per_s,
                        "throughput_requests_per_s": m.throughput_requests_per_s,
                        "ttft_p50_s": ttft["p50"], "ttft_p99_s": ttft["p99"],

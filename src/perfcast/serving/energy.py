@@ -15,8 +15,8 @@ everything dynamic; the idle part static power over the rest. A prior model: :da
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -24,6 +24,8 @@ from perfcast.catalog.hardware import Hardware
 from perfcast.coefficients.kernel import Coefficients
 from perfcast.dtypes import DType
 from perfcast.kernel.energy import ENERGY_STATUS, kernel_dynamic_J, power_model, step_energy_J
+from perfcast.kernel.types import Bound
+from perfcast.results.serialize import json_field
 from perfcast.serving.config import ServingConfig
 from perfcast.workload.types import OpKind
 
@@ -54,10 +56,10 @@ class EnergyCounts:
         hw, co, dt = self.hardware, self.coeffs, self.dtype
         return (kernel_dynamic_J(OpKind.ATTENTION, dt, time_s=self.prefill_attention_s,
                                  flops=self.prefill_attention_flops, bytes_=self.prefill_attention_bytes,
-                                 bound="compute", hw=hw, coeffs=co)
+                                 bound=Bound.COMPUTE, hw=hw, coeffs=co)
                 + kernel_dynamic_J(OpKind.ATTENTION, dt, time_s=self.decode_attention_s,
                                    flops=self.decode_attention_flops, bytes_=self.decode_attention_bytes,
-                                   bound="memory", hw=hw, coeffs=co))
+                                   bound=Bound.MEMORY, hw=hw, coeffs=co))
 
 
 class RunCounts(Protocol):
@@ -81,15 +83,19 @@ class ServingEnergy:
     ``energy_J = busy_energy_J + idle_energy_J = static_J + dynamic_J + comm_J`` below the TDP cap."""
 
     energy_J: float
-    busy_energy_J: float
-    idle_energy_J: float
+    busy_energy_J: float = field(metadata=json_field(key="energy_busy_J"))
+    idle_energy_J: float = field(metadata=json_field(key="energy_idle_J"))
     num_gpus: int
     duration_s: float
     output_tokens: int
-    power_limited: bool
+    power_limited: bool = field(metadata=json_field(key="energy_power_limited"))
     static_J: float = 0.0  # every GPU's static power over the run
     dynamic_J: float = 0.0  # the priced ops' dynamic energy, every GPU
     comm_J: float = 0.0  # active power during the tensor-parallel collectives, every GPU
+
+    # to_json: the totals, per token and per GPU, and the model's status (the parts stay in Python)
+    JSON_ORDER: ClassVar[tuple[str, ...]] = ("energy_J", "energy_per_output_token_J", "avg_power_per_gpu_W",
+                                             "busy_energy_J", "idle_energy_J", "power_limited", "energy_model")
 
     @property
     def energy_per_output_token_J(self) -> float:
@@ -101,12 +107,10 @@ class ServingEnergy:
         """Mean power of one GPU over the run, watts."""
         return self.energy_J / (self.num_gpus * self.duration_s) if self.duration_s > 0 else 0.0
 
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready keys (units in the names)."""
-        return {"energy_J": self.energy_J, "energy_per_output_token_J": self.energy_per_output_token_J,
-                "avg_power_per_gpu_W": self.avg_power_per_gpu_W, "energy_busy_J": self.busy_energy_J,
-                "energy_idle_J": self.idle_energy_J, "energy_power_limited": self.power_limited,
-                "energy_model": ENERGY_STATUS}
+    @property
+    def energy_model(self) -> str:
+        """How settled the power model is (:data:`~perfcast.kernel.energy.ENERGY_STATUS`)."""
+        return ENERGY_STATUS
 
 
 def serving_energy(result: RunCounts) -> ServingEnergy:

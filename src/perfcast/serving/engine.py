@@ -63,7 +63,7 @@ Retrieval (RAG): a request reaches the engine after its retrieval stage with the
 retrieved tokens in its prompt; its TTFT counts from its arrival, retrieval included.
 
 Requests the deployment can never serve are refused at arrival, counted with their reason
-(``rejection_counts``, ``requests_rejected`` and ``rejection_reasons`` in ``as_dict``) and left out of
+(``rejection_counts``, ``requests_rejected`` and ``rejection_reasons`` in its JSON) and left out of
 every latency and throughput figure: a prompt plus output longer than ``max_model_len`` (by default the
 model's context, ``ModelConfig.max_positions``; vLLM answers such a request 400 with "This model's maximum
 context length is X tokens. However, you requested Y tokens (P in the messages, O in the completion)"),

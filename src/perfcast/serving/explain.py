@@ -9,7 +9,8 @@ the run's ``gpu_time_s``, and ``total_s`` adds the swap transfers, which hold th
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import ClassVar
 
 __all__ = ["TimeBreakdown"]
 
@@ -28,13 +29,11 @@ class TimeBreakdown:
     draft_model_s: float = 0.0  # speculative decoding: the draft model's decode iterations
     kv_swap_s: float = 0.0  # swap preemption: KV blocks moved between GPU and host memory
 
+    JSON_EXTRA: ClassVar[tuple[str, ...]] = ("total_s",)  # to_json: every part, then their sum
+
     @property
     def total_s(self) -> float:
         """Every part summed (s)."""
         return (self.linear_s + self.attention_prefill_s + self.attention_decode_s + self.lm_head_s
                 + self.communication_s + self.cpu_overhead_s + self.vision_encoder_s + self.draft_model_s
                 + self.kv_swap_s)
-
-    def as_dict(self) -> dict[str, float]:
-        """JSON-ready: every part and ``total_s``, in seconds."""
-        return {**asdict(self), "total_s": self.total_s}

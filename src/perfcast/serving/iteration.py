@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -102,17 +103,13 @@ class IterationBreakdown:
     tp_comm_s: float
     cpu_overhead_s: float
 
+    JSON_EXTRA: ClassVar[tuple[str, ...]] = ("time_s",)  # to_json: the parts, then their sum
+
     @property
     def time_s(self) -> float:
         """The iteration's duration."""
         return (self.linear_s + self.attention_prefill_s + self.attention_decode_s + self.lm_head_s
                 + self.tp_comm_s + self.cpu_overhead_s)
-
-    def as_dict(self) -> dict[str, float]:
-        """JSON-ready parts with unit-bearing keys."""
-        return {"linear_s": self.linear_s, "attention_prefill_s": self.attention_prefill_s,
-                "attention_decode_s": self.attention_decode_s, "lm_head_s": self.lm_head_s,
-                "tp_comm_s": self.tp_comm_s, "cpu_overhead_s": self.cpu_overhead_s, "time_s": self.time_s}
 
 
 def _grid(top: int) -> np.ndarray:

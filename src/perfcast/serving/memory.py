@@ -19,8 +19,10 @@ verdict and this breakdown), not an error; the simulator refuses to run such a d
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
+from perfcast.results.serialize import json_field
 from perfcast.serving.iteration import IterationModel
 from perfcast.serving.kv import kv_cache_capacity
 from perfcast.units import GiB
@@ -32,23 +34,21 @@ __all__ = ["ServingMemory", "activation_peak_bytes", "memory_breakdown"]
 class ServingMemory:
     """One GPU's memory in a deployment (bytes) and whether the deployment fits (``verdict`` says why not)."""
 
-    gpu_bytes: float
-    usable_bytes: float
-    weights_bytes: float
-    activations_peak_bytes: float
-    kv_cache_bytes: float
-    kv_blocks: int  # KV blocks of one GPU (every virtual engine of the replica together)
+    gpu_bytes: float = field(metadata=json_field(key="memory_gpu_bytes"))
+    usable_bytes: float = field(metadata=json_field(key="memory_usable_bytes"))
+    weights_bytes: float = field(metadata=json_field(key="memory_weights_bytes"))
+    activations_peak_bytes: float = field(metadata=json_field(key="memory_activations_peak_bytes"))
+    kv_cache_bytes: float = field(metadata=json_field(key="memory_kv_cache_bytes"))
+    # KV blocks of one GPU (every virtual engine of the replica together)
+    kv_blocks: int = field(metadata=json_field(key="kv_cache_blocks_per_gpu"))
     kv_bytes_per_token: float  # one token over the layers of the GPU's stage
     block_size: int
     fits: bool
     verdict: str  # "fits", or why not (one line)
 
-    def as_dict(self) -> dict[str, object]:
-        """``fits``, ``verdict`` and ``memory_*_bytes`` (per GPU)."""
-        return {"fits": self.fits, "verdict": self.verdict, "memory_gpu_bytes": self.gpu_bytes,
-                "memory_usable_bytes": self.usable_bytes, "memory_weights_bytes": self.weights_bytes,
-                "memory_activations_peak_bytes": self.activations_peak_bytes,
-                "memory_kv_cache_bytes": self.kv_cache_bytes, "kv_cache_blocks_per_gpu": self.kv_blocks}
+    # to_json: ``fits``, ``verdict`` and ``memory_*_bytes`` (per GPU), keys prefixed to sit in a run's object
+    JSON_ORDER: ClassVar[tuple[str, ...]] = ("fits", "verdict", "gpu_bytes", "usable_bytes", "weights_bytes",
+                                             "activations_peak_bytes", "kv_cache_bytes", "kv_blocks")
 
 
 def activation_peak_bytes(model: IterationModel, tokens: int, seqs: int) -> float:

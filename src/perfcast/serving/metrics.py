@@ -24,24 +24,20 @@ non-zero amount over a zero duration, possible only in degenerate input, gives N
 * ``slo_attainment_frac`` = requests meeting every given SLO / all requests (an incomplete request misses);
   NaN with no SLO or no requests.
 
-``as_dict()`` methods return plain Python values for JSON, with NaN written as ``None`` (JSON null).
+Both summaries write NaN as ``None`` (JSON null) through :func:`perfcast.results.serialize.to_json`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 
 from perfcast.errors import ConfigError
 
 __all__ = ["Distribution", "ServingMetrics", "distribution", "summarize_requests"]
-
-
-def _json_float(value: float) -> float | None:
-    return None if math.isnan(value) else float(value)
 
 
 @dataclass(frozen=True)
@@ -54,15 +50,7 @@ class Distribution:
     p99: float
     max: float
 
-    def as_dict(self) -> dict[str, float | None]:
-        """``{"mean", "p50", "p90", "p99", "max"}``; NaN (empty input) becomes None."""
-        return {
-            "mean": _json_float(self.mean),
-            "p50": _json_float(self.p50),
-            "p90": _json_float(self.p90),
-            "p99": _json_float(self.p99),
-            "max": _json_float(self.max),
-        }
+    JSON_NAN_NULL: ClassVar[bool] = True  # to_json: NaN (empty input) becomes None
 
 
 def distribution(values: np.ndarray) -> Distribution:
@@ -97,23 +85,7 @@ class ServingMetrics:
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict whose keys carry their units (NaN becomes None)."""
-        return {
-            "ttft_s": self.ttft_s.as_dict(),
-            "tpot_s": self.tpot_s.as_dict(),
-            "e2e_s": self.e2e_s.as_dict(),
-            "requests_completed": self.requests_completed,
-            "requests_total": self.requests_total,
-            "duration_s": _json_float(self.duration_s),
-            "throughput_requests_per_s": _json_float(self.throughput_requests_per_s),
-            "throughput_tokens_per_s": _json_float(self.throughput_tokens_per_s),
-            "total_tokens_per_s": _json_float(self.total_tokens_per_s),
-            "goodput_requests_per_s": _json_float(self.goodput_requests_per_s),
-            "slo_attainment_frac": _json_float(self.slo_attainment_frac),
-            "slo_ttft_s": self.slo_ttft_s,
-            "slo_tpot_s": self.slo_tpot_s,
-        }
+    JSON_NAN_NULL: ClassVar[bool] = True  # to_json: keys carry their units, NaN becomes None
 
 
 def _check_slo(label: str, value: float | None) -> None:

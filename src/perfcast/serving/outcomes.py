@@ -6,12 +6,29 @@ cache), each with a reason in the same words for every request refused for it, s
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import numpy as np
 
 from perfcast.errors import ConfigError
 from perfcast.serving.request import Request
 
-__all__ = ["RequestOutcomes", "count_reasons"]
+__all__ = ["RequestOutcomes", "RequestStatus", "count_reasons"]
+
+
+class RequestStatus(StrEnum):
+    """Where a request stands. A run's per-request status text is the status alone (``completed``) or the status
+    with why (``rejected: <reason>: <its figures>``, ``incomplete: ...``); :meth:`of` reads it back."""
+
+    PENDING = "pending"
+    COMPLETED = "completed"
+    REJECTED = "rejected"
+    INCOMPLETE = "incomplete"
+
+    @classmethod
+    def of(cls, text: str) -> RequestStatus:
+        """The status a status text starts with."""
+        return cls(text.split(":", 1)[0])
 
 
 def count_reasons(rejection: dict[int, tuple[str, str]]) -> dict[str, int]:
@@ -31,7 +48,7 @@ class RequestOutcomes:
         self.generated = np.zeros(n, dtype=np.int64)
         self.replica = np.full(n, -1, dtype=np.int64)
         self.preemptions = np.zeros(n, dtype=np.int64)
-        self.status = ["pending"] * n
+        self.status: list[str] = [RequestStatus.PENDING.value] * n  # plain text: the run reports it
         self.rejection: dict[int, tuple[str, str]] = {}  # request id -> (the reason it was refused, its figures)
 
     def first_token(self, req: Request, now: float) -> None:
@@ -45,11 +62,11 @@ class RequestOutcomes:
         self.finish_s[req.id] = now
         self.generated[req.id] = req.generated
         self.preemptions[req.id] = req.preemptions
-        self.status[req.id] = "completed"
+        self.status[req.id] = RequestStatus.COMPLETED.value
 
     def refused(self, req: Request, reason: str, detail: str) -> None:
         """``req`` can never be served, for ``reason`` (``detail``: its own figures)."""
-        self.status[req.id] = f"rejected: {reason}: {detail}"
+        self.status[req.id] = f"{RequestStatus.REJECTED}: {reason}: {detail}"
         self.rejection[req.id] = (reason, detail)
 
     def close(self) -> None:
@@ -61,9 +78,9 @@ class RequestOutcomes:
             raise ConfigError(f"no request can be served: all {n} were rejected ({reasons}); the first: "
                               f"{self.rejection[0][1]}")
         for i in range(n):
-            if self.status[i] == "pending":  # pragma: no cover - the loop drains every engine
-                self.status[i] = "incomplete: the simulation ended with the request unfinished"
+            if self.status[i] == RequestStatus.PENDING:  # pragma: no cover - the loop drains every engine
+                self.status[i] = f"{RequestStatus.INCOMPLETE}: the simulation ended with the request unfinished"
 
     def completed(self) -> np.ndarray:
         """Which requests completed (bool per request)."""
-        return np.array([s == "completed" for s in self.status], dtype=bool)
+        return np.array([s == RequestStatus.COMPLETED for s in self.status], dtype=bool)

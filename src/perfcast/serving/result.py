@@ -13,6 +13,7 @@ from perfcast.serving.energy import EnergyCounts, ServingEnergy, serving_energy
 from perfcast.serving.explain import TimeBreakdown
 from perfcast.serving.memory import ServingMemory
 from perfcast.serving.metrics import ServingMetrics
+from perfcast.serving.summary import LengthStats, MeanMax, Rejection, ServingSummary, WorkloadSummary
 
 __all__ = ["IterationEvent", "ServingResult"]
 
@@ -112,65 +113,41 @@ class ServingResult:
         """Mean time of one iteration on its own."""
         return self.gpu_time_s / self.iterations if self.iterations else 0.0
 
-    def workload_summary(self) -> dict[str, Any]:
-        """The requests this run simulated: where their lengths come from (a trace or fixed), the prompt and
-        output length statistics (tokens), the arrival process, its rate parameter (``qps``) and the rate its
-        draws realized (``offered_requests_per_s``, gaps over the arrival span), and the count."""
+    def workload_summary(self) -> WorkloadSummary:
+        """The requests this run simulated (see :class:`~perfcast.serving.summary.WorkloadSummary`)."""
         w = self.config.workload
-
-        def stats(x: np.ndarray) -> dict[str, float | None]:
-            if not x.size:
-                return {"mean": None, "p50": None, "p99": None, "max": None}
-            p50, p99 = np.percentile(x, [50.0, 99.0])
-            return {"mean": float(x.mean()), "p50": float(p50), "p99": float(p99), "max": float(x.max())}
-
         n = int(self.arrival_s.size)
         span_s = float(self.arrival_s[-1] - self.arrival_s[0]) if n else 0.0
         fixed = w.prompt_tokens is not None
-        arrival = w.arrival if (w.qps is not None or w.arrival == "trace") else "all at once"
-        return {"lengths": "fixed" if fixed else f"trace {w.trace}", "trace": None if fixed else w.trace,
-                "prompt_tokens": stats(self.prompt_tokens), "output_tokens": stats(self.output_tokens),
-                "arrival": arrival, "qps": w.qps, "burstiness_cv": w.burstiness_cv if w.arrival == "gamma" else None,
-                "concurrency": w.concurrency, "num_requests": n,
-                "arrival_span_s": span_s, "offered_requests_per_s": (n - 1) / span_s if span_s > 0 else None,
-                "seed": w.seed}
+        return WorkloadSummary(
+            lengths="fixed" if fixed else f"trace {w.trace}", trace=None if fixed else w.trace,
+            prompt_tokens=LengthStats.of(self.prompt_tokens), output_tokens=LengthStats.of(self.output_tokens),
+            arrival=w.arrival if (w.qps is not None or w.arrival == "trace") else "all at once", qps=w.qps,
+            burstiness_cv=w.burstiness_cv if w.arrival == "gamma" else None, concurrency=w.concurrency,
+            num_requests=n, arrival_span_s=span_s,
+            offered_requests_per_s=(n - 1) / span_s if span_s > 0 else None, seed=w.seed)
 
-    def as_dict(self) -> dict[str, Any]:
-        """One JSON-ready object; keys carry their units."""
-        out: dict[str, Any] = {
-            "model": self.config.model, "hardware": self.config.hardware, "scheduler": self.config.scheduler,
-            "tensor_parallel_size": self.config.tensor_parallel_size,
-            "pipeline_parallel_size": self.config.pipeline_parallel_size,
-            "num_replicas": self.config.num_replicas, "dtype": self.dtype,
-            "quantization": self.config.quantization, "workload": self.workload_summary(),
-        }
-        out.update(self.metrics.as_dict())
-        out.update({
-            "requests_rejected": sum(self.rejection_counts.values()),
-            "rejection_reasons": [{"reason": reason, "requests": k} for reason, k in self.rejection_counts.items()],
-            "preemptions": self.preemptions, "iterations": self.iterations,
-            "kv_blocks_per_engine": self.kv_blocks_per_engine,
-            "kv_utilization_frac": {"mean": self.kv_utilization_mean_frac, "max": self.kv_utilization_max_frac},
-            "kv_fragmentation_mean_frac": self.kv_fragmentation_mean_frac,
-            "prefix_hit_frac": self.prefix_hit_frac,
-            "weight_bytes_per_gpu": self.weight_bytes_per_gpu,
-            "spec_tokens_per_step": self.spec_tokens_per_step,
-            "weight_bytes_per_replica": self.weight_bytes_per_gpu * self.config.tensor_parallel_size
-            * self.config.pipeline_parallel_size,
-            "gpu_memory_bytes": self.gpu_memory_bytes,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "max_concurrent_sequences": self.max_concurrent_sequences,
-            "prefix_cache_bytes": self.prefix_cache_bytes,
-            "kv_transfer_mean_s": self.kv_transfer_mean_s,
-            "retrieval_mean_s": self.retrieval_mean_s,
-            "retrieval_share_frac": self.retrieval_share_frac,
-        })
-        if self.memory is not None:
-            out.update(self.memory.as_dict())
-        out.update(self.energy().as_dict())
-        if self.breakdown is not None:
-            out["iteration_breakdown_s"] = self.breakdown.as_dict()
-        return out
+    def json_view(self) -> ServingSummary:
+        """What the run reports (its JSON through :func:`~perfcast.results.serialize.to_json`)."""
+        cfg = self.config
+        return ServingSummary(
+            model=cfg.model, hardware=cfg.hardware, scheduler=cfg.scheduler,
+            tensor_parallel_size=cfg.tensor_parallel_size, pipeline_parallel_size=cfg.pipeline_parallel_size,
+            num_replicas=cfg.num_replicas, dtype=self.dtype, quantization=cfg.quantization,
+            workload=self.workload_summary(), metrics=self.metrics,
+            requests_rejected=sum(self.rejection_counts.values()),
+            rejection_reasons=tuple(Rejection(reason, k) for reason, k in self.rejection_counts.items()),
+            preemptions=self.preemptions, iterations=self.iterations, kv_blocks_per_engine=self.kv_blocks_per_engine,
+            kv_utilization_frac=MeanMax(self.kv_utilization_mean_frac, self.kv_utilization_max_frac),
+            kv_fragmentation_mean_frac=self.kv_fragmentation_mean_frac, prefix_hit_frac=self.prefix_hit_frac,
+            weight_bytes_per_gpu=self.weight_bytes_per_gpu, spec_tokens_per_step=self.spec_tokens_per_step,
+            weight_bytes_per_replica=self.weight_bytes_per_gpu * cfg.tensor_parallel_size
+            * cfg.pipeline_parallel_size,
+            gpu_memory_bytes=self.gpu_memory_bytes, kv_bytes_per_token=self.kv_bytes_per_token,
+            max_concurrent_sequences=self.max_concurrent_sequences, prefix_cache_bytes=self.prefix_cache_bytes,
+            kv_transfer_mean_s=self.kv_transfer_mean_s, retrieval_mean_s=self.retrieval_mean_s,
+            retrieval_share_frac=self.retrieval_share_frac, memory=self.memory, energy=self.energy(),
+            iteration_breakdown_s=self.breakdown)
 
     def energy(self) -> ServingEnergy:
         """Energy of the run over every GPU of the deployment (a prior power model; priced after the run from

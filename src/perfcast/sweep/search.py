@@ -32,6 +32,7 @@ from perfcast.errors import ConfigError
 from perfcast.sweep.evaluate import PlanScores, Pricer, evaluate_plans
 from perfcast.sweep.published import PublishedPlan, find_published, load_published
 from perfcast.sweep.space import CONSTRAINTS, RECOMPUTE, PlanArrays, SearchSpace, enumerate_plans
+from perfcast.sweep.summary import ExactFigures, PlanRowSummary, ReferenceSummary, TrainingSearchSummary
 from perfcast.system.plan import check_plan
 from perfcast.system.training import TrainingResult, simulate_training
 
@@ -59,27 +60,21 @@ class PlanRow:
         """GPU-hours one step takes (vectorized step time)."""
         return self.plan["gpus"] * self.step_time_s / 3600.0
 
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready row; memory in GiB, the exact figures under ``exact_*``."""
-        p = self.plan
-        out: dict[str, object] = {
-            "gpus": p["gpus"], "tp": p["tp"], "pp": p["pp"], "dp": p["dp"], "cp": p["cp"], "ep": p["ep"],
-            "vp": p["vp"], "micro_batch": p["mb"], "recompute": RECOMPUTE[p["rc"]], "zero": p["zero"],
-            "tflops_per_gpu": self.tflops_per_gpu, "step_time_s": self.step_time_s,
-            "memory_per_gpu_gib": self.memory_per_gpu_bytes / _GIB,
-            "gpu_hours_per_step": self.gpu_hours_per_step,
-            "gpu_hours_per_million_tokens": self.gpu_hours_per_step * 1e6 / self.tokens_per_step,
-        }
-        if self.price_per_gpu_hour_usd is not None:
-            out["cost_usd_per_step"] = self.gpu_hours_per_step * self.price_per_gpu_hour_usd
-        if self.exact is not None:
-            e = self.exact
-            out.update(exact_tflops_per_gpu=e.tflops_per_gpu, exact_step_time_s=e.step_time_s,
-                       exact_memory_per_gpu_gib=e.memory.total_bytes / _GIB, exact_mfu=e.mfu,
-                       exact_bubble_frac=e.bubble_frac, exact_fits_in_memory=e.fits)
-            if self.price_per_gpu_hour_usd is not None:
-                out["exact_cost_usd_per_step"] = p["gpus"] * e.step_time_s / 3600.0 * self.price_per_gpu_hour_usd
-        return out
+    def json_view(self) -> PlanRowSummary:
+        """The row as reported: memory in GiB, the exact figures under ``exact_*``."""
+        p, price, e = self.plan, self.price_per_gpu_hour_usd, self.exact
+        exact = None if e is None else ExactFigures(
+            exact_tflops_per_gpu=e.tflops_per_gpu, exact_step_time_s=e.step_time_s,
+            exact_memory_per_gpu_gib=e.memory.total_bytes / _GIB, exact_mfu=e.mfu, exact_bubble_frac=e.bubble_frac,
+            exact_fits_in_memory=e.fits,
+            exact_cost_usd_per_step=None if price is None else p["gpus"] * e.step_time_s / 3600.0 * price)
+        return PlanRowSummary(
+            gpus=p["gpus"], tp=p["tp"], pp=p["pp"], dp=p["dp"], cp=p["cp"], ep=p["ep"], vp=p["vp"],
+            micro_batch=p["mb"], recompute=RECOMPUTE[p["rc"]], zero=p["zero"], tflops_per_gpu=self.tflops_per_gpu,
+            step_time_s=self.step_time_s, memory_per_gpu_gib=self.memory_per_gpu_bytes / _GIB,
+            gpu_hours_per_step=self.gpu_hours_per_step,
+            gpu_hours_per_million_tokens=self.gpu_hours_per_step * 1e6 / self.tokens_per_step,
+            cost_usd_per_step=None if price is None else self.gpu_hours_per_step * price, exact=exact)
 
 
 @dataclass(frozen=True)
@@ -94,12 +89,12 @@ class Reference:
     best_vs_reference_frac: float
     rank: int | None  # 1-based rank of the published degrees among the feasible searched plans (None: not feasible)
 
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready comparison."""
-        return {"label": self.published.label, "source": self.source,
-                "published_tflops_per_gpu": self.published.tflops_per_gpu, **self.row.as_dict(),
-                "fits_in_memory": self.fits, "vp_note": self.vp_note,
-                "best_vs_reference_frac": self.best_vs_reference_frac, "rank_among_searched": self.rank}
+    def json_view(self) -> ReferenceSummary:
+        """The comparison as reported (the row's keys inline)."""
+        return ReferenceSummary(label=self.published.label, source=self.source,
+                                published_tflops_per_gpu=self.published.tflops_per_gpu, row=self.row.json_view(),
+                                fits_in_memory=self.fits, vp_note=self.vp_note,
+                                best_vs_reference_frac=self.best_vs_reference_frac, rank_among_searched=self.rank)
 
 
 @dataclass
@@ -120,23 +115,17 @@ class SearchResult:
     search_time_s: float = 0.0
     evaluate_time_s: float = 0.0
 
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready result (the keys of ``perfcast search --json``)."""
-        out: dict[str, object] = {
-            "model": self.space.model, "cluster": self.space.cluster, "gpus": list(self.space.gpus),
-            "seq_len": self.space.seq_len, "global_batch": self.space.global_batch,
-            "objective": self.objective, "backend": self.backend,
-            "plans_enumerated": self.plans_enumerated, "plans_evaluated": self.plans_evaluated,
-            "plans_feasible": self.plans_feasible, "rejected": dict(self.rejected),
-            "best": [r.as_dict() for r in self.best], "pareto": [r.as_dict() for r in self.pareto],
-            "agreement": dict(self.agreement),
-            "search_time_s": self.search_time_s, "evaluate_time_s": self.evaluate_time_s,
-        }
-        if self.references:
-            out["reference"] = self.references[0].as_dict()
-            if len(self.references) > 1:
-                out["other_references"] = [r.as_dict() for r in self.references[1:]]
-        return out
+    def json_view(self) -> TrainingSearchSummary:
+        """What the search reports (the keys of ``perfcast search --json``)."""
+        refs = [r.json_view() for r in self.references]
+        return TrainingSearchSummary(
+            model=self.space.model, cluster=self.space.cluster, gpus=tuple(self.space.gpus),
+            seq_len=self.space.seq_len, global_batch=self.space.global_batch, objective=self.objective,
+            backend=self.backend, plans_enumerated=self.plans_enumerated, plans_evaluated=self.plans_evaluated,
+            plans_feasible=self.plans_feasible, rejected=dict(self.rejected),
+            best=tuple(r.json_view() for r in self.best), pareto=tuple(r.json_view() for r in self.pareto),
+            agreement=dict(self.agreement), search_time_s=self.search_time_s, evaluate_time_s=self.evaluate_time_s,
+            reference=refs[0] if refs else None, other_references=tuple(refs[1:]) if len(refs) > 1 else None)
 
 
 def _tokens(space: SearchSpace, pricer: Pricer) -> int:

@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 
 from perfcast.catalog.models import load_model
 from perfcast.errors import ConfigError, PerfcastError
+from perfcast.results.serialize import to_json
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.deployment import serving_memory
 from perfcast.serving.experiments.run import MaxQpsSearch, run_experiment
 from perfcast.serving.experiments.search import LoadCheck, steady_state_rule
+from perfcast.sweep.summary import CandidateSummary, ServingSearchSummary
 from perfcast.system.cluster import cluster_for_gpu, load_cluster
 from perfcast.workload.sharding import check_tp
 
@@ -57,12 +59,12 @@ class ServingCandidate:
         """Requests per second per GPU at the highest load meeting the SLO (0 when none does)."""
         return (self.max_qps or 0.0) / self.gpus
 
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready row."""
-        return {"tp": self.tp, "replicas": self.replicas, "gpus": self.gpus, "scheduler": self.scheduler,
-                "chunk_size": self.chunk_size, "max_num_seqs": self.max_num_seqs, "max_qps": self.max_qps,
-                "goodput_requests_per_s_per_gpu": self.goodput_per_gpu, "simulations": self.simulations,
-                **({"infeasible": self.reason} if self.reason else {}), **self.metrics}
+    def json_view(self) -> CandidateSummary:
+        """The row as reported (its metrics' keys inline)."""
+        return CandidateSummary(tp=self.tp, replicas=self.replicas, gpus=self.gpus, scheduler=self.scheduler,
+                                chunk_size=self.chunk_size, max_num_seqs=self.max_num_seqs, max_qps=self.max_qps,
+                                goodput_requests_per_s_per_gpu=self.goodput_per_gpu, simulations=self.simulations,
+                                infeasible=self.reason or None, metrics=self.metrics)
 
 
 @dataclass
@@ -82,14 +84,14 @@ class ServingSearch:
         """Deployments with a load meeting the SLO, best first."""
         return [c for c in self.candidates if c.max_qps]
 
-    def as_dict(self, top: int) -> dict[str, object]:
-        """JSON-ready result: the best ``top`` deployments and the infeasible ones with their reasons."""
-        return {"model": self.model, "hardware": self.hardware, "gpus": self.gpus, "objective": "goodput_per_gpu",
-                "configs_evaluated": len(self.candidates), "configs_feasible": len(self.feasible),
-                "simulations": self.simulations, "best": [c.as_dict() for c in self.feasible[:top]],
-                "infeasible": [c.as_dict() for c in self.candidates if not c.max_qps],
-                "search_time_s": self.search_time_s, "workload": self.workload,
-                "steady_state_rule": steady_state_rule()}
+    def summary(self, top: int) -> ServingSearchSummary:
+        """What the search reports: the best ``top`` deployments and the infeasible ones with their reasons."""
+        return ServingSearchSummary(
+            model=self.model, hardware=self.hardware, gpus=self.gpus, objective="goodput_per_gpu",
+            configs_evaluated=len(self.candidates), configs_feasible=len(self.feasible),
+            simulations=self.simulations, best=tuple(c.json_view() for c in self.feasible[:top]),
+            infeasible=tuple(c.json_view() for c in self.candidates if not c.max_qps),
+            search_time_s=self.search_time_s, workload=self.workload, steady_state_rule=steady_state_rule())
 
 
 def _tp_choices(base: ServingConfig, gpus: int) -> list[int]:
@@ -160,7 +162,7 @@ def search_serving(base: ServingConfig, gpus: int, *, tps: tuple[int, ...] | Non
                             c.max_qps, c.reason = found.max_qps, found.verdict
                             c.check = found.check
                             if found.result is not None and not workload:
-                                workload = found.result.workload_summary()
+                                workload = to_json(found.result.workload_summary())
                                 for key in ("qps", "num_requests", "arrival_span_s", "offered_requests_per_s"):
                                     workload.pop(key, None)  # each load's own: in the candidates' rows
                             if found.result is not None and found.check is not None:

@@ -49,6 +49,7 @@ from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
 from perfcast.kernel.energy import ENERGY_STATUS, power_model, step_energy_J
 from perfcast.kernel.predict import KernelTime, price_ops
+from perfcast.kernel.types import Bound
 from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.layers import LayerCost, MicroBatchCosts, micro_batch_costs
 from perfcast.system.memory import MemoryBreakdown, training_memory
@@ -62,6 +63,7 @@ from perfcast.system.step import (
     step_time_s,
     zero3_layer_s,
 )
+from perfcast.system.summary import Interval, StageTime, TrainingSummary
 from perfcast.workload.types import Op, OpKind, Phase
 
 __all__ = ["FLOPS_CONVENTION", "LORA_FLOPS_CONVENTION", "TP_OVERLAP_EFFICIENCY", "LayerComm", "LayerTime",
@@ -154,37 +156,24 @@ class TrainingResult:
         """How model FLOPs (MFU) and hardware FLOPs (HFU) are counted for this plan."""
         return LORA_FLOPS_CONVENTION if self.plan.lora_rank else FLOPS_CONVENTION
 
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready result with unit-bearing keys."""
-        return {
-            "model": self.model_id, "cluster": self.cluster_id, "gpu": self.gpu_id, "num_gpus": self.num_gpus,
-            "plan": self.plan.model_dump(mode="json"),
-            "step_time_s": self.step_time_s,
-            "step_time_interval_s": {"low": self.low_s, "high": self.high_s},
-            "tokens_per_step": self.tokens_per_step,
-            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-            "samples_per_s_per_gpu": self.samples_per_s_per_gpu,
-            "tflops_per_gpu": self.tflops_per_gpu,
-            "mfu": self.mfu, "hfu": self.hfu,
-            "flops_convention": self.flops_convention,
-            "model_flops_per_token": self.model_flops_per_token,
-            "hardware_flops_per_token": self.hardware_flops_per_token,
-            "peak_tflops": self.peak_flops_per_s / 1e12,
-            "microbatches": self.microbatches,
-            "bubble_frac": self.bubble_frac,
-            "breakdown_s": dict(self.breakdown_s),
-            "comm_total_s": dict(self.comm_total_s),
-            "memory_per_gpu_bytes": self.memory.total_bytes,
-            "memory_capacity_bytes": self.memory.capacity_bytes,
-            "memory_breakdown_bytes": self.memory.as_dict(),
-            "fits_in_memory": self.fits, "fits": self.fits, "verdict": "fits" if self.fits else "out_of_memory",
-            "stages": [{"fwd_s": f, "bwd_s": b, "layers": n}
-                       for f, b, n in zip(self.stage_fwd_s, self.stage_bwd_s, self.stage_layers, strict=True)],
-            "energy_per_step_J": self.energy_per_step_J, "energy_per_gpu_per_step_J": self.energy_per_gpu_J,
-            "energy_per_token_J": self.energy_per_token_J, "avg_power_per_gpu_W": self.avg_power_per_gpu_W,
-            "energy_breakdown_per_gpu_J": dict(self.energy_breakdown_J),
-            "energy_model": ENERGY_STATUS,
-        }
+    def json_view(self) -> TrainingSummary:
+        """What the prediction reports (its JSON through :func:`~perfcast.results.serialize.to_json`)."""
+        return TrainingSummary(
+            model=self.model_id, cluster=self.cluster_id, gpu=self.gpu_id, num_gpus=self.num_gpus, plan=self.plan,
+            step_time_s=self.step_time_s, step_time_interval_s=Interval(self.low_s, self.high_s),
+            tokens_per_step=self.tokens_per_step, tokens_per_s_per_gpu=self.tokens_per_s_per_gpu,
+            samples_per_s_per_gpu=self.samples_per_s_per_gpu, tflops_per_gpu=self.tflops_per_gpu, mfu=self.mfu,
+            hfu=self.hfu, flops_convention=self.flops_convention, model_flops_per_token=self.model_flops_per_token,
+            hardware_flops_per_token=self.hardware_flops_per_token, peak_tflops=self.peak_flops_per_s / 1e12,
+            microbatches=self.microbatches, bubble_frac=self.bubble_frac, breakdown_s=dict(self.breakdown_s),
+            comm_total_s=dict(self.comm_total_s), memory_per_gpu_bytes=self.memory.total_bytes,
+            memory_capacity_bytes=self.memory.capacity_bytes, memory_breakdown_bytes=self.memory,
+            fits_in_memory=self.fits, fits=self.fits, verdict="fits" if self.fits else "out_of_memory",
+            stages=tuple(StageTime(f, b, n) for f, b, n in zip(self.stage_fwd_s, self.stage_bwd_s, self.stage_layers,
+                                                               strict=True)),
+            energy_per_step_J=self.energy_per_step_J, energy_per_gpu_per_step_J=self.energy_per_gpu_J,
+            energy_per_token_J=self.energy_per_token_J, avg_power_per_gpu_W=self.avg_power_per_gpu_W,
+            energy_breakdown_per_gpu_J=dict(self.energy_breakdown_J), energy_model=ENERGY_STATUS)
 
 
 # -- communication -----------------------------------------------------------------------------------
@@ -413,7 +402,7 @@ def optimizer_kernel(params: float, plan: ParallelPlan, hw: Hardware, coeffs: Co
     """The optimizer step over ``params`` parameters held by one GPU, priced by the kernel layer (time and
     energy)."""
     if params <= 0:
-        return KernelTime(0.0, "memory", 0.0, 0.0)
+        return KernelTime(0.0, Bound.MEMORY, 0.0, 0.0)
     rd, wr = _ADAM_BYTES if plan.optimizer == "adam" else _SGD_BYTES
     p = int(math.ceil(params))
     op = Op(name=f"optimizer.{plan.optimizer}", op=plan.optimizer, kind=OpKind.VECTOR, dims=(1, p), dtype=DType.FP32,

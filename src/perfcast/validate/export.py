@@ -13,6 +13,7 @@ from pathlib import Path
 
 from perfcast.errors import ConfigError, DataError
 from perfcast.jsonio import read_json
+from perfcast.results.serialize import to_json
 from perfcast.results.validation import VALIDATION_SCHEMA_VERSION, ValidationFile, ValidationPoints, ValidationTable
 from perfcast.validate.report import ValidationReport
 
@@ -33,7 +34,7 @@ def validation_file(rep: ValidationReport) -> ValidationFile:
         p = t.points
         tables.append(ValidationTable(
             table=t.table, kind=t.kind, target=t.target, note=t.note, status=t.status,
-            overall=_finite(t.overall.as_dict()), groups={g.group: _finite(g.summary.as_dict()) for g in t.groups},
+            overall=_finite(to_json(t.overall)), groups={g.group: _finite(to_json(g.summary)) for g in t.groups},
             points=ValidationPoints(device=p.device, predicted=p.predicted, measured=p.measured, total=p.total)
             if p is not None else None))
     return ValidationFile(schema_version=VALIDATION_SCHEMA_VERSION, produced_by="perfcast validate", tables=tables)

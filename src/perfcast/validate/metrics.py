@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ErrorSummary", "summarize"]
+__all__ = ["ErrorFigures", "ErrorSummary", "summarize"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,14 +26,27 @@ class ErrorSummary:
         """Fraction of rows that got a prediction."""
         return self.predicted / self.rows if self.rows else 0.0
 
-    def as_dict(self) -> dict[str, float | int]:
-        """JSON-ready dict with unit-bearing keys."""
-        return {
-            "rows": self.rows, "predicted_rows": self.predicted, "coverage_frac": round(self.coverage, 4),
-            "mape_frac": round(self.mape, 4), "median_ape_frac": round(self.median_ape, 4),
-            "max_ape_frac": round(self.max_ape, 4), "median_bias_frac": round(self.bias, 4),
-            "interval_coverage_frac": round(self.interval_coverage, 4),
-        }
+    def json_view(self) -> ErrorFigures:
+        """The figures as reported: fractions rounded to 4 decimals."""
+        return ErrorFigures(rows=self.rows, predicted_rows=self.predicted, coverage_frac=round(self.coverage, 4),
+                            mape_frac=round(self.mape, 4), median_ape_frac=round(self.median_ape, 4),
+                            max_ape_frac=round(self.max_ape, 4), median_bias_frac=round(self.bias, 4),
+                            interval_coverage_frac=round(self.interval_coverage, 4))
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorFigures:
+    """An :class:`ErrorSummary` as reported: row counts and fractions rounded to 4 decimals (NaN: nothing
+    predicted, or no interval)."""
+
+    rows: int
+    predicted_rows: int
+    coverage_frac: float
+    mape_frac: float
+    median_ape_frac: float
+    max_ape_frac: float
+    median_bias_frac: float
+    interval_coverage_frac: float
 
 
 def summarize(measured: np.ndarray, predicted: np.ndarray, low: np.ndarray | None = None,

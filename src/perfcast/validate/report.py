@@ -32,7 +32,8 @@ from perfcast.groundtruth.predict_batch import BatchResult, predict_batch
 from perfcast.groundtruth.tables import TablePrediction
 from perfcast.validate.metrics import ErrorSummary, summarize
 
-__all__ = ["MAX_POINTS", "Points", "TableReport", "ValidationReport", "default_tables", "run_validation"]
+__all__ = ["MAX_POINTS", "Points", "ReportSummary", "TableReport", "TableSummary", "ValidationReport", "default_tables",
+           "run_validation"]
 
 
 @dataclass
@@ -90,13 +91,30 @@ class ValidationReport:
 
     tables: list[TableReport]
 
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready dict."""
-        return {"tables": [{
-            "table": t.table, "kind": t.kind, "target": t.target, "note": t.note, "status": t.status,
-            "overall": t.overall.as_dict(),
-            "groups": {g.group: g.summary.as_dict() for g in t.groups},
-        } for t in self.tables]}
+    def json_view(self) -> ReportSummary:
+        """Every table's figures, overall and per group (the points stay out)."""
+        return ReportSummary(tuple(TableSummary(t.table, t.kind, t.target, t.note, t.status, t.overall,
+                                                {g.group: g.summary for g in t.groups}) for t in self.tables))
+
+
+@dataclass(frozen=True)
+class TableSummary:
+    """One table as ``perfcast validate --json`` reports it."""
+
+    table: str
+    kind: str
+    target: str
+    note: str
+    status: str
+    overall: ErrorSummary
+    groups: dict[str, ErrorSummary]
+
+
+@dataclass(frozen=True)
+class ReportSummary:
+    """Every table's summary."""
+
+    tables: tuple[TableSummary, ...]
 
 
 def default_tables(root: Path) -> list[Path]:

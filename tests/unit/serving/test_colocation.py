@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from perfcast.errors import ConfigError
+from perfcast.results.serialize import to_json
 from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
 from perfcast.serving.experiments.colocation import simulate_colocated
 
@@ -22,7 +23,7 @@ def test_sharing_the_gpus_slows_both_models(mode: str) -> None:
     # each model keeps its weights and half of the usable memory: far fewer KV blocks than alone
     assert pair.first.kv_blocks_per_engine < 0.5 * alone.kv_blocks_per_engine
     assert 0 < pair.first.busy_frac <= 1 and 0 < pair.second.busy_frac <= 1
-    assert pair.as_dict()["colocated"]["model"] == "mistral-7b"
+    assert to_json(pair)["colocated"]["model"] == "mistral-7b"
 
 
 def test_colocated_models_must_share_the_gpus() -> None:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from perfcast.errors import ConfigError, UnknownNameError
+from perfcast.results.serialize import to_json
 from perfcast.serving import IterationModel, PrefillChunk, ServingConfig, WorkloadConfig, simulate_serving
 from perfcast.serving.timeline import serving_trace
 
@@ -41,7 +42,7 @@ def test_same_seed_is_bit_identical_and_another_seed_is_not() -> None:
     a, b = simulate_serving(_cfg()), simulate_serving(_cfg())
     for name in ("arrival_s", "first_token_s", "finish_s"):
         assert np.array_equal(getattr(a, name), getattr(b, name))
-    assert a.as_dict() == b.as_dict()
+    assert to_json(a) == to_json(b)
     c = simulate_serving(_cfg(seed=7))
     assert not np.array_equal(a.finish_s, c.finish_s)
 
@@ -98,7 +99,7 @@ def test_requests_that_can_never_fit_are_rejected_with_a_reason() -> None:
     assert all(s.startswith("rejected: ") and ("KV blocks" in s or "KV cache" in s or "context length" in s)
                for s in rejected)
     # every refusal is counted under its reason
-    assert sum(res.rejection_counts.values()) == len(rejected) == res.as_dict()["requests_rejected"]
+    assert sum(res.rejection_counts.values()) == len(rejected) == to_json(res)["requests_rejected"]
     assert any("KV blocks than the replica has" in r for r in res.rejection_counts)
     # a request whose context outgrew the cache after a recompute preemption is rejected, not left waiting
     # (it used to block the queue behind it)
@@ -119,7 +120,7 @@ def test_requests_longer_than_the_context_are_rejected_not_truncated() -> None:
         else:
             assert res.status[i] == "completed"
     assert res.rejection_counts == {reason: int(long.sum())}
-    assert res.as_dict()["rejection_reasons"] == [{"reason": reason, "requests": int(long.sum())}]
+    assert to_json(res)["rejection_reasons"] == [{"reason": reason, "requests": int(long.sum())}]
     # latencies and throughput are over the served requests only
     assert res.metrics.requests_completed == int((~long).sum()) and res.metrics.requests_total == 60
     served = ~long

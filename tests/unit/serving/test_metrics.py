@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from perfcast.errors import ConfigError
+from perfcast.results.serialize import to_json
 from perfcast.serving.metrics import Distribution, ServingMetrics, distribution, summarize_requests
 
 
@@ -21,7 +22,7 @@ def test_distribution_of_hand_values() -> None:
     assert d.p90 == pytest.approx(3.7)  # rank 0.9 * 3 = 2.7 -> 3 + 0.7 * (4 - 3)
     assert d.p99 == pytest.approx(3.97)
     assert d.max == 4.0
-    assert d.as_dict() == {"mean": 2.5, "p50": 2.5, "p90": d.p90, "p99": d.p99, "max": 4.0}
+    assert to_json(d) == {"mean": 2.5, "p50": 2.5, "p90": d.p90, "p99": d.p99, "max": 4.0}
 
 
 def test_distribution_matches_numpy_linear_percentiles() -> None:
@@ -30,7 +31,7 @@ def test_distribution_matches_numpy_linear_percentiles() -> None:
     expected = np.percentile(values, [50, 90, 99], method="linear")
     assert (d.p50, d.p90, d.p99) == tuple(float(x) for x in expected)
     assert d.mean == pytest.approx(values.mean()) and d.max == values.max()
-    assert all(isinstance(v, float) for v in d.as_dict().values())
+    assert all(isinstance(v, float) for v in to_json(d).values())
 
 
 def test_distribution_of_one_value_and_of_nothing() -> None:
@@ -38,7 +39,7 @@ def test_distribution_of_one_value_and_of_nothing() -> None:
     assert one == Distribution(mean=0.25, p50=0.25, p90=0.25, p99=0.25, max=0.25)
     empty = distribution(np.array([]))
     assert all(math.isnan(v) for v in (empty.mean, empty.p50, empty.p90, empty.p99, empty.max))
-    assert empty.as_dict() == {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+    assert to_json(empty) == {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
 
 
 def test_distribution_refuses_nan() -> None:
@@ -83,7 +84,7 @@ def test_hand_computed_rates() -> None:
     assert m.total_tokens_per_s == pytest.approx((111 + 11 + 55) / 7)
     # no SLO: goodput and attainment are not defined (null in JSON), not the throughput and 100 %
     assert math.isnan(m.goodput_requests_per_s) and math.isnan(m.slo_attainment_frac)
-    assert m.as_dict()["goodput_requests_per_s"] is None and m.as_dict()["slo_attainment_frac"] is None
+    assert to_json(m)["goodput_requests_per_s"] is None and to_json(m)["slo_attainment_frac"] is None
     assert _case(slo_ttft_s=100.0).slo_attainment_frac == pytest.approx(3 / 4)  # the incomplete request misses
 
 
@@ -129,7 +130,7 @@ def test_only_one_token_requests_give_an_empty_tpot_distribution() -> None:
         slo_tpot_s=0.001,
     )
     assert math.isnan(m.tpot_s.p99)
-    assert m.as_dict()["tpot_s"]["mean"] is None
+    assert to_json(m)["tpot_s"]["mean"] is None
     assert m.slo_attainment_frac == 1.0  # nothing to miss
     assert m.ttft_s.mean == pytest.approx(1.25)
 
@@ -149,11 +150,11 @@ def test_no_requests_at_all() -> None:
                            output_tokens=empty, completed=np.array([], dtype=bool))
     assert m.requests_total == 0 and m.throughput_requests_per_s == 0.0
     assert math.isnan(m.slo_attainment_frac)
-    assert m.as_dict()["slo_attainment_frac"] is None
+    assert to_json(m)["slo_attainment_frac"] is None
 
 
-def test_as_dict_is_json_ready_with_unit_keys() -> None:
-    out = _case(slo_ttft_s=0.6).as_dict()
+def test_json_is_ready_with_unit_keys() -> None:
+    out = to_json(_case(slo_ttft_s=0.6))
     for key in ("ttft_s", "tpot_s", "e2e_s"):
         assert set(out[key]) == {"mean", "p50", "p90", "p99", "max"}
     for key in ("requests_completed", "throughput_requests_per_s", "throughput_tokens_per_s",

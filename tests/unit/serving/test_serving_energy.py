@@ -11,6 +11,7 @@ import pytest
 from perfcast.catalog.hardware import load_hardware
 from perfcast.coefficients.bundle import Calibration
 from perfcast.kernel.energy import power_model
+from perfcast.results.serialize import to_json
 from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
 from perfcast.serving.clock import IterationClock
 from perfcast.serving.deployment import build_deployment
@@ -34,7 +35,7 @@ def test_serving_energy_is_between_static_and_tdp() -> None:
     assert e.num_gpus == 2 and e.output_tokens == int(res.generated_tokens.sum()) > 0
     assert power_model(hw, Calibration.shipped().kernel).static_W < e.avg_power_per_gpu_W <= hw.tdp_W
     assert e.energy_per_output_token_J == pytest.approx(e.energy_J / e.output_tokens)
-    data = res.as_dict()
+    data = to_json(res)
     assert data["energy_J"] == e.energy_J and data["avg_power_per_gpu_W"] == e.avg_power_per_gpu_W
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from perfcast.errors import ConfigError
+from perfcast.results.serialize import to_json
 from perfcast.serving import ServingConfig, WorkloadConfig, simulate_serving
 from perfcast.serving.deployment import serving_memory
 
@@ -24,7 +25,7 @@ def test_the_parts_add_up_within_the_usable_memory_and_the_run_uses_that_cache()
     assert m.usable_bytes - m.weights_bytes - m.activations_peak_bytes - m.kv_cache_bytes < m.kv_bytes_per_token * 16
     res = simulate_serving(_cfg())
     assert res.memory == m and res.kv_blocks_per_engine == m.kv_blocks
-    assert res.as_dict()["fits"] is True and res.as_dict()["memory_kv_cache_bytes"] == m.kv_cache_bytes
+    assert to_json(res)["fits"] is True and to_json(res)["memory_kv_cache_bytes"] == m.kv_cache_bytes
 
 
 def test_weights_above_the_usable_memory_do_not_fit() -> None:

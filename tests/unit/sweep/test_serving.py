@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from perfcast.errors import ConfigError
+from perfcast.results.serialize import to_json
 from perfcast.serving.config import ServingConfig, WorkloadConfig
 from perfcast.sweep.serving import search_serving
 
@@ -19,7 +20,7 @@ def test_deployments_are_ranked_by_goodput_per_gpu() -> None:
     assert len(res.candidates) == 4 and res.simulations >= 4
     good = [c.goodput_per_gpu for c in res.feasible]
     assert good == sorted(good, reverse=True) and good[0] > 0
-    assert res.as_dict(2)["best"][0]["gpus"] == 2
+    assert to_json(res.summary(2))["best"][0]["gpus"] == 2
 
 
 def test_a_serving_search_needs_an_slo() -> None:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from perfcast.errors import ConfigError
+from perfcast.results.serialize import to_json
 from perfcast.system.plan import ParallelPlan
 from perfcast.system.trace import training_trace
 from perfcast.system.training import simulate_training
@@ -121,7 +122,7 @@ def test_lora_counts_the_flops_it_executes_so_its_mfu_is_not_inflated() -> None:
     assert full.model_flops_per_token == pytest.approx(3 * (linear + attention), rel=1e-9)
     adapters = 2 * 32 * 16 * (4096 * 3 + 12288 + 4096 + 4096)  # A and B of q, k, v, o
     assert lora.model_flops_per_token == pytest.approx(2 * linear + 3 * attention + 3 * adapters, rel=1e-9)
-    assert "litgpt" in lora.as_dict()["flops_convention"] and "Megatron" in full.as_dict()["flops_convention"]
+    assert "litgpt" in to_json(lora)["flops_convention"] and "Megatron" in to_json(full)["flops_convention"]
     # no weight-gradient GEMMs for the frozen base: the step is about 2/3 of full fine-tuning's matmul work,
     # so MFU stays near full training's instead of the 80 % the Megatron count gave
     assert lora.mfu < 0.7 and lora.mfu == pytest.approx(full.mfu, rel=0.15)

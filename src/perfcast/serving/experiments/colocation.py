@@ -18,34 +18,42 @@ the interleaving, not an iteration-exact one).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 from perfcast.errors import ConfigError
+from perfcast.results.serialize import json_field
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.engine import simulate_serving
 from perfcast.serving.result import ServingResult
 
-__all__ = ["ColocatedResult", "simulate_colocated"]
+__all__ = ["BusyShares", "ColocatedResult", "simulate_colocated"]
+
+
+@dataclass(frozen=True, slots=True)
+class BusyShares:
+    """Share of the run each model's iterations hold the GPUs (mean over engines)."""
+
+    first: float
+    second: float
 
 
 @dataclass
 class ColocatedResult:
-    """Both models' results after the fixed point, and how many passes it took."""
+    """Both models' results after the fixed point, and how many passes it took. Its JSON is the first model's
+    summary with the co-location's keys, and the second model's summary under ``colocated``."""
 
-    first: ServingResult
-    second: ServingResult
-    mode: str
-    passes: int
+    first: ServingResult = field(metadata=json_field(flatten=True))
+    second: ServingResult = field(metadata=json_field(key="colocated"))
+    mode: str = field(metadata=json_field(key="colocation"))
+    passes: int = field(metadata=json_field(key="colocation_passes"))
 
-    def as_dict(self) -> dict[str, Any]:
-        """One JSON object: the first model's summary, the second's under ``colocated``."""
-        out = self.first.as_dict()
-        out["colocation"] = self.mode
-        out["colocation_passes"] = self.passes
-        out["gpu_busy_frac"] = {"first": self.first.busy_frac, "second": self.second.busy_frac}
-        out["colocated"] = self.second.as_dict()
-        return out
+    JSON_ORDER: ClassVar[tuple[str, ...]] = ("first", "mode", "passes", "gpu_busy_frac", "second")
+
+    @property
+    def gpu_busy_frac(self) -> BusyShares:
+        """Each model's busy share of the GPUs."""
+        return BusyShares(self.first.busy_frac, self.second.busy_frac)
 
 
 def simulate_colocated(first: ServingConfig, second: ServingConfig, *,

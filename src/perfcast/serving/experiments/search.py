@@ -57,21 +57,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any, ClassVar
 
 import numpy as np
 
 from perfcast.errors import ConfigError
+from perfcast.results.serialize import json_field
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.engine import simulate_serving
+from perfcast.serving.outcomes import RequestStatus
 from perfcast.serving.result import ServingResult
 from perfcast.serving.sources.arrivals import generate_requests
 
 __all__ = ["MAX_CHECK_REQUESTS", "MAX_GROWTH", "MIN_REQUESTS", "MIN_WINDOW_LIFETIMES", "NUM_BATCHES", "OVERLOAD_TOL",
            "RELAXATION_WARMUP", "RELAXATION_WINDOW", "SERVED_TOL", "STEADY_LIFETIMES", "WARMUP_LIFETIMES", "Z",
-           "LoadCheck", "QPSSearch", "Saturation", "SteadyState", "TailEstimate", "check_load", "find_max_qps",
-           "judge_load", "meets_slo", "relaxation_s", "saturation", "saturation_of", "steady_requests",
-           "steady_state", "steady_state_rule", "warmup_s", "window_lifetimes"]
+           "JudgedLoad", "LoadCheck", "LoadVerdict", "QPSSearch", "Saturation", "SearchSummary", "SteadyState",
+           "SteadyStateSummary", "TailEstimate", "check_load", "find_max_qps", "judge_load", "meets_slo",
+           "relaxation_s", "saturation", "saturation_of", "steady_requests", "steady_state", "steady_state_rule",
+           "warmup_s", "window_lifetimes"]
 
 STEADY_LIFETIMES = 30.0
 """Request lifetimes of arrivals measured per load (after the warm-up)."""
@@ -100,21 +104,23 @@ RELAXATION_WINDOW = 10.0
 _MIN_PER_BATCH = 50  # measured requests per batch below which a p99 is not estimated
 _SATURATION_ROUNDS = 5  # closed-loop run: requests sent = this many times the concurrency
 
-Verdict = Literal["meets", "misses", "overload", "unsettled"]
+class LoadVerdict(StrEnum):
+    """A load judged in steady state (step 4 of the module docstring): it meets the SLOs, misses them, overloads
+    the deployment (a queue that grows), or stays unsettled within the requests it may take (not shown to hold)."""
+
+    MEETS = "meets"
+    MISSES = "misses"
+    OVERLOAD = "overload"
+    UNSETTLED = "unsettled"
 
 
 @dataclass(frozen=True)
 class Saturation:
     """The deployment with its queue never empty: completions per second and one request's lifetime (s)."""
 
-    requests_per_s: float
-    lifetime_s: float
-    num_requests: int
-
-    def as_dict(self) -> dict[str, float | int]:
-        """``saturated_requests_per_s``, ``request_lifetime_s``, ``saturation_requests``."""
-        return {"saturated_requests_per_s": self.requests_per_s, "request_lifetime_s": self.lifetime_s,
-                "saturation_requests": self.num_requests}
+    requests_per_s: float = field(metadata=json_field(key="saturated_requests_per_s"))
+    lifetime_s: float = field(metadata=json_field(key="request_lifetime_s"))
+    num_requests: int = field(metadata=json_field(key="saturation_requests"))
 
 
 @dataclass(frozen=True)
@@ -126,17 +132,13 @@ class TailEstimate:
     stderr_s: float
     slo_s: float
 
-    def as_dict(self) -> dict[str, float | str]:
-        """``{"metric", "p99_s", "stderr_s", "slo_s"}``."""
-        return {"metric": self.metric, "p99_s": self.p99_s, "stderr_s": self.stderr_s, "slo_s": self.slo_s}
-
 
 @dataclass(frozen=True)
 class LoadCheck:
     """One load judged in steady state (see the module docstring)."""
 
     qps: float
-    verdict: Verdict
+    verdict: LoadVerdict
     reason: str
     num_requests: int = 0  # simulated (0: not simulated, above the saturated throughput)
     simulated_s: float = 0.0  # span of the arrivals
@@ -147,22 +149,16 @@ class LoadCheck:
     served_requests_per_s: float = math.nan  # completing
     tails: tuple[TailEstimate, ...] = ()
 
+    # to_json: a row with ``met`` after the load, NaN rates (not measured) as None
+    JSON_ORDER: ClassVar[tuple[str, ...]] = ("qps", "met", "verdict", "reason", "num_requests", "simulated_s",
+                                             "warmup_s", "measured_requests", "offered_requests_per_s",
+                                             "admitted_requests_per_s", "served_requests_per_s", "tails")
+    JSON_NAN_NULL: ClassVar[bool] = True
+
     @property
     def met(self) -> bool:
         """Whether the load meets the SLOs in steady state."""
-        return self.verdict == "meets"
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready row (NaN as None)."""
-        def num(x: float) -> float | None:
-            return None if math.isnan(x) else x
-        return {"qps": self.qps, "met": self.met, "verdict": self.verdict, "reason": self.reason,
-                "num_requests": self.num_requests, "simulated_s": self.simulated_s, "warmup_s": self.warmup_s,
-                "measured_requests": self.measured_requests,
-                "offered_requests_per_s": num(self.offered_requests_per_s),
-                "admitted_requests_per_s": num(self.admitted_requests_per_s),
-                "served_requests_per_s": num(self.served_requests_per_s),
-                "tails": [t.as_dict() for t in self.tails]}
+        return self.verdict == LoadVerdict.MEETS
 
 
 @dataclass
@@ -178,12 +174,22 @@ class QPSSearch:
     check: LoadCheck | None = None  # the verdict at max_qps
     verdict: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def json_view(self) -> SearchSummary:
         """``max_qps``, the saturation, the rule's constants and every load (``qps_evaluated``)."""
-        return {"max_qps": self.max_qps, **(self.saturation.as_dict() if self.saturation else {}),
-                "steady_state_rule": steady_state_rule(self.config),
-                "qps_evaluated": [c.as_dict() for c in self.evaluated],
-                **({"qps_search_verdict": self.verdict} if self.verdict else {})}
+        return SearchSummary(self.max_qps, self.saturation, steady_state_rule(self.config), tuple(self.evaluated),
+                             self.verdict or None)
+
+
+@dataclass(frozen=True)
+class SearchSummary:
+    """What a QPS search reports: the highest load, the saturation's keys, the rule's constants, every load
+    judged and, when no load meets, why."""
+
+    max_qps: float
+    saturation: Saturation | None = field(metadata=json_field(flatten=True))
+    steady_state_rule: dict[str, float]
+    qps_evaluated: tuple[LoadCheck, ...]
+    qps_search_verdict: str | None = field(metadata=json_field(omit_none=True))
 
 
 def steady_state_rule(cfg: ServingConfig | None = None) -> dict[str, float]:
@@ -209,7 +215,7 @@ def saturation_of(result: ServingResult, *, requests_per_s: float | None = None)
     per second, over the mean output length. Tokens, each request's counted as emitted evenly between its
     first and last token, flow steadily where completions come in waves (requests of one length finish
     together)."""
-    done = np.array([s == "completed" for s in result.status], dtype=bool)
+    done = np.array([s == RequestStatus.COMPLETED for s in result.status], dtype=bool)
     finish = np.sort(result.finish_s[done])
     if finish.size < 2:
         raise ConfigError("the deployment completed fewer than two requests at saturation; no load to search")
@@ -280,7 +286,7 @@ def judge_load(cfg: ServingConfig, qps: float, result: ServingResult, sat: Satur
     """The steady-state verdict of ``result``, a simulation of load ``qps`` on ``cfg``'s deployment, judged
     after its warm-up (:func:`warmup_s`; see the module docstring)."""
     arrival = result.arrival_s
-    served = np.array([not s.startswith("rejected") for s in result.status], dtype=bool)
+    served = np.array([RequestStatus.of(s) != RequestStatus.REJECTED for s in result.status], dtype=bool)
     end_s = float(arrival[-1])
     start_s = warmup_s(qps, sat)
     measured = served & (arrival >= start_s)
@@ -288,7 +294,7 @@ def judge_load(cfg: ServingConfig, qps: float, result: ServingResult, sat: Satur
                                 measured_requests=int(measured.sum()))
     window_s = end_s - start_s
     if window_s <= 0 or base["measured_requests"] < NUM_BATCHES * _MIN_PER_BATCH:
-        return LoadCheck(qps, "unsettled", "too few requests after the warm-up", **base)
+        return LoadCheck(qps, LoadVerdict.UNSETTLED, "too few requests after the warm-up", **base)
     offered = float(measured.sum()) / window_s
     # least-squares growth rates over the window of the requests waiting for their first token and of all
     # requests in the system: what the deployment does not take in, and does not finish, of the load (fitted
@@ -301,25 +307,25 @@ def judge_load(cfg: ServingConfig, qps: float, result: ServingResult, sat: Satur
     completed = offered - float(np.polyfit(times, arrived - finished, 1)[0])
     base.update(offered_requests_per_s=offered, admitted_requests_per_s=admitted, served_requests_per_s=completed)
     if admitted < (1.0 - OVERLOAD_TOL) * offered:
-        return LoadCheck(qps, "overload", f"admitted {admitted:.4g} of the {offered:.4g} requests/s offered: the "
-                         "queue waiting for a first token grows", **base)
+        return LoadCheck(qps, LoadVerdict.OVERLOAD, f"admitted {admitted:.4g} of the {offered:.4g} requests/s "
+                         "offered: the queue waiting for a first token grows", **base)
     if completed < (1.0 - SERVED_TOL) * offered:
-        return LoadCheck(qps, "overload", f"served {completed:.4g} of the {offered:.4g} requests/s offered: the "
-                         "requests in the system grow", **base)
+        return LoadCheck(qps, LoadVerdict.OVERLOAD, f"served {completed:.4g} of the {offered:.4g} requests/s "
+                         "offered: the requests in the system grow", **base)
     tails = _tails(cfg, result, measured)
     base["tails"] = tails
     if any(math.isnan(t.p99_s) for t in tails):
-        return LoadCheck(qps, "unsettled", "too few requests for a p99", **base)
+        return LoadCheck(qps, LoadVerdict.UNSETTLED, "too few requests for a p99", **base)
     for t in tails:
         if t.p99_s - Z * t.stderr_s > t.slo_s:
-            return LoadCheck(qps, "misses", f"{t.metric} p99 above {t.slo_s:.4g} s", **base)
+            return LoadCheck(qps, LoadVerdict.MISSES, f"{t.metric} p99 above {t.slo_s:.4g} s", **base)
     open_ = [t for t in tails if t.p99_s + Z * t.stderr_s > t.slo_s]
     if open_:
-        return LoadCheck(qps, "unsettled", f"{open_[0].metric} p99 within its error of {open_[0].slo_s:.4g} s",
-                         **base)
+        return LoadCheck(qps, LoadVerdict.UNSETTLED,
+                         f"{open_[0].metric} p99 within its error of {open_[0].slo_s:.4g} s", **base)
     if not tails:
-        return LoadCheck(qps, "meets", "admitted and served the load offered (no SLO to meet)", **base)
-    return LoadCheck(qps, "meets", "every p99 below its SLO by more than its error", **base)
+        return LoadCheck(qps, LoadVerdict.MEETS, "admitted and served the load offered (no SLO to meet)", **base)
+    return LoadCheck(qps, LoadVerdict.MEETS, "every p99 below its SLO by more than its error", **base)
 
 
 def window_lifetimes(cfg: ServingConfig) -> float:
@@ -365,20 +371,20 @@ def check_load(cfg: ServingConfig, qps: float, sat: Saturation) -> tuple[LoadChe
     """Judge load ``qps`` on ``cfg``'s deployment in steady state, growing its request count while unsettled;
     the verdict, the last simulation (None above the saturated throughput) and its config."""
     if qps >= sat.requests_per_s:
-        return (LoadCheck(qps, "overload", f"at or above the saturated throughput {sat.requests_per_s:.4g} "
+        return (LoadCheck(qps, LoadVerdict.OVERLOAD, f"at or above the saturated throughput {sat.requests_per_s:.4g} "
                                            "requests/s"), None, _with_load(cfg, qps=qps))
     first = steady_requests(cfg, qps, sat)
     if first > MAX_CHECK_REQUESTS:
-        return (LoadCheck(qps, "unsettled", f"at {100 * qps / sat.requests_per_s:.1f} % of the saturated throughput "
-                          f"the queue relaxes over {relaxation_s(qps, sat):.3g} s: a steady state takes more than "
-                          f"{MAX_CHECK_REQUESTS:,} requests to measure, so this load is not shown to hold"),
+        return (LoadCheck(qps, LoadVerdict.UNSETTLED, f"at {100 * qps / sat.requests_per_s:.1f} % of the saturated "
+                          f"throughput the queue relaxes over {relaxation_s(qps, sat):.3g} s: a steady state takes "
+                          f"more than {MAX_CHECK_REQUESTS:,} requests to measure, so this load is not shown to hold"),
                 None, _with_load(cfg, qps=qps))
     n = first
     while True:
         load = _with_load(cfg, qps=_rate_for(cfg, qps, n), num_requests=n)
         result = simulate_serving(load)
         check = judge_load(cfg, qps, result, sat)
-        if (check.verdict != "unsettled" or n >= MAX_GROWTH * first or 2 * n > MAX_CHECK_REQUESTS
+        if (check.verdict != LoadVerdict.UNSETTLED or n >= MAX_GROWTH * first or 2 * n > MAX_CHECK_REQUESTS
                 or not _may_settle(check)):
             return check, result, load
         n *= 2
@@ -399,15 +405,30 @@ class SteadyState:
     saturation: Saturation | None = None
     p99_s: dict[str, float] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
-        """``steady_state`` (the verdict, with ``p99_s``) and the saturation's keys."""
-        return {**(self.saturation.as_dict() if self.saturation else {}),
-                "steady_state": {**self.check.as_dict(), "p99_s": self.p99_s}}
+    def json_view(self) -> SteadyStateSummary:
+        """The saturation's keys and ``steady_state`` (the verdict, with ``p99_s``)."""
+        return SteadyStateSummary(self.saturation, JudgedLoad(self.check, self.p99_s))
+
+
+@dataclass(frozen=True)
+class JudgedLoad:
+    """A load's verdict with the p99s (s) of the run judged."""
+
+    check: LoadCheck = field(metadata=json_field(flatten=True))
+    p99_s: dict[str, float]
+
+
+@dataclass(frozen=True)
+class SteadyStateSummary:
+    """What a plain run's steady-state check reports: the saturation's keys and the judged load."""
+
+    saturation: Saturation | None = field(metadata=json_field(flatten=True))
+    steady_state: JudgedLoad
 
 
 def _p99s(result: ServingResult, warmup_s: float) -> dict[str, float]:
     """p99 TTFT, TPOT and end-to-end latency (s) of the completed requests that arrived after ``warmup_s``."""
-    done = np.array([s == "completed" for s in result.status], dtype=bool) & (result.arrival_s >= warmup_s)
+    done = np.array([s == RequestStatus.COMPLETED for s in result.status], dtype=bool) & (result.arrival_s >= warmup_s)
     if not done.any():
         return {}
     arrival, first, finish = result.arrival_s[done], result.first_token_s[done], result.finish_s[done]
@@ -433,11 +454,11 @@ def steady_state(cfg: ServingConfig, result: ServingResult) -> SteadyState | Non
     engines = cfg.num_replicas * cfg.pipeline_parallel_size
     bound = _SATURATION_ROUNDS * 2 * engines * cfg.max_num_seqs
     if bound > MAX_CHECK_REQUESTS:
-        return SteadyState(LoadCheck(w.qps, "unsettled", f"not checked: its saturation run would simulate up to "
-                                     f"{bound:,} requests"))
+        return SteadyState(LoadCheck(w.qps, LoadVerdict.UNSETTLED, "not checked: its saturation run would simulate "
+                                     f"up to {bound:,} requests"))
     sat = saturation(cfg)
     check = judge_load(cfg, w.qps, result, sat)
-    if check.verdict == "unsettled":
+    if check.verdict == LoadVerdict.UNSETTLED:
         check, run, _ = check_load(cfg, w.qps, sat)
         if run is None:  # at or above saturation, or too near it to measure: no run
             return SteadyState(check, sat)
