@@ -493,16 +493,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     ``calibration``: the shipped one when None.
     """
     cfg = load_model(model)
-    cl = load_cluster(cluster)
-    if nodes is not None:
-        cl = cl.with_nodes(nodes)
-        gpus = cl.num_gpus
-    else:
-        gpus = plan.num_gpus
-        cl = cl.with_nodes(max(1, -(-gpus // cl.gpus_per_node)))
-        if gpus > cl.gpus_per_node and gpus % cl.gpus_per_node:
-            raise ConfigError(f"{gpus} GPUs do not fill whole {cl.id} nodes of {cl.gpus_per_node} GPUs; "
-                              f"use a multiple of {cl.gpus_per_node}")
+    cl, gpus = _sized_cluster(load_cluster(cluster), plan, nodes)
     check_plan(plan, cfg, cl, num_gpus=gpus)
     hw = cl.hardware()
     cal = resolve_calibration(calibration)
@@ -514,9 +505,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     stages = _stages(costs, times, plan)
     m = plan.microbatches
     p, v = plan.pp, plan.vp
-
-    # ZeRO-3: the first layer's gather of each pass cannot be prefetched
-    if plan.zero == 3 and stages:
+    if plan.zero == 3 and stages:  # ZeRO-3: the first layer's gather of each pass cannot be prefetched
         first = stages[0]
         ag0 = comm.time("all_gather", first.max_layer_params * 2.0, plan.dp * plan.cp, plan.tp)
         first.fwd_s += ag0
@@ -528,8 +517,64 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     pipe: PipelineResult = simulate_pipeline([s.fwd_s for s in stages], [s.bwd_s for s in stages], m,
                                              schedule=plan.effective_schedule, chunks=v, send_s=send_s,
                                              keep_events=keep_events)
+    ranks = _rank_tails(stages, plan, comm, tc, hw, co, grad_bytes)
+    tail = [ranks.dp_exposed_s[r] + ranks.optimizer_s[r] for r in range(p)]
+    crit = max(range(p), key=lambda r: pipe.busy_s[r] + tail[r])
+    overhead = cc.host.step_overhead_s
+    step = float(step_time_s(pipe.time_s, ranks.dp_exposed_s, ranks.optimizer_s, overhead))
+    breakdown = _breakdown(stages, plan, pipe, crit, ranks, tail, overhead, send_s)
+    comm_total = _comm_totals(stages, plan, ranks, send_s)
 
-    # data-parallel gradient reduction (and ZeRO-1/2 parameter gather), per pipeline rank
+    tokens = plan.effective_global_batch * (1 if cfg.kind == "cnn" else plan.seq_len)  # CNNs: images
+    tps = tokens / step / gpus
+    mf = costs.model_flops_per_token
+    hf = _hardware_flops_per_token(costs, plan)
+    train_dtype = DType.FP8 if plan.precision == "fp8" else (DType.FP32 if plan.precision == "fp32" else DType.BF16)
+    peak = hw.peak(train_dtype)
+    energy = training_energy([stages[c * p + crit] for c in range(v)], m, ranks.optimizer_kernels[crit], breakdown,
+                             step, hw, co)
+    mems = [_memory(stages, r, plan, hw, m, grad_bytes) for r in {0, p - 1}]
+    memory = max(mems, key=lambda mb: mb.total_bytes)
+    low, high = interval_for(step, cal.intervals, kind="training")
+    return TrainingResult(
+        model_id=cfg.id, cluster_id=cl.id, gpu_id=hw.id, num_gpus=gpus, plan=plan, step_time_s=step,
+        low_s=low, high_s=high, tokens_per_step=tokens, tokens_per_s_per_gpu=tps, model_flops_per_token=mf,
+        hardware_flops_per_token=hf, tflops_per_gpu=mf * tps / 1e12, mfu=mf * tps / peak, hfu=hf * tps / peak,
+        peak_flops_per_s=peak, microbatches=m, bubble_frac=pipe.bubble_frac, breakdown_s=breakdown,
+        comm_total_s=comm_total, memory=memory, stage_fwd_s=tuple(s.fwd_s for s in stages),
+        stage_bwd_s=tuple(s.bwd_s for s in stages), stage_layers=tuple(s.layers for s in stages),
+        events=tuple(pipe.events), energy_per_gpu_J=sum(energy.values()), energy_breakdown_J=energy,
+    )
+
+
+def _sized_cluster(cl: Cluster, plan: ParallelPlan, nodes: int | None) -> tuple[Cluster, int]:
+    """``cl`` with ``nodes`` nodes (by default as many as the plan's GPUs fill) and the GPUs the step runs on."""
+    if nodes is not None:
+        cl = cl.with_nodes(nodes)
+        return cl, cl.num_gpus
+    gpus = plan.num_gpus
+    cl = cl.with_nodes(max(1, -(-gpus // cl.gpus_per_node)))
+    if gpus > cl.gpus_per_node and gpus % cl.gpus_per_node:
+        raise ConfigError(f"{gpus} GPUs do not fill whole {cl.id} nodes of {cl.gpus_per_node} GPUs; "
+                          f"use a multiple of {cl.gpus_per_node}")
+    return cl, gpus
+
+
+@dataclass(frozen=True)
+class _RankTails:
+    """After its last backward, per pipeline rank: the data-parallel gradient reduction (exposed and in all,
+    s; ZeRO-1/2: with the parameter gather) and the optimizer step (its kernel, and seconds)."""
+
+    dp_exposed_s: list[float]
+    dp_total_s: list[float]
+    optimizer_s: list[float]
+    optimizer_kernels: list[KernelTime]
+
+
+def _rank_tails(stages: list[_Stage], plan: ParallelPlan, comm: LayerComm, tc: TrainingCoefficients,
+                hw: Hardware, co: Coefficients, grad_bytes: float) -> _RankTails:
+    """Each pipeline rank's data-parallel reduction and optimizer step, over the stages (chunks) it holds."""
+    p, v = plan.pp, plan.vp
     shards = plan.dp * plan.cp
     dp_exposed = [0.0] * p
     dp_total = [0.0] * p
@@ -553,12 +598,14 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
                                                       tc.overlap_interference))
         opt_k.append(optimizer_kernel(trainable / (shards if plan.zero >= 1 else 1), plan, hw, co))
         opt_s[r] = opt_k[r].time_s
-    tail = [dp_exposed[r] + opt_s[r] for r in range(p)]
-    crit = max(range(p), key=lambda r: pipe.busy_s[r] + tail[r])
-    overhead = cc.host.step_overhead_s
-    step = float(step_time_s(pipe.time_s, dp_exposed, opt_s, overhead))
+    return _RankTails(dp_exposed, dp_total, opt_s, opt_k)
 
-    # breakdown on the critical rank: its busy time split into parts, plus the bubble
+
+def _breakdown(stages: list[_Stage], plan: ParallelPlan, pipe: PipelineResult, crit: int, ranks: _RankTails,
+               tail: list[float], overhead_s: float, send_s: float) -> dict[str, float]:
+    """The step on the critical rank ``crit`` by part (s): its busy time split into compute, recompute and
+    exposed communication, the bubble (with the schedule's sends), its data-parallel tail and the overhead."""
+    m, p, v = plan.microbatches, plan.pp, plan.vp
     own = [stages[c * p + crit] for c in range(v)]
     compute = sum(s.compute_s for s in own) * m
     recompute = sum(s.recompute_s for s in own) * m
@@ -570,48 +617,40 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     bubble = max(0.0, pipe.time_s - busy)
     breakdown = {"compute_s": compute, "recompute_s": recompute}
     for k in ("tp_comm_s", "cp_comm_s", "ep_comm_s", "fsdp_comm_s"):
-        breakdown[k] = exposed.get(k, 0.0)
-    if plan.zero == 3 and crit == 0:
-        pass  # the first gather is already inside fsdp_comm_s
+        breakdown[k] = exposed.get(k, 0.0)  # ZeRO-3's first gather is inside fsdp_comm_s
     breakdown["pp_send_s"] = 0.0
     accounted = compute + recompute + sum(exposed.values())
     # sends and waits inside the schedule beyond the stages' own time
     breakdown["bubble_s"] = bubble + max(0.0, busy - accounted)
-    breakdown["dp_comm_s"] = dp_exposed[crit]
-    breakdown["optimizer_s"] = opt_s[crit]
-    breakdown["overhead_s"] = overhead + (max(tail) - tail[crit])
+    breakdown["dp_comm_s"] = ranks.dp_exposed_s[crit]
+    breakdown["optimizer_s"] = ranks.optimizer_s[crit]
+    breakdown["overhead_s"] = overhead_s + (max(tail) - tail[crit])
     if p > 1:
         sends = 2 * m * v * send_s
         moved = min(sends, breakdown["bubble_s"])
         breakdown["pp_send_s"] = moved
         breakdown["bubble_s"] -= moved
+    return breakdown
+
+
+def _comm_totals(stages: list[_Stage], plan: ParallelPlan, ranks: _RankTails, send_s: float) -> dict[str, float]:
+    """Each kind of communication's seconds in one step, exposed or hidden (the busiest rank's for data
+    parallelism)."""
+    m = plan.microbatches
     comm_total: dict[str, float] = {}
     for s in stages:
         for k, val in s.total.items():
             comm_total[k] = comm_total.get(k, 0.0) + val * m
-    comm_total["dp_comm_s"] = max(dp_total)
-    comm_total["pp_send_s"] = 2 * m * v * send_s if p > 1 else 0.0
+    comm_total["dp_comm_s"] = max(ranks.dp_total_s)
+    comm_total["pp_send_s"] = 2 * m * plan.vp * send_s if plan.pp > 1 else 0.0
+    return comm_total
 
-    tokens = plan.effective_global_batch * (1 if cfg.kind == "cnn" else plan.seq_len)  # CNNs: images
-    tps = tokens / step / gpus
+
+def _hardware_flops_per_token(costs: MicroBatchCosts, plan: ParallelPlan) -> float:
+    """FLOPs the GPUs run per token: the model's, plus the forward (full) or core attention (selective) again."""
     mf = costs.model_flops_per_token
-    hf = mf
     if plan.recompute == "full":
-        hf = mf + costs.forward_flops_per_token
-    elif plan.recompute == "selective":
-        hf = mf + costs.attention_flops_per_token / 3.0
-    train_dtype = DType.FP8 if plan.precision == "fp8" else (DType.FP32 if plan.precision == "fp32" else DType.BF16)
-    peak = hw.peak(train_dtype)
-    energy = training_energy([stages[c * p + crit] for c in range(v)], m, opt_k[crit], breakdown, step, hw, co)
-    mems = [_memory(stages, r, plan, hw, m, grad_bytes) for r in {0, p - 1}]
-    memory = max(mems, key=lambda mb: mb.total_bytes)
-    low, high = interval_for(step, cal.intervals, kind="training")
-    return TrainingResult(
-        model_id=cfg.id, cluster_id=cl.id, gpu_id=hw.id, num_gpus=gpus, plan=plan, step_time_s=step,
-        low_s=low, high_s=high, tokens_per_step=tokens, tokens_per_s_per_gpu=tps, model_flops_per_token=mf,
-        hardware_flops_per_token=hf, tflops_per_gpu=mf * tps / 1e12, mfu=mf * tps / peak, hfu=hf * tps / peak,
-        peak_flops_per_s=peak, microbatches=m, bubble_frac=pipe.bubble_frac, breakdown_s=breakdown,
-        comm_total_s=comm_total, memory=memory, stage_fwd_s=tuple(s.fwd_s for s in stages),
-        stage_bwd_s=tuple(s.bwd_s for s in stages), stage_layers=tuple(s.layers for s in stages),
-        events=tuple(pipe.events), energy_per_gpu_J=sum(energy.values()), energy_breakdown_J=energy,
-    )
+        return mf + costs.forward_flops_per_token
+    if plan.recompute == "selective":
+        return mf + costs.attention_flops_per_token / 3.0
+    return mf
