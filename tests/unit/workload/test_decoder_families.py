@@ -88,6 +88,8 @@ def test_cohere_is_a_parallel_block_with_a_bias_free_layernorm_and_scaled_logits
     cfg = load_model("command-r")
     assert cfg.parallel_block and cfg.num_norms_per_layer == 1 and not cfg.norm_bias
     w = _forward("command-r")
+    (norm,) = _ops(w, "attn.input_layernorm")
+    assert norm.params == 8192  # weight only
     assert not _ops(w, "post_attention_layernorm")
     assert len(_ops(w, "head.logits_scale")) == 1
 
@@ -104,3 +106,10 @@ def test_starcoder2_is_a_biased_non_gated_gelu_mlp_with_a_window_on_every_layer(
     (fc1,) = _ops(w, "mlp.fc1")
     assert fc1.get("bias") is True and fc1.dims == (1, 512, 6144, 24576)
     assert not _ops(w, "mlp.gate_proj")
+
+
+def test_a_bias_free_layernorm_has_no_bias_in_the_graph() -> None:
+    """MPT (no_bias) and Cohere: each LayerNorm of the graph carries its weight only, as counted in params."""
+    for model, width in (("mpt-7b", 4096), ("command-r", 8192)):
+        norms = [o for o in _forward(model).ops if o.op == "layernorm"]
+        assert norms and {o.params for o in norms} == {width}, model

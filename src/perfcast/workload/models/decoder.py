@@ -115,7 +115,7 @@ def _norm(g: Graph, cfg: ModelConfig, name: str, rows: int, cols: int, style: st
     if cfg.norm == "rmsnorm" and style == "hf":
         python_rmsnorm(g, name, rows, cols)
     else:
-        g.norm(name, cfg.norm, rows, cols, bias=cfg.norm == "layernorm")
+        g.norm(name, cfg.norm, rows, cols, bias=cfg.norm == "layernorm" and cfg.norm_bias)
 
 
 def _block(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, sparse: bool, style: str, attention: str,
