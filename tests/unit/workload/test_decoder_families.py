@@ -113,3 +113,23 @@ def test_a_bias_free_layernorm_has_no_bias_in_the_graph() -> None:
     for model, width in (("mpt-7b", 4096), ("command-r", 8192)):
         norms = [o for o in _forward(model).ops if o.op == "layernorm"]
         assert norms and {o.params for o in norms} == {width}, model
+
+
+def test_qk_norms_sit_between_the_projections_and_rope() -> None:
+    """Qwen3 / Gemma 3: an RMSNorm per head over head_dim; OLMo 2: over the whole q and k projections."""
+    q = _ops(_forward("qwen3-8b", style="engine"), "attn.q_norm")
+    assert [o.dims for o in q] == [(512 * 32, 128)]
+    olmo = _forward("olmo-2-7b", style="engine")
+    assert [o.dims for o in _ops(olmo, "attn.k_norm")] == [(512, 32 * 128)]
+    names = [o.name for o in _forward("gemma-3-12b").ops if o.name.startswith("layers.attn.")]
+    assert names.index("layers.attn.k_proj") < names.index("layers.attn.q_norm.mul_weight") < \
+        names.index("layers.attn.rope_q.mul_cos")
+
+
+@pytest.mark.parametrize("model", ["gemma-2-9b", "gemma-3-12b", "phi-3-mini-4k", "phi-4", "olmo-2-7b", "command-r",
+                                   "starcoder2-15b", "granite-3-8b", "qwen3-8b", "qwen3-32b", "mpt-7b"])
+@pytest.mark.parametrize("style", ["hf", "engine"])
+def test_the_graph_holds_every_parameter_the_catalog_counts(model: str, style: str) -> None:
+    """Weights and biases the forward graph carries (each op's ``params`` times its count) = perfcast's count."""
+    w = _forward(model, style=style, seq_len=128)
+    assert sum(o.params * o.count for o in w.ops) == load_model(model).num_params()

@@ -173,6 +173,7 @@ def _attention(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, a
         g.linear("q_proj", t, h, q_dim, bias=cfg.qkv_bias)
         g.linear("k_proj", t, h, kv_dim, bias=cfg.qkv_bias)
         g.linear("v_proj", t, h, kv_dim, bias=cfg.qkv_bias)
+    _qk_norm(g, cfg, t, style)
     if cfg.position == "rotary":
         _rotary(g, cfg, t, style)
     if kv_cache:
@@ -184,6 +185,26 @@ def _attention(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, a
     else:
         g.attention("attention", b, nh, nkv, s, kv, hd, causal=True, window=window)
     g.linear("o_proj", t, q_dim, h, bias=cfg.out_bias, tp_split="row")
+
+
+def _qk_norm(g: Graph, cfg: ModelConfig, tokens: int, style: str) -> None:
+    """The norms on queries and keys before RoPE: per head over head_dim (Qwen3, Gemma 3, phi's qk_layernorm) or
+    over the whole projection (OLMo 2). Llama-4's weightless L2 norm (RoPE layers only) is not emitted here."""
+    if cfg.qk_norm not in ("rmsnorm", "layernorm"):
+        return
+    for name, heads in (("q_norm", cfg.num_heads), ("k_norm", cfg.num_kv_heads)):
+        if cfg.qk_norm_span == "projection":
+            _qk_norm_op(g, cfg, name, tokens, heads * cfg.head_dim, style)
+        else:
+            with g.split("heads"):
+                _qk_norm_op(g, cfg, name, tokens * heads, cfg.head_dim, style)
+
+
+def _qk_norm_op(g: Graph, cfg: ModelConfig, name: str, rows: int, cols: int, style: str) -> None:
+    if cfg.qk_norm == "rmsnorm" and style == "hf":
+        python_rmsnorm(g, name, rows, cols)
+    else:
+        g.norm(name, cfg.qk_norm, rows, cols, bias=cfg.qk_norm == "layernorm")
 
 
 def _rotary(g: Graph, cfg: ModelConfig, tokens: int, style: str) -> None:
