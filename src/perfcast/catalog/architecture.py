@@ -249,12 +249,39 @@ class ModelArchitecture(_Frozen):
         description="norm on each query/key head before attention: rmsnorm has a head_dim weight shared by "
         "heads (Qwen3), layernorm a head_dim weight and bias (phi qk_layernorm), l2 no weight (Llama-4 Scout)",
     )
+    qk_norm_span: Literal["head", "projection"] = Field(
+        default="head",
+        description="what the QK norm normalizes: each head over head_dim with a weight shared by heads (Qwen3, "
+        "Gemma 3), or the whole q / k projection output with a weight of its width (OLMo 2)",
+    )
     attention_sinks: bool = Field(default=False, description="one learned sink logit per head (gpt-oss)")
+    norm_placement: Literal["pre", "post", "sandwich"] = Field(
+        default="pre",
+        description="where a sequential block's norms sit: pre (before attention and MLP), post (on the attention "
+        "and MLP outputs, before the residual add: OLMo 2), sandwich (both: Gemma 2/3, whose num_norms_per_layer "
+        "is 4)",
+    )
+    embedding_multiplier: float | None = Field(
+        default=None, gt=0, description="the token embeddings are multiplied by this (Gemma: sqrt(hidden_size), "
+        "Granite: embedding_multiplier); None = no multiply")
+    residual_multiplier: float | None = Field(
+        default=None, gt=0, description="attention and MLP outputs are multiplied by this before each residual add "
+        "(Granite); None = no multiply")
+    logits_multiplier: float | None = Field(
+        default=None, gt=0, description="the logits are multiplied by this (Cohere logit_scale, Granite "
+        "1/logits_scaling); None = no multiply")
+    attn_logit_softcap: float | None = Field(
+        default=None, gt=0, description="attention scores pass through cap*tanh(scores/cap) (Gemma 2); None = not")
+    final_logit_softcap: float | None = Field(
+        default=None, gt=0, description="the logits pass through cap*tanh(logits/cap) (Gemma 2); None = not")
+    fused_qkv: bool = Field(default=False, description="one qkv_proj GEMM in the model's own code (Phi-3)")
+    fused_gate_up: bool = Field(default=False, description="one gate_up_proj GEMM in the model's own code (Phi-3)")
     num_norms_per_layer: int = Field(
         default=2,
         ge=0,
         description="normalization layers per block, not counting a decoder's cross-attention norm: 2 = before "
-        "(or after) attention and MLP; 1 = one norm shared by a parallel block (GPT-J, phi-2, Falcon-7B)",
+        "(or after) attention and MLP; 1 = one norm shared by a parallel block (GPT-J, phi-2, Falcon-7B, Cohere); "
+        "4 = before and after each (Gemma 2/3)",
     )
     norm_bias: bool = Field(default=True, description="layernorms carry a bias (MPT: no); ignored for rmsnorm")
     embedding_norm: bool = Field(default=False, description="a norm right after the embeddings (BERT)")

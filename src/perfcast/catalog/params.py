@@ -10,7 +10,8 @@ What is counted (every weight and bias tensor of the inference model as
   token-type table and a norm right after the embeddings (``embedding_norm``).
   These make up ``ParamCount.embedding``. OPT's project_in/project_out (when
   ``embedding_size`` differs from ``hidden_size``) count in the total, not here.
-* per layer, attention: q/k/v/o projections and their biases, QK norms,
+* per layer, attention: q/k/v/o projections and their biases, QK norms (per head, or over the whole q/k
+  projection for OLMo 2),
   per-head attention sinks; for MLA the low-rank matrices (q_a, q_b, kv_a with
   the RoPE key, kv_b, o) and the two latent RMSNorms.
 * per layer, the MLP (gated = 3 matrices, otherwise 2, plus biases) or, on MoE
@@ -92,8 +93,11 @@ def _attention(cfg: ModelArchitecture) -> int:
     params = _linear(h, cfg.q_dim, cfg.qkv_bias)  # q
     params += 2 * _linear(h, cfg.kv_dim, cfg.qkv_bias)  # k, v
     params += _linear(cfg.q_dim, h, cfg.out_bias)  # o
-    qk_norm_per_tensor = {"none": 0, "l2": 0, "rmsnorm": cfg.head_dim, "layernorm": 2 * cfg.head_dim}
-    params += 2 * qk_norm_per_tensor[cfg.qk_norm]  # q_norm, k_norm (shared by heads)
+    weights_per_element = {"none": 0, "l2": 0, "rmsnorm": 1, "layernorm": 2}[cfg.qk_norm]
+    if cfg.qk_norm_span == "projection":  # q_norm over q_dim, k_norm over kv_dim (OLMo 2)
+        params += weights_per_element * (cfg.q_dim + cfg.kv_dim)
+    else:
+        params += 2 * weights_per_element * cfg.head_dim  # q_norm, k_norm (shared by heads)
     if cfg.attention_sinks:
         params += heads  # one sink logit per head
     return params
