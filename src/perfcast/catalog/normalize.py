@@ -6,7 +6,7 @@ defaults of the ``transformers`` config class when a key is absent) onto one
 vocabulary. One function per family keeps each mapping readable.
 
 Nothing is guessed: a ``model_type`` with no function here (``gemma3``,
-``kimi_k2``, ``mamba2``, ``t5``, a missing one) is refused with the supported
+``kimi_k2``, ``nemotron_h``, ``t5``, a missing one) is refused with the supported
 list rather than priced as some other decoder; a multimodal config whose vision
 tower is not a modelled one is refused naming the tower; a config of a supported
 family that carries keys of another architecture (experts in a ``llama``
@@ -36,6 +36,7 @@ from typing import Any
 
 from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.diffusion import normalize_unet, normalize_vae
+from perfcast.catalog.normalize_ssm import normalize_jamba, normalize_mamba, normalize_mamba2
 from perfcast.catalog.quantization import parse_quantization_config
 from perfcast.errors import UnsupportedError
 
@@ -853,6 +854,9 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "starcoder2": _starcoder2,
     "granite": _granite,
     "resnet": _resnet,
+    "mamba": normalize_mamba,
+    "mamba2": normalize_mamba2,
+    "jamba": normalize_jamba,
     "unet_2d_condition": normalize_unet,
     "autoencoder_kl": normalize_vae,
 }
@@ -969,6 +973,9 @@ _FEATURES: dict[str, frozenset[str]] = {
     "gpt_neox": frozenset({"parallel"}),
     "falcon": frozenset({"parallel", "alibi"}),
     "llava": frozenset({"vision"}),
+    "mamba": frozenset({"ssm"}),
+    "mamba2": frozenset({"ssm"}),
+    "jamba": frozenset({"ssm", "moe"}),
 }
 # families that read per-layer attention types (``layer_types``); the others have every layer alike
 _READS_LAYER_TYPES = frozenset({"qwen2", "qwen3", "qwen3_moe", "gpt_oss", "llama4", "llama4_text", "gemma2",

@@ -17,6 +17,7 @@ from perfcast.kernel.conv import conv_times
 from perfcast.kernel.cpu import cpu_op_times
 from perfcast.kernel.energy import energy_arrays
 from perfcast.kernel.gemm import gemm_times
+from perfcast.kernel.ssm import scan_times
 from perfcast.kernel.types import Bound, KernelTime
 from perfcast.kernel.vector import vector_times
 from perfcast.workload.types import Op, OpKind
@@ -88,7 +89,7 @@ def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: 
         key: tuple[OpKind, object]
         if op.kind is OpKind.GEMM:
             key = (op.kind, (op.op == "bmm", op.dtype, op.get("weight_dtype")))
-        elif op.kind in (OpKind.ATTENTION, OpKind.CONV):
+        elif op.kind in (OpKind.ATTENTION, OpKind.CONV, OpKind.SSM_SCAN):
             key = (op.kind, op.dtype)
         else:
             key = (op.kind, None)
@@ -124,6 +125,13 @@ def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: 
             for j, i in enumerate(idx):
                 times[i] = t[j]
                 bounds[i] = Bound.COMPUTE
+        elif kind is OpKind.SSM_SCAN:  # a roofline on the vector and matrix peaks (kernel/ssm.py)
+            mm = np.array([float(o.get("matmul_flops", 0.0)) for o in sel])  # type: ignore[arg-type]
+            st, sc, sm = scan_times(np.array([o.flops for o in sel]), mm, np.array([o.bytes for o in sel]), hw,
+                                    sub, co)  # type: ignore[arg-type]
+            for j, i in enumerate(idx):
+                times[i] = st[j]
+                bounds[i] = _bound(sc[j], sm[j], times[i], kmin)
         elif kind in (OpKind.VECTOR, OpKind.EMBEDDING, OpKind.POOL):
             names = [o.op for o in sel]
             by = np.array([o.bytes for o in sel])

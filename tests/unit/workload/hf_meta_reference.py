@@ -126,7 +126,10 @@ def perfcast_matmul_flops(cfg: ModelConfig, *, batch: int = 1, seq_len: int = 51
     GEMM ops count ``2 * batch * m * k * n`` from their dims (a linear op's own ``flops`` adds its bias, which
     FlopCounterMode leaves out); fused attention ops and convolutions count their own FLOPs. Elementwise ops
     (norms, activations, softmax, softcapping, multipliers, pooling) are not matmuls and are left out on both
-    sides.
+    sides. Mamba mixers: the depthwise causal conv1d counts (FlopCounterMode sees a convolution), and of
+    Mamba-1's selective scan the output contraction ``y = h @ C`` (transformers' slow path runs it as one bmm per
+    token); Mamba-2's SSD in transformers' ``torch_forward`` is broadcast multiplies and sums, which
+    FlopCounterMode does not count, so none of the SSD scan counts here.
     """
     spec = WorkloadSpec(mode=Mode.INFERENCE, batch_size=batch, seq_len=seq_len, style="hf", attention="eager")
     total = 0.0
@@ -134,8 +137,10 @@ def perfcast_matmul_flops(cfg: ModelConfig, *, batch: int = 1, seq_len: int = 51
         if op.kind is OpKind.GEMM:
             b, m, k, n = op.dims[:4]
             total += 2.0 * b * m * k * n * op.count
-        elif op.kind in (OpKind.ATTENTION, OpKind.CONV):
+        elif op.kind in (OpKind.ATTENTION, OpKind.CONV) or op.op == "causal_conv1d":
             total += op.flops * op.count
+        elif op.kind is OpKind.SSM_SCAN and op.get("version") == 1:  # HF's slow scan: y = h @ C, a bmm per token
+            total += float(op.get("output_flops", 0.0)) * op.count  # type: ignore[arg-type]
     return total
 
 

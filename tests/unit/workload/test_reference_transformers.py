@@ -13,13 +13,20 @@ Each case is a catalog ``config.json`` (a published HF config) cut to a few laye
   square and masks it; perfcast's eager path emits the same two full bmms, so causal masking and sliding
   windows (every window here is at least 512 tokens; Phi-3-mini's 2047 is the smallest) count alike on both
   sides. Within :data:`FLOPS_TOLERANCE`.
+* state-space models (``mamba``, ``mamba2``): transformers without the CUDA kernels runs its slow path, which
+  works on the meta device. FlopCounterMode sees the projections, the depthwise conv1d (a convolution over the
+  sequence padded by conv_kernel - 1: 515 outputs of which 512 are kept, where perfcast counts 512) and, for
+  Mamba-1, the scan's output contraction ``y = h @ C`` (one bmm per token); the rest of the selective scan
+  (discretization, the recurrence) and all of Mamba-2's SSD (broadcast multiplies and sums in ``torch_forward``)
+  are elementwise there and not counted. perfcast's side counts the same parts
+  (:func:`hf_meta_reference.perfcast_matmul_flops`); the scan's full FLOPs are in its ``ssm_scan`` op.
 
 Not compared:
 
 * families transformers cannot build without remote code (``internlm``, ``internlm2``, Qwen v1 ``qwen``) or
   that are diffusers networks (``unet_2d_condition``, ``autoencoder_kl``): :data:`NOT_IN_TRANSFORMERS`.
 * forward FLOPs of MoE models (``mixtral``, ``qwen3_moe``, ``gpt_oss``, ``deepseek_v3``, ``switch_transformers``,
-  ``llama4``): their HF routing calls ``nonzero`` (a data-dependent shape a meta tensor cannot have), and
+  ``llama4``, ``jamba``): their HF routing calls ``nonzero`` (a data-dependent shape a meta tensor cannot have), and
   Llama-4's HF experts multiply every token by every expert (a dense bmm over all experts, masked by the router
   scores) where perfcast, like an engine, prices the top-k experts. Their parameters are compared, and their
   active parameters per token against the expert tensors of the HF module (:func:`test_moe_active_params`).
@@ -94,6 +101,9 @@ CASES: dict[str, tuple[str, Any, int | None]] = {
     "cohere": ("command-r", lambda: _catalog("command-r"), 2),
     "starcoder2": ("starcoder2-15b", lambda: _catalog("starcoder2-15b"), 2),
     "granite": ("granite-3-8b", lambda: _catalog("granite-3-8b"), 2),
+    # state-space models: transformers' slow (no CUDA kernels) path runs on the meta device
+    "mamba": ("mamba-2.8b", lambda: _catalog("mamba-2.8b"), 2),
+    "mamba2": ("mamba-codestral-7b", lambda: _catalog("mamba-codestral-7b"), 2),
     # mixture of experts: parameters and active parameters only (see the module docstring)
     "mixtral": ("mixtral-8x7b", lambda: _catalog("mixtral-8x7b"), 2),
     "qwen3_moe": ("qwen3-30b-a3b", lambda: _catalog("qwen3-30b-a3b"), 2),
@@ -102,8 +112,9 @@ CASES: dict[str, tuple[str, Any, int | None]] = {
     "switch_transformers": ("switch-xl", lambda: _catalog("switch-xl"), 2),  # one dense, one MoE per stack
     "llama4": ("llama-4-maverick", lambda: _catalog("llama-4-maverick"), 4),  # dense/MoE alternate, NoPE 4th
     "llama4_text": ("llama-4-scout", lambda: _text_config("llama-4-scout"), 4),
+    "jamba": ("jamba-v0.1", lambda: _catalog("jamba-v0.1"), 8),  # Mamba layers 0-3, 5-7, attention 4; MoE odd
 }
-MOE = ("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "switch_transformers", "llama4", "llama4_text")
+MOE = ("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "switch_transformers", "llama4", "llama4_text", "jamba")
 DENSE = tuple(t for t in CASES if t not in MOE)
 # routed experts per token of each MoE case's config: (experts, top-k)
 _ROUTING_KEYS = (("num_local_experts", "num_experts", "n_routed_experts"), ("num_experts_per_tok",))
