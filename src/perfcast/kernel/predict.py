@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import numpy as np
@@ -76,14 +76,13 @@ def price_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, *,
 
 
 def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: float | None) -> list[KernelTime]:
+    """Each op's time and bound: ops grouped by kind (and dtype), each group priced by its kind's model."""
     n = len(ops)
     if hw.cpu is not None:  # a calibrated CPU: its own fitted rates (kernel/cpu.py), no GPU coefficients
         cpu_times, cpu_bounds = cpu_op_times(ops, hw)
         return _with_energy(ops, np.asarray(cpu_times, dtype=float), list(cpu_bounds), hw, co)
     times = np.zeros(n)
     bounds = [Bound.LATENCY] * n
-    kmin = co.launch.kernel_min_s
-
     groups: dict[tuple[OpKind, object], list[int]] = {}
     for i, op in enumerate(ops):
         key: tuple[OpKind, object]
@@ -94,61 +93,90 @@ def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: 
         else:
             key = (op.kind, None)
         groups.setdefault(key, []).append(i)
-
     for (kind, sub), idx in groups.items():
         sel = [ops[i] for i in idx]
-        if kind is OpKind.GEMM:
-            batched, dtype, wdtype = cast(tuple[bool, DType, str | None], sub)
-            d = np.array([o.dims for o in sel], dtype=float)
-            operand = None
-            if wdtype and wdtype != dtype.value:
-                operand = DType(wdtype).bytes  # weight-only quantization: weights stream narrower
-            g = gemm_times(d[:, 0], d[:, 1], d[:, 2], d[:, 3], hw, dtype, co, batched=batched,
-                           clock_frac=clock_frac, operand_bytes=operand)
-            for j, i in enumerate(idx):
-                times[i] = g.time_s[j]
-                bounds[i] = _bound(g.compute_s[j], g.memory_s[j], times[i], kmin)
-        elif kind is OpKind.ATTENTION:
-            fl = np.array([o.flops for o in sel])
-            by = np.array([o.bytes for o in sel])
-            bwd = np.array([o.op == "attention_backward" for o in sel])
-            seqs = np.array([o.dims[0] for o in sel], dtype=float)
-            train = np.array([bool(o.get("training", False)) for o in sel])
-            t = attention_times(fl, by, hw, sub, co, backward=bwd, sequences=seqs,  # type: ignore[arg-type]
-                                training=train)
-            for j, i in enumerate(idx):
-                times[i] = t[j]
-                bounds[i] = Bound.MEMORY if sel[j].dims[3] == 1 else Bound.COMPUTE
-        elif kind is OpKind.CONV:
-            d = np.array([o.dims for o in sel], dtype=float)
-            t = conv_times(d, hw, sub, co, clock_frac=clock_frac)  # type: ignore[arg-type]
-            for j, i in enumerate(idx):
-                times[i] = t[j]
-                bounds[i] = Bound.COMPUTE
-        elif kind is OpKind.SSM_SCAN:  # a roofline on the vector and matrix peaks (kernel/ssm.py)
-            mm = np.array([float(o.get("matmul_flops", 0.0)) for o in sel])  # type: ignore[arg-type]
-            st, sc, sm = scan_times(np.array([o.flops for o in sel]), mm, np.array([o.bytes for o in sel]), hw,
-                                    sub, co)  # type: ignore[arg-type]
-            for j, i in enumerate(idx):
-                times[i] = st[j]
-                bounds[i] = _bound(sc[j], sm[j], times[i], kmin)
-        elif kind in (OpKind.VECTOR, OpKind.EMBEDDING, OpKind.POOL):
-            names = [o.op for o in sel]
-            by = np.array([o.bytes for o in sel])
-            cols = np.array([o.dims[1] if kind is OpKind.VECTOR else o.dims[-1] for o in sel], dtype=float)
-            elems = np.array([o.dims[0] * o.dims[1] if kind is OpKind.VECTOR else o.bytes_written / o.dtype.bytes
-                              for o in sel], dtype=float)
-            t = vector_times(names, by, cols, hw, co, elements=elems)
-            for j, i in enumerate(idx):
-                times[i] = t[j]
-                bounds[i] = Bound.MEMORY if t[j] > 2 * kmin else Bound.LATENCY
-        elif kind is OpKind.HOST:
+        if kind in (OpKind.HOST, OpKind.COMM):  # priced by the layers above: only their bound here
             for i in idx:
-                bounds[i] = Bound.HOST
-        elif kind is OpKind.COMM:
-            for i in idx:
-                bounds[i] = Bound.COMM
+                bounds[i] = Bound.HOST if kind is OpKind.HOST else Bound.COMM
+            continue
+        t, b = _GROUP_PRICERS[kind](sel, sub, hw, co, clock_frac)
+        for j, i in enumerate(idx):
+            times[i] = t[j]
+            bounds[i] = b[j]
     return _with_energy(ops, times, bounds, hw, co)
+
+
+def _price_gemms(sel: list[Op], sub: object, hw: Hardware, co: Coefficients,
+                 clock_frac: float | None) -> tuple[np.ndarray, list[Bound]]:
+    """GEMMs of one (batched, dtype, weight dtype): the tile model's seconds, bound by its larger part."""
+    batched, dtype, wdtype = cast(tuple[bool, DType, str | None], sub)
+    d = np.array([o.dims for o in sel], dtype=float)
+    operand = None
+    if wdtype and wdtype != dtype.value:
+        operand = DType(wdtype).bytes  # weight-only quantization: weights stream narrower
+    g = gemm_times(d[:, 0], d[:, 1], d[:, 2], d[:, 3], hw, dtype, co, batched=batched, clock_frac=clock_frac,
+                   operand_bytes=operand)
+    kmin = co.launch.kernel_min_s
+    t = g.time_s
+    return t, [_bound(g.compute_s[j], g.memory_s[j], t[j], kmin) for j in range(len(sel))]
+
+
+def _price_attention(sel: list[Op], sub: object, hw: Hardware, co: Coefficients,
+                     clock_frac: float | None) -> tuple[np.ndarray, list[Bound]]:
+    """Fused attention calls of one dtype: memory-bound when decoding one query token, else compute-bound."""
+    fl = np.array([o.flops for o in sel])
+    by = np.array([o.bytes for o in sel])
+    bwd = np.array([o.op == "attention_backward" for o in sel])
+    seqs = np.array([o.dims[0] for o in sel], dtype=float)
+    train = np.array([bool(o.get("training", False)) for o in sel])
+    t = attention_times(fl, by, hw, sub, co, backward=bwd, sequences=seqs,  # type: ignore[arg-type]
+                        training=train)
+    return t, [Bound.MEMORY if o.dims[3] == 1 else Bound.COMPUTE for o in sel]
+
+
+def _price_convs(sel: list[Op], sub: object, hw: Hardware, co: Coefficients,
+                 clock_frac: float | None) -> tuple[np.ndarray, list[Bound]]:
+    """Convolutions of one dtype (implicit GEMMs): compute-bound."""
+    d = np.array([o.dims for o in sel], dtype=float)
+    t = conv_times(d, hw, sub, co, clock_frac=clock_frac)  # type: ignore[arg-type]
+    return t, [Bound.COMPUTE] * len(sel)
+
+
+def _price_vectors(sel: list[Op], sub: object, hw: Hardware, co: Coefficients,
+                   clock_frac: float | None) -> tuple[np.ndarray, list[Bound]]:
+    """Elementwise, embedding and pooling kernels: streaming bytes, or the launch floor when tiny."""
+    kind = sel[0].kind
+    names = [o.op for o in sel]
+    by = np.array([o.bytes for o in sel])
+    cols = np.array([o.dims[1] if kind is OpKind.VECTOR else o.dims[-1] for o in sel], dtype=float)
+    elems = np.array([o.dims[0] * o.dims[1] if kind is OpKind.VECTOR else o.bytes_written / o.dtype.bytes
+                      for o in sel], dtype=float)
+    t = vector_times(names, by, cols, hw, co, elements=elems)
+    kmin = co.launch.kernel_min_s
+    return t, [Bound.MEMORY if t[j] > 2 * kmin else Bound.LATENCY for j in range(len(sel))]
+
+
+def _price_scans(sel: list[Op], sub: object, hw: Hardware, co: Coefficients,
+                 clock_frac: float | None) -> tuple[np.ndarray, list[Bound]]:
+    """Selective scans / SSD of one dtype: a roofline on the vector and matrix peaks (:mod:`perfcast.kernel.ssm`)."""
+    mm = np.array([float(o.get("matmul_flops", 0.0)) for o in sel])  # type: ignore[arg-type]
+    st, sc, sm = scan_times(np.array([o.flops for o in sel]), mm, np.array([o.bytes for o in sel]), hw,
+                            sub, co)  # type: ignore[arg-type]
+    kmin = co.launch.kernel_min_s
+    return st, [_bound(sc[j], sm[j], st[j], kmin) for j in range(len(sel))]
+
+
+_GroupPricer = Callable[[list[Op], object, Hardware, Coefficients, float | None], tuple[np.ndarray, list[Bound]]]
+# each kind of op that runs a kernel: how a group of them is priced (seconds per op, and what bounds each)
+_GROUP_PRICERS: dict[OpKind, _GroupPricer] = {
+    OpKind.GEMM: _price_gemms,
+    OpKind.ATTENTION: _price_attention,
+    OpKind.CONV: _price_convs,
+    OpKind.VECTOR: _price_vectors,
+    OpKind.EMBEDDING: _price_vectors,
+    OpKind.POOL: _price_vectors,
+    OpKind.SSM_SCAN: _price_scans,
+}
 
 
 def _with_energy(ops: Sequence[Op], times: np.ndarray, bounds: list[Bound], hw: Hardware,

@@ -262,24 +262,7 @@ def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: Trainin
         gemm = part.fwd_gemm_s if phase == "fwd" else part.bwd_gemm_s
         attn = part.attention_fwd_s if phase == "fwd" else part.attention_bwd_s
         for kind, (size, calls) in book.items():
-            if kind.startswith("tp_"):
-                if kind == "tp_reduce_scatter+all_gather":
-                    t = comm.calls("reduce_scatter", size, calls, tp, 1) + comm.calls("all_gather", size, calls, tp, 1)
-                else:
-                    t = comm.calls("all_reduce", size, calls, tp, 1)
-                hidden = TP_OVERLAP_EFFICIENCY * gemm if plan.tp_comm_overlap else 0.0
-                e, name = float(overlapped_s(t, hidden, tc.overlap_interference)), "tp_comm_s"
-            elif kind == "cp_ring_send_recv":
-                t = comm.calls("send_recv", size, calls, 2, tp)
-                e, name = float(overlapped_s(t, attn, tc.overlap_interference)), "cp_comm_s"
-            elif kind == "cp_all_to_all":
-                t = comm.calls("all_to_all", size, calls, cp, tp)
-                e, name = t, "cp_comm_s"
-            elif kind == "ep_all_to_all":
-                t = comm.calls("all_to_all", size, calls, plan.ep, tp * cp)
-                e, name = t, "ep_comm_s"
-            else:  # pragma: no cover - every kind above is produced by layers.py
-                continue
+            name, t, e = _layer_comm_s(kind, size, calls, plan, comm, tc, gemm, attn)
             add(name, t, e)
             if phase == "fwd":
                 extra_f += e
@@ -301,6 +284,30 @@ def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: Trainin
     return LayerTime(f_total, b_total, compute, recompute, exposed, total)
 
 
+def _layer_comm_s(kind: str, size: float, calls: float, plan: ParallelPlan, comm: LayerComm,
+                  tc: TrainingCoefficients, gemm_s: float, attention_s: float) -> tuple[str, float, float]:
+    """One phase's collectives of ``kind`` (``calls`` of ``size`` bytes) in a layer: (the breakdown key, their
+    seconds, the seconds left exposed after overlapping the phase's GEMMs (TP) or attention (ring CP))."""
+    tp, cp = plan.tp, plan.cp
+    if kind.startswith("tp_"):
+        if kind == "tp_reduce_scatter+all_gather":
+            t = comm.calls("reduce_scatter", size, calls, tp, 1) + comm.calls("all_gather", size, calls, tp, 1)
+        else:
+            t = comm.calls("all_reduce", size, calls, tp, 1)
+        hidden = TP_OVERLAP_EFFICIENCY * gemm_s if plan.tp_comm_overlap else 0.0
+        return "tp_comm_s", t, float(overlapped_s(t, hidden, tc.overlap_interference))
+    if kind == "cp_ring_send_recv":
+        t = comm.calls("send_recv", size, calls, 2, tp)
+        return "cp_comm_s", t, float(overlapped_s(t, attention_s, tc.overlap_interference))
+    if kind == "cp_all_to_all":
+        t = comm.calls("all_to_all", size, calls, cp, tp)
+        return "cp_comm_s", t, t
+    if kind == "ep_all_to_all":
+        t = comm.calls("all_to_all", size, calls, plan.ep, tp * cp)
+        return "ep_comm_s", t, t
+    raise ValueError(f"unknown layer collective {kind!r}")  # layers.py produces only the kinds above
+
+
 # -- stages -------------------------------------------------------------------------------------------
 
 
@@ -312,6 +319,7 @@ def split_layers(n_layers: int, stages: int) -> list[int]:
     for i in order[:extra]:
         counts[i] += 1
     return counts
+
 
 
 @dataclass
