@@ -46,8 +46,10 @@ def _scalar(value: Any) -> Any:
 # the shape each kind of op carries (what the kernel models read; perfcast.workload.graph builds them so):
 # GEMM (batch, m, k, n); VECTOR (rows, cols); ATTENTION (batch, heads, kv_heads, q_len, keys, head_dim,
 # causal); CONV (batch, in_ch, out_ch, kernel, in_hw, stride, padding, groups); POOL (batch, channels, in_hw,
-# kernel, stride); EMBEDDING (tokens, dim, vocab); COMM and HOST at least one size
-_DIMS = {OpKind.GEMM: 4, OpKind.VECTOR: 2, OpKind.ATTENTION: 7, OpKind.CONV: 8, OpKind.POOL: 5, OpKind.EMBEDDING: 3}
+# kernel, stride); EMBEDDING (tokens, dim, vocab);
+# SSM_SCAN (batch, q_len, heads, head_dim, state, groups, chunk); COMM and HOST at least one size
+_DIMS = {OpKind.GEMM: 4, OpKind.VECTOR: 2, OpKind.ATTENTION: 7, OpKind.CONV: 8, OpKind.POOL: 5, OpKind.EMBEDDING: 3,
+         OpKind.SSM_SCAN: 7}
 
 
 def _dims(kind: OpKind, value: Any) -> tuple[int, ...]:

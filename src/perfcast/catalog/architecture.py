@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from perfcast.catalog.diffusion import UNetConfig, VAEDecoderConfig
 from perfcast.catalog.quantization import QuantizationConfig
 
-__all__ = ["AttentionLayerType", "MLAConfig", "MoEConfig", "ModelArchitecture", "ResNetConfig", "VisionConfig"]
+__all__ = ["AttentionLayerType", "MLAConfig", "MoEConfig", "ModelArchitecture", "ResNetConfig", "SSMConfig",
+           "VisionConfig"]
 
 AttentionLayerType = Literal["full", "sliding", "chunked"]
 
@@ -77,6 +78,85 @@ class MLAConfig(_Frozen):
     qk_nope_head_dim: int = Field(gt=0, description="per-head query/key width without RoPE (elements)")
     qk_rope_head_dim: int = Field(gt=0, description="per-head query/key RoPE width; the key part is shared by heads")
     v_head_dim: int = Field(gt=0, description="per-head value width (elements)")
+
+
+LayerMixer = Literal["ssm", "attention", "mlp"]
+
+
+class SSMConfig(_Frozen):
+    """State-space (Mamba) mixer layers, alone (Mamba, Mamba-2) or beside attention (Jamba, Nemotron-H).
+
+    Mamba-1 (``version`` 1; Gu & Dao, arXiv:2312.00752): ``in_proj`` (hidden -> 2 x ``intermediate_size``: x and
+    the gate z), a depthwise causal conv1d over x, ``x_proj`` (-> ``time_step_rank`` + 2 x ``state_size``: dt, B,
+    C), ``dt_proj`` (``time_step_rank`` -> ``intermediate_size``, with bias), the selective scan with ``A_log``
+    (``intermediate_size x state_size``) and ``D``, gating by silu(z), ``out_proj``. Its state per layer and
+    sequence is ``intermediate_size x state_size`` (ssm) plus ``intermediate_size x (conv_kernel - 1)`` (conv).
+
+    Mamba-2 (``version`` 2; Dao & Gu, arXiv:2405.21060): ``in_proj`` (hidden -> z, x, B, C, dt: 2 x
+    ``intermediate_size`` + 2 x ``n_groups x state_size`` + ``num_heads``), a causal conv1d over x, B, C
+    (``conv_dim`` channels), the SSD chunked scan over ``num_heads`` heads of ``head_dim`` with ``chunk_size``
+    token chunks (``A_log``, ``D``, ``dt_bias`` one per head), a gated RMSNorm (weight ``intermediate_size``),
+    ``out_proj``. Its state is ``num_heads x head_dim x state_size`` plus ``conv_dim x (conv_kernel - 1)``.
+
+    ``layer_mixers`` has one entry per layer: ``ssm`` (a Mamba mixer), ``attention`` or ``mlp`` (Nemotron-H's
+    MLP-only layers); ``ffn_per_layer`` says every layer also has a feed-forward block after its mixer (Jamba:
+    dense or MoE by ``ModelArchitecture.moe``), else a layer is its mixer alone (Mamba, Nemotron-H).
+    """
+
+    version: Literal[1, 2] = Field(description="1 = Mamba (selective scan), 2 = Mamba-2 (SSD)")
+    state_size: int = Field(gt=0, description="d_state: state elements per channel (Mamba-1) or per head dim")
+    conv_kernel: int = Field(gt=0, description="taps of the depthwise causal conv1d (tokens)")
+    intermediate_size: int = Field(gt=0, description="d_inner: width of x, z and the scan's output (elements)")
+    time_step_rank: int = Field(default=0, ge=0, description="Mamba-1 rank of the dt projection (elements)")
+    num_heads: int = Field(default=0, ge=0, description="Mamba-2 heads (each with its own A, D, dt)")
+    head_dim: int = Field(default=0, ge=0, description="Mamba-2 head width (elements); heads x head_dim = d_inner")
+    n_groups: int = Field(default=1, gt=0, description="Mamba-2 groups sharing one B and C (like GQA's KV heads)")
+    chunk_size: int = Field(default=256, gt=0, description="Mamba-2 SSD chunk length (tokens)")
+    proj_bias: bool = Field(default=False, description="in_proj and out_proj carry biases")
+    conv_bias: bool = Field(default=True, description="the conv1d carries a bias")
+    dt_norms: bool = Field(default=False, description="RMSNorms on dt, B and C (Jamba's mamba mixer)")
+    layer_mixers: tuple[LayerMixer, ...] = Field(description="each layer's mixer, one entry per layer")
+    ffn_per_layer: bool = Field(default=False, description="every layer has a dense or MoE FFN after its mixer")
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> SSMConfig:
+        if self.version == 1 and not self.time_step_rank:
+            raise ValueError("a Mamba-1 mixer needs time_step_rank")
+        if self.version == 2:
+            if self.num_heads * self.head_dim != self.intermediate_size:
+                raise ValueError(f"Mamba-2 num_heads x head_dim = {self.num_heads * self.head_dim} differs from "
+                                 f"the intermediate size {self.intermediate_size}")
+            if self.num_heads % self.n_groups:
+                raise ValueError(f"Mamba-2 num_heads={self.num_heads} is not a multiple of n_groups={self.n_groups}")
+        return self
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the conv1d: x (Mamba-1); x, B and C (Mamba-2)."""
+        if self.version == 1:
+            return self.intermediate_size
+        return self.intermediate_size + 2 * self.n_groups * self.state_size
+
+    @property
+    def scan_heads(self) -> tuple[int, int, int]:
+        """(heads, head_dim, groups) of the scan: Mamba-1 is d_inner heads of width 1 sharing one B and C."""
+        if self.version == 1:
+            return self.intermediate_size, 1, 1
+        return self.num_heads, self.head_dim, self.n_groups
+
+    @property
+    def ssm_state_elements(self) -> int:
+        """SSM state of one layer and sequence: d_inner x d_state (heads x head_dim x d_state for Mamba-2)."""
+        return self.intermediate_size * self.state_size
+
+    @property
+    def conv_state_elements(self) -> int:
+        """Conv state of one layer and sequence: the last conv_kernel - 1 inputs of each channel."""
+        return self.conv_dim * (self.conv_kernel - 1)
+
+    def num_ssm_layers(self) -> int:
+        """Layers whose mixer is a Mamba mixer."""
+        return sum(m == "ssm" for m in self.layer_mixers)
 
 
 class VisionConfig(_Frozen):
@@ -249,12 +329,39 @@ class ModelArchitecture(_Frozen):
         description="norm on each query/key head before attention: rmsnorm has a head_dim weight shared by "
         "heads (Qwen3), layernorm a head_dim weight and bias (phi qk_layernorm), l2 no weight (Llama-4 Scout)",
     )
+    qk_norm_span: Literal["head", "projection"] = Field(
+        default="head",
+        description="what the QK norm normalizes: each head over head_dim with a weight shared by heads (Qwen3, "
+        "Gemma 3), or the whole q / k projection output with a weight of its width (OLMo 2)",
+    )
     attention_sinks: bool = Field(default=False, description="one learned sink logit per head (gpt-oss)")
+    norm_placement: Literal["pre", "post", "sandwich"] = Field(
+        default="pre",
+        description="where a sequential block's norms sit: pre (before attention and MLP), post (on the attention "
+        "and MLP outputs, before the residual add: OLMo 2), sandwich (both: Gemma 2/3, whose num_norms_per_layer "
+        "is 4)",
+    )
+    embedding_multiplier: float | None = Field(
+        default=None, gt=0, description="the token embeddings are multiplied by this (Gemma: sqrt(hidden_size), "
+        "Granite: embedding_multiplier); None = no multiply")
+    residual_multiplier: float | None = Field(
+        default=None, gt=0, description="attention and MLP outputs are multiplied by this before each residual add "
+        "(Granite); None = no multiply")
+    logits_multiplier: float | None = Field(
+        default=None, gt=0, description="the logits are multiplied by this (Cohere logit_scale, Granite "
+        "1/logits_scaling); None = no multiply")
+    attn_logit_softcap: float | None = Field(
+        default=None, gt=0, description="attention scores pass through cap*tanh(scores/cap) (Gemma 2); None = not")
+    final_logit_softcap: float | None = Field(
+        default=None, gt=0, description="the logits pass through cap*tanh(logits/cap) (Gemma 2); None = not")
+    fused_qkv: bool = Field(default=False, description="one qkv_proj GEMM in the model's own code (Phi-3)")
+    fused_gate_up: bool = Field(default=False, description="one gate_up_proj GEMM in the model's own code (Phi-3)")
     num_norms_per_layer: int = Field(
         default=2,
         ge=0,
         description="normalization layers per block, not counting a decoder's cross-attention norm: 2 = before "
-        "(or after) attention and MLP; 1 = one norm shared by a parallel block (GPT-J, phi-2, Falcon-7B)",
+        "(or after) attention and MLP; 1 = one norm shared by a parallel block (GPT-J, phi-2, Falcon-7B, Cohere); "
+        "4 = before and after each (Gemma 2/3)",
     )
     norm_bias: bool = Field(default=True, description="layernorms carry a bias (MPT: no); ignored for rmsnorm")
     embedding_norm: bool = Field(default=False, description="a norm right after the embeddings (BERT)")
@@ -268,6 +375,7 @@ class ModelArchitecture(_Frozen):
     )
     moe: MoEConfig | None = None
     mla: MLAConfig | None = None
+    ssm: SSMConfig | None = Field(default=None, description="Mamba mixers and the per-layer pattern (SSMConfig)")
     vision: VisionConfig | None = None
     resnet: ResNetConfig | None = None
     unet: UNetConfig | None = None
@@ -296,6 +404,8 @@ class ModelArchitecture(_Frozen):
                 raise ValueError("sliding layers need sliding_window")
             if "chunked" in self.attention_layer_types and not self.attention_chunk_size:
                 raise ValueError("chunked layers need attention_chunk_size")
+        if self.ssm is not None and len(self.ssm.layer_mixers) != layers:
+            raise ValueError(f"ssm.layer_mixers has {len(self.ssm.layer_mixers)} entries for {layers} layers")
         if any(not 0 <= i < layers for i in self.nope_layers):
             raise ValueError(f"nope_layers must be layer indices in [0, {layers})")
         if self.num_heads % self.num_kv_heads:

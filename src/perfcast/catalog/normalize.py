@@ -5,8 +5,8 @@ HF families spell the same quantity differently (``n_embd``/``hidden_size``/
 defaults of the ``transformers`` config class when a key is absent) onto one
 vocabulary. One function per family keeps each mapping readable.
 
-Nothing is guessed: a ``model_type`` with no function here (``gemma2``,
-``kimi_k2``, ``mamba2``, ``t5``, a missing one) is refused with the supported
+Nothing is guessed: a ``model_type`` with no function here (``gemma3``,
+``kimi_k2``, ``nemotron_h``, ``t5``, a missing one) is refused with the supported
 list rather than priced as some other decoder; a multimodal config whose vision
 tower is not a modelled one is refused naming the tower; a config of a supported
 family that carries keys of another architecture (experts in a ``llama``
@@ -36,6 +36,7 @@ from typing import Any
 
 from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.diffusion import normalize_unet, normalize_vae
+from perfcast.catalog.normalize_ssm import normalize_jamba, normalize_mamba, normalize_mamba2
 from perfcast.catalog.quantization import parse_quantization_config
 from perfcast.errors import UnsupportedError
 
@@ -289,6 +290,126 @@ def _qwen3_moe(raw: Raw) -> Raw:
         "expert_intermediate_size": int(raw["moe_intermediate_size"]),
         "layer_step": int(raw["decoder_sparse_step"]),
     }
+    return out
+
+
+def _gemma_layer_types(raw: Raw, layers: int, pattern: int) -> tuple[str, ...]:
+    """Gemma's per-layer attention: ``layer_types`` when given, else every ``pattern``-th layer full (1-based)
+    and the others sliding, as ``Gemma2Config`` (pattern 2) and ``Gemma3TextConfig`` (``sliding_window_pattern``,
+    default 6) derive it."""
+    if raw.get("layer_types"):
+        return tuple(_attention_kind(t) for t in raw["layer_types"])
+    return tuple("sliding" if (i + 1) % pattern else "full" for i in range(layers))
+
+
+def _gemma2(raw: Raw, family: str = "gemma2") -> Raw:
+    """Gemma 2 (``Gemma2ForCausalLM``): GQA with head_dim 256, GeGLU MLP (``hidden_activation``
+    gelu_pytorch_tanh), four RMSNorms per layer (before and after attention and MLP; Gemma's RMSNorm scales by
+    1 + weight, one weight per element), embeddings scaled by sqrt(hidden_size), alternating sliding / full
+    layers, attention and final-logit softcapping, tied LM head. ``query_pre_attn_scalar`` only sets the score
+    scale (1/sqrt of it instead of 1/sqrt(head_dim)): the same one multiply."""
+    raw = _with_defaults(raw, family)
+    out = _llama(raw, family)
+    window = _sliding(raw)
+    pattern = 2 if family == "gemma2" else int(raw.get("sliding_window_pattern") or 6)
+    kinds = _gemma_layer_types(raw, out["num_layers"], pattern)
+    attn_cap, final_cap = raw.get("attn_logit_softcapping"), raw.get("final_logit_softcapping")
+    out.update(
+        activation=str(_first(raw, "hidden_activation", "hidden_act")),
+        num_norms_per_layer=4,
+        norm_placement="sandwich",
+        sliding_window=window,
+        attention_layer_types=kinds if window else (),
+        embedding_multiplier=float(out["hidden_size"]) ** 0.5,  # Gemma*ScaledWordEmbedding / normalizer
+        attn_logit_softcap=float(attn_cap) if attn_cap else None,
+        final_logit_softcap=float(final_cap) if final_cap else None,
+        tie_word_embeddings=bool(raw["tie_word_embeddings"]),
+    )
+    return out
+
+
+def _gemma3_text(raw: Raw) -> Raw:
+    """Gemma 3 text model (``Gemma3ForCausalLM``): Gemma 2's layer with a QK RMSNorm per head, five sliding
+    layers to one full (``sliding_window_pattern``), local and global RoPE bases (same FLOPs), softcapping only
+    when the config sets it (the shipped configs do not). The multimodal ``gemma3`` (SigLIP tower) is not
+    modelled."""
+    out = _gemma2(raw, "gemma3_text")
+    out["qk_norm"] = "rmsnorm"
+    return out
+
+
+def _phi3(raw: Raw) -> Raw:
+    """Phi-3 / Phi-4 (``Phi3ForCausalLM``): a Llama layer whose code runs one fused ``qkv_proj`` and one fused
+    ``gate_up_proj`` GEMM, bias-free; partial RoPE when ``partial_rotary_factor`` says so; a sliding window on
+    every layer when ``sliding_window`` is set (Phi-3-mini: 2047)."""
+    raw = _with_defaults(raw, "phi3")
+    out = _llama(raw, "phi3")
+    out.update(fused_qkv=True, fused_gate_up=True)
+    return out
+
+
+def _olmo2(raw: Raw) -> Raw:
+    """OLMo 2 (``Olmo2ForCausalLM``): a Llama layer with its two RMSNorms on the attention and MLP outputs
+    (before the residual adds, none before), and RMSNorms over the whole q and k projections (q_norm of
+    num_heads x head_dim, k_norm of num_kv_heads x head_dim) before RoPE."""
+    raw = _with_defaults(raw, "olmo2")
+    out = _llama(raw, "olmo2")
+    out.update(norm_placement="post", qk_norm="rmsnorm", qk_norm_span="projection")
+    return out
+
+
+def _cohere(raw: Raw) -> Raw:
+    """Cohere Command-R (``CohereForCausalLM``): a parallel block (one LayerNorm without bias feeds attention
+    and the SwiGLU MLP, both added to the residual), logits multiplied by ``logit_scale``, tied embeddings.
+    ``use_qk_norm`` (Command R+: a LayerNorm per head with its own weight per head) is refused."""
+    raw = _with_defaults(raw, "cohere")
+    if raw.get("use_qk_norm"):
+        raise UnsupportedError("cohere with use_qk_norm (a per-head LayerNorm weight per head) is not supported; "
+                               "supported: use_qk_norm false (Command R)")
+    out = _llama(raw, "cohere")
+    scale = raw.get("logit_scale")
+    out.update(
+        norm="layernorm",
+        norm_bias=False,  # CohereLayerNorm: mean-centred, weight only
+        parallel_block=True,
+        num_norms_per_layer=1,
+        logits_multiplier=float(scale) if scale else None,
+        tie_word_embeddings=bool(raw["tie_word_embeddings"]),
+    )
+    return out
+
+
+def _starcoder2(raw: Raw) -> Raw:
+    """StarCoder2 (``Starcoder2ForCausalLM``): GQA with biases everywhere (``use_bias``), LayerNorm with bias,
+    a non-gated MLP (c_fc, gelu_pytorch_tanh, c_proj), RoPE, a sliding window on every layer, tied embeddings."""
+    raw = _with_defaults(raw, "starcoder2")
+    out = _llama(raw, "starcoder2")
+    bias = bool(raw["use_bias"])
+    out.update(
+        activation=str(raw["hidden_act"]),
+        gated_mlp=False,
+        norm="layernorm",
+        qkv_bias=bias,
+        out_bias=bias,
+        mlp_bias=bias,
+        tie_word_embeddings=bool(raw["tie_word_embeddings"]),
+    )
+    return out
+
+
+def _granite(raw: Raw) -> Raw:
+    """Granite 3 (``GraniteForCausalLM``): a Llama layer with four scalar multipliers: the embeddings
+    (``embedding_multiplier``), each attention / MLP output before its residual add (``residual_multiplier``),
+    the attention scores (``attention_multiplier``, replacing 1/sqrt(head_dim): the same one multiply) and the
+    logits (divided by ``logits_scaling``)."""
+    raw = _with_defaults(raw, "granite")
+    out = _llama(raw, "granite")
+    emb, res, logits = (float(raw[k]) for k in ("embedding_multiplier", "residual_multiplier", "logits_scaling"))
+    out.update(
+        embedding_multiplier=emb if emb != 1.0 else None,
+        residual_multiplier=res if res != 1.0 else None,
+        logits_multiplier=1.0 / logits if logits != 1.0 else None,
+    )
     return out
 
 
@@ -725,7 +846,17 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "internlm2": _internlm2,
     "nemotron": _nemotron,
     "llava": _llava,
+    "gemma2": _gemma2,
+    "gemma3_text": _gemma3_text,
+    "phi3": _phi3,
+    "olmo2": _olmo2,
+    "cohere": _cohere,
+    "starcoder2": _starcoder2,
+    "granite": _granite,
     "resnet": _resnet,
+    "mamba": normalize_mamba,
+    "mamba2": normalize_mamba2,
+    "jamba": normalize_jamba,
     "unet_2d_condition": normalize_unet,
     "autoencoder_kl": normalize_vae,
 }
@@ -842,9 +973,13 @@ _FEATURES: dict[str, frozenset[str]] = {
     "gpt_neox": frozenset({"parallel"}),
     "falcon": frozenset({"parallel", "alibi"}),
     "llava": frozenset({"vision"}),
+    "mamba": frozenset({"ssm"}),
+    "mamba2": frozenset({"ssm"}),
+    "jamba": frozenset({"ssm", "moe"}),
 }
 # families that read per-layer attention types (``layer_types``); the others have every layer alike
-_READS_LAYER_TYPES = frozenset({"qwen2", "qwen3", "qwen3_moe", "gpt_oss", "llama4", "llama4_text"})
+_READS_LAYER_TYPES = frozenset({"qwen2", "qwen3", "qwen3_moe", "gpt_oss", "llama4", "llama4_text", "gemma2",
+                                "gemma3_text"})
 
 
 def _check_foreign_keys(raw: Raw, family: str) -> None:
@@ -955,7 +1090,9 @@ def normalize_hf(raw: dict[str, Any]) -> dict[str, Any]:
     if family in ("llama4",) and isinstance(text, dict):
         _check_foreign_keys(text, "llama4_text")
     out = _FAMILIES[family](raw)
-    if out.get("position") == "rotary" and family != "llava":  # llava's text model was scaled by its own family
+    # llava's text model was scaled by its own family; Gemma 3 states its extended window in max_position_embeddings
+    # (131072; the linear factor 8 rescales the global layers' RoPE to reach it), as llama3 scaling does
+    if out.get("position") == "rotary" and family not in ("llava", "gemma3_text"):
         out["max_positions"] = _context_limit(text if family == "llama4" and isinstance(text, dict) else raw,
                                               out["max_positions"])
     out["torch_dtype"] = _torch_dtype(raw)

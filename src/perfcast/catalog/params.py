@@ -10,7 +10,8 @@ What is counted (every weight and bias tensor of the inference model as
   token-type table and a norm right after the embeddings (``embedding_norm``).
   These make up ``ParamCount.embedding``. OPT's project_in/project_out (when
   ``embedding_size`` differs from ``hidden_size``) count in the total, not here.
-* per layer, attention: q/k/v/o projections and their biases, QK norms,
+* per layer, attention: q/k/v/o projections and their biases, QK norms (per head, or over the whole q/k
+  projection for OLMo 2),
   per-head attention sinks; for MLA the low-rank matrices (q_a, q_b, kv_a with
   the RoPE key, kv_b, o) and the two latent RMSNorms.
 * per layer, the MLP (gated = 3 matrices, otherwise 2, plus biases) or, on MoE
@@ -18,6 +19,10 @@ What is counted (every weight and bias tensor of the inference model as
   optional bias). Dense layers of MoE models use ``intermediate_size``.
 * per layer, ``num_norms_per_layer`` norms (LayerNorm = weight + bias unless
   ``norm_bias`` is false; RMSNorm = weight).
+* state-space layers (``ssm``; :class:`~perfcast.catalog.architecture.SSMConfig`): a Mamba-1 mixer's in/x/dt/out
+  projections, depthwise conv1d, ``A_log`` and ``D`` (and Jamba's dt/B/C RMSNorms); a Mamba-2 mixer's in/out
+  projections, conv1d, ``A_log``, ``D``, ``dt_bias`` and gated-norm weight. A hybrid layer is its mixer (Mamba,
+  attention or, for Nemotron-H, an MLP) and, when ``ffn_per_layer`` (Jamba), a dense or MoE FFN.
 * encoder-decoders: the decoder's cross-attention (same shape as its
   self-attention) and its norm, and a final norm per stack.
 * the final norm (``final_norm``), and the LM head when it is not tied
@@ -47,7 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfcast.catalog.architecture import ModelArchitecture, MoEConfig, ResNetConfig, VisionConfig
+from perfcast.catalog.architecture import ModelArchitecture, MoEConfig, ResNetConfig, SSMConfig, VisionConfig
 
 __all__ = ["ParamCount", "count_params"]
 
@@ -92,8 +97,11 @@ def _attention(cfg: ModelArchitecture) -> int:
     params = _linear(h, cfg.q_dim, cfg.qkv_bias)  # q
     params += 2 * _linear(h, cfg.kv_dim, cfg.qkv_bias)  # k, v
     params += _linear(cfg.q_dim, h, cfg.out_bias)  # o
-    qk_norm_per_tensor = {"none": 0, "l2": 0, "rmsnorm": cfg.head_dim, "layernorm": 2 * cfg.head_dim}
-    params += 2 * qk_norm_per_tensor[cfg.qk_norm]  # q_norm, k_norm (shared by heads)
+    weights_per_element = {"none": 0, "l2": 0, "rmsnorm": 1, "layernorm": 2}[cfg.qk_norm]
+    if cfg.qk_norm_span == "projection":  # q_norm over q_dim, k_norm over kv_dim (OLMo 2)
+        params += weights_per_element * (cfg.q_dim + cfg.kv_dim)
+    else:
+        params += 2 * weights_per_element * cfg.head_dim  # q_norm, k_norm (shared by heads)
     if cfg.attention_sinks:
         params += heads  # one sink logit per head
     return params
@@ -133,6 +141,39 @@ def _stack(cfg: ModelArchitecture, num_layers: int, *, cross_attention: bool) ->
         ffn_total, ffn_active = _ffn(cfg, i)
         total += ffn_total
         active += ffn_active
+    return total, active
+
+
+def _ssm_mixer(cfg: ModelArchitecture, ssm: SSMConfig) -> int:
+    """One Mamba-1 or Mamba-2 mixer, as transformers' ``MambaMixer`` / ``Mamba2Mixer`` / ``JambaMambaMixer``."""
+    h, inner, n, k = cfg.hidden_size, ssm.intermediate_size, ssm.state_size, ssm.conv_kernel
+    conv = ssm.conv_dim * k + (ssm.conv_dim if ssm.conv_bias else 0)  # depthwise: one k-tap filter per channel
+    out = _linear(inner, h, ssm.proj_bias)  # out_proj
+    if ssm.version == 1:
+        r = ssm.time_step_rank
+        params = _linear(h, 2 * inner, ssm.proj_bias)  # in_proj: x and z
+        params += _linear(inner, r + 2 * n, False)  # x_proj: dt, B, C
+        params += _linear(r, inner, True)  # dt_proj
+        params += inner * n + inner  # A_log, D
+        params += (r + 2 * n) if ssm.dt_norms else 0  # Jamba's dt / B / C RMSNorms
+        return params + conv + out
+    heads = ssm.num_heads
+    params = _linear(h, 2 * inner + 2 * ssm.n_groups * n + heads, ssm.proj_bias)  # in_proj: z, x, B, C, dt
+    params += 3 * heads  # dt_bias, A_log, D
+    params += inner  # gated RMSNorm weight
+    return params + conv + out
+
+
+def _hybrid_stack(cfg: ModelArchitecture, ssm: SSMConfig) -> tuple[int, int]:
+    """(total, active) parameters of a stack of Mamba / attention / MLP layers (see SSMConfig)."""
+    norms = cfg.num_norms_per_layer * _norm(cfg, cfg.hidden_size)
+    mixers = {"ssm": _ssm_mixer(cfg, ssm), "attention": _attention(cfg),
+              "mlp": _mlp(cfg, cfg.intermediate_size, gated=cfg.gated_mlp, bias=cfg.mlp_bias)}
+    total = active = 0
+    for i, mixer in enumerate(ssm.layer_mixers):
+        ffn_total, ffn_active = _ffn(cfg, i) if ssm.ffn_per_layer else (0, 0)
+        total += norms + mixers[mixer] + ffn_total
+        active += norms + mixers[mixer] + ffn_active
     return total, active
 
 
@@ -203,6 +244,9 @@ def count_params(cfg: ModelArchitecture) -> ParamCount:
         dec_total, dec_active = _stack(cfg, cfg.num_decoder_layers or cfg.num_layers, cross_attention=True)
         layers_total, layers_active = enc_total + dec_total, enc_active + dec_active
         num_final_norms = 2
+    elif cfg.ssm is not None:
+        layers_total, layers_active = _hybrid_stack(cfg, cfg.ssm)
+        num_final_norms = 1
     else:
         layers_total, layers_active = _stack(cfg, cfg.num_layers, cross_attention=False)
         num_final_norms = 1

@@ -3,8 +3,9 @@
 The model is a roofline refined by what real GPUs do: the clock a device can
 sustain under its power limit, GEMM tiles and waves across SMs, the fixed cost
 of the K loop, memory-bound vector kernels at a fitted fraction of peak
-bandwidth, fused attention, and a minimum kernel time. Coefficients are global
-(fitted on the visible kernel tables by ``perfcast fit``); nothing is tuned per
+bandwidth, fused attention, state-space scans (Mamba's selective scan, Mamba-2's SSD) as a roofline of their
+vector and matrix FLOPs against the bytes they stream (:mod:`perfcast.kernel.ssm`), and a minimum kernel time.
+Coefficients are global (fitted on the visible kernel tables by ``perfcast fit``); nothing is tuned per
 device, so an unseen GPU is predicted from its YAML alone.
 """
 

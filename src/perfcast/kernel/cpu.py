@@ -172,6 +172,9 @@ def cpu_op_times(ops: Sequence[Op], hw: Hardware) -> tuple[np.ndarray, list[Boun
             t = c.vector_fixed_s + mem * factor
             compute = 0.0
             mem = mem * factor
+        elif op.kind is OpKind.SSM_SCAN:  # a roofline: vector FLOPs at the FP32 peak against the bytes streamed
+            compute = op.flops / hw.peak(DType.FP32, matrix=False)
+            t = max(compute, mem) + c.vector_fixed_s
         else:  # host and comm ops take no device time on one CPU
             bounds[i] = Bound.HOST if op.kind is OpKind.HOST else Bound.COMM
             continue

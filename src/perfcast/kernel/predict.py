@@ -17,6 +17,7 @@ from perfcast.kernel.conv import conv_times
 from perfcast.kernel.cpu import cpu_op_times
 from perfcast.kernel.energy import energy_arrays
 from perfcast.kernel.gemm import gemm_times
+from perfcast.kernel.ssm import scan_times
 from perfcast.kernel.types import Bound, KernelTime
 from perfcast.kernel.vector import vector_times
 from perfcast.workload.types import Op, OpKind
@@ -87,7 +88,7 @@ def _predict_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, clock_frac: 
         key: tuple[OpKind, object]
         if op.kind is OpKind.GEMM:
             key = (op.kind, (op.op == "bmm", op.dtype, op.get("weight_dtype")))
-        elif op.kind in (OpKind.ATTENTION, OpKind.CONV):
+        elif op.kind in (OpKind.ATTENTION, OpKind.CONV, OpKind.SSM_SCAN):
             key = (op.kind, op.dtype)
         else:
             key = (op.kind, None)
@@ -155,6 +156,16 @@ def _price_vectors(sel: list[Op], sub: object, hw: Hardware, co: Coefficients,
     return t, [Bound.MEMORY if t[j] > 2 * kmin else Bound.LATENCY for j in range(len(sel))]
 
 
+def _price_scans(sel: list[Op], sub: object, hw: Hardware, co: Coefficients,
+                 clock_frac: float | None) -> tuple[np.ndarray, list[Bound]]:
+    """Selective scans / SSD of one dtype: a roofline on the vector and matrix peaks (:mod:`perfcast.kernel.ssm`)."""
+    mm = np.array([float(o.get("matmul_flops", 0.0)) for o in sel])  # type: ignore[arg-type]
+    st, sc, sm = scan_times(np.array([o.flops for o in sel]), mm, np.array([o.bytes for o in sel]), hw,
+                            sub, co)  # type: ignore[arg-type]
+    kmin = co.launch.kernel_min_s
+    return st, [_bound(sc[j], sm[j], st[j], kmin) for j in range(len(sel))]
+
+
 _GroupPricer = Callable[[list[Op], object, Hardware, Coefficients, float | None], tuple[np.ndarray, list[Bound]]]
 # each kind of op that runs a kernel: how a group of them is priced (seconds per op, and what bounds each)
 _GROUP_PRICERS: dict[OpKind, _GroupPricer] = {
@@ -164,6 +175,7 @@ _GROUP_PRICERS: dict[OpKind, _GroupPricer] = {
     OpKind.VECTOR: _price_vectors,
     OpKind.EMBEDDING: _price_vectors,
     OpKind.POOL: _price_vectors,
+    OpKind.SSM_SCAN: _price_scans,
 }
 
 

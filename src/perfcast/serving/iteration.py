@@ -61,7 +61,7 @@ from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.catalog.params import count_params
 from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.dtypes import DType
-from perfcast.errors import ConfigError
+from perfcast.errors import ConfigError, UnsupportedError
 from perfcast.kernel.attention import attention_rates
 from perfcast.kernel.predict import price_ops
 from perfcast.system.cluster import Cluster, cluster_for_gpu
@@ -343,6 +343,10 @@ class IterationModel:
         # attention DP: each GPU caches whole tokens of its own sequences (tp GPUs hold tp times as many)
         # MLA (DeepSeek-V2/V3): one latent of kv_lora_rank + rope elements per token and layer, shared by
         # every head, so each tensor-parallel GPU holds all of it (engines run attention DP to split it)
+        if self.cfg.ssm is not None:  # a constant state per sequence, which the block allocator does not hold
+            raise UnsupportedError(f"{self.cfg.id}: serving a model with state-space (Mamba) layers is not modelled "
+                                   "(the KV cache has no per-sequence conv + SSM state term); refused rather than "
+                                   "priced as attention-only")
         mla = self.cfg.mla
         if mla is not None:
             return float((mla.kv_lora_rank + mla.qk_rope_head_dim) * self.kv.bytes * self.cfg.num_layers

@@ -115,6 +115,11 @@ class Graph:
         self.ops.append(op)
         return op
 
+    def add_op(self, name: str, op: str, kind: OpKind, dims: tuple[int, ...], *, flops: float, read: float,
+               written: float, **kw: object) -> Op:
+        """An op whose FLOPs and bytes the caller computed (a kind with no helper here, e.g. ``ssm_scan``)."""
+        return self._op(name, op, kind, dims, flops, read, written, **kw)
+
     def _op(self, name: str, op: str, kind: OpKind, dims: tuple[int, ...], flops: float, read: float,
             written: float, **kw: object) -> Op:
         return self._add(

@@ -16,6 +16,10 @@ Shapes follow one convention per kind (``dims``):
 - ``conv``: ``(batch, in_ch, out_ch, kernel, in_hw, stride, padding, groups)``.
 - ``pool``: ``(batch, channels, in_hw, kernel, stride)``.
 - ``embedding``: ``(tokens, dim, vocab)``.
+- ``ssm_scan``: ``(batch, q_len, heads, head_dim, state, groups, chunk)``: a Mamba selective scan (Mamba-1:
+  d_inner heads of width 1, one group, chunk 0 = sequential) or Mamba-2 SSD (chunked); ``meta`` carries
+  ``state_bytes`` (the recurrent state of one sequence) and ``matmul_flops`` (the part that runs as matrix
+  products, SSD's chunked contractions).
 - ``comm``: ``(bytes, group_size)``.
 
 FLOPs count one multiply-add as 2 FLOPs. Bytes are DRAM traffic assuming each
@@ -44,6 +48,7 @@ class OpKind(StrEnum):
     EMBEDDING = "embedding"
     COMM = "comm"
     HOST = "host"
+    SSM_SCAN = "ssm_scan"
 
 
 class Phase(StrEnum):

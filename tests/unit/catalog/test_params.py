@@ -46,6 +46,18 @@ TOTALS = [
     pytest.param("nemotron-4-340b", 340 * B, id="nemotron-4-340b-tech-report"),
     # llava-hf/llava-1.5-7b-hf Hub safetensors count (text model + CLIP ViT-L/14-336 + projector)
     pytest.param("llava-1.5-7b", 7.06 * B, id="llava-1.5-7b-7.06B-hub-safetensors"),
+    # Hub safetensors parameter counts shown on the model pages (google/gemma-2-9b, microsoft/Phi-3-mini-4k-instruct,
+    # microsoft/phi-4, allenai/OLMo-2-1124-7B, ibm-granite/granite-3.0-8b-base)
+    pytest.param("gemma-2-9b", 9.24 * B, id="gemma-2-9b-9.24B-hub-safetensors"),
+    pytest.param("phi-3-mini-4k", 3.82 * B, id="phi-3-mini-4k-3.82B-hub-safetensors"),
+    pytest.param("phi-4", 14.7 * B, id="phi-4-14.7B-hub-safetensors"),
+    pytest.param("olmo-2-7b", 7.30 * B, id="olmo-2-7b-7.30B-hub-safetensors"),
+    pytest.param("granite-3-8b", 8.17 * B, id="granite-3-8b-8.17B-hub-safetensors"),
+    # CohereForAI/c4ai-command-r-v01 model card: 35 billion parameters
+    pytest.param("command-r", 35 * B, id="command-r-35B-model-card"),
+    # Qwen/Qwen3-8B and Qwen/Qwen3-32B model cards: 8.2B and 32.8B parameters
+    pytest.param("qwen3-8b", 8.2 * B, id="qwen3-8b-model-card"),
+    pytest.param("qwen3-32b", 32.8 * B, id="qwen3-32b-model-card"),
     # Narayanan et al. SC'21 (arXiv:2104.04473) Table 1: the 1T row
     pytest.param("GPT-1T (hidden 25600, 128 layers, vocab 51200)", 1000 * B, id="synthetic-GPT-1T-SC21-table1"),
 ]

@@ -1,9 +1,13 @@
-"""Decoder-only LLMs (Llama, Mistral, Qwen, Mixtral, DeepSeek, gpt-oss, GPT-J, Falcon, MPT, phi...).
+"""Decoder-only LLMs (Llama, Mistral, Qwen, Mixtral, DeepSeek, gpt-oss, GPT-J, Falcon, MPT, phi, Phi-3, Gemma 2/3,
+OLMo 2, Cohere, StarCoder2, Granite...).
 
 One builder covers the modern decoder family from the normalized config:
-pre-norm blocks (or parallel attention+MLP blocks), RMSNorm or LayerNorm,
-rotary / learned / ALiBi positions, MHA/GQA/MQA or multi-head latent
-attention, dense (gated or not) or mixture-of-experts MLPs.
+pre-norm, post-norm (OLMo 2) or sandwich-norm (Gemma) blocks, or parallel
+attention+MLP blocks, RMSNorm or LayerNorm, rotary / learned / ALiBi
+positions, MHA/GQA/MQA or multi-head latent attention, dense (gated or not)
+or mixture-of-experts MLPs; the scalar multipliers and softcaps some families
+put on embeddings, residual branches, attention scores and logits are
+elementwise ops of their own.
 
 Two launch styles:
 
@@ -60,67 +64,101 @@ def build_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str
         if cfg.position == "learned":
             g.embedding("embed_positions", t, h, cfg.max_positions, tp_split="none")
             g.pointwise("add_positions", "add", t * h, inputs=2)
+        if cfg.embedding_multiplier is not None:  # Gemma: * sqrt(hidden); Granite: * embedding_multiplier
+            g.pointwise("embed_scale", "mulu", t * h)
         g.dropout("dropout", t * h)
-    moe = cfg.moe
-    num_moe = moe.num_moe_layers(cfg.num_layers) if moe else 0
-    windows = _layer_windows(cfg)
-    for sparse, count in ((False, cfg.num_layers - num_moe), (True, num_moe)):
-        if count == 0:
-            continue
-        # split the layers of this kind by attention window (full vs sliding)
-        for window, share in windows:
-            n = round(count * share)
-            if n == 0:
-                continue
-            label = ("moe_layers" if sparse else "layers") + (f"_window{window}" if window else "")
-            with g.scope(label, count=n):
-                _block(g, cfg, shape, sparse=sparse, style=style, attention=attention, kv_cache=kv_cache,
-                       window=window)
+    for (sparse, window), n in _layer_groups(cfg).items():
+        label = ("moe_layers" if sparse else "layers") + (f"_window{window}" if window else "")
+        with g.scope(label, count=n):
+            _block(g, cfg, shape, sparse=sparse, style=style, attention=attention, kv_cache=kv_cache,
+                   window=window)
     with g.scope("head", group="lm_head"):
         _norm(g, cfg, "norm", t, h, style)
         g.linear("lm_head", shape.logits_tokens, h, cfg.vocab_size, bias=False, tp_split="vocab",
                  tied=cfg.tie_word_embeddings)
+        _logits_epilogue(g, cfg, shape.logits_tokens * cfg.vocab_size)
 
 
-def _layer_windows(cfg: ModelConfig) -> list[tuple[int | None, float]]:
-    """(window, share of layers): sliding-window layers attend to at most ``window`` keys."""
-    types = cfg.hf_config.get("layer_types")
-    window = cfg.sliding_window
-    if isinstance(types, list) and types and window:
-        sliding = sum(1 for x in types if "sliding" in str(x)) / len(types)
-        return [(None, 1.0 - sliding), (int(window), sliding)]
-    if window:
-        return [(int(window), 1.0)]
-    return [(None, 1.0)]
+def _layer_groups(cfg: ModelConfig) -> dict[tuple[bool, int | None], int]:
+    """Layers per (MoE layer?, sliding window or None), dense before MoE and full before sliding.
+
+    Sliding-window layers attend to at most ``window`` keys; chunked layers (Llama-4) are priced as full here.
+    """
+    moe = cfg.moe
+    counts: dict[tuple[bool, int | None], int] = {}
+    for i in range(cfg.num_layers):
+        sparse = moe is not None and moe.is_moe_layer(i)
+        window = cfg.sliding_window if cfg.attention_type(i) == "sliding" else None
+        counts[(sparse, window)] = counts.get((sparse, window), 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None)))
+
+
+def _logits_epilogue(g: Graph, cfg: ModelConfig, numel: int) -> None:
+    """Elementwise work on the logits: Cohere's / Granite's scale, Gemma 2's final softcap."""
+    if cfg.logits_multiplier is not None:
+        g.pointwise("logits_scale", "mulu", numel, tp_split="column")
+    if cfg.final_logit_softcap is not None:
+        _softcap(g, "final_softcap", numel, tp_split="column")
+
+
+def _softcap(g: Graph, name: str, numel: int, *, chain: str | None = None, tp_split: str = "heads") -> None:
+    """``cap * tanh(x / cap)`` as eager PyTorch runs it (Gemma 2): divide, tanh, multiply; one fused kernel."""
+    e = g.esize
+    own = chain is None
+    chain = chain or g.new_chain(name)
+    g.pointwise(f"{name}.div", "divu", numel, chain=chain, fused_bytes=numel * e if own else 0.0, tp_split=tp_split)
+    g.pointwise(f"{name}.tanh", "tanh", numel, chain=chain, fused_bytes=0.0, tp_split=tp_split)
+    g.pointwise(f"{name}.mul", "mulu", numel, chain=chain, fused_bytes=numel * e if own else 0.0, tp_split=tp_split)
 
 
 def _norm(g: Graph, cfg: ModelConfig, name: str, rows: int, cols: int, style: str) -> None:
     if cfg.norm == "rmsnorm" and style == "hf":
         python_rmsnorm(g, name, rows, cols)
     else:
-        g.norm(name, cfg.norm, rows, cols, bias=cfg.norm == "layernorm")
+        g.norm(name, cfg.norm, rows, cols, bias=cfg.norm == "layernorm" and cfg.norm_bias)
 
 
 def _block(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, sparse: bool, style: str, attention: str,
            kv_cache: bool, window: int | None) -> None:
+    """One layer. Norm names follow transformers: ``input_layernorm`` and ``post_attention_layernorm`` before
+    attention and MLP (pre-norm); OLMo 2's ``post_attention_layernorm`` / ``post_feedforward_layernorm`` on the
+    outputs (post); Gemma's four (sandwich: input, post_attention, pre_feedforward, post_feedforward)."""
     t, h = shape.tokens, cfg.hidden_size
+    placement = "pre" if cfg.parallel_block else cfg.norm_placement
     with g.scope("attn", group="attention"):
-        _norm(g, cfg, "input_layernorm", t, h, style)
+        if placement != "post":
+            _norm(g, cfg, "input_layernorm", t, h, style)
         if cfg.mla is not None:
             _mla(g, cfg, shape, style=style, kv_cache=kv_cache, window=window)
         else:
             _attention(g, cfg, shape, style=style, attention=attention, kv_cache=kv_cache, window=window)
         if not cfg.parallel_block:
-            g.pointwise("residual", "add", t * h, inputs=2, chain=g.new_chain("residual"))
+            if placement != "pre":
+                _norm(g, cfg, "post_attention_layernorm", t, h, style)
+            _residual(g, cfg, t * h, inputs=2)
     with g.scope("mlp", group="moe" if sparse else "mlp"):
-        if not cfg.parallel_block or "new_decoder_architecture" in cfg.hf_config:
+        if placement == "sandwich":
+            _norm(g, cfg, "pre_feedforward_layernorm", t, h, style)
+        elif placement == "pre" and (not cfg.parallel_block or "new_decoder_architecture" in cfg.hf_config):
             _norm(g, cfg, "post_attention_layernorm", t, h, style)
         if sparse:
             _moe(g, cfg, t, style=style)
         else:
             _mlp(g, cfg, t, cfg.intermediate_size, style=style)
-        g.pointwise("residual", "add", t * h, inputs=3 if cfg.parallel_block else 2,
-                    chain=g.new_chain("residual"))
+        if placement != "pre":
+            _norm(g, cfg, "post_feedforward_layernorm", t, h, style)
+        _residual(g, cfg, t * h, inputs=3 if cfg.parallel_block else 2)
+
+
+def _residual(g: Graph, cfg: ModelConfig, numel: int, *, inputs: int) -> None:
+    """The residual add of a block's branch (or branches), scaled first by Granite's ``residual_multiplier``."""
+    chain = g.new_chain("residual")
+    if cfg.residual_multiplier is None:
+        g.pointwise("residual", "add", numel, inputs=inputs, chain=chain)
+        return
+    e = g.esize
+    g.pointwise("residual_scale", "mulu", numel, chain=chain, fused_bytes=numel * e)
+    g.pointwise("residual", "add", numel, inputs=inputs, chain=chain, fused_bytes=inputs * numel * e)
 
 
 def _attention(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, attention: str, kv_cache: bool,
@@ -129,12 +167,13 @@ def _attention(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, a
     t, h = shape.tokens, cfg.hidden_size
     nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     q_dim, kv_dim = nh * hd, nkv * hd
-    if style == "engine":
+    if style == "engine" or cfg.fused_qkv:  # an engine's fused QKV GEMM, or the model's own (Phi-3)
         g.linear("qkv_proj", t, h, q_dim + 2 * kv_dim, bias=cfg.qkv_bias)
     else:
         g.linear("q_proj", t, h, q_dim, bias=cfg.qkv_bias)
         g.linear("k_proj", t, h, kv_dim, bias=cfg.qkv_bias)
         g.linear("v_proj", t, h, kv_dim, bias=cfg.qkv_bias)
+    _qk_norm(g, cfg, t, style)
     if cfg.position == "rotary":
         _rotary(g, cfg, t, style)
     if kv_cache:
@@ -146,6 +185,26 @@ def _attention(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, a
     else:
         g.attention("attention", b, nh, nkv, s, kv, hd, causal=True, window=window)
     g.linear("o_proj", t, q_dim, h, bias=cfg.out_bias, tp_split="row")
+
+
+def _qk_norm(g: Graph, cfg: ModelConfig, tokens: int, style: str) -> None:
+    """The norms on queries and keys before RoPE: per head over head_dim (Qwen3, Gemma 3, phi's qk_layernorm) or
+    over the whole projection (OLMo 2). Llama-4's weightless L2 norm (RoPE layers only) is not emitted here."""
+    if cfg.qk_norm not in ("rmsnorm", "layernorm"):
+        return
+    for name, heads in (("q_norm", cfg.num_heads), ("k_norm", cfg.num_kv_heads)):
+        if cfg.qk_norm_span == "projection":
+            _qk_norm_op(g, cfg, name, tokens, heads * cfg.head_dim, style)
+        else:
+            with g.split("heads"):
+                _qk_norm_op(g, cfg, name, tokens * heads, cfg.head_dim, style)
+
+
+def _qk_norm_op(g: Graph, cfg: ModelConfig, name: str, rows: int, cols: int, style: str) -> None:
+    if cfg.qk_norm == "rmsnorm" and style == "hf":
+        python_rmsnorm(g, name, rows, cols)
+    else:
+        g.norm(name, cfg.qk_norm, rows, cols, bias=cfg.qk_norm == "layernorm")
 
 
 def _rotary(g: Graph, cfg: ModelConfig, tokens: int, style: str) -> None:
@@ -177,6 +236,8 @@ def _eager_attention(g: Graph, cfg: ModelConfig, b: int, s: int, kv: int) -> Non
     g.bmm("qk", b * nh, s, hd, kv)
     chain = g.new_chain("softmax")
     g.pointwise("scale", "divu", scores, chain=chain, fused_bytes=scores * e, tp_split="heads")
+    if cfg.attn_logit_softcap is not None:  # Gemma 2: cap * tanh(scores / cap) before the mask
+        _softcap(g, "softcap", scores, chain=chain)
     g.pointwise("mask_add", "add", scores, extra_read_bytes=b * s * kv * e, chain=chain, fused_bytes=0.0,
                 tp_split="heads")
     g.reduction("softmax", "softmax", b * nh * s, kv, chain=chain, fused_bytes=scores * e, tp_split="heads")
@@ -228,16 +289,20 @@ def _mlp(g: Graph, cfg: ModelConfig, tokens: int, ff: int, *, style: str, gated:
     gated = cfg.gated_mlp if gated is None else gated
     p = f"{name}." if name else ""
     if gated:
+        act = "gelu" if "gelu" in cfg.activation else "silu"  # GeGLU (Gemma) or SwiGLU
         if style == "engine":
             g.linear(f"{p}gate_up_proj", tokens, h, 2 * ff, bias=cfg.mlp_bias)
-            g.pointwise(f"{p}act_and_mul", "silu_mul", tokens * ff, inputs=2, tp_split="column",
+            g.pointwise(f"{p}act_and_mul", f"{act}_mul", tokens * ff, inputs=2, tp_split="column",
                         chain=g.new_chain("act"))
         else:
-            g.linear(f"{p}gate_proj", tokens, h, ff, bias=cfg.mlp_bias)
-            g.linear(f"{p}up_proj", tokens, h, ff, bias=cfg.mlp_bias)
+            if cfg.fused_gate_up and not name:  # the model's own fused GEMM, then two views (Phi-3)
+                g.linear(f"{p}gate_up_proj", tokens, h, 2 * ff, bias=cfg.mlp_bias)
+            else:
+                g.linear(f"{p}gate_proj", tokens, h, ff, bias=cfg.mlp_bias)
+                g.linear(f"{p}up_proj", tokens, h, ff, bias=cfg.mlp_bias)
             chain = g.new_chain("act")
             e = g.esize
-            g.pointwise(f"{p}act", "silu", tokens * ff, chain=chain, fused_bytes=tokens * ff * e, tp_split="column")
+            g.pointwise(f"{p}act", act, tokens * ff, chain=chain, fused_bytes=tokens * ff * e, tp_split="column")
             g.pointwise(f"{p}mul", "mul", tokens * ff, inputs=2, chain=chain, fused_bytes=2 * tokens * ff * e,
                         tp_split="column")
         g.linear(f"{p}down_proj", tokens, ff, h, bias=cfg.mlp_bias, tp_split="row")

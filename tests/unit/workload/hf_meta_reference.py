@@ -1,0 +1,151 @@
+"""Reference counts from ``transformers`` itself: a catalog config built on PyTorch's meta device.
+
+No weights and no downloads: the config dict is a catalog ``config.json`` (perhaps with fewer layers), turned
+into the family's config class with ``AutoConfig.for_model`` and instantiated under ``torch.device("meta")``.
+Parameters are ``sum(p.numel())`` of that module; forward FLOPs are what
+``torch.utils.flop_counter.FlopCounterMode`` counts on one forward of ``input_ids`` of shape (batch, seq) (a
+224 px image batch for an image classifier) with eager attention: matrix products only
+(``mm``/``addmm``/``bmm``/``baddbmm``/``convolution``/SDPA, 2 FLOPs per multiply-add, bias additions not
+counted). perfcast's side of the comparison is :func:`perfcast_matmul_flops`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from perfcast.catalog.models import ModelConfig, from_hf_config
+from perfcast.workload.build import WorkloadSpec, build_workload
+from perfcast.workload.types import Mode, OpKind
+
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+
+
+def shrink(raw: dict[str, Any], layers: int | None) -> dict[str, Any]:
+    """``raw`` with its (text) decoder stack cut to ``layers`` layers, per-layer lists cut alike.
+
+    Widths, heads, vocabulary and every other ratio stay as shipped; only depth changes, so per-layer errors keep
+    their size relative to a layer and the embedding / LM-head share grows (the tests state the layers they keep).
+    """
+    if layers is None:
+        return dict(raw)
+    out = dict(raw)
+    for key in _LAYER_KEYS:
+        if key in out:
+            out[key] = layers
+    if isinstance(out.get("layer_types"), list):
+        out["layer_types"] = out["layer_types"][:layers]
+    if isinstance(out.get("text_config"), dict):
+        out["text_config"] = shrink(out["text_config"], layers)
+    return out
+
+
+@contextlib.contextmanager
+def _meta_autocast() -> Iterator[None]:
+    """Let ``torch.autocast(device_type="meta")`` (rotary embeddings force fp32 that way) act as on the CPU."""
+    original = torch.autocast
+
+    def autocast(device_type: str, *args: Any, **kwargs: Any) -> Any:
+        return original("cpu" if device_type == "meta" else device_type, *args, **kwargs)
+
+    torch.autocast = autocast  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        torch.autocast = original  # type: ignore[misc]
+
+
+# families whose perfcast model is not what AutoModelForCausalLM builds: the class transformers uses for it
+_MODEL_CLASSES = {
+    "llava": "LlavaForConditionalGeneration",  # text model + CLIP tower + projector
+    "llama4": "Llama4ForConditionalGeneration",  # text model + vision tower + projector
+    "switch_transformers": "SwitchTransformersForConditionalGeneration",
+    "resnet": "ResNetForImageClassification",
+}
+
+
+def hf_module(raw: dict[str, Any]) -> torch.nn.Module:
+    """The transformers model of ``raw`` on the meta device: a causal LM, the bare encoder for BERT, or the class
+    of :data:`_MODEL_CLASSES`."""
+    import transformers
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    fields = {k: v for k, v in raw.items() if k != "model_type"}
+    cfg = AutoConfig.for_model(raw["model_type"], **fields)
+    cfg.pad_token_id = None  # BERT warns about padding by reading input_ids, which a meta tensor cannot do
+    with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")
+        if raw["model_type"] == "bert":  # perfcast counts the encoder without pooler and MLM/NSP heads
+            return AutoModel.from_config(cfg, attn_implementation="eager", add_pooling_layer=False)
+        if raw["model_type"] in _MODEL_CLASSES:
+            return getattr(transformers, _MODEL_CLASSES[raw["model_type"]])._from_config(
+                cfg, attn_implementation="eager")
+        return AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+
+
+def hf_params(module: torch.nn.Module) -> int:
+    """Parameters of ``module``, each shared tensor once (what ``num_parameters()`` reports)."""
+    return sum(p.numel() for p in module.parameters())
+
+
+def hf_forward_flops(module: torch.nn.Module, *, batch: int = 1, seq_len: int = 512) -> int:
+    """FlopCounterMode's total for one forward of ``input_ids`` (batch, seq_len) on the meta device."""
+    counter = FlopCounterMode(display=False)
+    if module.config.model_type == "resnet":  # a (batch, 3, 224, 224) image batch (perfcast's 224 px), no tokens
+        inputs = {"pixel_values": torch.zeros((batch, 3, 224, 224), device="meta")}
+    else:
+        inputs = {"input_ids": torch.zeros((batch, seq_len), dtype=torch.long, device="meta")}
+    with _meta_autocast(), counter, torch.no_grad():
+        module(**inputs)
+    return int(counter.get_total_flops())
+
+
+@dataclass(frozen=True)
+class PerfcastCounts:
+    """perfcast's parameters and forward matmul FLOPs of one config."""
+
+    params: int
+    active_params: int
+    matmul_flops: float
+
+
+def perfcast_config(raw: dict[str, Any], model_id: str) -> ModelConfig:
+    """perfcast's normalized view of ``raw``."""
+    return from_hf_config(raw, model_id=model_id)
+
+
+def perfcast_matmul_flops(cfg: ModelConfig, *, batch: int = 1, seq_len: int = 512) -> float:
+    """Forward matmul FLOPs of perfcast's inference workload (HF eager style and attention).
+
+    GEMM ops count ``2 * batch * m * k * n`` from their dims (a linear op's own ``flops`` adds its bias, which
+    FlopCounterMode leaves out); fused attention ops and convolutions count their own FLOPs. Elementwise ops
+    (norms, activations, softmax, softcapping, multipliers, pooling) are not matmuls and are left out on both
+    sides. Mamba mixers: the depthwise causal conv1d counts (FlopCounterMode sees a convolution), and of
+    Mamba-1's selective scan the output contraction ``y = h @ C`` (transformers' slow path runs it as one bmm per
+    token); Mamba-2's SSD in transformers' ``torch_forward`` is broadcast multiplies and sums, which
+    FlopCounterMode does not count, so none of the SSD scan counts here.
+    """
+    spec = WorkloadSpec(mode=Mode.INFERENCE, batch_size=batch, seq_len=seq_len, style="hf", attention="eager")
+    total = 0.0
+    for op in build_workload(cfg, spec).ops:
+        if op.kind is OpKind.GEMM:
+            b, m, k, n = op.dims[:4]
+            total += 2.0 * b * m * k * n * op.count
+        elif op.kind in (OpKind.ATTENTION, OpKind.CONV) or op.op == "causal_conv1d":
+            total += op.flops * op.count
+        elif op.kind is OpKind.SSM_SCAN and op.get("version") == 1:  # HF's slow scan: y = h @ C, a bmm per token
+            total += float(op.get("output_flops", 0.0)) * op.count  # type: ignore[arg-type]
+    return total
+
+
+def perfcast_counts(raw: dict[str, Any], model_id: str, *, batch: int = 1, seq_len: int = 512) -> PerfcastCounts:
+    """perfcast's counts for ``raw``."""
+    cfg = perfcast_config(raw, model_id)
+    return PerfcastCounts(cfg.num_params(), cfg.num_active_params(), perfcast_matmul_flops(cfg, batch=batch,
+                                                                                            seq_len=seq_len))
