@@ -70,14 +70,20 @@ _MODEL_CLASSES = {
 }
 
 
+# model_types transformers has no class for, built with the class their checkpoint's remote code is
+_CONFIG_TYPES = {
+    "kimi_k2": "deepseek_v3",  # Kimi K2's configuration_deepseek.py / modeling_deepseek.py are DeepSeek-V3's
+}
+
+
 def hf_module(raw: dict[str, Any]) -> torch.nn.Module:
     """The transformers model of ``raw`` on the meta device: a causal LM, the bare encoder for BERT, or the class
-    of :data:`_MODEL_CLASSES`."""
+    of :data:`_MODEL_CLASSES`; a model_type of :data:`_CONFIG_TYPES` as the family named there."""
     import transformers
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
     fields = {k: v for k, v in raw.items() if k != "model_type"}
-    cfg = AutoConfig.for_model(raw["model_type"], **fields)
+    cfg = AutoConfig.for_model(_CONFIG_TYPES.get(raw["model_type"], raw["model_type"]), **fields)
     cfg.pad_token_id = None  # BERT warns about padding by reading input_ids, which a meta tensor cannot do
     with warnings.catch_warnings(), torch.device("meta"):
         warnings.simplefilter("ignore")

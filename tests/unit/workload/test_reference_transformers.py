@@ -19,7 +19,8 @@ Not compared:
 * families transformers cannot build without remote code (``internlm``, ``internlm2``, Qwen v1 ``qwen``) or
   that are diffusers networks (``unet_2d_condition``, ``autoencoder_kl``): :data:`NOT_IN_TRANSFORMERS`.
 * forward FLOPs of MoE models (``mixtral``, ``qwen3_moe``, ``gpt_oss``, ``deepseek_v3``, ``switch_transformers``,
-  ``llama4``): their HF routing calls ``nonzero`` (a data-dependent shape a meta tensor cannot have), and
+  ``llama4``, ``qwen2_moe``, ``phimoe``, ``dbrx``, ``glm4_moe``, ``deepseek_v2``, ``kimi_k2``): their HF routing
+  calls ``nonzero`` (a data-dependent shape a meta tensor cannot have), and
   Llama-4's HF experts multiply every token by every expert (a dense bmm over all experts, masked by the router
   scores) where perfcast, like an engine, prices the top-k experts. Their parameters are compared, and their
   active parameters per token against the expert tensors of the HF module (:func:`test_moe_active_params`).
@@ -102,8 +103,16 @@ CASES: dict[str, tuple[str, Any, int | None]] = {
     "switch_transformers": ("switch-xl", lambda: _catalog("switch-xl"), 2),  # one dense, one MoE per stack
     "llama4": ("llama-4-maverick", lambda: _catalog("llama-4-maverick"), 4),  # dense/MoE alternate, NoPE 4th
     "llama4_text": ("llama-4-scout", lambda: _text_config("llama-4-scout"), 4),
+    "qwen2_moe": ("qwen1.5-moe-a2.7b", lambda: _catalog("qwen1.5-moe-a2.7b"), 2),  # shared expert + its gate
+    "phimoe": ("phi-3.5-moe", lambda: _catalog("phi-3.5-moe"), 2),
+    "dbrx": ("dbrx-instruct", lambda: _catalog("dbrx-instruct"), 2),  # fused Wqkv, experts as 3 stacked tensors
+    "glm4_moe": ("glm-4.5", lambda: _catalog("glm-4.5"), 4),  # three dense, one MoE; QK norm, partial RoPE
+    "deepseek_v2": ("deepseek-v2-lite", lambda: _catalog("deepseek-v2-lite"), 2),  # one dense, one MoE; no q rank
+    # transformers has no kimi_k2 class: built as DeepseekV3 from the same dict (hf_meta_reference._CONFIG_TYPES)
+    "kimi_k2": ("kimi-k2-instruct", lambda: _catalog("kimi-k2-instruct"), 2),  # one dense, one MoE
 }
-MOE = ("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "switch_transformers", "llama4", "llama4_text")
+MOE = ("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "switch_transformers", "llama4", "llama4_text",
+       "qwen2_moe", "phimoe", "dbrx", "glm4_moe", "deepseek_v2", "kimi_k2")
 DENSE = tuple(t for t in CASES if t not in MOE)
 # routed experts per token of each MoE case's config: (experts, top-k)
 _ROUTING_KEYS = (("num_local_experts", "num_experts", "n_routed_experts"), ("num_experts_per_tok",))
@@ -148,6 +157,8 @@ def _routing(raw: dict[str, Any]) -> tuple[int, int]:
     text = raw.get("text_config", raw)
     if raw["model_type"] == "switch_transformers":
         return int(raw["num_experts"]), 1  # top-1 routing
+    if raw["model_type"] == "dbrx":  # the MoE lives in ffn_config
+        return int(raw["ffn_config"]["moe_num_experts"]), int(raw["ffn_config"]["moe_top_k"])
     experts, top_k = (next(int(text[k]) for k in keys if text.get(k)) for keys in _ROUTING_KEYS)
     return experts, top_k
 
