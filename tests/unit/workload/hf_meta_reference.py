@@ -112,6 +112,45 @@ def hf_forward_flops(module: torch.nn.Module, *, batch: int = 1, seq_len: int = 
     return int(counter.get_total_flops())
 
 
+# width keys :func:`narrow` divides (top level, DBRX's attn_config / ffn_config); expert counts, top-k, head_dim,
+# the RoPE widths, vocabulary and depth stay as shipped
+_WIDTH_KEYS = ("hidden_size", "d_model", "intermediate_size", "moe_intermediate_size",
+               "shared_expert_intermediate_size", "num_attention_heads", "n_heads", "num_key_value_heads",
+               "kv_lora_rank", "q_lora_rank")
+_NESTED_WIDTH_KEYS = {"attn_config": ("kv_n_heads",), "ffn_config": ("ffn_hidden_size",)}
+
+
+def narrow(raw: dict[str, Any], factor: int) -> dict[str, Any]:
+    """``raw`` with its widths (hidden size, MLP and expert widths, head counts, MLA ranks) divided by ``factor``
+    and its ``quantization_config`` dropped, so an MoE model fits on the CPU: every expert, the routing (experts,
+    top-k) and each head's width stay as shipped."""
+    out = {k: v for k, v in raw.items() if k != "quantization_config"}
+    for key in _WIDTH_KEYS:
+        if out.get(key):
+            out[key] = max(1, int(out[key]) // factor)
+    for sub, keys in _NESTED_WIDTH_KEYS.items():
+        if isinstance(out.get(sub), dict):
+            out[sub] = {**out[sub], **{k: max(1, int(out[sub][k]) // factor) for k in keys if out[sub].get(k)}}
+    return out
+
+
+def hf_cpu_forward_flops(raw: dict[str, Any], *, batch: int = 1, seq_len: int = 512) -> int:
+    """FlopCounterMode's total for one forward of ``raw``'s causal LM on the CPU, every weight and buffer zero.
+
+    MoE routing picks experts by value (``nonzero`` on the router's choice), which a meta tensor cannot do; on
+    the CPU it runs. With zero weights every token goes to the same top-k experts, and the expert FLOPs are the
+    same as for any routing: each token runs top-k expert MLPs whatever experts they are.
+    """
+    module = hf_module(raw).to_empty(device="cpu").requires_grad_(False)
+    with torch.no_grad():
+        for tensor in (*module.parameters(), *module.buffers()):
+            tensor.zero_()
+    counter = FlopCounterMode(display=False)
+    with counter:  # no torch.no_grad(): FlopCounterMode's module hooks want grad mode (no tensor requires grad)
+        module(input_ids=torch.zeros((batch, seq_len), dtype=torch.long))
+    return int(counter.get_total_flops())
+
+
 @dataclass(frozen=True)
 class PerfcastCounts:
     """perfcast's parameters and forward matmul FLOPs of one config."""
