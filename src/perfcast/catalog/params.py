@@ -34,9 +34,9 @@ What is counted (every weight and bias tensor of the inference model as
   convolution and its BatchNorm).
 
 Not counted: T5/Switch relative-position bias tables (buckets x heads, a few
-thousand), DeepSeek-V3's and GLM-4.5's multi-token-prediction module
-(``num_nextn_predict_layers``: transformers builds no module for it, so its counts are the 671B of DeepSeek-V3's
-report, not the 685B of the Hugging Face card, which adds the 14B MTP layer with its own embedding and head),
+thousand), the multi-token-prediction module of DeepSeek-V3 and GLM-4.5
+(``num_nextn_predict_layers``: transformers builds no module for it; DeepSeek-V3 counts 671B, its report's figure,
+not the 685B of its Hugging Face card, which adds the 14B MTP layer with its own copy of embedding and head),
 rotary frequency buffers, and anything that is not a trained parameter.
 
 ``active`` is what one text token touches: ``total`` minus the vision tower,

@@ -1,6 +1,5 @@
 """Decoder-only LLMs (Llama, Mistral, Qwen, Mixtral, Qwen2-MoE, Phi-3.5-MoE, DBRX, GLM-4.5, DeepSeek-V2/V3, Kimi K2,
-gpt-oss, GPT-J, Falcon, MPT, phi, Phi-3, Gemma 2/3,
-OLMo 2, Cohere, StarCoder2, Granite...).
+gpt-oss, GPT-J, Falcon, MPT, phi, Phi-3, Gemma 2/3, OLMo 2, Cohere, StarCoder2, Granite...).
 
 One builder covers the modern decoder family from the normalized config:
 pre-norm, post-norm (OLMo 2) or sandwich-norm (Gemma) blocks, or parallel
