@@ -38,6 +38,11 @@ class MoEConfig(_Frozen):
     expert_intermediate_size: int = Field(gt=0, description="MLP width of one routed expert (elements)")
     num_shared_experts: int = Field(default=0, ge=0, description="experts every token goes through")
     shared_intermediate_size: int = Field(default=0, ge=0, description="MLP width per shared expert (elements)")
+    shared_expert_gate: bool = Field(
+        default=False,
+        description="the shared experts' output is scaled by sigmoid(x @ w), w a bias-free hidden -> 1 linear "
+        "(Qwen2-MoE)",
+    )
     layer_step: int = Field(default=1, gt=0, description="every layer_step-th layer is MoE (see above)")
     first_dense_layers: int = Field(default=0, ge=0, description="leading dense layers (DeepSeek-V3: 3)")
     expert_capacity_tokens: int | None = Field(default=None, description="fixed capacity (Switch); None = dropless")
@@ -356,6 +361,9 @@ class ModelArchitecture(_Frozen):
         default=None, gt=0, description="the logits pass through cap*tanh(logits/cap) (Gemma 2); None = not")
     fused_qkv: bool = Field(default=False, description="one qkv_proj GEMM in the model's own code (Phi-3)")
     fused_gate_up: bool = Field(default=False, description="one gate_up_proj GEMM in the model's own code (Phi-3)")
+    qkv_clip: float | None = Field(
+        default=None, gt=0, description="q/k/v are clamped to [-clip, clip] after their projection (DBRX clip_qkv); "
+        "None = not")
     num_norms_per_layer: int = Field(
         default=2,
         ge=0,

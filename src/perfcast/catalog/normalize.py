@@ -6,7 +6,7 @@ defaults of the ``transformers`` config class when a key is absent) onto one
 vocabulary. One function per family keeps each mapping readable.
 
 Nothing is guessed: a ``model_type`` with no function here (``gemma3``,
-``kimi_k2``, ``nemotron_h``, ``t5``, a missing one) is refused with the supported
+``minimax_m2``, ``nemotron_h``, ``t5``, a missing one) is refused with the supported
 list rather than priced as some other decoder; a multimodal config whose vision
 tower is not a modelled one is refused naming the tower; a config of a supported
 family that carries keys of another architecture (experts in a ``llama``
@@ -503,14 +503,21 @@ def _llama4(raw: Raw) -> Raw:
     return out
 
 
-def _deepseek_v3(raw: Raw) -> Raw:
-    """DeepSeek-V3: MLA attention, first_k_dense_replace dense layers, then MoE with shared experts.
+def _deepseek(raw: Raw, family: str) -> Raw:
+    """DeepSeek-V2 / V3 (and Kimi K2, a DeepSeek-V3 architecture): MLA attention, ``first_k_dense_replace`` dense
+    layers, then MoE layers of ``n_shared_experts`` shared experts (one MLP of ``n_shared_experts x
+    moe_intermediate_size`` in transformers: the same weights) and ``n_routed_experts`` routed ones.
 
-    The multi-token-prediction module (``num_nextn_predict_layers``) is not part of
-    the inference graph in transformers and is ignored.
+    MLA: q through a low-rank ``q_lora_rank`` bottleneck with its RMSNorm, or one ``q_proj`` when ``q_lora_rank``
+    is null (DeepSeek-V2-Lite); the kv latent of ``kv_lora_rank`` plus a RoPE key shared by the heads.
+    Routing: softmax top-k (V2 ``greedy``), group-limited top-k (V2 ``group_limited_greedy``: best ``topk_group``
+    of ``n_group`` expert groups first) or sigmoid scores with a correction bias (V3 ``noaux_tc``, counted as a
+    router bias); the group choice is a few comparisons per token and expert, not priced. The
+    multi-token-prediction module (``num_nextn_predict_layers``) is not part of transformers' model and is not
+    counted (see :mod:`perfcast.catalog.params`).
     """
-    raw = _with_defaults(raw, "deepseek_v3")
-    out = _llama(raw, "deepseek_v3")
+    raw = _with_defaults(raw, family)
+    out = _llama(raw, family)
     nope, rope = int(raw["qk_nope_head_dim"]), int(raw["qk_rope_head_dim"])
     moe_inter = int(raw["moe_intermediate_size"])
     q_rank = raw.get("q_lora_rank")
@@ -534,6 +541,138 @@ def _deepseek_v3(raw: Raw) -> Raw:
             "layer_step": int(raw["moe_layer_freq"]),
             "first_dense_layers": int(raw["first_k_dense_replace"]),
             "router_bias": raw.get("topk_method") == "noaux_tc",  # e_score_correction_bias
+        },
+    )
+    return out
+
+
+def _deepseek_v3(raw: Raw) -> Raw:
+    """DeepSeek-V3 / R1 / V3.1 (see :func:`_deepseek`)."""
+    return _deepseek(raw, "deepseek_v3")
+
+
+def _deepseek_v2(raw: Raw) -> Raw:
+    """DeepSeek-V2 and V2-Lite (see :func:`_deepseek`): softmax routing, no correction bias."""
+    return _deepseek(raw, "deepseek_v2")
+
+
+def _kimi_k2(raw: Raw) -> Raw:
+    """Kimi K2 (``kimi_k2``): the DeepSeek-V3 architecture (its checkpoint's remote code is DeepSeek-V3's
+    ``DeepseekV3ForCausalLM``; transformers has no kimi_k2 class), with DeepSeek-V3's config defaults."""
+    return _deepseek(raw, "deepseek_v3")
+
+
+def _qwen2_moe(raw: Raw) -> Raw:
+    """Qwen1.5-MoE / Qwen2-MoE (``Qwen2MoeForCausalLM``): Qwen2's attention (q/k/v biased when ``qkv_bias``, the
+    default; o_proj not), MoE layers every ``decoder_sparse_step`` layers of ``num_experts`` routed experts (top-k
+    softmax; renormalized only with ``norm_topk_prob``, off by default: a few elementwise ops either way) beside one
+    shared expert of ``shared_expert_intermediate_size`` whose output is scaled by a sigmoid gate
+    (``shared_expert_gate``, hidden -> 1). ``mlp_only_layers`` (dense layers at chosen indices) is refused."""
+    raw = _with_defaults(raw, "qwen2_moe")
+    if raw.get("mlp_only_layers"):
+        raise UnsupportedError("qwen2_moe with mlp_only_layers (dense layers at arbitrary indices) is not supported")
+    out = _llama(raw, "qwen2_moe")
+    out.update(qkv_bias=bool(raw["qkv_bias"]), out_bias=False)
+    _qwen_sliding(raw, out)
+    shared = int(raw.get("shared_expert_intermediate_size") or 0)
+    out["moe"] = {
+        "num_experts": int(raw["num_experts"]),
+        "experts_per_token": int(raw["num_experts_per_tok"]),
+        "expert_intermediate_size": int(raw["moe_intermediate_size"]),
+        "num_shared_experts": 1 if shared else 0,
+        "shared_intermediate_size": shared,
+        "shared_expert_gate": bool(shared),
+        "layer_step": int(raw["decoder_sparse_step"]),
+    }
+    return out
+
+
+def _phimoe(raw: Raw) -> Raw:
+    """Phi-3.5-MoE (``PhimoeForCausalLM``): GQA with biases on q/k/v/o (``attention_bias``), LayerNorms with bias,
+    every layer MoE with ``num_local_experts`` SwiGLU experts (w1, w3, w2; sparsemixer top-2 routing, a few
+    elementwise ops), an LM head with a bias (``lm_head_bias``), a sliding window on every layer when set."""
+    raw = _with_defaults(raw, "phimoe")
+    out = _llama(raw, "phimoe")
+    bias = bool(raw["attention_bias"])
+    out.update(
+        norm="layernorm",
+        qkv_bias=bias,
+        out_bias=bias,
+        lm_head_bias=bool(raw["lm_head_bias"]),
+        moe={
+            "num_experts": int(raw["num_local_experts"]),
+            "experts_per_token": int(raw["num_experts_per_tok"]),
+            "expert_intermediate_size": int(raw["intermediate_size"]),
+        },
+    )
+    return out
+
+
+def _dbrx(raw: Raw) -> Raw:
+    """DBRX (``DbrxForCausalLM``): top-level ``d_model`` / ``n_heads`` / ``n_layers`` / ``max_seq_len``, the
+    attention in ``attn_config`` (GQA with ``kv_n_heads``, one fused bias-free ``Wqkv`` GEMM whose output is
+    clamped to +-``clip_qkv``, RoPE) and the MoE in ``ffn_config`` (``moe_num_experts`` GLU experts of
+    ``ffn_hidden_size``, top ``moe_top_k``, a bias-free router). LayerNorms without bias; every layer MoE, so
+    ``intermediate_size`` (the dense width) is the expert width as a stand-in."""
+    raw = _with_defaults(raw, "dbrx")
+    base = _defaults()["dbrx"]
+    attn = {**base["attn_config"], **(raw.get("attn_config") or {})}
+    ffn = {**base["ffn_config"], **(raw.get("ffn_config") or {})}
+    hidden, heads = int(raw["d_model"]), int(raw["n_heads"])
+    act = ffn.get("ffn_act_fn") or {}
+    clip = attn.get("clip_qkv")
+    return {
+        "model_type": "dbrx",
+        "kind": "decoder",
+        "num_layers": int(raw["n_layers"]),
+        "hidden_size": hidden,
+        "num_heads": heads,
+        "num_kv_heads": int(attn["kv_n_heads"]),
+        "head_dim": hidden // heads,
+        "intermediate_size": int(ffn["ffn_hidden_size"]),
+        "vocab_size": int(raw["vocab_size"]),
+        "max_positions": int(raw["max_seq_len"]),
+        "norm": "layernorm",
+        "norm_bias": False,
+        "activation": str(act.get("name", "silu")) if isinstance(act, dict) else "silu",
+        "gated_mlp": True,
+        "qkv_bias": False,
+        "out_bias": False,
+        "mlp_bias": False,
+        "position": "rotary",
+        "tie_word_embeddings": bool(raw["tie_word_embeddings"]),
+        "fused_qkv": True,
+        "qkv_clip": float(clip) if clip else None,
+        "moe": {
+            "num_experts": int(ffn["moe_num_experts"]),
+            "experts_per_token": int(ffn["moe_top_k"]),
+            "expert_intermediate_size": int(ffn["ffn_hidden_size"]),
+        },
+    }
+
+
+def _glm4_moe(raw: Raw) -> Raw:
+    """GLM-4.5 / GLM-4.5-Air (``Glm4MoeForCausalLM``): GQA with biased q/k/v (``attention_bias``; o_proj never),
+    an optional QK RMSNorm per head (``use_qk_norm``), RoPE on ``partial_rotary_factor`` of each head (0.5),
+    ``first_k_dense_replace`` dense layers, then MoE layers of ``n_shared_experts`` shared and
+    ``n_routed_experts`` routed SwiGLU experts with sigmoid scores and a correction bias (counted as a router
+    bias, as for DeepSeek-V3). The multi-token-prediction layer (``num_nextn_predict_layers``) is not part of
+    transformers' model and is not counted."""
+    raw = _with_defaults(raw, "glm4_moe")
+    out = _llama(raw, "glm4_moe")
+    moe_inter = int(raw["moe_intermediate_size"])
+    shared = int(raw.get("n_shared_experts") or 0)
+    out.update(
+        out_bias=False,
+        qk_norm="rmsnorm" if raw.get("use_qk_norm") else "none",
+        moe={
+            "num_experts": int(raw["n_routed_experts"]),
+            "experts_per_token": int(raw["num_experts_per_tok"]),
+            "expert_intermediate_size": moe_inter,
+            "num_shared_experts": shared,
+            "shared_intermediate_size": moe_inter if shared else 0,
+            "first_dense_layers": int(raw["first_k_dense_replace"]),
+            "router_bias": True,  # e_score_correction_bias
         },
     )
     return out
@@ -836,6 +975,12 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "llama4": _llama4,
     "llama4_text": _llama4,
     "deepseek_v3": _deepseek_v3,
+    "deepseek_v2": _deepseek_v2,
+    "kimi_k2": _kimi_k2,
+    "qwen2_moe": _qwen2_moe,
+    "phimoe": _phimoe,
+    "dbrx": _dbrx,
+    "glm4_moe": _glm4_moe,
     "gpt_oss": _gpt_oss,
     "phi": _phi,
     "gptj": _gptj,
@@ -885,10 +1030,10 @@ _COUNT_KEYS = (
     "num_kv_heads", "head_dim", "d_kv", "kv_channels", "intermediate_size", "n_inner", "ffn_dim", "d_ff",
     "ffn_hidden_size", "intermediate_size_mlp", "vocab_size", "max_position_embeddings", "n_positions",
     "max_seq_len", "num_local_experts", "num_experts", "n_routed_experts", "n_shared_experts", "num_experts_per_tok",
-    "experts_per_token", "moe_intermediate_size", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
-    "qk_nope_head_dim", "v_head_dim", "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step",
-    "interleave_moe_layer_step", "sliding_window", "max_window_layers", "rotary_dim", "expansion_ratio",
-    "image_size", "patch_size", "num_channels",
+    "experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size", "kv_lora_rank", "q_lora_rank",
+    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "first_k_dense_replace", "moe_layer_freq",
+    "decoder_sparse_step", "interleave_moe_layer_step", "sliding_window", "max_window_layers", "rotary_dim",
+    "expansion_ratio", "image_size", "patch_size", "num_channels",
 )
 
 
@@ -969,6 +1114,12 @@ _FEATURES: dict[str, frozenset[str]] = {
     "llama4": frozenset({"moe", "vision"}),
     "llama4_text": frozenset({"moe"}),
     "deepseek_v3": frozenset({"moe", "mla"}),
+    "deepseek_v2": frozenset({"moe", "mla"}),
+    "kimi_k2": frozenset({"moe", "mla"}),
+    "qwen2_moe": frozenset({"moe"}),
+    "phimoe": frozenset({"moe"}),
+    "dbrx": frozenset({"moe"}),
+    "glm4_moe": frozenset({"moe"}),
     "gpt_oss": frozenset({"moe"}),
     "gpt_neox": frozenset({"parallel"}),
     "falcon": frozenset({"parallel", "alibi"}),
@@ -978,8 +1129,8 @@ _FEATURES: dict[str, frozenset[str]] = {
     "jamba": frozenset({"ssm", "moe"}),
 }
 # families that read per-layer attention types (``layer_types``); the others have every layer alike
-_READS_LAYER_TYPES = frozenset({"qwen2", "qwen3", "qwen3_moe", "gpt_oss", "llama4", "llama4_text", "gemma2",
-                                "gemma3_text"})
+_READS_LAYER_TYPES = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gpt_oss", "llama4", "llama4_text",
+                                "gemma2", "gemma3_text"})
 
 
 def _check_foreign_keys(raw: Raw, family: str) -> None:

@@ -16,7 +16,7 @@ What is counted (every weight and bias tensor of the inference model as
   the RoPE key, kv_b, o) and the two latent RMSNorms.
 * per layer, the MLP (gated = 3 matrices, otherwise 2, plus biases) or, on MoE
   layers, every routed expert, the shared experts and the router (weight and
-  optional bias). Dense layers of MoE models use ``intermediate_size``.
+  optional bias) and Qwen2-MoE's shared-expert gate. Dense layers of MoE models use ``intermediate_size``.
 * per layer, ``num_norms_per_layer`` norms (LayerNorm = weight + bias unless
   ``norm_bias`` is false; RMSNorm = weight).
 * state-space layers (``ssm``; :class:`~perfcast.catalog.architecture.SSMConfig`): a Mamba-1 mixer's in/x/dt/out
@@ -38,8 +38,10 @@ What is counted (every weight and bias tensor of the inference model as
   convolution and its BatchNorm).
 
 Not counted: T5/Switch relative-position bias tables (buckets x heads, a few
-thousand), DeepSeek-V3's multi-token-prediction module, rotary frequency
-buffers, and anything that is not a trained parameter.
+thousand), the multi-token-prediction module of DeepSeek-V3 and GLM-4.5
+(``num_nextn_predict_layers``: transformers builds no module for it; DeepSeek-V3 counts 671B, its report's figure,
+not the 685B of its Hugging Face card, which adds the 14B MTP layer with its own copy of embedding and head),
+rotary frequency buffers, and anything that is not a trained parameter.
 
 ``active`` is what one text token touches: ``total`` minus the vision tower,
 with each MoE layer's routed experts counted ``experts_per_token`` times
@@ -127,6 +129,8 @@ def _ffn(cfg: ModelArchitecture, index: int) -> tuple[int, int]:
     routed = _expert(cfg, moe, moe.expert_intermediate_size)
     shared = moe.num_shared_experts * _expert(cfg, moe, moe.shared_intermediate_size)
     router = _linear(cfg.hidden_size, moe.num_experts, moe.router_bias)
+    if moe.shared_expert_gate:
+        router += _linear(cfg.hidden_size, 1, False)  # shared_expert_gate (Qwen2-MoE)
     common = shared + router
     return common + moe.num_experts * routed, common + moe.experts_per_token * routed
 

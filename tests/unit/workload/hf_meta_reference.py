@@ -70,14 +70,20 @@ _MODEL_CLASSES = {
 }
 
 
+# model_types transformers has no class for, built with the class their checkpoint's remote code is
+_CONFIG_TYPES = {
+    "kimi_k2": "deepseek_v3",  # Kimi K2's configuration_deepseek.py / modeling_deepseek.py are DeepSeek-V3's
+}
+
+
 def hf_module(raw: dict[str, Any]) -> torch.nn.Module:
     """The transformers model of ``raw`` on the meta device: a causal LM, the bare encoder for BERT, or the class
-    of :data:`_MODEL_CLASSES`."""
+    of :data:`_MODEL_CLASSES`; a model_type of :data:`_CONFIG_TYPES` as the family named there."""
     import transformers
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
     fields = {k: v for k, v in raw.items() if k != "model_type"}
-    cfg = AutoConfig.for_model(raw["model_type"], **fields)
+    cfg = AutoConfig.for_model(_CONFIG_TYPES.get(raw["model_type"], raw["model_type"]), **fields)
     cfg.pad_token_id = None  # BERT warns about padding by reading input_ids, which a meta tensor cannot do
     with warnings.catch_warnings(), torch.device("meta"):
         warnings.simplefilter("ignore")
@@ -103,6 +109,45 @@ def hf_forward_flops(module: torch.nn.Module, *, batch: int = 1, seq_len: int = 
         inputs = {"input_ids": torch.zeros((batch, seq_len), dtype=torch.long, device="meta")}
     with _meta_autocast(), counter, torch.no_grad():
         module(**inputs)
+    return int(counter.get_total_flops())
+
+
+# width keys :func:`narrow` divides (top level, DBRX's attn_config / ffn_config); expert counts, top-k, head_dim,
+# the RoPE widths, vocabulary and depth stay as shipped
+_WIDTH_KEYS = ("hidden_size", "d_model", "intermediate_size", "moe_intermediate_size",
+               "shared_expert_intermediate_size", "num_attention_heads", "n_heads", "num_key_value_heads",
+               "kv_lora_rank", "q_lora_rank")
+_NESTED_WIDTH_KEYS = {"attn_config": ("kv_n_heads",), "ffn_config": ("ffn_hidden_size",)}
+
+
+def narrow(raw: dict[str, Any], factor: int) -> dict[str, Any]:
+    """``raw`` with its widths (hidden size, MLP and expert widths, head counts, MLA ranks) divided by ``factor``
+    and its ``quantization_config`` dropped, so an MoE model fits on the CPU: every expert, the routing (experts,
+    top-k) and each head's width stay as shipped."""
+    out = {k: v for k, v in raw.items() if k != "quantization_config"}
+    for key in _WIDTH_KEYS:
+        if out.get(key):
+            out[key] = max(1, int(out[key]) // factor)
+    for sub, keys in _NESTED_WIDTH_KEYS.items():
+        if isinstance(out.get(sub), dict):
+            out[sub] = {**out[sub], **{k: max(1, int(out[sub][k]) // factor) for k in keys if out[sub].get(k)}}
+    return out
+
+
+def hf_cpu_forward_flops(raw: dict[str, Any], *, batch: int = 1, seq_len: int = 512) -> int:
+    """FlopCounterMode's total for one forward of ``raw``'s causal LM on the CPU, every weight and buffer zero.
+
+    MoE routing picks experts by value (``nonzero`` on the router's choice), which a meta tensor cannot do; on
+    the CPU it runs. With zero weights every token goes to the same top-k experts, and the expert FLOPs are the
+    same as for any routing: each token runs top-k expert MLPs whatever experts they are.
+    """
+    module = hf_module(raw).to_empty(device="cpu").requires_grad_(False)
+    with torch.no_grad():
+        for tensor in (*module.parameters(), *module.buffers()):
+            tensor.zero_()
+    counter = FlopCounterMode(display=False)
+    with counter:  # no torch.no_grad(): FlopCounterMode's module hooks want grad mode (no tensor requires grad)
+        module(input_ids=torch.zeros((batch, seq_len), dtype=torch.long))
     return int(counter.get_total_flops())
 
 

@@ -1,5 +1,5 @@
-"""Decoder-only LLMs (Llama, Mistral, Qwen, Mixtral, DeepSeek, gpt-oss, GPT-J, Falcon, MPT, phi, Phi-3, Gemma 2/3,
-OLMo 2, Cohere, StarCoder2, Granite...).
+"""Decoder-only LLMs (Llama, Mistral, Qwen, Mixtral, Qwen2-MoE, Phi-3.5-MoE, DBRX, GLM-4.5, DeepSeek-V2/V3, Kimi K2,
+gpt-oss, GPT-J, Falcon, MPT, phi, Phi-3, Gemma 2/3, OLMo 2, Cohere, StarCoder2, Granite...).
 
 One builder covers the modern decoder family from the normalized config:
 pre-norm, post-norm (OLMo 2) or sandwich-norm (Gemma) blocks, or parallel
@@ -173,6 +173,8 @@ def _attention(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, a
         g.linear("q_proj", t, h, q_dim, bias=cfg.qkv_bias)
         g.linear("k_proj", t, h, kv_dim, bias=cfg.qkv_bias)
         g.linear("v_proj", t, h, kv_dim, bias=cfg.qkv_bias)
+    if cfg.qkv_clip is not None:  # DBRX: qkv.clamp(-clip, clip), a compare-select per element
+        g.pointwise("clip_qkv", "where", t * (q_dim + 2 * kv_dim), tp_split="heads")
     _qk_norm(g, cfg, t, style)
     if cfg.position == "rotary":
         _rotary(g, cfg, t, style)
@@ -344,5 +346,10 @@ def _moe(g: Graph, cfg: ModelConfig, tokens: int, *, style: str) -> None:
     if moe.num_shared_experts:
         _mlp(g, cfg, tokens, moe.shared_intermediate_size * moe.num_shared_experts, style=style, gated=True,
              name="shared_expert")
+        if moe.shared_expert_gate:  # Qwen2-MoE: shared output * sigmoid(x @ w_gate), w_gate hidden -> 1
+            g.linear("shared_expert_gate", tokens, h, 1, bias=False, tp_split="none")
+            chain = g.new_chain("shared_gate")
+            g.pointwise("shared_expert_gate.sigmoid", "sigmoid", tokens, chain=chain, tp_split="none")
+            g.pointwise("shared_expert_gate.mul", "mul", tokens * h, inputs=2, chain=chain, tp_split="none")
     g.pointwise("unpermute_weighted_sum", "mul", tokens * k * h, inputs=1, extra_read_bytes=tokens * k * 4,
                 tp_split="none")
