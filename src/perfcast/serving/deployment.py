@@ -25,6 +25,7 @@ from perfcast.serving.config import ServingConfig
 from perfcast.serving.iteration import IterationModel
 from perfcast.serving.kv import BlockManager, CountingBlockManager, KVCache
 from perfcast.serving.kv.hybrid import HybridBlockManager
+from perfcast.serving.kv.hybrid_prefix import HybridPrefixBlockManager
 from perfcast.serving.kv.layout import KVLayout
 from perfcast.serving.memory import ServingMemory, memory_breakdown
 from perfcast.serving.schedulers import SchedulerLimits
@@ -120,8 +121,13 @@ class Deployment:
         the counting manager (the same answers, O(1) per operation)."""
         cfg = self.config
         cpu_blocks = int(cfg.swap_space // self.kv_block_bytes) // cfg.pipeline_parallel_size
-        if self.memory.layout is not None:
-            return hybrid_cache(self.memory.layout, self.kv_blocks_per_engine, cfg.watermark_frac, cpu_blocks)
+        layout = self.memory.layout
+        if layout is not None and cfg.enable_prefix_caching:  # sliding layers (checked in build_deployment)
+            return HybridPrefixBlockManager(self.kv_blocks_per_engine, layout.block_size, cfg.watermark_frac, 0,
+                                            full_groups=layout.full_groups, local_groups=layout.local_groups,
+                                            local_window=layout.local_window or 1)
+        if layout is not None:
+            return hybrid_cache(layout, self.kv_blocks_per_engine, cfg.watermark_frac, cpu_blocks)
         if cfg.enable_prefix_caching:
             return BlockManager(self.kv_blocks_per_engine, cfg.block_size, cfg.watermark_frac, cpu_blocks, True)
         return CountingBlockManager(self.kv_blocks_per_engine, cfg.block_size, cfg.watermark_frac, cpu_blocks)
@@ -172,9 +178,9 @@ def _check_hybrid(cfg: ServingConfig, layout: KVLayout, model_cfg: ModelConfig) 
     if cfg.enable_prefix_caching and layout.state_layers:
         raise UnsupportedError(f"{model_cfg.id}: prefix caching with state-space (Mamba) layers is refused: vLLM "
                                "disables it for Mamba models unless its experimental Mamba prefix caching is on")
-    if cfg.enable_prefix_caching:
+    if cfg.enable_prefix_caching and layout.local_kind != "sliding":
         raise UnsupportedError(f"{model_cfg.id}: prefix caching with {layout.local_kind} attention layers is not "
-                               "modelled (vLLM's hybrid prefix-cache hits per window are not counted)")
+                               "modelled (only sliding-window groups' hits are)")
     if cfg.workload.num_beams > 1:
         raise UnsupportedError(f"{model_cfg.id}: beam search with {layout.local_kind or 'state-space'} layers is not "
                                "modelled")

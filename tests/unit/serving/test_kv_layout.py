@@ -207,8 +207,9 @@ def test_jamba_serves_at_tp_2_with_state_and_kv() -> None:
 def test_prefix_caching_is_refused_where_not_modelled() -> None:
     with pytest.raises(UnsupportedError, match="vLLM disables it for Mamba models"):
         simulate_serving(_cfg("mamba-2.8b", max_model_len=4096, enable_prefix_caching=True))
-    with pytest.raises(UnsupportedError, match="prefix caching with sliding attention layers is not modelled"):
-        simulate_serving(_cfg("mistral-7b", max_model_len=8192, enable_prefix_caching=True))
+    with pytest.raises(UnsupportedError, match="prefix caching with chunked attention layers is not modelled"):
+        simulate_serving(_cfg("llama-4-scout", tensor_parallel_size=8, hardware="h100-sxm-80gb",
+                              max_model_len=16384, enable_prefix_caching=True))
 
 
 def test_sliding_layers_fit_sequences_full_layers_would_not() -> None:
@@ -316,3 +317,76 @@ def test_hybrid_manager_matches_the_reference(kind: str, window: int, full: int,
         kv.free(sid)
     assert kv.num_free_blocks == n
     kv.check_invariants()
+
+
+# -- prefix caching with sliding-window groups (named blocks) -----------------------------------------------------
+
+def test_sliding_groups_hit_the_cached_prefix_within_the_window() -> None:
+    from perfcast.serving.kv.hybrid_prefix import HybridPrefixBlockManager
+
+    bs, window = 8, 64
+    keep = math.ceil((window - 1) / bs)  # vLLM's sliding_window_contiguous_blocks
+    kv = HybridPrefixBlockManager(200, bs, 0.0, full_groups=1, local_groups=1, local_window=window)
+    shared = list(range(1000, 1025))  # 25 full blocks of a shared 200-token prefix
+    assert kv.allocate(1, 200, shared) == 0
+    kv.add_to_group(1)  # settled: the sliding group keeps the blocks from (200 - 1 - 64 + 1) // 8 on
+    first = (200 - 1 - window + 1) // bs
+    assert kv.seq_num_blocks(1) == 25 + (25 - first)
+    assert kv.num_cached_blocks == first  # the dropped sliding blocks keep their hashes
+    # a prompt with the same prefix and 40 tokens of its own hits all 25 blocks: the full group's every block,
+    # the sliding group's last `keep` before the hit (held by sequence 1)
+    hit = kv.allocate(2, 240, [*shared, 1, 2, 3, 4, 5])
+    assert hit == 200
+    assert kv.seq_num_blocks(2) == 30 + keep + (30 - 25)
+    kv.check_invariants()
+    kv.free(1)
+    kv.free(2)
+    kv.check_invariants()
+    assert kv.num_used_blocks == 0 and kv.num_available_blocks == 200
+    # every sliding block of the prefix is cached again: a new request hits it whole, claiming cached blocks
+    before = kv.num_available_blocks
+    assert kv.allocate(3, 201, shared) == 200
+    assert before - kv.num_available_blocks == 26 + keep + 1  # 25 + keep hits (all cached) and one new each
+    kv.check_invariants()
+
+
+def test_all_sliding_prefix_cache_runs_and_audits() -> None:
+    # Mistral (every layer sliding) with a shared system prompt: hits counted, the audit holds every iteration
+    work = WorkloadConfig(num_requests=40, qps=20.0, prompt_tokens=1500, output_tokens=100,
+                          shared_prefix_tokens=1024, num_prefixes=2)
+    res = simulate_serving(_cfg("mistral-7b", workload=work, max_model_len=8192, enable_prefix_caching=True),
+                           audit=True)
+    assert np.isfinite(res.finish_s).sum() == 40
+    res2 = simulate_serving(_cfg("gemma-2-9b", workload=work, max_model_len=8192, enable_prefix_caching=True,
+                                 gpu_memory_utilization=0.5), audit=True)
+    assert np.isfinite(res2.finish_s).sum() == 40
+    for r in (res, res2):
+        assert r.prefix_hit_frac > 0.5  # 1,024 of 1,500 prompt tokens shared by 20 requests each
+
+
+@pytest.mark.parametrize("full", [0, 1, 2])
+def test_hybrid_prefix_manager_random_operations_keep_its_invariants(full: int) -> None:
+    from perfcast.serving.kv.hybrid_prefix import HybridPrefixBlockManager
+
+    rng = random.Random(full)
+    bs = 4
+    kv = HybridPrefixBlockManager(120, bs, 0.0, full_groups=full, local_groups=1, local_window=10)
+    live: list[int] = []
+    for sid in range(400):
+        if rng.random() < 0.4 and live:
+            kv.free(live.pop(rng.randrange(len(live))))
+        tokens = rng.randint(1, 40)
+        prefix = rng.randrange(3)
+        hashes = [hash((prefix, i)) if i < 6 else hash((sid, i)) for i in range(tokens // bs)]
+        if kv.can_allocate(sid, tokens, hashes):
+            kv.allocate(sid, tokens, hashes)
+            kv.add_to_group(sid)
+            live.append(sid)
+        j = kv.max_group_growth(rng.randint(1, 12))
+        kv.grow_group(j)
+        kv.check_invariants()
+        assert kv.num_used_blocks <= kv.num_blocks
+    for sid in live:
+        kv.free(sid)
+    kv.check_invariants()
+    assert kv.num_used_blocks == 0
