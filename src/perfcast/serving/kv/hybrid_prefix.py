@@ -359,10 +359,10 @@ class HybridPrefixBlockManager(PagedCache):
             _fail("a block carries a hash the table does not know")
         for b, who in owners.items():
             if len(who) > 1:
-                key = self._block_key[b]
+                held = self._block_key[b]
                 for sid, g, i in who:
                     hashes = self._seqs[sid].hashes
-                    if key is None or key[0] != g or i >= len(hashes) or hashes[i] != key[1]:
+                    if held is None or held[0] != g or i >= len(hashes) or hashes[i] != held[1]:
                         _fail(f"block {b} is shared by sequence {sid} (group {g}, position {i}) with another prefix")
 
     # -- internals ----------------------------------------------------------------------------------------------
