@@ -181,6 +181,9 @@ def _check_hybrid(cfg: ServingConfig, layout: KVLayout, model_cfg: ModelConfig) 
     if cfg.enable_prefix_caching and layout.local_kind != "sliding":
         raise UnsupportedError(f"{model_cfg.id}: prefix caching with {layout.local_kind} attention layers is not "
                                "modelled (only sliding-window groups' hits are)")
+    if cfg.num_prefill_replicas and layout.state_layers:
+        raise UnsupportedError(f"{model_cfg.id}: disaggregated serving of a model with state-space (Mamba) layers is "
+                               "not modelled (the handover carries K/V per token, not a Mamba state)")
     if cfg.workload.num_beams > 1:
         raise UnsupportedError(f"{model_cfg.id}: beam search with {layout.local_kind or 'state-space'} layers is not "
                                "modelled")

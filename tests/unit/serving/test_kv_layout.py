@@ -390,3 +390,27 @@ def test_hybrid_prefix_manager_random_operations_keep_its_invariants(full: int) 
         kv.free(sid)
     kv.check_invariants()
     assert kv.num_used_blocks == 0
+
+
+@pytest.mark.parametrize("model,tp,layers,conv,ssm", [("mamba-2.8b", 1, 64, 3 * 5120, 5120 * 16),
+                                                      ("jamba-v0.1", 2, 28, 3 * 8192 // 2, 8192 // 2 * 16)])
+def test_serve_cli_reports_the_mamba_state(model: str, tp: int, layers: int, conv: int, ssm: int) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from perfcast.cli import app
+
+    res = CliRunner().invoke(app, ["serve", "-m", model, "-H", "a100-sxm-80gb", "--tp", str(tp), "--dtype", "bf16",
+                                   "--num-requests", "20", "--qps", "4", "--prompt-tokens", "600", "--output-tokens",
+                                   "50", "--max-model-len", "4096", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["memory_state_bytes_per_seq"] == layers * (conv + ssm) * BF16
+    assert d["memory_kv_cache_bytes"] > 0 and d["requests_completed"] == 20
+
+
+def test_disaggregated_mamba_is_refused() -> None:
+    with pytest.raises(UnsupportedError, match="disaggregated serving of a model with state-space"):
+        simulate_serving(_cfg("jamba-v0.1", tensor_parallel_size=2, max_model_len=8192, num_replicas=2,
+                              num_prefill_replicas=1))
