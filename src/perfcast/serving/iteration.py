@@ -39,6 +39,15 @@ FP8 peak as the 16-bit kernel of the 16-bit peak (its FLOPs are priced at the
 the FP8 cache at one byte per element and is bandwidth-bound, so it is unchanged.
 Other engines (vLLM) keep 16-bit prefill attention.
 
+State-space (Mamba) layers: the token-parallel table leaves out each Mamba mixer's scan and causal conv1d,
+which the kernel layer prices (:mod:`perfcast.kernel.ssm`) in two tables of their own: a prefill table over
+the iteration's new prompt tokens (the chunks scanned as one sequence: the workload IR's prefill scan over
+``T`` tokens, its final conv and SSM state written once) and a decode table over the decoding sequences (one
+recurrent step each, reading and writing its conv and SSM state: the IR's decode scan of ``n`` sequences).
+Both count in ``linear_s``. Only a hybrid's attention layers attend: attention is priced for
+``attention_layers_per_stage`` layers (every layer of a pure transformer, none of Mamba-1/2, four of
+Jamba-v0.1's 32). The KV cache by layer type is :mod:`perfcast.serving.kv.layout`'s.
+
 The token-parallel part, the LM head and the all-reduces are priced once by the
 kernel and collective layers on a grid of sizes and interpolated into dense
 tables, so an iteration costs a table lookup plus one attention evaluation:

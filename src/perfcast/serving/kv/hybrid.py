@@ -138,8 +138,10 @@ class HybridBlockManager(PagedCache):
         if base is not None:  # a decode-group member: settled at base + clock tokens
             t = base + self._clock
             seq[0] = t
-            seq[3] = -(-t // self.block_size) - self._released(t - 1) if self.local_groups else 0
-            seq[1] = self._blocks(t, seq[3])
+            blocks = -(-t // self.block_size)
+            local = blocks - self._released(t - 1) if self.local_groups else 0
+            seq[3] = local
+            seq[1] = self.full_groups * blocks + self.local_groups * local + self.state_groups
         if on_gpu is True and not seq[2]:
             raise KVCacheError(f"sequence {seq_id} is swapped out; swap it in first")
         if on_gpu is False and seq[2]:
@@ -197,13 +199,27 @@ class HybridBlockManager(PagedCache):
         local = -(-total // self.block_size) - self._released(t0) if self.local_groups else 0
         return self._blocks(total, local), local
 
+    def _one_step(self, t: int) -> int:
+        """Net blocks a settled sequence of ``t`` tokens takes growing by one token (the decode group's step)."""
+        delta = self._token_groups if t % self.block_size == 0 else 0
+        if self.local_groups and t >= self._active_from and (t - self._offset) % self._period == 0:
+            delta -= self.local_groups * self._release
+        return delta
+
     def append_need(self, seq_id: int, num_new_tokens: int) -> int:
         """Blocks ``seq_id`` takes, net of those it frees, to grow by ``num_new_tokens`` (0 when none)."""
+        base = self._group.get(seq_id)
+        if base is not None and num_new_tokens == 1:  # a member's step (the scheduler's slot-by-slot path)
+            return max(0, self._one_step(base + self._clock))
         seq = self._seq(seq_id, on_gpu=True)
         return max(0, self._grown(seq, num_new_tokens)[0] - seq[1])
 
     def append(self, seq_id: int, num_new_tokens: int = 1) -> None:
         """Grow ``seq_id`` by ``num_new_tokens`` (a member grown on its own leaves and rejoins the group)."""
+        base = self._group.get(seq_id)
+        if base is not None and num_new_tokens == 1:
+            self._step_member(seq_id, base)
+            return
         seq = self._seq(seq_id, on_gpu=True)
         if num_new_tokens < 0:
             raise KVCacheError(f"num_new_tokens={num_new_tokens} for sequence {seq_id} must be >= 0")
@@ -222,6 +238,39 @@ class HybridBlockManager(PagedCache):
         seq[0], seq[1], seq[3] = total, blocks, local
         if member:
             self._join_group(seq_id, seq)
+
+    def _step_member(self, seq_id: int, base: int) -> None:
+        """One token for decode-group member ``seq_id`` alone: it moves one step ahead of the group (its base
+        grows by one), settled as the group's members are."""
+        t = base + self._clock
+        need = self._one_step(t)
+        if need > self._free:
+            raise KVCacheError(f"cannot append 1 token to sequence {seq_id}: needs {need} more KV blocks, only "
+                               f"{self._free} available")
+        self._free -= need
+        bs = self.block_size
+        self._num_unfilled_slots += self._token_groups * ((bs if t % bs == 0 else 0) - 1)
+        self._open_phase[base % bs] -= 1
+        self._open_phase[(base + 1) % bs] += 1
+        self._group[seq_id] = base + 1
+        if self.local_groups:
+            period, clock = self._period, self._clock
+            start = self._active_from - base
+            if clock >= start:
+                self._rel_phase[base % period] -= 1
+            else:
+                pending = self._pending[start]
+                pending[base % period] -= 1
+                if not pending[base % period]:
+                    del pending[base % period]
+                    if not pending:
+                        del self._pending[start]
+            start -= 1
+            if clock >= start:
+                self._rel_phase[(base + 1) % period] += 1
+            else:
+                pending = self._pending.setdefault(start, {})
+                pending[(base + 1) % period] = pending.get((base + 1) % period, 0) + 1
 
     # -- the decode group ---------------------------------------------------------------------------------------
     def add_to_group(self, seq_id: int) -> None:
