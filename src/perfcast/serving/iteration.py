@@ -354,16 +354,12 @@ class IterationModel:
         d_ops: list[Op] = []
         d_owner: list[int] = []
         for i, n in enumerate(seqs):
-            spec = WorkloadSpec(Mode.DECODE, int(n), 2, dtype=self.dtype, style="engine", attention="flash",
-                                quantization="none", check_context=False)
+            # each attention rank steps its own sequences unsharded under attention DP, else all of them split
+            batch = -(-int(n) // self.dp) if self.attention_dp else int(n)
+            spec = WorkloadSpec(Mode.DECODE, batch, 2, dtype=self.dtype, style="engine", attention="flash",
+                                quantization="none", check_context=False)  # context 2: a state to read
             ops_n = list(build_workload(self.cfg, spec).ops)
-            if self.attention_dp:  # each rank steps its own sequences, unsharded
-                ops_n = list(build_workload(self.cfg, WorkloadSpec(
-                    Mode.DECODE, -(-int(n) // self.dp), 2, dtype=self.dtype, style="engine", attention="flash",
-                    quantization="none", check_context=False)).ops)
-            else:
-                ops_n = _shard(ops_n, self.tp)
-            for op in ops_n:
+            for op in ops_n if self.attention_dp else _shard(ops_n, self.tp):
                 if op.kind is not OpKind.COMM and _is_state_op(op):
                     d_ops.append(op)
                     d_owner.append(i)

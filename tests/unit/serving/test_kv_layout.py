@@ -414,3 +414,21 @@ def test_disaggregated_mamba_is_refused() -> None:
     with pytest.raises(UnsupportedError, match="disaggregated serving of a model with state-space"):
         simulate_serving(_cfg("jamba-v0.1", tensor_parallel_size=2, max_model_len=8192, num_replicas=2,
                               num_prefill_replicas=1))
+
+
+def test_mamba_iterations_price_the_state_traffic_and_no_attention() -> None:
+    model = IterationModel("mamba-2.8b", "a100-sxm-80gb", dtype=DType.BF16, max_tokens=512, max_seqs=64)
+    assert model.attention_layers_per_stage == 0
+    short = model.breakdown(num_decode=32, decode_context_tokens=32 * 100)
+    long = model.breakdown(num_decode=32, decode_context_tokens=32 * 100_000)
+    assert short == long and short.attention_decode_s == 0  # a recurrent step does not read a context
+    # one decode step reads and writes every sequence's conv + SSM state of every layer: at least that traffic
+    # at the GPU's peak bandwidth
+    state = 64 * (3 * 5120 + 5120 * 16) * BF16
+    step = model.decode_terms(32)
+    assert model._scan_d_l[32] >= 2 * 32 * state / model.hw.memory_bandwidth_Bps
+    assert step[0] == pytest.approx(model._linear_l[32] + model._scan_d_l[32])
+    # prefill scans more tokens for longer
+    assert model._scan_p_l[512] > model._scan_p_l[64] > 0
+    jamba = IterationModel("jamba-v0.1", "a100-sxm-80gb", tp=2, max_tokens=64, max_seqs=8)
+    assert jamba.attention_layers_per_stage == 4  # attn_layer_period 8 of 32 layers
