@@ -432,3 +432,16 @@ def test_mamba_iterations_price_the_state_traffic_and_no_attention() -> None:
     assert model._scan_p_l[512] > model._scan_p_l[64] > 0
     jamba = IterationModel("jamba-v0.1", "a100-sxm-80gb", tp=2, max_tokens=64, max_seqs=8)
     assert jamba.attention_layers_per_stage == 4  # attn_layer_period 8 of 32 layers
+
+
+def test_jamba_preempts_by_recompute_and_frees_its_states() -> None:
+    # a small cache: sequences grow until the newest are preempted; the audit recounts every group's blocks
+    work = WorkloadConfig(num_requests=60, qps=200.0, prompt_tokens=1500, output_tokens=2500)  # 4,000 tokens
+    cfg = _cfg("jamba-v0.1", workload=work, tensor_parallel_size=2, max_model_len=8192,
+               gpu_memory_utilization=0.62)
+    m = serving_memory(cfg)
+    assert m.layout is not None
+    per_seq = math.ceil(4000 / m.block_size) + 7  # the attention group's blocks and 7 Mamba groups' states
+    assert m.kv_blocks < 60 * per_seq
+    res = simulate_serving(cfg, audit=True)
+    assert res.preemptions > 0 and np.isfinite(res.finish_s).sum() == 60
