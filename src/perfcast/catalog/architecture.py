@@ -159,6 +159,28 @@ class SSMConfig(_Frozen):
         """Conv state of one layer and sequence: the last conv_kernel - 1 inputs of each channel."""
         return self.conv_dim * (self.conv_kernel - 1)
 
+    def cache_state_elements(self, tp: int = 1) -> tuple[int, int]:
+        """(conv, ssm) state elements one serving GPU caches per sequence for ONE Mamba layer, ``tp`` GPUs
+        splitting the mixer; multiply by the cache dtype's bytes (vLLM: the model dtype unless
+        ``mamba_ssm_cache_dtype`` names another for the ssm part).
+
+        vLLM's ``MambaStateShapeCalculator`` (v1 ``MambaSpec``): Mamba-1 conv ``(intermediate_size / tp,
+        conv_kernel - 1)``, ssm ``(intermediate_size / tp, state_size)``; Mamba-2 conv ``(conv_kernel - 1,
+        conv_dim / tp)`` with ``conv_dim = intermediate_size + 2 x n_groups x state_size``, ssm ``(num_heads / tp,
+        head_dim, state_size)``. When ``tp`` does not divide ``n_groups`` the groups are replicated to ``tp``
+        (``extra_groups_for_head_shards``: a single group becomes one per GPU). Integer division as vLLM's
+        ``divide``, which the model's own tensor-parallel check makes exact.
+        """
+        if tp < 1:
+            raise ValueError(f"tp={tp} must be >= 1")
+        k = self.conv_kernel - 1
+        if self.version == 1:
+            inner = self.intermediate_size // tp
+            return inner * k, inner * self.state_size
+        groups = self.n_groups if self.n_groups % tp == 0 else self.n_groups + (tp - self.n_groups)
+        conv_dim = self.intermediate_size + 2 * groups * self.state_size
+        return k * (conv_dim // tp), (self.num_heads // tp) * self.head_dim * self.state_size
+
     def num_ssm_layers(self) -> int:
         """Layers whose mixer is a Mamba mixer."""
         return sum(m == "ssm" for m in self.layer_mixers)

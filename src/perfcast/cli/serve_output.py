@@ -33,6 +33,8 @@ def print_memory(d: dict[str, Any], *, title: bool = False) -> None:
     t.add_row("weights", _gib(d["memory_weights_bytes"]))
     t.add_row("activations peak", _gib(d["memory_activations_peak_bytes"]))
     t.add_row("KV cache", f"{_gib(d['memory_kv_cache_bytes'])} ({d['kv_cache_blocks_per_gpu']:,} blocks)")
+    if "memory_state_bytes_per_seq" in d:  # state-space layers: a constant state per running sequence
+        t.add_row("Mamba state", f"{d['memory_state_bytes_per_seq'] / 2**20:,.2f} MiB per sequence (in the KV cache)")
     _console().print(t)
 
 
@@ -55,7 +57,9 @@ def print_serving(d: dict[str, Any], trace_out: Path | None, requests_out: Path 
     if "memory_usable_bytes" in d:
         head.add_row("memory per GPU", f"weights {_gib(d['memory_weights_bytes'])} + activations peak "
                      f"{_gib(d['memory_activations_peak_bytes'])} + KV cache {_gib(d['memory_kv_cache_bytes'])} of "
-                     f"{_gib(d['memory_usable_bytes'])} usable")
+                     f"{_gib(d['memory_usable_bytes'])} usable" + (
+                         f" (Mamba state {d['memory_state_bytes_per_seq'] / 2**20:,.2f} MiB per sequence)"
+                         if "memory_state_bytes_per_seq" in d else ""))
     if "load_verdict" in d:
         head.add_row("steady state", _load_line(d))
     head.add_row("requests completed", f"{d['requests_completed']} of {d['requests_total']}")

@@ -20,10 +20,13 @@ from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.digest import content_digest
 from perfcast.dtypes import DType
-from perfcast.errors import ConfigError
+from perfcast.errors import ConfigError, UnsupportedError
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.iteration import IterationModel
 from perfcast.serving.kv import BlockManager, CountingBlockManager, KVCache
+from perfcast.serving.kv.hybrid import HybridBlockManager
+from perfcast.serving.kv.hybrid_prefix import HybridPrefixBlockManager
+from perfcast.serving.kv.layout import KVLayout
 from perfcast.serving.memory import ServingMemory, memory_breakdown
 from perfcast.serving.schedulers import SchedulerLimits
 from perfcast.serving.sources.requests import request_stream
@@ -105,7 +108,7 @@ class Deployment:
     @property
     def kv_block_bytes(self) -> float:
         """KV bytes of one block on one GPU."""
-        return self.memory.kv_bytes_per_token * self.config.block_size
+        return self.memory.kv_block_bytes
 
     @property
     def limits(self) -> SchedulerLimits:
@@ -118,6 +121,13 @@ class Deployment:
         the counting manager (the same answers, O(1) per operation)."""
         cfg = self.config
         cpu_blocks = int(cfg.swap_space // self.kv_block_bytes) // cfg.pipeline_parallel_size
+        layout = self.memory.layout
+        if layout is not None and cfg.enable_prefix_caching:  # sliding layers (checked in build_deployment)
+            return HybridPrefixBlockManager(self.kv_blocks_per_engine, layout.block_size, cfg.watermark_frac, 0,
+                                            full_groups=layout.full_groups, local_groups=layout.local_groups,
+                                            local_window=layout.local_window or 1)
+        if layout is not None:
+            return hybrid_cache(layout, self.kv_blocks_per_engine, cfg.watermark_frac, cpu_blocks)
         if cfg.enable_prefix_caching:
             return BlockManager(self.kv_blocks_per_engine, cfg.block_size, cfg.watermark_frac, cpu_blocks, True)
         return CountingBlockManager(self.kv_blocks_per_engine, cfg.block_size, cfg.watermark_frac, cpu_blocks)
@@ -158,7 +168,33 @@ def build_deployment(cfg: ServingConfig, calibration: Calibration, *, memory_fra
     memory = memory_breakdown(model, usable_frac=cfg.gpu_memory_utilization * memory_frac,
                               max_batched_tokens=budget, max_num_seqs=cfg.max_num_seqs, block_size=cfg.block_size,
                               draft=draft)
+    if memory.layout is not None:
+        _check_hybrid(cfg, memory.layout, model_cfg)
     return Deployment(cfg, policy, max_len, budget, dtype, model, memory, draft)
+
+
+def _check_hybrid(cfg: ServingConfig, layout: KVLayout, model_cfg: ModelConfig) -> None:
+    """What the hybrid cache (:class:`~perfcast.serving.kv.hybrid.HybridBlockManager`) does not model, refused."""
+    if cfg.enable_prefix_caching and layout.state_layers:
+        raise UnsupportedError(f"{model_cfg.id}: prefix caching with state-space (Mamba) layers is refused: vLLM "
+                               "disables it for Mamba models unless its experimental Mamba prefix caching is on")
+    if cfg.enable_prefix_caching and layout.local_kind != "sliding":
+        raise UnsupportedError(f"{model_cfg.id}: prefix caching with {layout.local_kind} attention layers is not "
+                               "modelled (only sliding-window groups' hits are)")
+    if cfg.num_prefill_replicas and layout.state_layers:
+        raise UnsupportedError(f"{model_cfg.id}: disaggregated serving of a model with state-space (Mamba) layers is "
+                               "not modelled (the handover carries K/V per token, not a Mamba state)")
+    if cfg.workload.num_beams > 1:
+        raise UnsupportedError(f"{model_cfg.id}: beam search with {layout.local_kind or 'state-space'} layers is not "
+                               "modelled")
+
+
+def hybrid_cache(layout: KVLayout, num_blocks: int, watermark_frac: float, num_cpu_blocks: int) -> KVCache:
+    """An empty block manager for a cache of several layer types (``layout``'s groups)."""
+    return HybridBlockManager(num_blocks, layout.block_size, watermark_frac, num_cpu_blocks,
+                              full_groups=layout.full_groups, local_groups=layout.local_groups,
+                              local_kind=layout.local_kind, local_window=layout.local_window,
+                              state_groups=layout.state_groups)
 
 
 _VOCAB_TOL = 0.01  # a draft's vocabulary within 1% of the target's: the same tokenizer, rows padded differently
@@ -197,15 +233,17 @@ def serving_memory(cfg: ServingConfig, *, memory_frac: float = 1.0,
     if not servable.any():
         return memory  # every request is refused for its length: bad input the simulation reports
     pp = cfg.pipeline_parallel_size
-    kv = CountingBlockManager(max(1, memory.kv_blocks // pp), cfg.block_size, cfg.watermark_frac, 0)
+    kv: KVCache = (CountingBlockManager(max(1, memory.kv_blocks // pp), cfg.block_size, cfg.watermark_frac, 0)
+                   if memory.layout is None else
+                   hybrid_cache(memory.layout, max(1, memory.kv_blocks // pp), cfg.watermark_frac, 0))
     beams = cfg.workload.num_beams
     pairs = sorted({(int(p), int(o)) for p, o in zip(prompt[servable], output[servable], strict=True)},
                    key=lambda po: po[0] + beams * po[1])
     if any(kv.can_ever_allocate(p + o, beams, p) for p, o in pairs):
         return memory
     p, o = pairs[0]
-    tokens = kv.num_blocks * cfg.block_size
-    verdict = (f"the KV cache of one engine holds {tokens:,} tokens ({kv.num_blocks:,} blocks of {cfg.block_size}, "
+    tokens = kv.num_blocks * kv.block_size
+    verdict = (f"the KV cache of one engine holds {tokens:,} tokens ({kv.num_blocks:,} blocks of {kv.block_size}, "
                f"{memory.kv_cache_bytes / 2**30:.2f} GiB of KV cache per GPU), too few for one request of the "
                f"workload: the smallest needs {p:,} + {o:,}" + (f" x {beams} beams" if beams > 1 else "")
                + " tokens; use more tensor or pipeline parallelism, a smaller dtype or quantization, or shorter "

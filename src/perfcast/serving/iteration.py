@@ -39,6 +39,15 @@ FP8 peak as the 16-bit kernel of the 16-bit peak (its FLOPs are priced at the
 the FP8 cache at one byte per element and is bandwidth-bound, so it is unchanged.
 Other engines (vLLM) keep 16-bit prefill attention.
 
+State-space (Mamba) layers: the token-parallel table leaves out each Mamba mixer's scan and causal conv1d,
+which the kernel layer prices (:mod:`perfcast.kernel.ssm`) in two tables of their own: a prefill table over
+the iteration's new prompt tokens (the chunks scanned as one sequence: the workload IR's prefill scan over
+``T`` tokens, its final conv and SSM state written once) and a decode table over the decoding sequences (one
+recurrent step each, reading and writing its conv and SSM state: the IR's decode scan of ``n`` sequences).
+Both count in ``linear_s``. Only a hybrid's attention layers attend: attention is priced for
+``attention_layers_per_stage`` layers (every layer of a pure transformer, none of Mamba-1/2, four of
+Jamba-v0.1's 32). The KV cache by layer type is :mod:`perfcast.serving.kv.layout`'s.
+
 The token-parallel part, the LM head and the all-reduces are priced once by the
 kernel and collective layers on a grid of sizes and interpolated into dense
 tables, so an iteration costs a table lookup plus one attention evaluation:
@@ -61,9 +70,10 @@ from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.catalog.params import count_params
 from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.dtypes import DType
-from perfcast.errors import ConfigError, UnsupportedError
+from perfcast.errors import ConfigError
 from perfcast.kernel.attention import attention_rates
 from perfcast.kernel.predict import price_ops
+from perfcast.serving.kv.layout import KVLayout, kv_layout
 from perfcast.system.cluster import Cluster, cluster_for_gpu
 from perfcast.system.collectives import collective_times
 from perfcast.workload.build import WorkloadSpec, build_workload
@@ -200,6 +210,10 @@ class IterationModel:
         self.head_dim = cfg.head_dim
         self.v_head_dim = int(cfg.mla.v_head_dim if cfg.mla is not None else cfg.head_dim)
         self.layers_per_stage = -(-layers // self.pp)  # uneven stages: the fullest one paces the pipeline
+        ssm = cfg.ssm
+        # attention layers of the fullest stage (a hybrid's Mamba and MLP-only layers do not attend)
+        self.attention_layers_per_stage = (self.layers_per_stage if ssm is None else
+                                           -(-sum(m == "attention" for m in ssm.layer_mixers) // self.pp))
         self._vision: dict[int, tuple[float, float]] = {}
         self._tables()
 
@@ -214,14 +228,14 @@ class IterationModel:
     def _ops(self, tokens: int) -> list[Op]:
         """One GPU's ops for an iteration of ``tokens`` tokens (the union of the ranks' under attention DP)."""
         if self.ep == 1 and not self.attention_dp:
-            return shard_tp(self._build(tokens), self.tp)
+            return _shard(self._build(tokens), self.tp)
         full = self._build(tokens)
-        experts = [_expert_share(o, self.ep) for o in shard_tp(full, self.tp // self.ep)
+        experts = [_expert_share(o, self.ep) for o in _shard(full, self.tp // self.ep)
                    if _is_routed_expert(o) and o.kind is not OpKind.COMM]
         if self.attention_dp:  # each rank runs everything else on its own tokens, unsharded
             rest = [o for o in self._build(-(-tokens // self.dp)) if not _is_routed_expert(o)]
         else:
-            rest = [o for o in shard_tp(full, self.tp) if not _is_routed_expert(o)]
+            rest = [o for o in _shard(full, self.tp) if not _is_routed_expert(o)]
         return rest + experts
 
     def _tables(self) -> None:
@@ -234,6 +248,7 @@ class IterationModel:
         self._linear, self._linear_J = self._linear_table(grid, dense, lin_ops, owner)
         self._comm = self._comm_table(grid, dense, comm_bytes, comm_calls)
         self._head, self._head_J = self._head_table(head_ops)
+        self._scan_tables(grid, dense)
         eng = self.sc.engines[self.engine]
         self._cpu_fixed = eng.iteration_overhead_s
         self._cpu_per_seq = eng.per_sequence_overhead_s
@@ -248,16 +263,25 @@ class IterationModel:
     def _sort_ops(self, grid: np.ndarray) -> tuple[list[Op], list[int], np.ndarray, float, list[Op]]:
         """One GPU's ops at every grid size, sorted: the token-parallel ops (and the grid point each belongs
         to), the bytes each grid point's layer all-reduces carry and their calls per iteration, and the
-        attention and LM-head ops of the smallest size (priced elsewhere)."""
+        attention and LM-head ops of the smallest size (priced elsewhere). A state-space model's scans and
+        conv1d (which read and write each sequence's state) go to ``self._scan_prefill_ops`` instead."""
         lin_ops: list[Op] = []
         owner: list[int] = []
         comm_bytes = np.zeros(len(grid))
         comm_calls = 0.0
         head_ops: list[Op] = []
+        ssm = self.cfg.ssm is not None
+        self._scan_prefill_ops: tuple[list[Op], list[int]] = ([], [])
         for i, t in enumerate(grid):
             for op in self._ops(int(t)):
                 if op.kind is OpKind.COMM:
-                    if op.name.startswith("layers") or op.name.startswith("moe_layers"):
+                    if ssm and "layers" in op.name.split(".", 1)[0]:
+                        # a hybrid's layer all-reduces as the IR emits them (a Mamba mixer's out_proj, an
+                        # attention or MLP block: one each), every one over the T hidden vectors
+                        comm_bytes[i] = float(t) * self.cfg.hidden_size * self.dtype.bytes
+                        if i == 0:
+                            comm_calls += op.count * self.layers_per_stage / self.cfg.num_layers
+                    elif op.name.startswith("layers") or op.name.startswith("moe_layers"):
                         # every all-reduce of a layer carries the T hidden vectors of its output in the
                         # activation dtype: a MoE layer reduces after the weighted sum of its experts
                         # (TensorRT-LLM's MoE finalize, vLLM's fused_moe), not the top-k expert outputs
@@ -267,6 +291,10 @@ class IterationModel:
                 if op.kind is OpKind.ATTENTION or op.name.startswith("head."):
                     if i == 0:
                         head_ops.append(op)
+                    continue
+                if ssm and _is_state_op(op):
+                    self._scan_prefill_ops[0].append(op)
+                    self._scan_prefill_ops[1].append(i)
                     continue
                 lin_ops.append(op)
                 owner.append(i)
@@ -311,6 +339,33 @@ class IterationModel:
         table[0] = 0.0
         return table
 
+    def _scan_tables(self, grid: np.ndarray, dense: np.ndarray) -> None:
+        """A state-space model's Mamba mixers' scans and conv1d (one stage, one GPU), priced by the kernel layer:
+        for every token count of prefill (the chunks' tokens scanned as one sequence, whose final state is
+        written once) and for every count of decoding sequences (one recurrent step each: its conv and SSM
+        state read and written), seconds and dynamic energy (J). Empty for a model without state layers."""
+        self._has_scan = self.cfg.ssm is not None and bool(self._scan_prefill_ops[0])
+        if not self._has_scan:
+            self._scan_p_l = self._scan_p_J_l = self._scan_d_l = self._scan_d_J_l = [0.0]
+            return
+        ops, owner = self._scan_prefill_ops
+        self._scan_p_l, self._scan_p_J_l = (t.tolist() for t in self._linear_table(grid, dense, ops, owner))
+        seqs = _grid(self.max_seqs)
+        d_ops: list[Op] = []
+        d_owner: list[int] = []
+        for i, n in enumerate(seqs):
+            # each attention rank steps its own sequences unsharded under attention DP, else all of them split
+            batch = -(-int(n) // self.dp) if self.attention_dp else int(n)
+            spec = WorkloadSpec(Mode.DECODE, batch, 2, dtype=self.dtype, style="engine", attention="flash",
+                                quantization="none", check_context=False)  # context 2: a state to read
+            ops_n = list(build_workload(self.cfg, spec).ops)
+            for op in ops_n if self.attention_dp else _shard(ops_n, self.tp):
+                if op.kind is not OpKind.COMM and _is_state_op(op):
+                    d_ops.append(op)
+                    d_owner.append(i)
+        d_dense = np.arange(self.max_seqs + 1, dtype=float)
+        self._scan_d_l, self._scan_d_J_l = (t.tolist() for t in self._linear_table(seqs, d_dense, d_ops, d_owner))
+
     def _head_table(self, head_ops: list[Op]) -> tuple[np.ndarray, np.ndarray]:
         """Seconds of the LM head (and its norm, one GPU) over every count of sampling sequences up to
         ``max_seqs``, and their dynamic energy (joules) on the same grid."""
@@ -343,16 +398,22 @@ class IterationModel:
         # attention DP: each GPU caches whole tokens of its own sequences (tp GPUs hold tp times as many)
         # MLA (DeepSeek-V2/V3): one latent of kv_lora_rank + rope elements per token and layer, shared by
         # every head, so each tensor-parallel GPU holds all of it (engines run attention DP to split it)
-        if self.cfg.ssm is not None:  # a constant state per sequence, which the block allocator does not hold
-            raise UnsupportedError(f"{self.cfg.id}: serving a model with state-space (Mamba) layers is not modelled "
-                                   "(the KV cache has no per-sequence conv + SSM state term); refused rather than "
-                                   "priced as attention-only")
+        if self.cfg.ssm is not None or self.cfg.sliding_window or self.cfg.attention_chunk_size:
+            # per layer type (kv.layout): the attention layers' K/V only; Mamba state is per sequence
+            return self.kv_layout().kv_bytes_per_token
         mla = self.cfg.mla
         if mla is not None:
             return float((mla.kv_lora_rank + mla.qk_rope_head_dim) * self.kv.bytes * self.cfg.num_layers
                          / (self.tp if self.attention_dp else 1))
         split = self.tp if self.attention_dp else min(self.tp, max(1, self.cfg.num_kv_heads))
         return 2.0 * cfg_kv_dim(self.cfg) * self.kv.bytes * self.cfg.num_layers / split
+
+    def kv_layout(self, block_size: int = 16, state_dtype: DType | None = None) -> KVLayout:
+        """One GPU's cache by layer type and its vLLM pool (:mod:`perfcast.serving.kv.layout`) with attention
+        blocks of ``block_size`` tokens (raised for a Mamba hybrid) and the SSM state in ``state_dtype``
+        (default: the model dtype, vLLM's ``mamba_ssm_cache_dtype=auto``)."""
+        return kv_layout(self.cfg, tp=self.tp, attention_dp=self.attention_dp, kv_dtype=self.kv, dtype=self.dtype,
+                         state_dtype=state_dtype, block_size=block_size)
 
     def _attention_constants(self) -> None:
         """Attention per layer in scalars (the event loop's hot path): the kernel layer's rates and the
@@ -456,7 +517,10 @@ class IterationModel:
         # slowest one (its layers and the head), so pp stages of it are a micro-batch's time in steady state
         head = self._lookup(self._head_l, logits)
         dynamic += self._lookup(self._head_J_l, logits)
-        att, layers = self._att, self.layers_per_stage
+        if self._has_scan:  # Mamba mixers: the prefill tokens' scan and one recurrent step per decoding sequence
+            linear += self._lookup(self._scan_p_l, q) + self._lookup(self._scan_d_l, n_decode)
+            dynamic += self._lookup(self._scan_p_J_l, q) + self._lookup(self._scan_d_J_l, n_decode)
+        att, layers = self._att, self.attention_layers_per_stage
         att_p = att_d = p_flops = p_bytes = d_flops = d_bytes = 0.0
         if n_prefill:
             p_flops = self._flop_per_pair * pairs
@@ -479,12 +543,14 @@ class IterationModel:
         ``ctx`` cached tokens in total are ``fixed_s + ((a * ctx)**4 + (b + c * ctx)**4)**0.25``
         (:meth:`decode_times` for one iteration, cheap enough to call per event)."""
         n = num_decode
-        att, layers = self._att, self.layers_per_stage
+        att, layers = self._att, self.attention_layers_per_stage
         lookup = self._lookup
         r = -(-n // self.dp) if self.dp > 1 else n  # sequences of the busiest attention rank
         share = r / n if n else 1.0  # ... and its share of the cached tokens
         fixed = (lookup(self._linear_l, n) + lookup(self._comm_l, n) + lookup(self._head_l, r)
                  + self._cpu_fixed + self._cpu_per_seq * r + (att.fixed_s + att.per_sequence_s * r) * layers)
+        if self._has_scan:
+            fixed += lookup(self._scan_d_l, n)
         return (fixed, self._dec_flop_per_pair * att.s_per_flop * layers * share,
                 (self._dec_q_bytes + self._dec_o_bytes * r) * att.s_per_byte * layers,
                 self._dec_kv_bytes_per_ctx * att.s_per_byte * layers * share)
@@ -499,10 +565,11 @@ class IterationModel:
         n = num_decode
         r = -(-n // self.dp) if self.dp > 1 else n
         share = r / n if n else 1.0
-        lookup, layers = self._lookup, self.layers_per_stage
-        return (lookup(self._linear_l, n), lookup(self._comm_l, n), lookup(self._head_l, r),
+        lookup, layers = self._lookup, self.attention_layers_per_stage
+        scan_s, scan_J = (lookup(self._scan_d_l, n), lookup(self._scan_d_J_l, n)) if self._has_scan else (0.0, 0.0)
+        return (lookup(self._linear_l, n) + scan_s, lookup(self._comm_l, n), lookup(self._head_l, r),
                 self._cpu_fixed + self._cpu_per_seq * r,
-                lookup(self._linear_J_l, n) + lookup(self._head_J_l, r),
+                lookup(self._linear_J_l, n) + lookup(self._head_J_l, r) + scan_J,
                 self._dec_flop_per_pair * layers * share, (self._dec_q_bytes + self._dec_o_bytes * r) * layers,
                 self._dec_kv_bytes_per_ctx * layers * share)
 
@@ -658,6 +725,31 @@ def _group_experts(ops: list[Op]) -> list[Op]:
         else:
             out.append(op)
     return out
+
+
+def _shard(ops: list[Op], tp: int) -> list[Op]:
+    """:func:`~perfcast.workload.sharding.shard_tp`, a Mamba scan split by its heads first (shard_tp does not
+    split ``ssm_scan`` ops): ``heads / tp`` heads per GPU, the B/C groups split when ``tp`` divides them, else
+    replicated (vLLM's Mamba-2 layers), FLOPs and bytes by the heads' share."""
+    if tp > 1 and any(o.kind is OpKind.SSM_SCAN for o in ops):
+        ops = [_shard_scan(o, tp) if o.kind is OpKind.SSM_SCAN else o for o in ops]
+    return shard_tp(ops, tp)
+
+
+def _shard_scan(op: Op, tp: int) -> Op:
+    b, s, heads, p, n, groups, chunk = op.dims
+    mine = max(1, heads // tp)
+    f = mine / heads
+    return op.with_(dims=(b, s, mine, p, n, groups // tp if groups % tp == 0 else groups, chunk),
+                    flops=op.flops * f, bytes_read=op.bytes_read * f, bytes_written=op.bytes_written * f,
+                    params=int(op.params * f), tp_split="none",
+                    meta=tuple((k, v * f if k in ("matmul_flops", "output_flops", "state_bytes")
+                                and isinstance(v, float) else v) for k, v in op.meta))
+
+
+def _is_state_op(op: Op) -> bool:
+    """A Mamba mixer's op that reads or writes a sequence's state: the scan and the causal conv1d."""
+    return op.kind is OpKind.SSM_SCAN or op.op == "causal_conv1d"
 
 
 def cfg_kv_dim(cfg: ModelConfig) -> int:

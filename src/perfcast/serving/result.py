@@ -71,6 +71,12 @@ class ServingResult:
         batch, before ``max_num_seqs``)."""
         beams = self.config.workload.num_beams  # beam search: every beam holds its own output tokens
         mean_len = float(np.mean(self.prompt_tokens + beams * self.output_tokens)) if self.prompt_tokens.size else 0.0
+        layout = self.memory.layout if self.memory is not None else None
+        if layout is not None:  # a hybrid cache: each group's blocks of one request at its end (kv.hybrid)
+            bs, n = layout.block_size, math.ceil(mean_len)
+            local = min(-(-n // bs), -(-layout.local_window // bs) + 1) if layout.local_window else 0
+            per_seq = layout.full_groups * -(-n // bs) + layout.local_groups * local + layout.state_groups
+            return self.kv_blocks_per_engine // per_seq if per_seq else 0
         return int(self.kv_blocks_per_engine * self.config.block_size // mean_len) if mean_len > 0 else 0
 
     @property

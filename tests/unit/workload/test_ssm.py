@@ -1,5 +1,5 @@
 """Mamba / Mamba-2 / Jamba in the workload IR: the scan op's FLOPs, bytes and state, its kernel price, and the
-modes that refuse state-space models (training, serving)."""
+modes that refuse state-space models (training)."""
 
 from __future__ import annotations
 

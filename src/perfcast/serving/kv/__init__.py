@@ -77,6 +77,15 @@ Beam search (``CountingBlockManager`` only)
     and the decode group counts rows (beams), not sequences. The manager that names blocks (prefix caching)
     does not model beams.
 
+Layer types (vLLM v1's hybrid KV cache manager)
+    A model whose layers are all full attention (or MLA) is one cache group and uses the managers above,
+    unchanged. Sliding-window, chunked-local and state-space (Mamba) layers pool their cache by group
+    (:mod:`perfcast.serving.kv.layout` gives the bytes of each layer type and the pool's block);
+    :class:`~perfcast.serving.kv.hybrid.HybridBlockManager` counts the blocks of each group (a window's blocks
+    freed as they leave it, a Mamba state taken at admission and freed at finish or preemption) and
+    :class:`~perfcast.serving.kv.hybrid_prefix.HybridPrefixBlockManager` names them for prefix caching with
+    sliding windows.
+
 Sequence ids are the caller's ints. Every call costs O(blocks touched) with plain ints, lists and dicts;
 ``check_invariants`` is the O(total blocks) audit the tests use.
 """
