@@ -6,7 +6,7 @@ defaults of the ``transformers`` config class when a key is absent) onto one
 vocabulary. One function per family keeps each mapping readable.
 
 Nothing is guessed: a ``model_type`` with no function here (``gemma3``,
-``minimax_m2``, ``nemotron_h``, ``t5``, a missing one) is refused with the supported
+``minimax_m2``, ``nemotron_h``, ``rwkv``, a missing one) is refused with the supported
 list rather than priced as some other decoder; a multimodal config whose vision
 tower is not a modelled one is refused naming the tower; a config of a supported
 family that carries keys of another architecture (experts in a ``llama``
@@ -36,6 +36,7 @@ from typing import Any
 
 from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.diffusion import normalize_unet, normalize_vae
+from perfcast.catalog.normalize_encdec import normalize_t5
 from perfcast.catalog.normalize_ssm import normalize_jamba, normalize_mamba, normalize_mamba2
 from perfcast.catalog.quantization import parse_quantization_config
 from perfcast.errors import UnsupportedError
@@ -965,6 +966,7 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "opt": _opt,
     "bert": _bert,
     "switch_transformers": _switch,
+    "t5": normalize_t5,
     "llama": _llama,
     "mistral": _mistral,
     "mixtral": _mixtral,
@@ -1109,6 +1111,7 @@ _FOREIGN_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
 # the features each family models (every other family refuses their keys)
 _FEATURES: dict[str, frozenset[str]] = {
     "switch_transformers": frozenset({"moe", "cross"}),
+    "t5": frozenset({"cross"}),
     "mixtral": frozenset({"moe"}),
     "qwen3_moe": frozenset({"moe"}),
     "llama4": frozenset({"moe", "vision"}),

@@ -30,7 +30,7 @@ def _refusal(**fields: Any) -> str:
 # --- model_type -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model_type", ["banana", "olmoe", "minimax_m2", "nemotron_h", "t5", ""])
+@pytest.mark.parametrize("model_type", ["banana", "olmoe", "minimax_m2", "nemotron_h", "rwkv", ""])
 def test_an_unmodelled_model_type_is_refused_with_the_supported_list(model_type: str) -> None:
     message = _refusal(model_type=model_type)
     if model_type:
@@ -47,7 +47,7 @@ def test_the_supported_list_holds_every_family_and_the_diffusers_networks() -> N
     names = supported_model_types()
     assert names == sorted(names)
     assert {"llama", "gpt2", "bert", "deepseek_v3", "gpt_oss", "unet_2d_condition", "autoencoder_kl"} <= set(names)
-    assert "olmoe" not in names and "t5" not in names
+    assert "olmoe" not in names and "rwkv" not in names
 
 
 def test_a_diffusers_config_is_recognised_by_its_class_name() -> None:

@@ -4,7 +4,8 @@ No weights and no downloads: the config dict is a catalog ``config.json`` (perha
 into the family's config class with ``AutoConfig.for_model`` and instantiated under ``torch.device("meta")``.
 Parameters are ``sum(p.numel())`` of that module; forward FLOPs are what
 ``torch.utils.flop_counter.FlopCounterMode`` counts on one forward of ``input_ids`` of shape (batch, seq) (a
-224 px image batch for an image classifier) with eager attention: matrix products only
+224 px image batch for an image classifier; for an encoder-decoder the same shape again as ``decoder_input_ids``)
+with eager attention: matrix products only
 (``mm``/``addmm``/``bmm``/``baddbmm``/``convolution``/SDPA, 2 FLOPs per multiply-add, bias additions not
 counted). perfcast's side of the comparison is :func:`perfcast_matmul_flops`.
 """
@@ -66,6 +67,7 @@ _MODEL_CLASSES = {
     "llava": "LlavaForConditionalGeneration",  # text model + CLIP tower + projector
     "llama4": "Llama4ForConditionalGeneration",  # text model + vision tower + projector
     "switch_transformers": "SwitchTransformersForConditionalGeneration",
+    "t5": "T5ForConditionalGeneration",  # encoder, decoder, LM head
     "resnet": "ResNetForImageClassification",
 }
 
@@ -107,6 +109,8 @@ def hf_forward_flops(module: torch.nn.Module, *, batch: int = 1, seq_len: int = 
         inputs = {"pixel_values": torch.zeros((batch, 3, 224, 224), device="meta")}
     else:
         inputs = {"input_ids": torch.zeros((batch, seq_len), dtype=torch.long, device="meta")}
+    if getattr(module.config, "is_encoder_decoder", False):  # as many decoder tokens as encoder tokens
+        inputs["decoder_input_ids"] = torch.zeros((batch, seq_len), dtype=torch.long, device="meta")
     with _meta_autocast(), counter, torch.no_grad():
         module(**inputs)
     return int(counter.get_total_flops())

@@ -6,6 +6,9 @@ Each case is a catalog ``config.json`` (a published HF config) cut to a few laye
 
 * parameters: ``sum(p.numel())``, each tied tensor once, within :data:`PARAMS_TOLERANCE`;
 * forward FLOPs at batch 1 and 512 tokens: ``FlopCounterMode``'s total over one eager forward of ``input_ids``.
+  For an encoder-decoder (T5) "1 x 512" is 512 encoder tokens and 512 decoder tokens (``decoder_input_ids`` of
+  the same shape; perfcast's inference workload builds both sides at ``seq_len``): both stacks, the decoder's
+  cross-attention to the 512 encoder outputs, and the LM head over the 512 decoder tokens.
   FlopCounterMode counts matrix products only (``mm``, ``addmm``, ``bmm``, convolutions: 2 per multiply-add, no
   bias adds), so perfcast's side is the same: the GEMM ops of its inference workload (hf style, eager
   attention) from their dims, plus convolutions; norms, activations, softmax, softcaps and multipliers are
@@ -131,16 +134,23 @@ CASES: dict[str, tuple[str, Any, int | None]] = {
     # transformers has no kimi_k2 class: built as DeepseekV3 from the same dict (hf_meta_reference._CONFIG_TYPES)
     "kimi_k2": ("kimi-k2-instruct", lambda: _catalog("kimi-k2-instruct"), 2),  # one dense, one MoE
     "jamba": ("jamba-v0.1", lambda: _catalog("jamba-v0.1"), 8),  # Mamba layers 0-3, 5-7, attention 4; MoE odd
+    # encoder-decoder: 2 + 2 layers; T5 v1.1 (gated GELU, untied head)
+    "t5": ("flan-t5-xl", lambda: {**_catalog("flan-t5-xl"), "num_decoder_layers": 2}, 2),
 }
+# more configs of a family already in CASES (a second variant of its architecture), compared the same way
+VARIANT_CASES: dict[str, tuple[str, Any, int | None]] = {
+    "t5-v1.0": ("t5-base", lambda: _catalog("t5-base"), 2),  # ReLU MLP, tied head: 2 + 2 layers
+}
+ALL_CASES = {**CASES, **VARIANT_CASES}
 MOE = ("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "switch_transformers", "llama4", "llama4_text", "jamba",
        "qwen2_moe", "phimoe", "dbrx", "glm4_moe", "deepseek_v2", "kimi_k2")
-DENSE = tuple(t for t in CASES if t not in MOE)
+DENSE = tuple(t for t in ALL_CASES if t not in MOE)
 # routed experts per token of each MoE case's config: (experts, top-k)
 _ROUTING_KEYS = (("num_local_experts", "num_experts", "n_routed_experts"), ("num_experts_per_tok",))
 
 
 def _case(model_type: str) -> tuple[str, dict[str, Any]]:
-    name, config, layers = CASES[model_type]
+    name, config, layers = ALL_CASES[model_type]
     return name, shrink(config(), layers)
 
 
@@ -160,7 +170,7 @@ def test_every_supported_model_type_is_compared_or_said_why_not() -> None:
     assert set(supported_model_types()) == set(CASES) | set(NOT_IN_TRANSFORMERS)
 
 
-@pytest.mark.parametrize("model_type", list(CASES))
+@pytest.mark.parametrize("model_type", list(ALL_CASES))
 def test_params_match_transformers(model_type: str, modules: dict[str, Any]) -> None:
     name, raw = _case(model_type)
     ours, ref = perfcast_counts(raw, name).params, hf_params(_module(modules, model_type))
