@@ -59,11 +59,12 @@ def test_a_diffusers_config_is_recognised_by_its_class_name() -> None:
 # --- vision towers --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model_type", ["qwen2_vl", "mllama", "paligemma"])
+@pytest.mark.parametrize("model_type", ["qwen3_vl", "mllama", "paligemma"])
 def test_a_multimodal_model_type_names_its_vision_tower(model_type: str) -> None:
     message = _refusal(model_type=model_type)
     assert message == (f"custom: {model_type}'s vision tower is not supported; supported: clip_vision_model "
-                       "(llava), llama4_vision_model (llama4)")
+                       "(llava), llama4_vision_model (llama4), qwen2_vl (qwen2_vl), qwen2_5_vl (qwen2_5_vl), "
+                       "pixtral (mistral3)")
 
 
 def test_an_unknown_model_type_with_a_vision_config_is_a_vision_refusal() -> None:
