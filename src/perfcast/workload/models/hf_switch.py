@@ -24,12 +24,13 @@ from perfcast.catalog.models import ModelConfig
 from perfcast.workload.graph import Graph
 from perfcast.workload.models.common import activation, dropout_residual, matmul_attention, python_rmsnorm
 
-__all__ = ["build_switch", "build_t5"]
+__all__ = ["build_switch"]
 
 
 def build_switch(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention: str = "eager",
                  decoder_seq: int | None = None) -> None:
-    """Emit the encoder-decoder forward: ``seq`` encoder tokens, ``decoder_seq`` (default ``seq``) decoder tokens."""
+    """Emit the encoder-decoder forward (T5, or Switch when ``cfg.moe`` is set): ``seq`` encoder tokens,
+    ``decoder_seq`` (default ``seq``) decoder tokens."""
     dseq = decoder_seq or seq
     d, v = cfg.hidden_size, cfg.vocab_size
     with g.scope("encoder"):
@@ -50,9 +51,6 @@ def build_switch(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention:
         if cfg.tie_word_embeddings:
             g.pointwise("rescale", "mulu", t * d)
         g.linear("lm_head", t, d, v, bias=False, tp_split="vocab", tied=cfg.tie_word_embeddings)
-
-
-build_t5 = build_switch  # dense T5 is the same graph with no MoE layers
 
 
 def _position_bias(g: Graph, cfg: ModelConfig, batch: int, q_len: int, k_len: int, *, relative: bool,
