@@ -233,6 +233,17 @@ class VisionConfig(_Frozen):
         default=None, gt=0, description="tokens through the projector per image; None = num_image_tokens")
     image_newline: bool = Field(default=False, description="a learned text-width newline vector (LLaVA-NeXT)")
 
+    @model_validator(mode="after")
+    def _check_tower(self) -> VisionConfig:
+        if any(not 0 <= i < self.num_layers for i in self.full_attention_blocks):
+            raise ValueError(f"full_attention_blocks must be block indices in [0, {self.num_layers})")
+        if len(set(self.full_attention_blocks)) != len(self.full_attention_blocks):
+            raise ValueError("full_attention_blocks lists a block twice")
+        if self.num_patches % self.spatial_merge_size**2:
+            raise ValueError(f"{self.num_patches} patches do not merge {self.spatial_merge_size} x "
+                             f"{self.spatial_merge_size} into whole tokens")
+        return self
+
     @property
     def num_patches(self) -> int:
         """Patches per image (tile), without the class token."""
