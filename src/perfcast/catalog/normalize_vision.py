@@ -257,6 +257,8 @@ def normalize_llava_next(raw: Raw, text: Normalizer) -> Raw:
     if raw["vision_feature_select_strategy"] != "default":
         raise UnsupportedError("llava_next with vision_feature_select_strategy "
                                f"{raw['vision_feature_select_strategy']!r} is not supported; supported: default")
+    if "vocab_size" not in text_raw and "vocab_size" in raw:  # as LLaVA: the top-level vocabulary is the text's
+        text_raw["vocab_size"] = raw["vocab_size"]
     out = text({**text_raw, "model_type": "llama"})
     out["model_type"] = "llava_next"
     vis = _filled(_tower(raw, "llava_next", "clip_vision_model"), _CLIP)
