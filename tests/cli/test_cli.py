@@ -457,3 +457,14 @@ def test_predict_batch_row_with_an_infinite_count_is_a_malformed_row(tmp_path: P
     with out.open(encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert rows[1]["status"].startswith("unsupported: malformed row") and rows[1]["pred_measured_ms"] == ""
+
+
+def test_serve_refuses_an_encoder_decoder_naming_the_cross_attention_cache() -> None:
+    line = user_error(invoke(["serve", "-m", "flan-t5-xl", "-H", "a100-sxm-80gb"]))
+    assert "encoder-decoder" in line and "cross-attention KV cache" in line
+
+
+def test_predict_prices_a_t5_forward_pass() -> None:
+    res = invoke(["predict", "-m", "flan-t5-xl", "-H", "a100-sxm-80gb", "-b", "1", "-s", "512", "--json"])
+    assert res.exit_code == 0, res.stdout
+    assert parse_json(res)["step_time_s"] > 0

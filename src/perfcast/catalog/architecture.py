@@ -190,12 +190,30 @@ class VisionConfig(_Frozen):
     """Vision encoder (a ViT) of a multimodal model and the projector into the text model.
 
     The encoder is a pre-LN ViT: a bias-free patch embedding (``num_channels *
-    patch_size_px**2 -> hidden_size``), a class token, learned positions for
+    temporal_patch_size * patch_size_px**2 -> hidden_size``), by default a class token, learned positions for
     every patch plus the class token, LayerNorms with bias before and after the
-    stack, and ``num_layers`` blocks of biased MHA + biased non-gated MLP
-    (CLIP ViT-L/14-336 for LLaVA-1.5, Llama-4's 34-layer ViT). The projector is
+    stack (``stack_norms``), and ``num_layers`` blocks of biased MHA + biased non-gated MLP
+    (CLIP ViT-L/14-336 for LLaVA-1.5 and LLaVA-NeXT, Llama-4's 34-layer ViT). The projector is
     a chain of linear layers whose widths are ``projector_dims`` (first = the
-    width entering it, last = the text model's hidden size).
+    width entering it, last = the text model's hidden size), with a GELU between two of them.
+
+    The other fields describe today's towers; their defaults are the ViT above:
+
+    * Qwen2-VL / Qwen2.5-VL: a Conv3d patch embedding over ``temporal_patch_size`` (2) frames (an image is
+      repeated to 2), 2D rotary positions (``position`` rotary: no table, no class token), no norms around the
+      stack, RMSNorm + gated SiLU MLP (2.5), window attention over ``window_patches`` patches except in
+      ``full_attention_blocks`` (2.5), then the patch merger: a norm (``merge_norm``), ``spatial_merge_size**2``
+      neighbouring patches concatenated into one token, and the projector MLP;
+    * Pixtral (Mistral 3): 2D rotary, one RMSNorm before the stack, RMSNorm + bias-free gated SiLU MLP, then the
+      projector's RMSNorm, the patch merger's bias-free ``merge_linear`` (``4 x hidden -> hidden``) and the
+      projector;
+    * LLaVA-NeXT anyres: one image is ``tiles_per_image`` tiles of ``image_size_px`` (the base image and the grid
+      tiles), each through the tower and projector (``projector_tokens_per_image`` tokens in all), plus a learned
+      ``image_newline`` vector (the text width) after each row of features.
+
+    ``image_size_px`` is the side of the square image the tower is priced on (for tiled towers, of one tile);
+    ``num_image_tokens`` are the text-sequence tokens one such image becomes (merged patches plus row-break /
+    newline tokens).
     """
 
     model_type: str = Field(description="HF model_type of the vision config, e.g. clip_vision_model")
@@ -212,11 +230,51 @@ class VisionConfig(_Frozen):
     )
     projector_bias: bool = Field(default=True, description="the projector's linear layers carry biases")
     num_image_tokens: int = Field(gt=0, description="text-sequence tokens one image (tile) becomes")
+    norm: Literal["layernorm", "rmsnorm"] = Field(default="layernorm", description="the tower's norms")
+    position: Literal["learned", "rotary"] = Field(
+        default="learned", description="learned: a position table (and class token); rotary: 2D RoPE, no table")
+    class_token: bool = Field(default=True, description="a learned class token joins the patches")
+    stack_norms: int = Field(default=2, ge=0, le=2, description="norms around the stack: CLIP's pre and post "
+                             "LayerNorm (2), Pixtral's ln_pre (1), none (Qwen2-VL)")
+    gated_mlp: bool = Field(default=False, description="the ViT MLP is gate/up/down (Qwen2.5-VL, Pixtral)")
+    attention_bias: bool = Field(default=True, description="q/k/v and output projections carry biases")
+    mlp_bias: bool = Field(default=True, description="the ViT MLP's projections carry biases")
+    temporal_patch_size: int = Field(default=1, gt=0, description="frames one patch spans (Qwen2-VL's Conv3d: 2)")
+    spatial_merge_size: int = Field(default=1, gt=0, description="patches merged per side into one token (2 = 4 "
+                                    "patches -> 1)")
+    merge_norm: bool = Field(default=False, description="a norm over the patches before merging (Qwen ln_q, "
+                             "Mistral 3's projector norm)")
+    merge_linear: bool = Field(default=False, description="a bias-free merge_size**2 x hidden -> hidden linear "
+                               "after merging (Pixtral's patch merger)")
+    window_patches: int | None = Field(default=None, gt=0, description="side of an attention window in patches "
+                                       "(Qwen2.5-VL: 8); None = every block attends over the whole image")
+    full_attention_blocks: tuple[int, ...] = Field(default=(), description="0-based blocks with full attention "
+                                                   "when the others use windows")
+    tiles_per_image: int = Field(default=1, gt=0, description="tiles of image_size_px one image is cut into")
+    projector_tokens_per_image: int | None = Field(
+        default=None, gt=0, description="tokens through the projector per image; None = num_image_tokens")
+    image_newline: bool = Field(default=False, description="a learned text-width newline vector (LLaVA-NeXT)")
+
+    @model_validator(mode="after")
+    def _check_tower(self) -> VisionConfig:
+        if any(not 0 <= i < self.num_layers for i in self.full_attention_blocks):
+            raise ValueError(f"full_attention_blocks must be block indices in [0, {self.num_layers})")
+        if len(set(self.full_attention_blocks)) != len(self.full_attention_blocks):
+            raise ValueError("full_attention_blocks lists a block twice")
+        if self.num_patches % self.spatial_merge_size**2:
+            raise ValueError(f"{self.num_patches} patches do not merge {self.spatial_merge_size} x "
+                             f"{self.spatial_merge_size} into whole tokens")
+        return self
 
     @property
     def num_patches(self) -> int:
         """Patches per image (tile), without the class token."""
         return (self.image_size_px // self.patch_size_px) ** 2
+
+    @property
+    def patch_in_features(self) -> int:
+        """Pixels (times channels and frames) one patch embedding reads."""
+        return self.num_channels * self.temporal_patch_size * self.patch_size_px**2
 
 
 _MAX_CNN_SIZE = 2**31  # channels, pixels, blocks per stage: far beyond any real CNN; FLOP counts stay finite

@@ -6,7 +6,7 @@ defaults of the ``transformers`` config class when a key is absent) onto one
 vocabulary. One function per family keeps each mapping readable.
 
 Nothing is guessed: a ``model_type`` with no function here (``gemma3``,
-``minimax_m2``, ``nemotron_h``, ``t5``, a missing one) is refused with the supported
+``minimax_m2``, ``nemotron_h``, ``rwkv``, a missing one) is refused with the supported
 list rather than priced as some other decoder; a multimodal config whose vision
 tower is not a modelled one is refused naming the tower; a config of a supported
 family that carries keys of another architecture (experts in a ``llama``
@@ -36,7 +36,15 @@ from typing import Any
 
 from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.diffusion import normalize_unet, normalize_vae
+from perfcast.catalog.normalize_encdec import normalize_t5
 from perfcast.catalog.normalize_ssm import normalize_jamba, normalize_mamba, normalize_mamba2
+from perfcast.catalog.normalize_vision import (
+    VISION_FAMILIES,
+    normalize_llava_next,
+    normalize_mistral3,
+    normalize_qwen2_5_vl,
+    normalize_qwen2_vl,
+)
 from perfcast.catalog.quantization import parse_quantization_config
 from perfcast.errors import UnsupportedError
 
@@ -965,6 +973,7 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "opt": _opt,
     "bert": _bert,
     "switch_transformers": _switch,
+    "t5": normalize_t5,
     "llama": _llama,
     "mistral": _mistral,
     "mixtral": _mixtral,
@@ -991,6 +1000,11 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "internlm2": _internlm2,
     "nemotron": _nemotron,
     "llava": _llava,
+    # vision-language families: the text config is read by normalize_hf (its own family), the tower there
+    "qwen2_vl": lambda raw: normalize_qwen2_vl(raw, normalize_hf),
+    "qwen2_5_vl": lambda raw: normalize_qwen2_5_vl(raw, normalize_hf),
+    "mistral3": lambda raw: normalize_mistral3(raw, normalize_hf),
+    "llava_next": lambda raw: normalize_llava_next(raw, normalize_hf),
     "gemma2": _gemma2,
     "gemma3_text": _gemma3_text,
     "phi3": _phi3,
@@ -1072,7 +1086,8 @@ def _torch_dtype(raw: Raw) -> str | None:
 
 
 # vision towers perfcast models, and the multimodal family each belongs to
-_VISION_TOWERS = {"clip_vision_model": "llava", "llama4_vision_model": "llama4"}
+_VISION_TOWERS = {"clip_vision_model": "llava", "llama4_vision_model": "llama4", "qwen2_vl": "qwen2_vl",
+                  "qwen2_5_vl": "qwen2_5_vl", "pixtral": "mistral3"}
 _SUPPORTED_TOWERS = ", ".join(f"{tower} ({family})" for tower, family in _VISION_TOWERS.items())
 # multimodal model_types whose config may carry no vision_config key of its own
 _MULTIMODAL_TYPES = frozenset({
@@ -1109,6 +1124,7 @@ _FOREIGN_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
 # the features each family models (every other family refuses their keys)
 _FEATURES: dict[str, frozenset[str]] = {
     "switch_transformers": frozenset({"moe", "cross"}),
+    "t5": frozenset({"cross"}),
     "mixtral": frozenset({"moe"}),
     "qwen3_moe": frozenset({"moe"}),
     "llama4": frozenset({"moe", "vision"}),
@@ -1124,6 +1140,7 @@ _FEATURES: dict[str, frozenset[str]] = {
     "gpt_neox": frozenset({"parallel"}),
     "falcon": frozenset({"parallel", "alibi"}),
     "llava": frozenset({"vision"}),
+    **{family: frozenset({"vision"}) for family in VISION_FAMILIES},
     "mamba": frozenset({"ssm"}),
     "mamba2": frozenset({"ssm"}),
     "jamba": frozenset({"ssm", "moe"}),
@@ -1243,7 +1260,7 @@ def normalize_hf(raw: dict[str, Any]) -> dict[str, Any]:
     out = _FAMILIES[family](raw)
     # llava's text model was scaled by its own family; Gemma 3 states its extended window in max_position_embeddings
     # (131072; the linear factor 8 rescales the global layers' RoPE to reach it), as llama3 scaling does
-    if out.get("position") == "rotary" and family not in ("llava", "gemma3_text"):
+    if out.get("position") == "rotary" and family not in ("llava", "gemma3_text", *VISION_FAMILIES):
         out["max_positions"] = _context_limit(text if family == "llama4" and isinstance(text, dict) else raw,
                                               out["max_positions"])
     out["torch_dtype"] = _torch_dtype(raw)

@@ -182,18 +182,31 @@ def _hybrid_stack(cfg: ModelArchitecture, ssm: SSMConfig) -> tuple[int, int]:
 
 
 def _vision(vis: VisionConfig) -> int:
-    """Vision tower (pre-LN ViT with class token) plus projector; see VisionConfig."""
+    """Vision tower (a ViT: CLIP's with class token and position table, or a rotary one) plus merger and
+    projector; see VisionConfig."""
     h, inner = vis.hidden_size, vis.intermediate_size
-    params = vis.num_channels * vis.patch_size_px**2 * h  # bias-free patch embedding
-    params += h  # class embedding
-    params += (vis.num_patches + 1) * h  # positions of patches and class token
-    params += 2 * 2 * h  # pre and post LayerNorm
-    layer = 4 * _linear(h, h, True)  # q, k, v, o with biases
-    layer += _linear(h, inner, True) + _linear(inner, h, True)  # fc1, fc2
-    layer += 2 * 2 * h  # two LayerNorms
+    norm = h * (2 if vis.norm == "layernorm" else 1)  # LayerNorm weight and bias, RMSNorm weight
+    params = vis.patch_in_features * h  # bias-free patch embedding (Conv2d / Conv3d)
+    if vis.class_token:
+        params += h  # class embedding
+    if vis.position == "learned":
+        params += (vis.num_patches + (1 if vis.class_token else 0)) * h  # positions of patches and class token
+    params += vis.stack_norms * norm  # CLIP's pre and post LayerNorm, Pixtral's ln_pre
+    layer = 4 * _linear(h, h, vis.attention_bias)  # q, k, v, o
+    if vis.gated_mlp:
+        layer += 2 * _linear(h, inner, vis.mlp_bias) + _linear(inner, h, vis.mlp_bias)  # gate, up, down
+    else:
+        layer += _linear(h, inner, vis.mlp_bias) + _linear(inner, h, vis.mlp_bias)  # fc1, fc2
+    layer += 2 * norm  # two norms
     params += vis.num_layers * layer
+    if vis.merge_norm:
+        params += norm  # Qwen's ln_q, Mistral 3's projector RMSNorm
+    if vis.merge_linear:
+        params += _linear(h * vis.spatial_merge_size**2, h, False)  # Pixtral's merging_layer
     dims = vis.projector_dims
     params += sum(_linear(a, b, vis.projector_bias) for a, b in zip(dims, dims[1:], strict=False))
+    if vis.image_newline:
+        params += dims[-1]  # LLaVA-NeXT's image_newline (text width)
     return params
 
 

@@ -151,6 +151,10 @@ def build_deployment(cfg: ServingConfig, calibration: Calibration, *, memory_fra
     limits its schedulers obey, priced with ``calibration``."""
     policy = "sarathi" if cfg.scheduler == "vllm" and cfg.enable_chunked_prefill else cfg.scheduler
     model_cfg = load_model(cfg.model)
+    if model_cfg.kind == "encoder-decoder":
+        raise UnsupportedError(f"{model_cfg.id} is an encoder-decoder: serving it needs a cross-attention KV cache "
+                               "(each sequence's encoder output, cached for its decoder), which perfcast's serving "
+                               "simulator does not model; price a forward pass with perfcast predict --mode inference")
     max_len = max_model_len(cfg, model_cfg)
     budget = cfg.max_num_batched_tokens or (cfg.chunk_size if policy == "sarathi" else max(max_len, 2048))
     if policy == "static":

@@ -142,9 +142,10 @@ def _build(cfg: ModelConfig, spec: WorkloadSpec) -> Workload:
             raise UnsupportedError(f"{cfg.id}: encoder family {cfg.model_type!r} has no builder; supported: bert")
         build_bert(g, cfg, b, s, attention=attention, pretraining_heads=training)
     elif cfg.kind == "encoder-decoder":
-        if cfg.model_type != "switch_transformers":
+        if cfg.model_type not in ("switch_transformers", "t5"):
             raise UnsupportedError(
-                f"{cfg.id}: encoder-decoder family {cfg.model_type!r} has no builder; supported: switch_transformers"
+                f"{cfg.id}: encoder-decoder family {cfg.model_type!r} has no builder; supported: switch_transformers, "
+                "t5"
             )
         build_switch(g, cfg, b, s, attention=attention)
     elif cfg.kind == "cnn":

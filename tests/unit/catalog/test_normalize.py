@@ -30,7 +30,7 @@ def _refusal(**fields: Any) -> str:
 # --- model_type -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model_type", ["banana", "olmoe", "minimax_m2", "nemotron_h", "t5", ""])
+@pytest.mark.parametrize("model_type", ["banana", "olmoe", "minimax_m2", "nemotron_h", "rwkv", ""])
 def test_an_unmodelled_model_type_is_refused_with_the_supported_list(model_type: str) -> None:
     message = _refusal(model_type=model_type)
     if model_type:
@@ -47,7 +47,7 @@ def test_the_supported_list_holds_every_family_and_the_diffusers_networks() -> N
     names = supported_model_types()
     assert names == sorted(names)
     assert {"llama", "gpt2", "bert", "deepseek_v3", "gpt_oss", "unet_2d_condition", "autoencoder_kl"} <= set(names)
-    assert "olmoe" not in names and "t5" not in names
+    assert "olmoe" not in names and "rwkv" not in names
 
 
 def test_a_diffusers_config_is_recognised_by_its_class_name() -> None:
@@ -59,11 +59,12 @@ def test_a_diffusers_config_is_recognised_by_its_class_name() -> None:
 # --- vision towers --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model_type", ["qwen2_vl", "mllama", "paligemma"])
+@pytest.mark.parametrize("model_type", ["qwen3_vl", "mllama", "paligemma"])
 def test_a_multimodal_model_type_names_its_vision_tower(model_type: str) -> None:
     message = _refusal(model_type=model_type)
     assert message == (f"custom: {model_type}'s vision tower is not supported; supported: clip_vision_model "
-                       "(llava), llama4_vision_model (llama4)")
+                       "(llava), llama4_vision_model (llama4), qwen2_vl (qwen2_vl), qwen2_5_vl (qwen2_5_vl), "
+                       "pixtral (mistral3)")
 
 
 def test_an_unknown_model_type_with_a_vision_config_is_a_vision_refusal() -> None:

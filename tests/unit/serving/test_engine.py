@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfcast.errors import ConfigError, UnknownNameError
+from perfcast.errors import ConfigError, UnknownNameError, UnsupportedError
 from perfcast.results.serialize import to_json
 from perfcast.serving import IterationModel, PrefillChunk, ServingConfig, WorkloadConfig, simulate_serving
 from perfcast.serving.timeline import serving_trace
@@ -276,6 +276,22 @@ def test_images_add_tokens_and_vision_encoder_time() -> None:
     assert image.metrics.ttft_s.p50 > text.metrics.ttft_s.p50
     with pytest.raises(ConfigError, match="no vision tower"):
         simulate_serving(_cfg("vllm", images_per_request=1, **(kw | {"model": "llama-2-7b"})))
+
+
+@pytest.mark.parametrize(("model", "tokens"), [("qwen2.5-vl-7b", 256), ("mistral-small-3.1-24b", 272),
+                                               ("llava-next-llama3-8b", 2928)])
+def test_todays_vision_towers_add_their_image_tokens(model: str, tokens: int) -> None:
+    """One image of the priced size (448 px; LLaVA-NeXT 672 px as 5 tiles) joins each prompt."""
+    kw = dict(trace=None, prompt_tokens=200, output_tokens=16, n=6, qps=1.0, model=model)
+    image = simulate_serving(_cfg("vllm", images_per_request=1, **kw), audit=True)
+    _assert_conserved(image)
+    assert int(image.prompt_tokens[0]) == 200 + tokens
+    assert image.metrics.ttft_s.p50 > simulate_serving(_cfg("vllm", **kw)).metrics.ttft_s.p50
+
+
+def test_serving_refuses_an_encoder_decoder() -> None:
+    with pytest.raises(UnsupportedError, match="cross-attention KV cache"):
+        simulate_serving(_cfg("vllm", trace=None, prompt_tokens=200, output_tokens=16, n=4, model="flan-t5-xl"))
 
 
 def test_retrieval_runs_before_the_engine_and_counts_in_ttft() -> None:

@@ -4,7 +4,8 @@ No weights and no downloads: the config dict is a catalog ``config.json`` (perha
 into the family's config class with ``AutoConfig.for_model`` and instantiated under ``torch.device("meta")``.
 Parameters are ``sum(p.numel())`` of that module; forward FLOPs are what
 ``torch.utils.flop_counter.FlopCounterMode`` counts on one forward of ``input_ids`` of shape (batch, seq) (a
-224 px image batch for an image classifier) with eager attention: matrix products only
+224 px image batch for an image classifier; for an encoder-decoder the same shape again as ``decoder_input_ids``)
+with eager attention: matrix products only
 (``mm``/``addmm``/``bmm``/``baddbmm``/``convolution``/SDPA, 2 FLOPs per multiply-add, bias additions not
 counted). perfcast's side of the comparison is :func:`perfcast_matmul_flops`.
 """
@@ -21,6 +22,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from perfcast.catalog.models import ModelConfig, from_hf_config
+from perfcast.dtypes import parse_dtype
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.types import Mode, OpKind
 
@@ -66,6 +68,11 @@ _MODEL_CLASSES = {
     "llava": "LlavaForConditionalGeneration",  # text model + CLIP tower + projector
     "llama4": "Llama4ForConditionalGeneration",  # text model + vision tower + projector
     "switch_transformers": "SwitchTransformersForConditionalGeneration",
+    "t5": "T5ForConditionalGeneration",  # encoder, decoder, LM head
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",  # text model + ViT + patch merger
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+    "mistral3": "Mistral3ForConditionalGeneration",  # text model + Pixtral + projector
+    "llava_next": "LlavaNextForConditionalGeneration",  # text model + CLIP + projector + image_newline
     "resnet": "ResNetForImageClassification",
 }
 
@@ -107,6 +114,8 @@ def hf_forward_flops(module: torch.nn.Module, *, batch: int = 1, seq_len: int = 
         inputs = {"pixel_values": torch.zeros((batch, 3, 224, 224), device="meta")}
     else:
         inputs = {"input_ids": torch.zeros((batch, seq_len), dtype=torch.long, device="meta")}
+    if getattr(module.config, "is_encoder_decoder", False):  # as many decoder tokens as encoder tokens
+        inputs["decoder_input_ids"] = torch.zeros((batch, seq_len), dtype=torch.long, device="meta")
     with _meta_autocast(), counter, torch.no_grad():
         module(**inputs)
     return int(counter.get_total_flops())
@@ -194,3 +203,64 @@ def perfcast_counts(raw: dict[str, Any], model_id: str, *, batch: int = 1, seq_l
     cfg = perfcast_config(raw, model_id)
     return PerfcastCounts(cfg.num_params(), cfg.num_active_params(), perfcast_matmul_flops(cfg, batch=batch,
                                                                                             seq_len=seq_len))
+
+
+
+def perfcast_vision_matmul_flops(cfg: ModelConfig, *, images: int = 1) -> float:
+    """Matmul FLOPs of perfcast's vision tower, merger and projector (what serving prices per image) over
+    ``images`` images of the tower's priced size: its GEMMs (the patch embedding included) and attention."""
+    from perfcast.workload.graph import Graph
+    from perfcast.workload.models.vision import build_vision_encoder
+
+    assert cfg.vision is not None
+    g = Graph(parse_dtype("bf16"))  # matmul FLOPs do not depend on the dtype
+    build_vision_encoder(g, cfg.vision, images)
+    total = 0.0
+    for op in g.ops:
+        if op.kind is OpKind.GEMM:
+            b, m, k, n = op.dims[:4]
+            total += 2.0 * b * m * k * n * op.count
+        elif op.kind is OpKind.ATTENTION:
+            total += op.flops * op.count
+    return total
+
+
+def _vision_call(module: torch.nn.Module, cfg: ModelConfig, image_px: int, device: str) -> tuple[Any, dict[str, Any]]:
+    """The HF call that runs one ``image_px`` square image through the tower, merger and projector of
+    ``module`` (pixels on ``device``; grids and image sizes, which the HF code reads as numbers, on the CPU)."""
+    vis = cfg.vision
+    assert vis is not None
+    tile, patch = vis.image_size_px, vis.patch_size_px
+    model: Any = module.model
+    if cfg.model_type in ("qwen2_vl", "qwen2_5_vl"):  # flattened patches and the (t, h, w) grid
+        grid = image_px // patch
+        pixels = torch.zeros((grid * grid, vis.patch_in_features), device=device)
+        return model.visual, {"hidden_states": pixels, "grid_thw": torch.tensor([[1, grid, grid]])}
+    sizes = torch.tensor([[image_px, image_px]])
+    if cfg.model_type == "mistral3":
+        return model.get_image_features, {"pixel_values": torch.zeros((1, 3, tile, tile), device=device),
+                                          "image_sizes": sizes}
+    if cfg.model_type == "llava_next":  # the base image and the grid's tiles
+        config: Any = module.config
+        return model.get_image_features, {
+            "pixel_values": torch.zeros((1, vis.tiles_per_image, 3, tile, tile), device=device),
+            "image_sizes": sizes, "vision_feature_layer": config.vision_feature_layer,
+            "vision_feature_select_strategy": config.vision_feature_select_strategy}
+    raise ValueError(f"no vision reference for {cfg.model_type}")
+
+
+def hf_vision_flops(raw: dict[str, Any], cfg: ModelConfig, image_px: int, *, on_cpu: bool = False) -> int:
+    """FlopCounterMode's total for one ``image_px`` square image through the HF tower, merger and projector of
+    ``raw``, on the meta device (or, ``on_cpu``, on the CPU with every weight zero, for code a meta tensor cannot
+    run)."""
+    module = hf_module(raw)
+    if on_cpu:
+        module = module.to_empty(device="cpu").requires_grad_(False)
+        with torch.no_grad():
+            for tensor in (*module.parameters(), *module.buffers()):
+                tensor.zero_()
+    call, inputs = _vision_call(module, cfg, image_px, "cpu" if on_cpu else "meta")
+    counter = FlopCounterMode(display=False)
+    with _meta_autocast(), counter, torch.no_grad():
+        call(**inputs)
+    return int(counter.get_total_flops())

@@ -6,6 +6,9 @@ Each case is a catalog ``config.json`` (a published HF config) cut to a few laye
 
 * parameters: ``sum(p.numel())``, each tied tensor once, within :data:`PARAMS_TOLERANCE`;
 * forward FLOPs at batch 1 and 512 tokens: ``FlopCounterMode``'s total over one eager forward of ``input_ids``.
+  For an encoder-decoder (T5) "1 x 512" is 512 encoder tokens and 512 decoder tokens (``decoder_input_ids`` of
+  the same shape; perfcast's inference workload builds both sides at ``seq_len``): both stacks, the decoder's
+  cross-attention to the 512 encoder outputs, and the LM head over the 512 decoder tokens.
   FlopCounterMode counts matrix products only (``mm``, ``addmm``, ``bmm``, convolutions: 2 per multiply-add, no
   bias adds), so perfcast's side is the same: the GEMM ops of its inference workload (hf style, eager
   attention) from their dims, plus convolutions; norms, activations, softmax, softcaps and multipliers are
@@ -21,6 +24,12 @@ Each case is a catalog ``config.json`` (a published HF config) cut to a few laye
   are elementwise there and not counted. perfcast's side counts the same parts
   (:func:`hf_meta_reference.perfcast_matmul_flops`); the scan's full FLOPs are in its ``ssm_scan`` op.
 
+* vision-language models (``llava``, ``llava_next``, ``qwen2_vl``, ``qwen2_5_vl``, ``mistral3``): parameters with the
+  vision tower, merger and projector whole (the text layers cut); forward FLOPs text-only (``input_ids`` alone, as
+  above), and the vision path apart on one image of the size perfcast prices
+  (:func:`test_vision_tower_matmul_flops_match_flop_counter`; Qwen-VL 448 px, Mistral 3 448 px, LLaVA-NeXT a 672 px
+  image as 5 tiles of 336 px).
+
 Not compared:
 
 * families transformers cannot build without remote code (``internlm``, ``internlm2``, Qwen v1 ``qwen``) or
@@ -33,6 +42,10 @@ Not compared:
   Not there: Jamba (its Mamba layers' slow path), Llama-4, whose HF experts multiply every token by every
   expert (a dense bmm over all experts, masked by the router scores) where perfcast, like an engine, prices the
   top-k experts, and Switch, an encoder-decoder.
+* the LLaVA-1.5 tower's FLOPs (its CLIP is LLaVA-NeXT's, compared there per tile) and Llama-4's (an MoE model).
+* a whole image + text forward of a vision-language model: the image features replace the image tokens' embeddings,
+  so the text side is the text-only forward of a sequence with those tokens; HF's processors (the image-token
+  expansion, Qwen's M-RoPE index over an image grid) read tensor values a meta tensor does not have.
 """
 
 from __future__ import annotations
@@ -45,13 +58,17 @@ from hf_meta_reference import (
     hf_forward_flops,
     hf_module,
     hf_params,
+    hf_vision_flops,
     narrow,
+    perfcast_config,
     perfcast_counts,
+    perfcast_vision_matmul_flops,
     shrink,
 )
 
 from perfcast.catalog.models import load_model
 from perfcast.catalog.normalize import supported_model_types
+from perfcast.catalog.normalize_vision import LLAVA_NEXT_IMAGE_PX
 
 PARAMS_TOLERANCE = 0.005  # issue 16: parameter counts within 0.5% of transformers
 FLOPS_TOLERANCE = 0.03  # issue 16: forward FLOPs within 3% of FlopCounterMode
@@ -82,6 +99,13 @@ QWEN2_5_7B: dict[str, Any] = {
 
 def _catalog(model_id: str) -> dict[str, Any]:
     return dict(load_model(model_id).hf_config)
+
+
+def _with_text_layers(model_id: str) -> dict[str, Any]:
+    """The catalog config with its text_config's depth stated (a text_config relying on LlamaConfig's default
+    of 32 layers has no key for :func:`hf_meta_reference.shrink` to cut)."""
+    raw = _catalog(model_id)
+    return {**raw, "text_config": {"num_hidden_layers": 32, **raw["text_config"]}}
 
 
 def _text_config(model_id: str) -> dict[str, Any]:
@@ -131,16 +155,28 @@ CASES: dict[str, tuple[str, Any, int | None]] = {
     # transformers has no kimi_k2 class: built as DeepseekV3 from the same dict (hf_meta_reference._CONFIG_TYPES)
     "kimi_k2": ("kimi-k2-instruct", lambda: _catalog("kimi-k2-instruct"), 2),  # one dense, one MoE
     "jamba": ("jamba-v0.1", lambda: _catalog("jamba-v0.1"), 8),  # Mamba layers 0-3, 5-7, attention 4; MoE odd
+    # encoder-decoder: 2 + 2 layers; T5 v1.1 (gated GELU, untied head)
+    "t5": ("flan-t5-xl", lambda: {**_catalog("flan-t5-xl"), "num_decoder_layers": 2}, 2),
+    # vision-language: text layers cut, the vision tower whole; forward FLOPs text-only (input_ids)
+    "qwen2_vl": ("qwen2-vl-7b", lambda: _catalog("qwen2-vl-7b"), 2),
+    "qwen2_5_vl": ("qwen2.5-vl-7b", lambda: _catalog("qwen2.5-vl-7b"), 2),
+    "mistral3": ("mistral-small-3.1-24b", lambda: _catalog("mistral-small-3.1-24b"), 2),
+    "llava_next": ("llava-next-llama3-8b", lambda: _with_text_layers("llava-next-llama3-8b"), 2),
 }
+# more configs of a family already in CASES (a second variant of its architecture), compared the same way
+VARIANT_CASES: dict[str, tuple[str, Any, int | None]] = {
+    "t5-v1.0": ("t5-base", lambda: _catalog("t5-base"), 2),  # ReLU MLP, tied head: 2 + 2 layers
+}
+ALL_CASES = {**CASES, **VARIANT_CASES}
 MOE = ("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "switch_transformers", "llama4", "llama4_text", "jamba",
        "qwen2_moe", "phimoe", "dbrx", "glm4_moe", "deepseek_v2", "kimi_k2")
-DENSE = tuple(t for t in CASES if t not in MOE)
+DENSE = tuple(t for t in ALL_CASES if t not in MOE)
 # routed experts per token of each MoE case's config: (experts, top-k)
 _ROUTING_KEYS = (("num_local_experts", "num_experts", "n_routed_experts"), ("num_experts_per_tok",))
 
 
 def _case(model_type: str) -> tuple[str, dict[str, Any]]:
-    name, config, layers = CASES[model_type]
+    name, config, layers = ALL_CASES[model_type]
     return name, shrink(config(), layers)
 
 
@@ -160,7 +196,7 @@ def test_every_supported_model_type_is_compared_or_said_why_not() -> None:
     assert set(supported_model_types()) == set(CASES) | set(NOT_IN_TRANSFORMERS)
 
 
-@pytest.mark.parametrize("model_type", list(CASES))
+@pytest.mark.parametrize("model_type", list(ALL_CASES))
 def test_params_match_transformers(model_type: str, modules: dict[str, Any]) -> None:
     name, raw = _case(model_type)
     ours, ref = perfcast_counts(raw, name).params, hf_params(_module(modules, model_type))
@@ -218,3 +254,41 @@ def test_moe_forward_matmul_flops_on_cpu(model_type: str) -> None:
     ours, ref = perfcast_counts(raw, name).matmul_flops, hf_cpu_forward_flops(raw)
     tolerance = MOE_FLOPS_GAPS.get(model_type, FLOPS_TOLERANCE)
     assert ours == pytest.approx(ref, rel=tolerance), f"{name}: perfcast {ours:.4g} vs FlopCounterMode {ref:.4g}"
+
+
+# vision-language cases whose tower (with merger and projector) is compared on one image of the size perfcast
+# prices (:mod:`perfcast.catalog.normalize_vision`): model_type -> (tower blocks kept, None for all; on the CPU)
+VISION_CASES: dict[str, tuple[int | None, bool]] = {
+    "qwen2_vl": (None, False),
+    "qwen2_5_vl": (4, True),  # blocks 0-2 windowed, 3 full; its window index has no meta kernel (see below)
+    "mistral3": (None, False),
+    "llava_next": (None, False),
+}
+
+
+def _vision_case(model_type: str) -> tuple[str, dict[str, Any]]:
+    name, raw = _case(model_type)
+    blocks = VISION_CASES[model_type][0]
+    if blocks is not None:  # Qwen2.5-VL: the last kept block is the full-attention one
+        raw = {**raw, "vision_config": {**raw["vision_config"], "depth": blocks,
+                                        "fullatt_block_indexes": [blocks - 1]}}
+    return name, raw
+
+
+@pytest.mark.parametrize("model_type", list(VISION_CASES))
+def test_vision_tower_matmul_flops_match_flop_counter(model_type: str) -> None:
+    """One image through the tower, merger and projector: perfcast's vision graph (what serving prices per image)
+    against FlopCounterMode over the HF image path (``visual`` for Qwen-VL, ``get_image_features`` for Mistral 3
+    and LLaVA-NeXT), which includes the patch embedding (a convolution), every block's projections and
+    attention bmms (per window for Qwen2.5-VL), the merger and the projector.
+
+    Qwen2.5-VL runs on the CPU with zero weights at 4 of its 32 blocks (3 windowed, 1 full): its
+    ``get_window_index`` ends in ``torch.unique_consecutive``, which has no meta kernel, and the whole tower
+    (670M parameters in fp32) is more than the test should allocate."""
+    name, raw = _vision_case(model_type)
+    cfg = perfcast_config(raw, name)
+    assert cfg.vision is not None
+    image_px = LLAVA_NEXT_IMAGE_PX if model_type == "llava_next" else cfg.vision.image_size_px
+    ours = perfcast_vision_matmul_flops(cfg)
+    ref = hf_vision_flops(raw, cfg, image_px, on_cpu=VISION_CASES[model_type][1])
+    assert ours == pytest.approx(ref, rel=FLOPS_TOLERANCE), f"{name}: perfcast {ours:.4g} vs FlopCounterMode {ref:.4g}"

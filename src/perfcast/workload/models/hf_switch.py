@@ -1,8 +1,10 @@
-"""Switch Transformers (``SwitchTransformersForConditionalGeneration``), eager PyTorch, transformers 4.38.
+"""T5 (``T5ForConditionalGeneration``) and Switch Transformers (``SwitchTransformersForConditionalGeneration``),
+eager PyTorch, transformers 4.38.
 
-An encoder-decoder (T5 layout) where every ``layer_step``-th feed-forward is a
+An encoder-decoder in T5's layout: dense T5 (v1.0: ReLU MLP ``wi``, ``wo``; v1.1 / FLAN-T5: gated GELU ``wi_0``,
+``wi_1``, ``wo``), or Switch, where every ``layer_step``-th feed-forward is a
 top-1 mixture of experts with a fixed expert capacity. As launched by the HF
-code (``models/switch_transformers/modeling_switch_transformers.py``):
+code (``models/t5/modeling_t5.py``, ``models/switch_transformers/modeling_switch_transformers.py``):
 
 - T5 LayerNorm is Python RMSNorm (6 kernels); attention is not scaled; a
   relative position bias plus the mask forms a ``(batch, heads, q, k)`` tensor
@@ -27,7 +29,8 @@ __all__ = ["build_switch"]
 
 def build_switch(g: Graph, cfg: ModelConfig, batch: int, seq: int, *, attention: str = "eager",
                  decoder_seq: int | None = None) -> None:
-    """Emit the encoder-decoder forward: ``seq`` encoder tokens, ``decoder_seq`` (default ``seq``) decoder tokens."""
+    """Emit the encoder-decoder forward (T5, or Switch when ``cfg.moe`` is set): ``seq`` encoder tokens,
+    ``decoder_seq`` (default ``seq``) decoder tokens."""
     dseq = decoder_seq or seq
     d, v = cfg.hidden_size, cfg.vocab_size
     with g.scope("encoder"):
@@ -112,6 +115,15 @@ def _attention(g: Graph, cfg: ModelConfig, name: str, batch: int, q_len: int, k_
 
 def _dense_mlp(g: Graph, cfg: ModelConfig, tokens: int, ff: int | None = None) -> None:
     ff = ff or cfg.intermediate_size
+    if cfg.gated_mlp and cfg.moe is None:  # T5 v1.1 T5DenseGatedActDense: act(wi_0 x) * wi_1 x, dropout, wo
+        g.linear("wi_0", tokens, cfg.hidden_size, ff, bias=False)
+        g.linear("wi_1", tokens, cfg.hidden_size, ff, bias=False)
+        with g.split("column"):
+            activation(g, "act", cfg.activation, tokens * ff)
+            g.pointwise("gate_mul", "mul", tokens * ff, inputs=2)
+            g.dropout("dropout", tokens * ff)
+        g.linear("wo", tokens, ff, cfg.hidden_size, bias=False, tp_split="row")
+        return
     g.linear("wi", tokens, cfg.hidden_size, ff, bias=False)
     with g.split("column"):
         activation(g, "act", cfg.activation, tokens * ff)
