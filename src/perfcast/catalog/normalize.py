@@ -338,6 +338,26 @@ def _gemma3_text(raw: Raw) -> Raw:
     return out
 
 
+def _gemma(raw: Raw) -> Raw:
+    """Gemma 1 (``GemmaForCausalLM``; CodeGemma): the Gemma 2 layer without what Gemma 2 added -- two
+    RMSNorms per layer (before attention and before the MLP; Gemma's RMSNorm scales by 1 + weight), no sliding
+    window, no softcapping, the 1/sqrt(head_dim) score scale. GeGLU MLP (transformers 4.57 runs
+    ``hidden_act``), head_dim 256 (may differ from hidden / heads), embeddings scaled by sqrt(hidden_size), tied
+    LM head. A config carrying a sliding window is refused (Gemma 1 has none)."""
+    raw = _with_defaults(raw, "gemma")
+    if raw.get("sliding_window"):
+        raise UnsupportedError(f"gemma with sliding_window={raw['sliding_window']} is not Gemma 1 (which attends "
+                               "to every position); supported: no sliding window (Gemma 2 is model_type gemma2)")
+    out = _llama(raw, "gemma")
+    out.update(
+        activation=str(raw["hidden_act"]),
+        sliding_window=None,
+        embedding_multiplier=float(out["hidden_size"]) ** 0.5,  # GemmaModel: hidden_states * normalizer
+        tie_word_embeddings=bool(raw["tie_word_embeddings"]),
+    )
+    return out
+
+
 def _phi3(raw: Raw) -> Raw:
     """Phi-3 / Phi-4 (``Phi3ForCausalLM``): a Llama layer whose code runs one fused ``qkv_proj`` and one fused
     ``gate_up_proj`` GEMM, bias-free; partial RoPE when ``partial_rotary_factor`` says so; a sliding window on
@@ -991,6 +1011,7 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "internlm2": _internlm2,
     "nemotron": _nemotron,
     "llava": _llava,
+    "gemma": _gemma,
     "gemma2": _gemma2,
     "gemma3_text": _gemma3_text,
     "phi3": _phi3,

@@ -205,12 +205,19 @@ def test_awq_and_gptq_keep_their_group_scales(quant: dict[str, Any], bits: int, 
     ({"quant_method": "fp8", "fmt": "e5m2"}, "fmt='e5m2'"),
     ({"quant_method": "gptq", "bits": 4, "modules_to_not_convert": ["mlp.down_proj"]}, "mlp.down_proj"),
     ({"quant_method": "mxfp4"}, "MoE experts only"),
+    ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "quant_algo='W4A8_AWQ'"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 32}, "group_size=32"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"},
+     "kv_cache_quant_algo='NVFP4'"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": ["model.layers.0.mlp"]},
+     "model.layers.0.mlp"),
 ])
 def test_quantization_perfcast_cannot_map_is_refused_in_one_line(quant: dict[str, Any], what: str) -> None:
     message = _refusal(model_type="llama", quantization_config=quant)
     assert what in message
     assert message.endswith("supported: fp8 (e4m3, per-tensor or block-scaled), mxfp4 (MoE experts only, as "
-                            "gpt-oss), awq (4-bit), gptq (4- or 8-bit)")
+                            "gpt-oss), awq (4-bit), gptq (4- or 8-bit), modelopt (FP8 or NVFP4, optional FP8 KV "
+                            "cache)")
 
 
 def test_routers_embeddings_and_the_head_may_stay_unquantized() -> None:
@@ -223,3 +230,26 @@ def test_mxfp4_on_a_model_with_dense_mlps_is_refused() -> None:
     raw["quantization_config"] = load_model("gpt-oss-20b").hf_config["quantization_config"]
     with pytest.raises(UnsupportedError, match="MLPs are not all routed experts"):
         from_hf_config(raw, model_id="custom")
+
+
+# ModelOpt (TensorRT Model Optimizer) checkpoints: quant_algo FP8 = E4M3 weights with one fp32 scale per tensor;
+# NVFP4 = E2M1 weights (4 bits) with one E4M3 scale (1 byte) per 16 elements and one fp32 scale per tensor (its
+# 4 bytes per matrix left out); kv_cache_quant_algo FP8 = an E4M3 KV cache.
+@pytest.mark.parametrize(("quant", "fmt", "per_weight", "kv"), [
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]},
+     "fp8_e4m3", 1.0, "fp8"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8_e4m3", 1.0, None),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": "FP8",
+      "exclude_modules": ["lm_head"]}, "nvfp4", 0.5 + 1.0 / 16, "fp8"),
+    # hf_quant_config.json's layout: the fields under `quantization`
+    ({"quant_method": "modelopt", "producer": {"name": "modelopt"},
+      "quantization": {"quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None}}, "nvfp4",
+     0.5 + 1.0 / 16, None),
+])
+def test_modelopt_fp8_and_nvfp4_bytes_and_kv_cache(quant: dict[str, Any], fmt: str, per_weight: float,
+                                                    kv: str | None) -> None:
+    q = _load(model_type="llama", quantization_config=quant).quantization
+    assert q is not None and q.method == "modelopt" and q.weight_format == fmt
+    assert q.weight_bits == (8 if fmt == "fp8_e4m3" else 4)
+    assert q.bytes_per_weight(4096) == pytest.approx(per_weight)
+    assert q.kv_cache_dtype == kv
