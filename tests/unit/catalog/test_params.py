@@ -58,6 +58,28 @@ TOTALS = [
     # Qwen/Qwen3-8B and Qwen/Qwen3-32B model cards: 8.2B and 32.8B parameters
     pytest.param("qwen3-8b", 8.2 * B, id="qwen3-8b-model-card"),
     pytest.param("qwen3-32b", 32.8 * B, id="qwen3-32b-model-card"),
+    # Touvron et al. 2023, LLaMA (arXiv:2302.13971) Table 2: 6.7B and 13.0B
+    pytest.param("llama-7b", 6.7 * B, id="llama-7b-LLaMA-paper-table2"),
+    pytest.param("llama-13b", 13.0 * B, id="llama-13b-LLaMA-paper-table2"),
+    # Biderman et al. 2023, Pythia (arXiv:2304.01373) Table 1: 12B total 11,846,072,320
+    pytest.param("pythia-12b", 11_846_072_320, id="pythia-12b-Pythia-paper-table1"),
+    # Gemma Team 2024 (arXiv:2403.08295) Table 2: 7B = 786,825,216 embedding + 7,751,248,896 non-embedding;
+    # 2B = 524,550,144 + 1,981,884,416 (CodeGemma keeps these architectures)
+    pytest.param("codegemma-7b", 786_825_216 + 7_751_248_896, id="codegemma-7b-Gemma-paper-table2"),
+    pytest.param("codegemma-2b", 524_550_144 + 1_981_884_416, id="codegemma-2b-Gemma-paper-table2"),
+    # Hub safetensors parameter counts shown on the model pages
+    pytest.param("gemma-2-2b", 2.61 * B, id="gemma-2-2b-2.61B-hub-safetensors"),
+    pytest.param("gemma-2-27b", 27.2 * B, id="gemma-2-27b-27.2B-hub-safetensors"),
+    pytest.param("starcoder2-3b", 3.03 * B, id="starcoder2-3b-3.03B-hub-safetensors"),
+    pytest.param("starcoder2-7b", 7.17 * B, id="starcoder2-7b-7.17B-hub-safetensors"),
+    pytest.param("mistral-7b-v0.3", 7.25 * B, id="mistral-7b-v0.3-7.25B-hub-safetensors"),
+    pytest.param("mistral-nemo-12b", 12.2 * B, id="mistral-nemo-12.2B-hub-safetensors"),
+    pytest.param("codellama-70b", 69.0 * B, id="codellama-70b-69B-hub-safetensors"),
+    pytest.param("llava-1.5-13b", 13.4 * B, id="llava-1.5-13b-13.4B-hub-safetensors"),
+    # mistral.ai/news/mistral-large-2407: 123 billion parameters
+    pytest.param("mistral-large-2407", 123 * B, id="mistral-large-2407-announcement"),
+    # Abdin et al., Phi-3 Technical Report (arXiv:2404.14219) Sec. 2: phi-3-medium 14B
+    pytest.param("phi-3-medium-4k", 14 * B, id="phi-3-medium-14B-tech-report"),
     # Narayanan et al. SC'21 (arXiv:2104.04473) Table 1: the 1T row
     pytest.param("GPT-1T (hidden 25600, 128 layers, vocab 51200)", 1000 * B, id="synthetic-GPT-1T-SC21-table1"),
 ]
@@ -66,6 +88,8 @@ MOE = [
     # (model, published total, published active per token, source)
     # mistral.ai/news/mixtral-of-experts: "46.7B total parameters but only uses 12.9B parameters per token"
     pytest.param("mixtral-8x7b", 46.7 * B, 12.9 * B, id="mixtral-8x7b-mistral-announcement"),
+    # mistral.ai/news/mixtral-8x22b: 141B total, 39B active
+    pytest.param("mixtral-8x22b-instruct", 141 * B, 39 * B, id="mixtral-8x22b-mistral-announcement"),
     # Qwen/Qwen3-30B-A3B model card: 30.5B total, 3.3B activated
     pytest.param("qwen3-30b-a3b", 30.5 * B, 3.3 * B, id="qwen3-30b-a3b-model-card"),
     # Qwen/Qwen3-235B-A22B model card: 235B total, 22B activated

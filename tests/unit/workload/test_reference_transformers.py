@@ -64,7 +64,8 @@ NOT_IN_TRANSFORMERS = {
     "autoencoder_kl": "a diffusers network, not a transformers model",
 }
 
-# EleutherAI/pythia-1.4b config.json (huggingface.co/EleutherAI/pythia-1.4b): no catalog model is a gpt_neox
+# EleutherAI/pythia-1.4b config.json (huggingface.co/EleutherAI/pythia-1.4b), kept from before the catalog had
+# gpt_neox models
 PYTHIA_1_4B: dict[str, Any] = {
     "model_type": "gpt_neox", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 16,
     "num_hidden_layers": 24, "rotary_pct": 0.25, "rotary_emb_base": 10000, "max_position_embeddings": 2048,
@@ -105,6 +106,7 @@ CASES: dict[str, tuple[str, Any, int | None]] = {
     "qwen3": ("qwen3-8b", lambda: _catalog("qwen3-8b"), 2),
     "llava": ("llava-1.5-7b", lambda: _catalog("llava-1.5-7b"), 2),  # text layers cut, the CLIP tower whole
     "resnet": ("resnet-50", lambda: _catalog("resnet-50"), None),
+    "gemma": ("codegemma-2b", lambda: _catalog("codegemma-2b"), 2),  # Gemma 1: multi-query, head 256
     "gemma2": ("gemma-2-9b", lambda: _catalog("gemma-2-9b"), 2),  # one sliding, one full
     "gemma3_text": ("gemma-3-12b", lambda: _catalog("gemma-3-12b"), 6),  # five sliding, one full
     "phi3": ("phi-4", lambda: _catalog("phi-4"), 2),
