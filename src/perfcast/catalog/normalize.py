@@ -6,7 +6,7 @@ defaults of the ``transformers`` config class when a key is absent) onto one
 vocabulary. One function per family keeps each mapping readable.
 
 Nothing is guessed: a ``model_type`` with no function here (``gemma3``,
-``minimax_m2``, ``nemotron_h``, ``t5``, a missing one) is refused with the supported
+``rwkv``, ``nemotron_h``, ``t5``, a missing one) is refused with the supported
 list rather than priced as some other decoder; a multimodal config whose vision
 tower is not a modelled one is refused naming the tower; a config of a supported
 family that carries keys of another architecture (experts in a ``llama``
@@ -698,6 +698,43 @@ def _glm4_moe(raw: Raw) -> Raw:
     return out
 
 
+def _minimax_m2(raw: Raw) -> Raw:
+    """MiniMax-M2 (``MiniMaxM2ForCausalLM``, remote code; vLLM's ``minimax_m2.py``): full GQA attention in every
+    layer (``attn_type_list`` all 1) with bias-free q/k/v/o, RoPE on ``rotary_dim`` of each head, RMSNorms over
+    the whole q and k projections (``qk_norm_type`` per_layer: q_norm of num_heads x head_dim, k_norm of
+    num_kv_heads x head_dim, as OLMo 2), and every layer MoE: ``num_local_experts`` SwiGLU experts of
+    ``intermediate_size``, top ``num_experts_per_tok``, sigmoid scores with a per-expert correction bias
+    (``use_routing_bias``: counted as a router bias, as for DeepSeek-V3), no shared expert. The
+    multi-token-prediction modules (``use_mtp``, ``num_mtp_modules``) are not part of the main model and are
+    not counted. Lightning-attention layers (``attn_type_list`` 0, MiniMax-Text-01), shared experts and per-head
+    QK norms are refused."""
+    kinds = raw.get("attn_type_list") or []
+    if any(int(k) != 1 for k in kinds):
+        raise UnsupportedError("minimax_m2 with lightning-attention layers (attn_type_list 0) is not supported; "
+                               "supported: full softmax attention in every layer (attn_type_list all 1)")
+    if int(raw.get("shared_intermediate_size") or 0):
+        raise UnsupportedError(f"minimax_m2 with shared_intermediate_size={raw['shared_intermediate_size']} (a "
+                               "shared expert) is not supported; supported: routed experts only (0)")
+    qk_norm = bool(raw.get("use_qk_norm", False))
+    if qk_norm and raw.get("qk_norm_type", "per_layer") != "per_layer":
+        raise UnsupportedError(f"minimax_m2 with qk_norm_type={raw['qk_norm_type']!r} is not supported; supported: "
+                               "per_layer (one RMSNorm over the whole q and k projections)")
+    head_dim = int(raw["head_dim"])
+    rotary_dim = int(raw.get("rotary_dim") or head_dim)
+    out = _llama({**raw, "partial_rotary_factor": rotary_dim / head_dim}, "minimax_m2")
+    out.update(
+        qk_norm="rmsnorm" if qk_norm else "none",
+        qk_norm_span="projection",
+        moe={
+            "num_experts": int(raw["num_local_experts"]),
+            "experts_per_token": int(raw["num_experts_per_tok"]),
+            "expert_intermediate_size": int(raw["intermediate_size"]),
+            "router_bias": bool(raw.get("use_routing_bias", False)),  # e_score_correction_bias
+        },
+    )
+    return out
+
+
 def _gpt_oss(raw: Raw) -> Raw:
     """gpt-oss: biased GQA with per-head sinks, alternating sliding/full layers, biased MoE experts.
 
@@ -1001,6 +1038,7 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "phimoe": _phimoe,
     "dbrx": _dbrx,
     "glm4_moe": _glm4_moe,
+    "minimax_m2": _minimax_m2,
     "gpt_oss": _gpt_oss,
     "phi": _phi,
     "gptj": _gptj,
@@ -1141,6 +1179,7 @@ _FEATURES: dict[str, frozenset[str]] = {
     "phimoe": frozenset({"moe"}),
     "dbrx": frozenset({"moe"}),
     "glm4_moe": frozenset({"moe"}),
+    "minimax_m2": frozenset({"moe"}),
     "gpt_oss": frozenset({"moe"}),
     "gpt_neox": frozenset({"parallel"}),
     "falcon": frozenset({"parallel", "alibi"}),

@@ -135,6 +135,33 @@ def test_gpt_oss_matches_model_card(name: str, expected_total: float, expected_a
     assert _close(count.active - count.embedding, expected_active_without_embedding)
 
 
+# MiniMaxAI/MiniMax-M2 model card: "230 billion total parameters with 10 billion active". transformers has no
+# MiniMaxM2 class to compare with, so the card's rounded figures are the check: the total within the published
+# tolerance, the active count (the card's "10 billion", one significant figure) within 5% once the input embedding
+# table (a lookup, not a matrix product: 0.6B) is left out, as the gpt-oss card does.
+MINIMAX_M2_ACTIVE_TOLERANCE = 0.05
+
+
+def test_minimax_m2_matches_its_model_card() -> None:
+    count = count_params(load_model("MiniMaxAI/MiniMax-M2"))
+    assert _close(count.total, 230 * B)
+    assert count.active - count.embedding == pytest.approx(10 * B, rel=MINIMAX_M2_ACTIVE_TOLERANCE)
+
+
+def test_minimax_m2_layer_is_full_gqa_with_projection_qk_norms_and_256_sigmoid_experts() -> None:
+    cfg = load_model("minimax-m2")
+    assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (62, 3072, 48, 8, 128)
+    assert cfg.rotary_frac == 0.5 and cfg.qk_norm == "rmsnorm" and cfg.qk_norm_span == "projection"
+    assert cfg.moe is not None
+    assert (cfg.moe.num_experts, cfg.moe.experts_per_token, cfg.moe.expert_intermediate_size) == (256, 8, 1536)
+    assert cfg.moe.router_bias and cfg.moe.num_shared_experts == 0 and cfg.sliding_window is None
+    # one layer by hand: q/k/v/o, the two projection-wide QK norms, 256 experts of 3 matrices, router + bias,
+    # two RMSNorms
+    q, kv = 48 * 128, 8 * 128
+    layer = 3072 * (q + 2 * kv) + q * 3072 + (q + kv) + 256 * 3 * 3072 * 1536 + 3072 * 256 + 256 + 2 * 3072
+    assert count_params(cfg).total == 62 * layer + 2 * 200064 * 3072 + 3072  # untied head, final norm
+
+
 def test_exact_count_gpt2() -> None:
     # GPT2LMHeadModel.from_pretrained("gpt2").num_parameters() = 124,439,808 (tied LM head counted once)
     assert count_params(load_model("gpt2")).total == 124_439_808
