@@ -38,6 +38,7 @@ from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.diffusion import normalize_unet, normalize_vae
 from perfcast.catalog.normalize_ssm import normalize_jamba, normalize_mamba, normalize_mamba2
 from perfcast.catalog.quantization import parse_quantization_config
+from perfcast.catalog.unmodelled import unmodelled_reason
 from perfcast.errors import UnsupportedError
 
 __all__ = ["normalize_hf", "supported_model_types"]
@@ -1282,8 +1283,10 @@ def _family_of(raw: Raw) -> str:
     if model_type not in _FAMILIES:
         if model_type in _MULTIMODAL_TYPES or isinstance(raw.get("vision_config"), dict):
             raise UnsupportedError(f"{model_type}'s vision tower is not supported; supported: {_SUPPORTED_TOWERS}")
+        reason = unmodelled_reason(model_type)
+        why = f": {reason.rstrip('.')}" if reason else ""
         raise UnsupportedError(f"model_type {model_type!r} is not modelled by perfcast (refused rather than "
-                               f"priced as another architecture); supported: {supported}")
+                               f"priced as another architecture){why}; supported: {supported}")
     return model_type
 
 

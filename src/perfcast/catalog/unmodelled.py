@@ -9,7 +9,9 @@ typo. Instead ``perfcast/data/models/unmodelled/<slug>.yaml`` lists such names p
     RWKV/rwkv-raven-7b: model_type 'rwkv' is not modelled by perfcast: RWKV-4 recurrent blocks ...
 
 The lookup runs after the catalog and the synthetic GPT names (:func:`perfcast.catalog.models.load_model`),
-so a name that gains a catalog config resolves to it (the contract tests then flag the stale entry).
+so a name that gains a catalog config resolves to it (the contract tests then flag the stale entry). A
+``config.json`` given by path whose ``model_type`` is listed is refused with the entry's reason too
+(:func:`unmodelled_reason`, read by :mod:`perfcast.catalog.normalize`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from perfcast.catalog.paths import catalog_dirs, normalize_name
 from perfcast.errors import CatalogError, UnsupportedError
 from perfcast.yamlio import load_model_file
 
-__all__ = ["UnmodelledEntry", "unmodelled_entries", "unmodelled_refusal"]
+__all__ = ["UnmodelledEntry", "unmodelled_entries", "unmodelled_reason", "unmodelled_refusal"]
 
 FOLDER = "unmodelled"  # under each catalog ``models`` folder
 
@@ -38,6 +40,9 @@ class UnmodelledEntry(BaseModel):
     reason: str = Field(min_length=1, description="what perfcast does not model, one sentence, no newline")
     names: tuple[str, ...] = Field(min_length=1, description="checkpoint names as benchmarks write them")
     source: tuple[str, ...] = Field(min_length=1, description="where the model_type was read")
+    architecture_modelled: bool = Field(
+        default=False, description="perfcast models the model_type, but not these checkpoints (a vocabulary it "
+        "does not know, a quantization format it does not read)")
 
     @field_validator("reason")
     @classmethod
@@ -48,6 +53,8 @@ class UnmodelledEntry(BaseModel):
 
     def refusal(self, name: str) -> UnsupportedError:
         """The one-line error for ``name``."""
+        if self.architecture_modelled:
+            return UnsupportedError(f"{name}: a {self.model_type} checkpoint perfcast does not model: {self.reason}")
         return UnsupportedError(f"{name}: model_type {self.model_type!r} is not modelled by perfcast: {self.reason}")
 
 
@@ -83,3 +90,12 @@ def unmodelled_refusal(name: str) -> UnsupportedError | None:
     """The refusal for a listed name, None for a name not listed."""
     entry = _by_name().get(normalize_name(name))
     return None if entry is None else entry.refusal(name)
+
+
+def unmodelled_reason(model_type: str) -> str | None:
+    """Why perfcast refuses ``model_type``, when a listed entry of that type says (for a config.json given by
+    path: its refusal names the missing feature, e.g. DeepSeek-V3.2's sparse attention), else None."""
+    for entry in unmodelled_entries().values():
+        if entry.model_type == model_type and not entry.architecture_modelled:
+            return entry.reason
+    return None

@@ -253,3 +253,19 @@ def test_modelopt_fp8_and_nvfp4_bytes_and_kv_cache(quant: dict[str, Any], fmt: s
     assert q.weight_bits == (8 if fmt == "fp8_e4m3" else 4)
     assert q.bytes_per_weight(4096) == pytest.approx(per_weight)
     assert q.kv_cache_dtype == kv
+
+
+def test_deepseek_v32_is_refused_naming_its_sparse_attention() -> None:
+    # DeepSeek-V3.2: each query attends to the top-2048 keys a lightning indexer picks (DSA); priced as dense MLA
+    # it would be wrong at long contexts, so it is refused with that reason
+    message = _refusal(model_type="deepseek_v32", index_topk=2048)
+    assert "model_type 'deepseek_v32' is not modelled by perfcast" in message
+    assert "DeepSeek Sparse Attention (DSA)" in message and "top-2048" in message
+
+
+def test_a_known_checkpoint_of_an_unmodelled_architecture_is_refused_by_name() -> None:
+    with pytest.raises(UnsupportedError) as err:
+        load_model("RWKV/rwkv-raven-7b")
+    assert str(err.value).startswith("RWKV/rwkv-raven-7b: model_type 'rwkv' is not modelled by perfcast: ")
+    with pytest.raises(UnsupportedError, match="a llama checkpoint perfcast does not model: .*AMD Quark"):
+        load_model("amd/Llama-3.3-70B-Instruct-FP8-KV")
