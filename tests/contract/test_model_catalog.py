@@ -53,7 +53,6 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
     "lmsys/fastchat-t5-3b-v1.0": ("t5", "encoder-decoder, being built separately"),
     "llava-hf/llama3-llava-next-8b-hf": ("llava_next", "any-resolution tiling, being built separately"),
     "Neutralzz/BiLLa-7B-SFT": ("llama", "extended vocabulary of unknown size: no config shipped"),
-    "amd/Llama-3.3-70B-Instruct-FP8-KV": ("llama", "AMD Quark quantization_config not read"),
     **dict.fromkeys((
         "ali-vilab/i2vgen-xl", "ali-vilab/text-to-video-ms-1.7b", "guoyww/animatediff-motion-adapter-v1-5-3",
         "kandinsky-community/kandinsky-2-2-decoder", "kandinsky-community/kandinsky-3", "prompthero/openjourney-v4",

@@ -12,8 +12,8 @@ A scheme names how a checkpoint's linear weights are stored
   values; gpt-oss), everything else 16-bit.
 
 ``auto`` is the checkpoint's own scheme, read from its ``quantization_config``
-(:class:`~perfcast.catalog.quantization.QuantizationConfig`: fp8 and ModelOpt FP8 ->
-``fp8``, ModelOpt NVFP4 -> ``fp4``, mxfp4 -> ``mxfp4``, awq and 4-bit gptq ->
+(:class:`~perfcast.catalog.quantization.QuantizationConfig`: fp8, ModelOpt FP8 and Quark
+FP8 -> ``fp8``, ModelOpt NVFP4 -> ``fp4``, mxfp4 -> ``mxfp4``, awq and 4-bit gptq ->
 ``w4a16``, 8-bit gptq -> ``w8a16``; an unquantized checkpoint -> ``none``), with the checkpoint's own group and block
 sizes. An explicit scheme means a checkpoint quantized that way in the scheme's
 generic format (one fp16 scale per 128 weights for ``w4a16``/``w8a16``, one scale
@@ -88,7 +88,7 @@ def checkpoint_scheme(cfg: ModelConfig) -> str:
         return "none"
     if q.method in ("fp8", "mxfp4"):
         return q.method
-    if q.method == "modelopt":
+    if q.method in ("modelopt", "quark"):
         return "fp4" if q.weight_format == "nvfp4" else "fp8"
     return "w4a16" if q.weight_bits == 4 else "w8a16"
 

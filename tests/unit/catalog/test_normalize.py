@@ -217,7 +217,7 @@ def test_quantization_perfcast_cannot_map_is_refused_in_one_line(quant: dict[str
     assert what in message
     assert message.endswith("supported: fp8 (e4m3, per-tensor or block-scaled), mxfp4 (MoE experts only, as "
                             "gpt-oss), awq (4-bit), gptq (4- or 8-bit), modelopt (FP8 or NVFP4, optional FP8 KV "
-                            "cache)")
+                            "cache), quark (per-tensor FP8 weights and activations, optional FP8 KV cache)")
 
 
 def test_routers_embeddings_and_the_head_may_stay_unquantized() -> None:
@@ -267,5 +267,34 @@ def test_a_known_checkpoint_of_an_unmodelled_architecture_is_refused_by_name() -
     with pytest.raises(UnsupportedError) as err:
         load_model("RWKV/rwkv-raven-7b")
     assert str(err.value).startswith("RWKV/rwkv-raven-7b: model_type 'rwkv' is not modelled by perfcast: ")
-    with pytest.raises(UnsupportedError, match="a llama checkpoint perfcast does not model: .*AMD Quark"):
-        load_model("amd/Llama-3.3-70B-Instruct-FP8-KV")
+    with pytest.raises(UnsupportedError, match="a llama checkpoint perfcast does not model: .*vocabulary"):
+        load_model("Neutralzz/BiLLa-7B-SFT")
+
+
+_QUARK_FP8 = {"dtype": "fp8_e4m3", "qscheme": "per_tensor", "is_dynamic": False}
+
+
+def test_quark_per_tensor_fp8_with_its_kv_cache_group() -> None:
+    q = load_model("amd/Llama-3.3-70B-Instruct-FP8-KV").quantization
+    assert q is not None and q.method == "quark" and q.weight_format == "fp8_e4m3"
+    assert q.activation_scheme == "static" and q.kv_cache_dtype == "fp8"
+    assert q.bytes_per_weight(8192) == 1.0  # E4M3, one fp32 scale per tensor
+    plain = {"quant_method": "quark", "global_quant_config": {"weight": _QUARK_FP8, "input_tensors": _QUARK_FP8}}
+    no_kv = _load(model_type="llama", quantization_config=plain).quantization
+    assert no_kv is not None and no_kv.kv_cache_dtype is None
+
+
+@pytest.mark.parametrize(("quant", "what"), [
+    ({"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "fp4", "qscheme": "per_group"},
+                                                       "input_tensors": None}}, "'weight': 'fp4'"),
+    ({"quant_method": "quark", "global_quant_config": {"weight": _QUARK_FP8, "input_tensors": None}},
+     "'input_tensors': None"),
+    ({"quant_method": "quark", "global_quant_config": {"weight": _QUARK_FP8, "input_tensors": _QUARK_FP8},
+      "layer_quant_config": {"*down_proj": {"weight": {"dtype": "int8", "qscheme": "per_channel"}}}},
+     "layer_quant_config['*down_proj']"),
+    ({"quant_method": "quark", "global_quant_config": {"weight": _QUARK_FP8, "input_tensors": _QUARK_FP8},
+      "export": {"kv_cache_group": ["*k_proj"]}}, "kv_cache_group ['*k_proj']"),
+])
+def test_quark_forms_other_than_per_tensor_fp8_are_refused(quant: dict[str, Any], what: str) -> None:
+    message = _refusal(model_type="llama", quantization_config=quant)
+    assert what in message and "quark (per-tensor FP8 weights and activations, optional FP8 KV cache)" in message

@@ -114,8 +114,9 @@ def _nvfp4_llama() -> ModelConfig:
     return from_hf_config(raw, model_id="llama-2-7b-nvfp4")
 
 
-def test_modelopt_checkpoints_map_to_the_fp8_and_fp4_schemes() -> None:
+def test_modelopt_and_quark_checkpoints_map_to_the_fp8_and_fp4_schemes() -> None:
     assert checkpoint_scheme(load_model("nvidia/Llama-3.3-70B-Instruct-FP8")) == "fp8"
+    assert checkpoint_scheme(load_model("amd/Llama-3.3-70B-Instruct-FP8-KV")) == "fp8"
     assert checkpoint_scheme(_nvfp4_llama()) == "fp4"
 
 
@@ -149,10 +150,11 @@ def test_nvfp4_runs_fp4_gemms_on_blackwell_and_weight_only_where_there_is_no_fp4
     assert ops["b200"].weight_bytes == ops["h100"].weight_bytes == pytest.approx(k * n * _NVFP4_BYTES)
 
 
-def test_a_modelopt_models_weight_bytes_quantize_the_blocks_and_keep_the_embeddings_16_bit() -> None:
+def test_a_modelopt_or_quark_models_weight_bytes_quantize_the_blocks_and_keep_the_embeddings_16_bit() -> None:
     fp8 = load_model("nvidia/Llama-3.3-70B-Instruct-FP8")
+    quark = load_model("amd/Llama-3.3-70B-Instruct-FP8-KV")
     nvfp4 = _nvfp4_llama()
-    for cfg, per_weight in ((fp8, 1.0), (nvfp4, _NVFP4_BYTES)):
+    for cfg, per_weight in ((fp8, 1.0), (quark, 1.0), (nvfp4, _NVFP4_BYTES)):
         count = count_params(cfg)
         outer = 2 * count.embedding  # the token table and the untied LM head, bf16
         block = count.total - outer
@@ -164,6 +166,8 @@ def test_kv_cache_quant_algo_sets_the_kv_cache_dtype_under_auto() -> None:
     plain = load_model("llama-3.3-70b")
     assert kv_cache_dtype(None, "auto", DType.BF16, fp8.quantization) is DType.FP8
     assert kv_cache_dtype(None, "auto", DType.BF16, _nvfp4_llama().quantization) is DType.FP8
+    assert kv_cache_dtype(None, "auto", DType.BF16, load_model("amd/Llama-3.3-70B-Instruct-FP8-KV").quantization) \
+        is DType.FP8
     assert kv_cache_dtype(None, "auto", DType.BF16, plain.quantization) is DType.BF16
     assert kv_cache_dtype(DType.BF16, "auto", DType.BF16, fp8.quantization) is DType.BF16  # an explicit dtype wins
     assert kv_cache_dtype(None, "none", DType.BF16, fp8.quantization) is DType.BF16  # not the checkpoint's format
