@@ -14,8 +14,8 @@ from typer.testing import Result
 
 TINY: dict[str, Any] = {"architectures": ["X"], "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
                         "vocab_size": 100, "intermediate_size": 128, "max_position_embeddings": 512}
-SUPPORTED = ("supported: autoencoder_kl, bert, cohere, dbrx, deepseek_v2, deepseek_v3, falcon, gemma, gemma2, "
-             "gemma3_text")
+SUPPORTED = ("supported: autoencoder_kl, bert, bloom, cohere, dbrx, deepseek_v2, deepseek_v3, falcon, gemma, "
+             "gemma2, gemma3_text")
 
 
 def _config(tmp_path: Path, **fields: Any) -> str:

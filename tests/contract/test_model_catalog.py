@@ -45,7 +45,6 @@ _DIFFUSION = ("diffusers pipeline", "whole diffusion pipelines: another issue")
 NOT_MODELLED: dict[str, tuple[str, str]] = {
     "Nemotron_3_Nano": ("nemotron_h", "hybrid Mamba-2 / attention / MoE stack"),
     "RWKV/rwkv-raven-7b": ("rwkv", "recurrent RWKV-4 blocks, no attention"),
-    "FreedomIntelligence/phoenix-inst-chat-7b": ("bloom", "BLOOM (ALiBi) is not built"),
     "facebook/chameleon-7b": ("chameleon", "early-fusion image-token model"),
     "facebook/chameleon-30b": ("chameleon", "early-fusion image-token model"),
     "microsoft/Phi-3-small-8k-instruct": ("phi3small", "blocksparse attention layers"),

@@ -815,6 +815,39 @@ def _gpt_neox(raw: Raw) -> Raw:
     return out
 
 
+_BLOOM_TRAINED_TOKENS = 2048  # BLOOM's training sequence length (arXiv:2211.05100)
+
+
+def _bloom(raw: Raw) -> Raw:
+    """BLOOM (``BloomForCausalLM``; BLOOMZ and its fine-tunes): a LayerNorm right after the token embeddings
+    (``word_embeddings_layernorm``), pre-LN blocks of fused, biased ``query_key_value`` (hidden -> 3 hidden, one
+    GEMM) and ``dense`` projections, a biased 4x GELU (tanh) MLP, ALiBi positions (a per-head bias added to the
+    scores: no position table, no rotary), a final LayerNorm and a tied LM head. The released configs give no
+    context length: the limit is then the 2048-token sequences BLOOM was trained on (the BLOOM paper, arXiv:2211.05100),
+    which is also what vLLM assumes for a config without one. ``apply_residual_connection_post_layernorm`` (the
+    residual taken after the norm) is refused."""
+    if raw.get("apply_residual_connection_post_layernorm"):
+        raise UnsupportedError("bloom with apply_residual_connection_post_layernorm is not supported; supported: "
+                               "the residual taken before each LayerNorm (every released BLOOM)")
+    hidden = int(_first(raw, "hidden_size", "n_embed"))
+    positions = _first(raw, "max_position_embeddings", "n_positions", "max_sequence_length", "seq_length",
+                       default=_BLOOM_TRAINED_TOKENS)
+    out = _common({**raw, "hidden_size": hidden, "intermediate_size": 4 * hidden, "seq_length": positions})
+    out.update(
+        activation="gelu_pytorch_tanh",  # BloomGelu: the tanh approximation
+        norm="layernorm",
+        gated_mlp=False,
+        qkv_bias=True,
+        out_bias=True,
+        mlp_bias=True,
+        fused_qkv=True,
+        position="alibi",
+        embedding_norm=True,  # word_embeddings_layernorm
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", True)),
+    )
+    return out
+
+
 def _falcon(raw: Raw) -> Raw:
     """Falcon: fused QKV; new_decoder_architecture = GQA with num_kv_heads, else multi_query = 1 KV head."""
     raw = _with_defaults(raw, "falcon")
@@ -1045,6 +1078,7 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "gptj": _gptj,
     "gpt_neox": _gpt_neox,
     "falcon": _falcon,
+    "bloom": _bloom,
     "mpt": _mpt,
     "internlm": _internlm,
     "internlm2": _internlm2,

@@ -67,6 +67,8 @@ TOTALS = [
     # 2B = 524,550,144 + 1,981,884,416 (CodeGemma keeps these architectures)
     pytest.param("codegemma-7b", 786_825_216 + 7_751_248_896, id="codegemma-7b-Gemma-paper-table2"),
     pytest.param("codegemma-2b", 524_550_144 + 1_981_884_416, id="codegemma-2b-Gemma-paper-table2"),
+    # BigScience 2022, BLOOM (arXiv:2211.05100) Table 3 / bigscience/bloom-7b1 model card: 7,069,016,064 parameters
+    pytest.param("bloom-7b1", 7_069_016_064, id="bloom-7b1-model-card"),
     # Hub safetensors parameter counts shown on the model pages
     pytest.param("gemma-2-2b", 2.61 * B, id="gemma-2-2b-2.61B-hub-safetensors"),
     pytest.param("gemma-2-27b", 27.2 * B, id="gemma-2-27b-27.2B-hub-safetensors"),

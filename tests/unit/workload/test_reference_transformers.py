@@ -100,6 +100,7 @@ CASES: dict[str, tuple[str, Any, int | None]] = {
     "gptj": ("gpt-j-6b", lambda: _catalog("gpt-j-6b"), 2),
     "gpt_neox": ("pythia-1.4b", lambda: dict(PYTHIA_1_4B), 2),
     "falcon": ("falcon-180b", lambda: _catalog("falcon-180b"), 2),
+    "bloom": ("bloom-7b1", lambda: _catalog("bloom-7b1"), 2),  # ALiBi, fused qkv, embedding LayerNorm
     "mpt": ("mpt-7b", lambda: _catalog("mpt-7b"), 2),
     "phi": ("phi-2", lambda: _catalog("phi-2"), 2),
     "nemotron": ("nemotron-8b", lambda: _catalog("nemotron-8b"), 2),
