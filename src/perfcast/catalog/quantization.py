@@ -94,7 +94,7 @@ class QuantizationConfig(BaseModel):
     experts_only: bool = Field(default=False, description="only MoE expert weights are quantized (gpt-oss MXFP4)")
     kv_cache_dtype: Literal["fp8"] | None = Field(
         default=None, description="KV cache format the checkpoint is calibrated for (ModelOpt kv_cache_quant_algo "
-        "FP8: E4M3 with per-tensor scales); None = the activation dtype")
+        "FP8, Quark's kv_cache_group: E4M3 with per-tensor scales); None = the activation dtype")
 
     def bytes_per_weight(self, in_features: int) -> float:
         """Stored bytes per weight element, scales and zero points included, of a linear layer whose weight
@@ -254,8 +254,9 @@ def _quark(raw: dict[str, Any]) -> dict[str, Any]:
     """An AMD Quark checkpoint in its per-tensor FP8 form (module docstring), else refused."""
     glob = raw.get("global_quant_config")
     if not isinstance(glob, dict) or not _quark_fp8(glob.get("weight")) or not _quark_fp8(glob.get("input_tensors")):
-        what = {k: (glob.get(k) or {}).get("dtype") if isinstance(glob, dict) and isinstance(glob.get(k), dict)
-                else None for k in ("weight", "input_tensors")}
+        specs = glob if isinstance(glob, dict) else {}
+        what = {k: specs[k].get("dtype") if isinstance(specs.get(k), dict) else None
+                for k in ("weight", "input_tensors")}
         raise _refuse(f"quark with global_quant_config {what} is not supported (static per-tensor fp8_e4m3 weights "
                       "and input_tensors only)")
     layers = raw.get("layer_quant_config") or {}
