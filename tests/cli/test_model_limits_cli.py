@@ -14,7 +14,8 @@ from typer.testing import Result
 
 TINY: dict[str, Any] = {"architectures": ["X"], "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
                         "vocab_size": 100, "intermediate_size": 128, "max_position_embeddings": 512}
-SUPPORTED = "supported: autoencoder_kl, bert, cohere, dbrx, deepseek_v2, deepseek_v3, falcon, gemma2, gemma3_text"
+SUPPORTED = ("supported: autoencoder_kl, bert, bloom, cohere, dbrx, deepseek_v2, deepseek_v3, falcon, gemma, "
+             "gemma2, gemma3_text")
 
 
 def _config(tmp_path: Path, **fields: Any) -> str:
@@ -23,7 +24,7 @@ def _config(tmp_path: Path, **fields: Any) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("model_type", ["banana", None, "olmoe", "minimax_m2", "nemotron_h", "t5"])
+@pytest.mark.parametrize("model_type", ["banana", None, "olmoe", "rwkv", "nemotron_h", "deepseek_v32"])
 @pytest.mark.parametrize("command", [["models", "show"], ["predict", "-H", "h100-sxm-80gb", "-m"]])
 def test_an_unmodelled_architecture_is_one_error_line(tmp_path: Path, model_type: str | None,
                                                       command: list[str]) -> None:
@@ -34,9 +35,12 @@ def test_an_unmodelled_architecture_is_one_error_line(tmp_path: Path, model_type
 
 @pytest.mark.parametrize("command", [["models", "show"], ["predict", "-H", "h100-sxm-80gb", "-m"]])
 def test_an_unmodelled_vision_tower_is_named(tmp_path: Path, command: list[str]) -> None:
-    line = user_error(invoke([*command, _config(tmp_path, model_type="qwen2_vl")]))
-    assert line.endswith(": qwen2_vl's vision tower is not supported; supported: clip_vision_model (llava), "
-                         "llama4_vision_model (llama4)")
+    line = user_error(invoke([*command, _config(tmp_path, model_type="llava",
+                                                vision_config={"model_type": "siglip_vision_model"},
+                                                text_config={"model_type": "llama"})]))
+    assert line.endswith(": llava with a siglip_vision_model vision tower is not supported; supported: "
+                         "clip_vision_model (llava), llama4_vision_model (llama4), qwen2_vl (qwen2_vl), "
+                         "qwen2_5_vl (qwen2_5_vl), pixtral (mistral3)")
 
 
 def test_bitsandbytes_is_refused(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
 from perfcast.catalog.synthetic import sc21_heads
+from perfcast.catalog.unmodelled import unmodelled_entries
 from perfcast.coefficients.collectives import load_collective_coefficients
 from perfcast.coefficients.compose import load_compose_coefficients
 from perfcast.coefficients.intervals import load_intervals
@@ -29,6 +30,7 @@ from perfcast.coefficients.kernel import load_coefficients
 from perfcast.coefficients.serving import load_serving_coefficients
 from perfcast.coefficients.training import load_training_coefficients
 from perfcast.datafiles import DATA_KINDS, data_dir, data_path
+from perfcast.errors import UnsupportedError
 from perfcast.scenarios.schema import load_scenario
 from perfcast.serving.sources.mlperf import benchmark_names, load_benchmark
 from perfcast.serving.sources.traces import load_trace, shipped_traces
@@ -52,6 +54,15 @@ def _model(path: Path) -> list[str]:
     cfg = load_model(path.stem)  # through the catalog: the config and its sidecar
     assert cfg.id == path.stem
     return _sources(cfg.source)
+
+
+def _unmodelled(path: Path) -> list[str]:
+    entry = unmodelled_entries()[path.stem]
+    said = f"a {entry.model_type} checkpoint" if entry.architecture_modelled else f"model_type {entry.model_type!r}"
+    for name in entry.names:  # each refused in one line naming its model_type
+        with pytest.raises(UnsupportedError, match=re.escape(said)):
+            load_model(name)
+    return _sources(entry.source)
 
 
 def _cluster(path: Path) -> list[str]:
@@ -137,7 +148,7 @@ def _doc(path: Path) -> None:
 Loader = Callable[[Path], "list[str] | None"]
 KINDS: dict[str, list[tuple[str, Loader]]] = {
     "hardware": [("*.yaml", _hardware)],
-    "models": [("*.json", _model), ("*.yaml", _model)],
+    "models": [("*.json", _model), ("*.yaml", _model), ("unmodelled/*.yaml", _unmodelled)],
     "clusters": [("*.yaml", _cluster)],
     "accelerators": [("*.yaml", _arch), ("mappings/*.yaml", _mapping)],
     "traces": [("index.yaml", _trace_index), ("*.csv.gz", _trace), ("README.md", _doc)],

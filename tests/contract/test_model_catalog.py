@@ -19,7 +19,7 @@ import yaml
 from perfcast.catalog import list_models, load_model
 from perfcast.catalog.paths import normalize_name
 from perfcast.datafiles import data_dir, data_path
-from perfcast.errors import UnknownNameError
+from perfcast.errors import UnknownNameError, UnsupportedError
 from perfcast.groundtruth.files import find_groundtruth
 
 MODELS_DIR = data_dir("models")
@@ -39,8 +39,27 @@ needs_groundtruth = pytest.mark.skipif(
 )
 
 
-# names the ground truth uses for architectures perfcast does not model yet, with what they are (issue 16)
-NOT_MODELLED = {"Nemotron_3_Nano": "hybrid Mamba-Transformer MoE (nemotron_h)"}
+# names the ground truth uses for checkpoints perfcast does not model, each -> (the model_type its refusal names,
+# why it is refused); every other name in the tables must resolve (issue 16)
+_DIFFUSION = ("diffusers pipeline", "whole diffusion pipelines: another issue")
+NOT_MODELLED: dict[str, tuple[str, str]] = {
+    "Nemotron_3_Nano": ("nemotron_h", "hybrid Mamba-2 / attention / MoE stack"),
+    "RWKV/rwkv-raven-7b": ("rwkv", "recurrent RWKV-4 blocks, no attention"),
+    "facebook/chameleon-7b": ("chameleon", "early-fusion image-token model"),
+    "facebook/chameleon-30b": ("chameleon", "early-fusion image-token model"),
+    "microsoft/Phi-3-small-8k-instruct": ("phi3small", "blocksparse attention layers"),
+    "microsoft/Phi-3-vision-128k-instruct": ("phi3_v", "remote-code HD image encoder"),
+    "Neutralzz/BiLLa-7B-SFT": ("llama", "extended vocabulary of unknown size: no config shipped"),
+    **dict.fromkeys((
+        "ali-vilab/i2vgen-xl", "ali-vilab/text-to-video-ms-1.7b", "guoyww/animatediff-motion-adapter-v1-5-3",
+        "kandinsky-community/kandinsky-2-2-decoder", "kandinsky-community/kandinsky-3", "prompthero/openjourney-v4",
+        "segmind/SSD-1B", "stabilityai/sdxl-turbo", "stabilityai/stable-diffusion-2-1",
+        "stabilityai/stable-diffusion-3-medium-diffusers", "stabilityai/stable-diffusion-xl-base-1.0",
+        "stabilityai/stable-video-diffusion-img2vid", "stabilityai/stable-video-diffusion-img2vid-xt"), _DIFFUSION),
+}
+# the tables whose model columns name checkpoints (energy, online serving), beside the published and vidur ones
+_MODEL_ID_TABLES = ("energy/llm_serving_energy.csv", "energy/mllm_serving_energy.csv", "energy/diffusion_energy.csv",
+                    "energy/legacy_v1_bs1_llm_energy.csv", "serving_online/serving_online.csv")
 # Megatron-Bridge appends the routing mode to a MoE model's name: "Qwen3_30B_a3B (tokendrop)"
 ROUTING_QUALIFIER = re.compile(r"\s*\((dropless|tokendrop)\)$")
 
@@ -62,6 +81,11 @@ def _groundtruth_names() -> list[str]:
             for row in _csv_rows(path):
                 names.update(ROUTING_QUALIFIER.sub("", v) for v in (row.get("model_id", ""), row.get("model", ""))
                              if v.strip())
+    for table in _MODEL_ID_TABLES:
+        path = GROUNDTRUTH / table
+        if path.exists():
+            for row in _csv_rows(path):
+                names.update(v.strip() for v in (row.get("model_id", ""), row.get("base_model_id", "")) if v.strip())
     compute = GROUNDTRUTH / "vidur" / "compute"
     if compute.is_dir():
         names.update(d.name for d in compute.glob("*/*") if d.is_dir())
@@ -141,18 +165,51 @@ def test_unknown_name_lists_the_nearest() -> None:
 
 @needs_groundtruth
 @pytest.mark.parametrize("name", _groundtruth_names())
-def test_every_groundtruth_model_name_resolves(name: str) -> None:
+def test_every_groundtruth_model_name_resolves_or_is_refused_naming_its_architecture(name: str) -> None:
     if name in NOT_MODELLED:
-        with pytest.raises(UnknownNameError, match=name):
+        model_type, _why = NOT_MODELLED[name]
+        with pytest.raises(UnsupportedError) as err:
             load_model(name)
+        message = str(err.value)
+        assert "\n" not in message and message.startswith(f"{name}: ")
+        assert f"model_type {model_type!r} is not modelled" in message or f"a {model_type} checkpoint" in message
         return
     cfg = load_model(name)
     assert cfg.num_layers > 0
 
 
+def test_every_unmodelled_name_is_listed_here_and_none_resolves() -> None:
+    """The shipped refusals and this test's list agree, and no refused name has gained a catalog config (an entry
+    left behind when an architecture becomes modelled would be dead)."""
+    from perfcast.catalog.unmodelled import unmodelled_entries
+
+    listed = {name: entry.model_type for entry in unmodelled_entries().values() for name in entry.names}
+    assert {k: v[0] for k, v in NOT_MODELLED.items()}.items() <= listed.items()
+    _, catalog_names = _catalog_names()
+    stale = sorted(n for n in listed if normalize_name(n) in catalog_names)
+    assert not stale, f"names both in the catalog and in data/models/unmodelled/: {stale}"
+
+
+def test_an_unmodelled_entry_names_an_unsupported_model_type_unless_it_says_the_architecture_is_modelled() -> None:
+    """When an architecture becomes modelled, its entry must go (or its checkpoints get catalog configs): a stale
+    entry would refuse them with a wrong reason."""
+    from perfcast.catalog.normalize import supported_model_types
+    from perfcast.catalog.unmodelled import unmodelled_entries
+
+    supported = set(supported_model_types())
+    for slug, entry in unmodelled_entries().items():
+        assert (entry.model_type in supported) == entry.architecture_modelled, slug
+
+
+def _catalog_names() -> tuple[object, dict[str, str]]:
+    from perfcast.catalog.models import _catalog
+
+    return _catalog()
+
+
 @needs_groundtruth
 def test_groundtruth_names_were_found() -> None:
-    assert len(_groundtruth_names()) > 60
+    assert len(_groundtruth_names()) > 100
 
 
 @needs_groundtruth

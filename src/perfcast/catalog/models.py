@@ -1,7 +1,8 @@
 """Model catalog: Hugging Face ``config.json`` files, normalized into one typed view.
 
 Each shipped model is ``perfcast/data/models/<id>.json`` (the HF config, verbatim) plus
-``data/models/<id>.yaml`` (``hf_id``, ``aliases``, ``source``, ``notes``). Any
+``data/models/<id>.yaml`` (``hf_id``, ``aliases``, ``source``, ``notes``); checkpoints perfcast knows by name
+but does not model are listed in ``data/models/unmodelled/`` and refused naming their ``model_type``. Any
 path to a ``config.json`` is accepted too. Synthetic Megatron-style GPT shapes
 ("GPT-18B (hidden 6144, 40 layers, vocab 51200)") are built from the numbers in
 their name by :func:`perfcast.catalog.synthetic.parse_synthetic_gpt`.
@@ -26,6 +27,7 @@ from perfcast.catalog.model_config import ModelConfig, check_context, from_hf_co
 from perfcast.catalog.paths import catalog_dirs, normalize_name
 from perfcast.catalog.quantization import QuantizationConfig
 from perfcast.catalog.synthetic import parse_synthetic_gpt
+from perfcast.catalog.unmodelled import unmodelled_refusal
 from perfcast.errors import CatalogError, ConfigError, UnknownNameError
 from perfcast.jsonio import read_json
 from perfcast.yamlio import safe_load
@@ -103,7 +105,11 @@ def list_models() -> list[ModelConfig]:
 
 
 def load_model(name: str | Path | ModelConfig) -> ModelConfig:
-    """Look up a model by id, alias, HF repo id, synthetic GPT name, or path to a config.json."""
+    """Look up a model by id, alias, HF repo id, synthetic GPT name, or path to a config.json.
+
+    Raises UnsupportedError for a name listed in ``data/models/unmodelled/`` (a checkpoint of an architecture
+    perfcast does not model; :mod:`perfcast.catalog.unmodelled`), UnknownNameError for any other unknown name.
+    """
     if isinstance(name, ModelConfig):
         return name
     text = str(name)
@@ -121,4 +127,7 @@ def load_model(name: str | Path | ModelConfig) -> ModelConfig:
     synthetic = parse_synthetic_gpt(text)
     if synthetic is not None:
         return synthetic
+    refusal = unmodelled_refusal(text)  # a known checkpoint of an architecture perfcast does not model
+    if refusal is not None:
+        raise refusal
     raise UnknownNameError("model", text, files.keys(), list_command="perfcast models list")

@@ -6,7 +6,7 @@ defaults of the ``transformers`` config class when a key is absent) onto one
 vocabulary. One function per family keeps each mapping readable.
 
 Nothing is guessed: a ``model_type`` with no function here (``gemma3``,
-``minimax_m2``, ``nemotron_h``, ``rwkv``, a missing one) is refused with the supported
+``rwkv``, ``nemotron_h``, a missing one) is refused with the supported
 list rather than priced as some other decoder; a multimodal config whose vision
 tower is not a modelled one is refused naming the tower; a config of a supported
 family that carries keys of another architecture (experts in a ``llama``
@@ -46,6 +46,7 @@ from perfcast.catalog.normalize_vision import (
     normalize_qwen2_vl,
 )
 from perfcast.catalog.quantization import parse_quantization_config
+from perfcast.catalog.unmodelled import unmodelled_reason
 from perfcast.errors import UnsupportedError
 
 __all__ = ["normalize_hf", "supported_model_types"]
@@ -343,6 +344,26 @@ def _gemma3_text(raw: Raw) -> Raw:
     modelled."""
     out = _gemma2(raw, "gemma3_text")
     out["qk_norm"] = "rmsnorm"
+    return out
+
+
+def _gemma(raw: Raw) -> Raw:
+    """Gemma 1 (``GemmaForCausalLM``; CodeGemma): the Gemma 2 layer without what Gemma 2 added -- two
+    RMSNorms per layer (before attention and before the MLP; Gemma's RMSNorm scales by 1 + weight), no sliding
+    window, no softcapping, the 1/sqrt(head_dim) score scale. GeGLU MLP (transformers 4.57 runs
+    ``hidden_act``), head_dim 256 (may differ from hidden / heads), embeddings scaled by sqrt(hidden_size), tied
+    LM head. A config carrying a sliding window is refused (Gemma 1 has none)."""
+    raw = _with_defaults(raw, "gemma")
+    if raw.get("sliding_window"):
+        raise UnsupportedError(f"gemma with sliding_window={raw['sliding_window']} is not Gemma 1 (which attends "
+                               "to every position); supported: no sliding window (Gemma 2 is model_type gemma2)")
+    out = _llama(raw, "gemma")
+    out.update(
+        activation=str(raw["hidden_act"]),
+        sliding_window=None,
+        embedding_multiplier=float(out["hidden_size"]) ** 0.5,  # GemmaModel: hidden_states * normalizer
+        tie_word_embeddings=bool(raw["tie_word_embeddings"]),
+    )
     return out
 
 
@@ -686,6 +707,43 @@ def _glm4_moe(raw: Raw) -> Raw:
     return out
 
 
+def _minimax_m2(raw: Raw) -> Raw:
+    """MiniMax-M2 (``MiniMaxM2ForCausalLM``, remote code; vLLM's ``minimax_m2.py``): full GQA attention in every
+    layer (``attn_type_list`` all 1) with bias-free q/k/v/o, RoPE on ``rotary_dim`` of each head, RMSNorms over
+    the whole q and k projections (``qk_norm_type`` per_layer: q_norm of num_heads x head_dim, k_norm of
+    num_kv_heads x head_dim, as OLMo 2), and every layer MoE: ``num_local_experts`` SwiGLU experts of
+    ``intermediate_size``, top ``num_experts_per_tok``, sigmoid scores with a per-expert correction bias
+    (``use_routing_bias``: counted as a router bias, as for DeepSeek-V3), no shared expert. The
+    multi-token-prediction modules (``use_mtp``, ``num_mtp_modules``) are not part of the main model and are
+    not counted. Lightning-attention layers (``attn_type_list`` 0, MiniMax-Text-01), shared experts and per-head
+    QK norms are refused."""
+    kinds = raw.get("attn_type_list") or []
+    if any(int(k) != 1 for k in kinds):
+        raise UnsupportedError("minimax_m2 with lightning-attention layers (attn_type_list 0) is not supported; "
+                               "supported: full softmax attention in every layer (attn_type_list all 1)")
+    if int(raw.get("shared_intermediate_size") or 0):
+        raise UnsupportedError(f"minimax_m2 with shared_intermediate_size={raw['shared_intermediate_size']} (a "
+                               "shared expert) is not supported; supported: routed experts only (0)")
+    qk_norm = bool(raw.get("use_qk_norm", False))
+    if qk_norm and raw.get("qk_norm_type", "per_layer") != "per_layer":
+        raise UnsupportedError(f"minimax_m2 with qk_norm_type={raw['qk_norm_type']!r} is not supported; supported: "
+                               "per_layer (one RMSNorm over the whole q and k projections)")
+    head_dim = int(raw["head_dim"])
+    rotary_dim = int(raw.get("rotary_dim") or head_dim)
+    out = _llama({**raw, "partial_rotary_factor": rotary_dim / head_dim}, "minimax_m2")
+    out.update(
+        qk_norm="rmsnorm" if qk_norm else "none",
+        qk_norm_span="projection",
+        moe={
+            "num_experts": int(raw["num_local_experts"]),
+            "experts_per_token": int(raw["num_experts_per_tok"]),
+            "expert_intermediate_size": int(raw["intermediate_size"]),
+            "router_bias": bool(raw.get("use_routing_bias", False)),  # e_score_correction_bias
+        },
+    )
+    return out
+
+
 def _gpt_oss(raw: Raw) -> Raw:
     """gpt-oss: biased GQA with per-head sinks, alternating sliding/full layers, biased MoE experts.
 
@@ -761,6 +819,39 @@ def _gpt_neox(raw: Raw) -> Raw:
         out_bias=bias,
         parallel_block=bool(raw["use_parallel_residual"]),  # two norms even when parallel
         tie_word_embeddings=bool(raw["tie_word_embeddings"]),
+    )
+    return out
+
+
+_BLOOM_TRAINED_TOKENS = 2048  # BLOOM's training sequence length (arXiv:2211.05100)
+
+
+def _bloom(raw: Raw) -> Raw:
+    """BLOOM (``BloomForCausalLM``; BLOOMZ and its fine-tunes): a LayerNorm right after the token embeddings
+    (``word_embeddings_layernorm``), pre-LN blocks of fused, biased ``query_key_value`` (hidden -> 3 hidden, one
+    GEMM) and ``dense`` projections, a biased 4x GELU (tanh) MLP, ALiBi positions (a per-head bias added to the
+    scores: no position table, no rotary), a final LayerNorm and a tied LM head. The released configs give no
+    context length: the limit is then the 2048-token sequences BLOOM was trained on (the BLOOM paper, arXiv:2211.05100),
+    which is also what vLLM assumes for a config without one. ``apply_residual_connection_post_layernorm`` (the
+    residual taken after the norm) is refused."""
+    if raw.get("apply_residual_connection_post_layernorm"):
+        raise UnsupportedError("bloom with apply_residual_connection_post_layernorm is not supported; supported: "
+                               "the residual taken before each LayerNorm (every released BLOOM)")
+    hidden = int(_first(raw, "hidden_size", "n_embed"))
+    positions = _first(raw, "max_position_embeddings", "n_positions", "max_sequence_length", "seq_length",
+                       default=_BLOOM_TRAINED_TOKENS)
+    out = _common({**raw, "hidden_size": hidden, "intermediate_size": 4 * hidden, "seq_length": positions})
+    out.update(
+        activation="gelu_pytorch_tanh",  # BloomGelu: the tanh approximation
+        norm="layernorm",
+        gated_mlp=False,
+        qkv_bias=True,
+        out_bias=True,
+        mlp_bias=True,
+        fused_qkv=True,
+        position="alibi",
+        embedding_norm=True,  # word_embeddings_layernorm
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", True)),
     )
     return out
 
@@ -990,11 +1081,13 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "phimoe": _phimoe,
     "dbrx": _dbrx,
     "glm4_moe": _glm4_moe,
+    "minimax_m2": _minimax_m2,
     "gpt_oss": _gpt_oss,
     "phi": _phi,
     "gptj": _gptj,
     "gpt_neox": _gpt_neox,
     "falcon": _falcon,
+    "bloom": _bloom,
     "mpt": _mpt,
     "internlm": _internlm,
     "internlm2": _internlm2,
@@ -1005,6 +1098,7 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "qwen2_5_vl": lambda raw: normalize_qwen2_5_vl(raw, normalize_hf),
     "mistral3": lambda raw: normalize_mistral3(raw, normalize_hf),
     "llava_next": lambda raw: normalize_llava_next(raw, normalize_hf),
+    "gemma": _gemma,
     "gemma2": _gemma2,
     "gemma3_text": _gemma3_text,
     "phi3": _phi3,
@@ -1136,6 +1230,7 @@ _FEATURES: dict[str, frozenset[str]] = {
     "phimoe": frozenset({"moe"}),
     "dbrx": frozenset({"moe"}),
     "glm4_moe": frozenset({"moe"}),
+    "minimax_m2": frozenset({"moe"}),
     "gpt_oss": frozenset({"moe"}),
     "gpt_neox": frozenset({"parallel"}),
     "falcon": frozenset({"parallel", "alibi"}),
@@ -1239,8 +1334,10 @@ def _family_of(raw: Raw) -> str:
     if model_type not in _FAMILIES:
         if model_type in _MULTIMODAL_TYPES or isinstance(raw.get("vision_config"), dict):
             raise UnsupportedError(f"{model_type}'s vision tower is not supported; supported: {_SUPPORTED_TOWERS}")
+        reason = unmodelled_reason(model_type)
+        why = f": {reason.rstrip('.')}" if reason else ""
         raise UnsupportedError(f"model_type {model_type!r} is not modelled by perfcast (refused rather than "
-                               f"priced as another architecture); supported: {supported}")
+                               f"priced as another architecture){why}; supported: {supported}")
     return model_type
 
 

@@ -106,10 +106,10 @@ def _resolved(report: ServeReport, cfg: ServingConfig) -> ServeReport:
     from perfcast.serving.iteration import kv_cache_dtype
     from perfcast.workload.quantization import resolve_quantization
 
-    report.weights_format = resolve_quantization(load_model(cfg.model), cfg.quantization,
-                                                 load_hardware(cfg.hardware)).label
+    model = load_model(cfg.model)
+    report.weights_format = resolve_quantization(model, cfg.quantization, load_hardware(cfg.hardware)).label
     report.kv_cache_dtype = kv_cache_dtype(None if cfg.kv_cache_dtype == "auto" else DType(cfg.kv_cache_dtype),
-                                           cfg.quantization, DType(report.result.dtype)).value
+                                           cfg.quantization, DType(report.result.dtype), model.quantization).value
     return report
 
 

@@ -68,6 +68,7 @@ import numpy as np
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.catalog.params import count_params
+from perfcast.catalog.quantization import QuantizationConfig
 from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
@@ -132,11 +133,20 @@ def _grid(top: int) -> np.ndarray:
     return np.unique(np.array(pts, dtype=np.int64))
 
 
-def kv_cache_dtype(kv_dtype: DType | None, quantization: str, dtype: DType) -> DType:
+def kv_cache_dtype(kv_dtype: DType | None, quantization: str, dtype: DType,
+                   checkpoint: QuantizationConfig | None = None) -> DType:
     """The KV cache's format: ``kv_dtype`` when given, else FP8 when ``fp8`` or ``fp4`` is asked for explicitly
-    (TensorRT-LLM's FP8 and FP4 checkpoints ship an FP8 cache), else the activation ``dtype`` (vLLM's
-    ``kv_cache_dtype=auto``, a checkpoint's own quantization -- ``auto`` -- included)."""
-    return kv_dtype or (DType.FP8 if quantization in ("fp8", "fp4") else dtype)
+    (TensorRT-LLM's FP8 and FP4 checkpoints ship an FP8 cache), else, under ``auto``, the format the checkpoint
+    is calibrated for (``checkpoint.kv_cache_dtype``: ModelOpt's ``kv_cache_quant_algo`` FP8, which
+    TensorRT-LLM and SGLang apply by default; with vLLM it takes ``--kv-cache-dtype fp8``, an ASSUMPTION of
+    the deployment that ``kv_dtype`` overrides), else the activation ``dtype`` (vLLM's ``kv_cache_dtype=auto``)."""
+    if kv_dtype is not None:
+        return kv_dtype
+    if quantization in ("fp8", "fp4"):
+        return DType.FP8
+    if quantization == "auto" and checkpoint is not None and checkpoint.kv_cache_dtype is not None:
+        return DType(checkpoint.kv_cache_dtype)
+    return dtype
 
 
 @dataclass
@@ -148,7 +158,8 @@ class IterationModel:
     run as the GPU runs it (:mod:`perfcast.workload.quantization`: FP8 weights on a GPU without FP8 math
     run weight-only); ``quant`` is the resolved value. ``kv_dtype`` is the KV-cache format (default: FP8
     when ``fp8`` or ``fp4`` is asked for explicitly, as TensorRT-LLM's FP8 and FP4 checkpoints ship an FP8
-    cache; else the activation dtype, ``auto`` included, as vLLM's ``kv_cache_dtype=auto``). ``max_tokens`` bounds the
+    cache; under ``auto`` the checkpoint's calibrated KV format when it has one (ModelOpt
+    ``kv_cache_quant_algo``); else the activation dtype, as vLLM's ``kv_cache_dtype=auto``). ``max_tokens`` bounds the
     tokens one iteration may schedule (the dense tables cover it; larger batches interpolate).
     ``ep`` (expert-parallel GPUs, dividing ``tp``) and ``attention_dp`` (attention data-parallel over
     the ``tp`` GPUs) apply to mixture-of-experts models (module docstring).
@@ -203,7 +214,7 @@ class IterationModel:
         if self.tp > self.cl.domain:
             raise ConfigError(f"tensor parallelism {self.tp} exceeds the {self.cl.domain} GPUs of one "
                               f"{self.cl.id} node")
-        self.kv = kv_cache_dtype(self.kv_dtype, self.quantization, self.dtype)
+        self.kv = kv_cache_dtype(self.kv_dtype, self.quantization, self.dtype, self.cfg.quantization)
         cfg = self.cfg
         self.heads = cfg.num_heads // (1 if self.attention_dp else self.tp)
         self.kv_heads = max(1, cfg.num_kv_heads // (1 if self.attention_dp else self.tp))

@@ -12,9 +12,9 @@ A scheme names how a checkpoint's linear weights are stored
   values; gpt-oss), everything else 16-bit.
 
 ``auto`` is the checkpoint's own scheme, read from its ``quantization_config``
-(:class:`~perfcast.catalog.quantization.QuantizationConfig`: fp8 -> ``fp8``,
-mxfp4 -> ``mxfp4``, awq and 4-bit gptq -> ``w4a16``, 8-bit gptq -> ``w8a16``; an
-unquantized checkpoint -> ``none``), with the checkpoint's own group and block
+(:class:`~perfcast.catalog.quantization.QuantizationConfig`: fp8, ModelOpt FP8 and Quark
+FP8 -> ``fp8``, ModelOpt NVFP4 -> ``fp4``, mxfp4 -> ``mxfp4``, awq and 4-bit gptq ->
+``w4a16``, 8-bit gptq -> ``w8a16``; an unquantized checkpoint -> ``none``), with the checkpoint's own group and block
 sizes. An explicit scheme means a checkpoint quantized that way in the scheme's
 generic format (one fp16 scale per 128 weights for ``w4a16``/``w8a16``, one scale
 per tensor for ``fp8``, NVFP4's 8-bit scale per 16 values for ``fp4``).
@@ -24,6 +24,12 @@ How it runs depends on the GPU, and is stated, never invented:
 - FP8 weights on a GPU without FP8 math (A100, V100, T4...) run weight-only: the
   FP8 weights are dequantized into 16-bit GEMMs (W8A16, vLLM's Marlin FP8 path);
   no FP8 peak is assumed;
+- NVFP4 (``fp4``) runs FP4 GEMMs only on a GPU with FP4 tensor-core math (a
+  ``fp4`` peak in its catalog entry: Blackwell). Elsewhere (H100, A100...) it runs
+  weight-only: the 4-bit weights and their E4M3 group scales are dequantized into
+  16-bit GEMMs, as vLLM runs NVFP4 checkpoints on GPUs without FP4 math (its Marlin
+  FP4 kernels, "weight-only FP4 compression"); TensorRT-LLM builds NVFP4 engines
+  for Blackwell only. Activations are then not quantized;
 - MXFP4 experts run weight-only on every GPU: 4-bit weights dequantized into
   16-bit GEMMs, as vLLM runs them on Hopper (Marlin / Triton kernels) and by
   default on Blackwell (MXFP4 x BF16). GEMMs with FP4 or FP8 activations are not
@@ -82,6 +88,8 @@ def checkpoint_scheme(cfg: ModelConfig) -> str:
         return "none"
     if q.method in ("fp8", "mxfp4"):
         return q.method
+    if q.method in ("modelopt", "quark"):
+        return "fp4" if q.weight_format == "nvfp4" else "fp8"
     return "w4a16" if q.weight_bits == 4 else "w8a16"
 
 
@@ -89,11 +97,15 @@ def _has_fp8_math(hw: Hardware) -> bool:
     return DType.FP8.value in hw.supported_dtypes()
 
 
+def _has_fp4_math(hw: Hardware) -> bool:
+    return DType.FP4.value in hw.supported_dtypes()
+
+
 def resolve_quantization(cfg: ModelConfig, requested: str | Quantization = "auto",
                          hw: Hardware | None = None) -> Quantization:
     """The quantization ``requested`` (``auto`` or a scheme) for ``cfg``, run on ``hw`` (module docstring).
 
-    Without ``hw``, FP8 is taken to run on FP8 math. Raises ConfigError for an unknown scheme and
+    Without ``hw``, FP8 and FP4 are taken to run on FP8 and FP4 math. Raises ConfigError for an unknown scheme and
     UnsupportedError for ``mxfp4`` on a model without MoE experts.
     """
     if isinstance(requested, Quantization):
@@ -113,6 +125,10 @@ def resolve_quantization(cfg: ModelConfig, requested: str | Quantization = "auto
         weight_only = True
         note = (f"{note}; " if note else "") + (f"weight-only w8a16 on {hw.id}, which has no FP8 math: FP8 weights "
                                                 "dequantized into GEMMs in the activation dtype")
+    elif scheme == "fp4" and hw is not None and not _has_fp4_math(hw):
+        weight_only = True
+        note = (f"{note}; " if note else "") + (f"weight-only w4a16 on {hw.id}, which has no FP4 math: NVFP4 "
+                                                "weights dequantized into GEMMs in the activation dtype")
     elif scheme == "mxfp4":
         note = (f"{note}; " if note else "") + ("weight-only: expert weights dequantized into GEMMs in the "
                                                 "activation dtype")

@@ -16,8 +16,8 @@ gradient and an adapter gains one without any special case downstream.
   attention passes K/V blocks around, Ulysses regroups heads), so each GPU
   does ``1/cp`` of the attention work against ``seq`` keys.
 - :func:`quantize_weights`: inference-time quantization of the transformer blocks'
-  linear layers: weight-only (W4A16, W8A16, MXFP4 experts, FP8 on GPUs without
-  FP8 math: narrower weights streamed into a 16-bit GEMM), W8A8 (INT8 GEMMs on
+  linear layers: weight-only (W4A16, W8A16, MXFP4 experts, FP8 or NVFP4 on GPUs
+  without FP8 or FP4 math: narrower weights streamed into a 16-bit GEMM), W8A8 (INT8 GEMMs on
   per-token quantized activations), FP8 or FP4 (:mod:`perfcast.workload.quantization`
   says which scheme a run uses).
 - :func:`route_experts`: expert parallelism and routing skew for MoE layers: a
@@ -78,12 +78,13 @@ def to_fp8(ops: list[Op] | tuple[Op, ...]) -> list[Op]:
     return out
 
 
-_WEIGHT_DTYPES = {"w4a16": DType.INT4, "w8a16": DType.INT8, "mxfp4": DType.FP4, "fp8": DType.FP8}
+_WEIGHT_DTYPES = {"w4a16": DType.INT4, "w8a16": DType.INT8, "mxfp4": DType.FP4, "fp8": DType.FP8, "fp4": DType.FP4}
 _GROUP_SIZE = 128  # generic weight-only schemes keep one 16-bit scale per 128 weights (GPTQ/AWQ group size)
 _MX_BYTES = 0.5 + 1.0 / 32  # MXFP4: 4-bit values + one 8-bit (E8M0) scale per 32
+_NVFP4_BYTES = 0.5 + 1.0 / 16  # NVFP4: 4-bit values + one 8-bit (E4M3) scale per 16
 # generic storage bytes per weight of the weight-only schemes (a checkpoint's own format may differ)
 _GENERIC_WEIGHT_BYTES = {"w4a16": 0.5 + 2.0 / _GROUP_SIZE, "w8a16": 1.0 + 2.0 / _GROUP_SIZE, "mxfp4": _MX_BYTES,
-                         "fp8": 1.0}
+                         "fp8": 1.0, "fp4": _NVFP4_BYTES}
 
 
 def _generic(scheme: str) -> Quantization:
@@ -111,7 +112,8 @@ def quantize_weights(ops: list[Op] | tuple[Op, ...], scheme: str | Quantization)
     :class:`~perfcast.workload.quantization.Quantization` carrying a checkpoint's own format).
 
     Weight-only runs (``w4a16``, ``w8a16``, ``mxfp4`` on the MoE experts, ``fp8`` on a GPU without FP8
-    math) keep 16-bit activations and GEMM math and stream the narrower weights with their scales;
+    math, ``fp4`` on a GPU without FP4 math) keep 16-bit activations and GEMM math and stream the narrower
+    weights with their scales;
     ``w8a8`` runs INT8 GEMMs after a per-token quantization kernel on each input; ``fp8`` runs FP8
     GEMMs the same way; ``fp4`` (NVFP4) runs FP4 GEMMs on 4-bit weights and activations with one 8-bit
     scale per 16 elements. Embeddings, the LM head, attention and MoE routers keep the activation dtype
@@ -153,7 +155,7 @@ def quantize_weights(ops: list[Op] | tuple[Op, ...], scheme: str | Quantization)
             out.append(op.with_(bytes_read=op.bytes_read - op.weight_bytes + weight, weight_bytes=weight, meta=meta))
             continue
         low = DType.FP4 if q.scheme == "fp4" else DType.INT8
-        per = low.bytes + (1.0 / 16 if low is DType.FP4 else 0.0)  # NVFP4: an 8-bit scale per 16 values
+        per = (ckpt.bytes_per_weight(k) if ckpt is not None else _NVFP4_BYTES) if low is DType.FP4 else low.bytes
         act = m * k  # quantize the input per token (per block for fp4), then a low-precision GEMM
         out.append(Op(name=f"{op.name}.quantize_{low.value}", op="cast", kind=OpKind.VECTOR, dims=(1, act),
                       dtype=op.dtype, flops=float(act), bytes_read=act * e, bytes_written=act * per,

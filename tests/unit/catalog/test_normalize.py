@@ -30,7 +30,7 @@ def _refusal(**fields: Any) -> str:
 # --- model_type -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model_type", ["banana", "olmoe", "minimax_m2", "nemotron_h", "rwkv", ""])
+@pytest.mark.parametrize("model_type", ["banana", "olmoe", "rwkv", "nemotron_h", "deepseek_v32", ""])
 def test_an_unmodelled_model_type_is_refused_with_the_supported_list(model_type: str) -> None:
     message = _refusal(model_type=model_type)
     if model_type:
@@ -206,12 +206,19 @@ def test_awq_and_gptq_keep_their_group_scales(quant: dict[str, Any], bits: int, 
     ({"quant_method": "fp8", "fmt": "e5m2"}, "fmt='e5m2'"),
     ({"quant_method": "gptq", "bits": 4, "modules_to_not_convert": ["mlp.down_proj"]}, "mlp.down_proj"),
     ({"quant_method": "mxfp4"}, "MoE experts only"),
+    ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "quant_algo='W4A8_AWQ'"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 32}, "group_size=32"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"},
+     "kv_cache_quant_algo='NVFP4'"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": ["model.layers.0.mlp"]},
+     "model.layers.0.mlp"),
 ])
 def test_quantization_perfcast_cannot_map_is_refused_in_one_line(quant: dict[str, Any], what: str) -> None:
     message = _refusal(model_type="llama", quantization_config=quant)
     assert what in message
     assert message.endswith("supported: fp8 (e4m3, per-tensor or block-scaled), mxfp4 (MoE experts only, as "
-                            "gpt-oss), awq (4-bit), gptq (4- or 8-bit)")
+                            "gpt-oss), awq (4-bit), gptq (4- or 8-bit), modelopt (FP8 or NVFP4, optional FP8 KV "
+                            "cache), quark (per-tensor FP8 weights and activations, optional FP8 KV cache)")
 
 
 def test_routers_embeddings_and_the_head_may_stay_unquantized() -> None:
@@ -224,3 +231,71 @@ def test_mxfp4_on_a_model_with_dense_mlps_is_refused() -> None:
     raw["quantization_config"] = load_model("gpt-oss-20b").hf_config["quantization_config"]
     with pytest.raises(UnsupportedError, match="MLPs are not all routed experts"):
         from_hf_config(raw, model_id="custom")
+
+
+# ModelOpt (TensorRT Model Optimizer) checkpoints: quant_algo FP8 = E4M3 weights with one fp32 scale per tensor;
+# NVFP4 = E2M1 weights (4 bits) with one E4M3 scale (1 byte) per 16 elements and one fp32 scale per tensor (its
+# 4 bytes per matrix left out); kv_cache_quant_algo FP8 = an E4M3 KV cache.
+@pytest.mark.parametrize(("quant", "fmt", "per_weight", "kv"), [
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]},
+     "fp8_e4m3", 1.0, "fp8"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8_e4m3", 1.0, None),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": "FP8",
+      "exclude_modules": ["lm_head"]}, "nvfp4", 0.5 + 1.0 / 16, "fp8"),
+    # hf_quant_config.json's layout: the fields under `quantization`
+    ({"quant_method": "modelopt", "producer": {"name": "modelopt"},
+      "quantization": {"quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None}}, "nvfp4",
+     0.5 + 1.0 / 16, None),
+])
+def test_modelopt_fp8_and_nvfp4_bytes_and_kv_cache(quant: dict[str, Any], fmt: str, per_weight: float,
+                                                    kv: str | None) -> None:
+    q = _load(model_type="llama", quantization_config=quant).quantization
+    assert q is not None and q.method == "modelopt" and q.weight_format == fmt
+    assert q.weight_bits == (8 if fmt == "fp8_e4m3" else 4)
+    assert q.bytes_per_weight(4096) == pytest.approx(per_weight)
+    assert q.kv_cache_dtype == kv
+
+
+def test_deepseek_v32_is_refused_naming_its_sparse_attention() -> None:
+    # DeepSeek-V3.2: each query attends to the top-2048 keys a lightning indexer picks (DSA); priced as dense MLA
+    # it would be wrong at long contexts, so it is refused with that reason
+    message = _refusal(model_type="deepseek_v32", index_topk=2048)
+    assert "model_type 'deepseek_v32' is not modelled by perfcast" in message
+    assert "DeepSeek Sparse Attention (DSA)" in message and "top-2048" in message
+
+
+def test_a_known_checkpoint_of_an_unmodelled_architecture_is_refused_by_name() -> None:
+    with pytest.raises(UnsupportedError) as err:
+        load_model("RWKV/rwkv-raven-7b")
+    assert str(err.value).startswith("RWKV/rwkv-raven-7b: model_type 'rwkv' is not modelled by perfcast: ")
+    with pytest.raises(UnsupportedError, match="a llama checkpoint perfcast does not model: .*vocabulary"):
+        load_model("Neutralzz/BiLLa-7B-SFT")
+
+
+_QUARK_FP8 = {"dtype": "fp8_e4m3", "qscheme": "per_tensor", "is_dynamic": False}
+
+
+def test_quark_per_tensor_fp8_with_its_kv_cache_group() -> None:
+    q = load_model("amd/Llama-3.3-70B-Instruct-FP8-KV").quantization
+    assert q is not None and q.method == "quark" and q.weight_format == "fp8_e4m3"
+    assert q.activation_scheme == "static" and q.kv_cache_dtype == "fp8"
+    assert q.bytes_per_weight(8192) == 1.0  # E4M3, one fp32 scale per tensor
+    plain = {"quant_method": "quark", "global_quant_config": {"weight": _QUARK_FP8, "input_tensors": _QUARK_FP8}}
+    no_kv = _load(model_type="llama", quantization_config=plain).quantization
+    assert no_kv is not None and no_kv.kv_cache_dtype is None
+
+
+@pytest.mark.parametrize(("quant", "what"), [
+    ({"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "fp4", "qscheme": "per_group"},
+                                                       "input_tensors": None}}, "'weight': 'fp4'"),
+    ({"quant_method": "quark", "global_quant_config": {"weight": _QUARK_FP8, "input_tensors": None}},
+     "'input_tensors': None"),
+    ({"quant_method": "quark", "global_quant_config": {"weight": _QUARK_FP8, "input_tensors": _QUARK_FP8},
+      "layer_quant_config": {"*down_proj": {"weight": {"dtype": "int8", "qscheme": "per_channel"}}}},
+     "layer_quant_config['*down_proj']"),
+    ({"quant_method": "quark", "global_quant_config": {"weight": _QUARK_FP8, "input_tensors": _QUARK_FP8},
+      "export": {"kv_cache_group": ["*k_proj"]}}, "kv_cache_group ['*k_proj']"),
+])
+def test_quark_forms_other_than_per_tensor_fp8_are_refused(quant: dict[str, Any], what: str) -> None:
+    message = _refusal(model_type="llama", quantization_config=quant)
+    assert what in message and "quark (per-tensor FP8 weights and activations, optional FP8 KV cache)" in message

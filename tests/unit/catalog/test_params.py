@@ -58,6 +58,30 @@ TOTALS = [
     # Qwen/Qwen3-8B and Qwen/Qwen3-32B model cards: 8.2B and 32.8B parameters
     pytest.param("qwen3-8b", 8.2 * B, id="qwen3-8b-model-card"),
     pytest.param("qwen3-32b", 32.8 * B, id="qwen3-32b-model-card"),
+    # Touvron et al. 2023, LLaMA (arXiv:2302.13971) Table 2: 6.7B and 13.0B
+    pytest.param("llama-7b", 6.7 * B, id="llama-7b-LLaMA-paper-table2"),
+    pytest.param("llama-13b", 13.0 * B, id="llama-13b-LLaMA-paper-table2"),
+    # Biderman et al. 2023, Pythia (arXiv:2304.01373) Table 1: 12B total 11,846,072,320
+    pytest.param("pythia-12b", 11_846_072_320, id="pythia-12b-Pythia-paper-table1"),
+    # Gemma Team 2024 (arXiv:2403.08295) Table 2: 7B = 786,825,216 embedding + 7,751,248,896 non-embedding;
+    # 2B = 524,550,144 + 1,981,884,416 (CodeGemma keeps these architectures)
+    pytest.param("codegemma-7b", 786_825_216 + 7_751_248_896, id="codegemma-7b-Gemma-paper-table2"),
+    pytest.param("codegemma-2b", 524_550_144 + 1_981_884_416, id="codegemma-2b-Gemma-paper-table2"),
+    # BigScience 2022, BLOOM (arXiv:2211.05100) Table 3 / bigscience/bloom-7b1 model card: 7,069,016,064 parameters
+    pytest.param("bloom-7b1", 7_069_016_064, id="bloom-7b1-model-card"),
+    # Hub safetensors parameter counts shown on the model pages
+    pytest.param("gemma-2-2b", 2.61 * B, id="gemma-2-2b-2.61B-hub-safetensors"),
+    pytest.param("gemma-2-27b", 27.2 * B, id="gemma-2-27b-27.2B-hub-safetensors"),
+    pytest.param("starcoder2-3b", 3.03 * B, id="starcoder2-3b-3.03B-hub-safetensors"),
+    pytest.param("starcoder2-7b", 7.17 * B, id="starcoder2-7b-7.17B-hub-safetensors"),
+    pytest.param("mistral-7b-v0.3", 7.25 * B, id="mistral-7b-v0.3-7.25B-hub-safetensors"),
+    pytest.param("mistral-nemo-12b", 12.2 * B, id="mistral-nemo-12.2B-hub-safetensors"),
+    pytest.param("codellama-70b", 69.0 * B, id="codellama-70b-69B-hub-safetensors"),
+    pytest.param("llava-1.5-13b", 13.4 * B, id="llava-1.5-13b-13.4B-hub-safetensors"),
+    # mistral.ai/news/mistral-large-2407: 123 billion parameters
+    pytest.param("mistral-large-2407", 123 * B, id="mistral-large-2407-announcement"),
+    # Abdin et al., Phi-3 Technical Report (arXiv:2404.14219) Sec. 2: phi-3-medium 14B
+    pytest.param("phi-3-medium-4k", 14 * B, id="phi-3-medium-14B-tech-report"),
     # Narayanan et al. SC'21 (arXiv:2104.04473) Table 1: the 1T row
     pytest.param("GPT-1T (hidden 25600, 128 layers, vocab 51200)", 1000 * B, id="synthetic-GPT-1T-SC21-table1"),
 ]
@@ -66,6 +90,8 @@ MOE = [
     # (model, published total, published active per token, source)
     # mistral.ai/news/mixtral-of-experts: "46.7B total parameters but only uses 12.9B parameters per token"
     pytest.param("mixtral-8x7b", 46.7 * B, 12.9 * B, id="mixtral-8x7b-mistral-announcement"),
+    # mistral.ai/news/mixtral-8x22b: 141B total, 39B active
+    pytest.param("mixtral-8x22b-instruct", 141 * B, 39 * B, id="mixtral-8x22b-mistral-announcement"),
     # Qwen/Qwen3-30B-A3B model card: 30.5B total, 3.3B activated
     pytest.param("qwen3-30b-a3b", 30.5 * B, 3.3 * B, id="qwen3-30b-a3b-model-card"),
     # Qwen/Qwen3-235B-A22B model card: 235B total, 22B activated
@@ -109,6 +135,33 @@ def test_gpt_oss_matches_model_card(name: str, expected_total: float, expected_a
     count = count_params(load_model(name))
     assert _close(count.total, expected_total)
     assert _close(count.active - count.embedding, expected_active_without_embedding)
+
+
+# MiniMaxAI/MiniMax-M2 model card: "230 billion total parameters with 10 billion active". transformers has no
+# MiniMaxM2 class to compare with, so the card's rounded figures are the check: the total within the published
+# tolerance, the active count (the card's "10 billion", one significant figure) within 5% once the input embedding
+# table (a lookup, not a matrix product: 0.6B) is left out, as the gpt-oss card does.
+MINIMAX_M2_ACTIVE_TOLERANCE = 0.05
+
+
+def test_minimax_m2_matches_its_model_card() -> None:
+    count = count_params(load_model("MiniMaxAI/MiniMax-M2"))
+    assert _close(count.total, 230 * B)
+    assert count.active - count.embedding == pytest.approx(10 * B, rel=MINIMAX_M2_ACTIVE_TOLERANCE)
+
+
+def test_minimax_m2_layer_is_full_gqa_with_projection_qk_norms_and_256_sigmoid_experts() -> None:
+    cfg = load_model("minimax-m2")
+    assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (62, 3072, 48, 8, 128)
+    assert cfg.rotary_frac == 0.5 and cfg.qk_norm == "rmsnorm" and cfg.qk_norm_span == "projection"
+    assert cfg.moe is not None
+    assert (cfg.moe.num_experts, cfg.moe.experts_per_token, cfg.moe.expert_intermediate_size) == (256, 8, 1536)
+    assert cfg.moe.router_bias and cfg.moe.num_shared_experts == 0 and cfg.sliding_window is None
+    # one layer by hand: q/k/v/o, the two projection-wide QK norms, 256 experts of 3 matrices, router + bias,
+    # two RMSNorms
+    q, kv = 48 * 128, 8 * 128
+    layer = 3072 * (q + 2 * kv) + q * 3072 + (q + kv) + 256 * 3 * 3072 * 1536 + 3072 * 256 + 256 + 2 * 3072
+    assert count_params(cfg).total == 62 * layer + 2 * 200064 * 3072 + 3072  # untied head, final norm
 
 
 def test_exact_count_gpt2() -> None:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from perfcast.catalog import load_hardware, load_model
+from perfcast.catalog.models import ModelConfig, from_hf_config
+from perfcast.catalog.params import count_params
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, UnsupportedError
+from perfcast.serving.iteration import kv_cache_dtype, weight_bytes_per_gpu
 from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.quantization import checkpoint_scheme, resolve_quantization
 from perfcast.workload.transforms import quantize_weights
@@ -96,3 +99,75 @@ def test_grouped_expert_gemms_count_every_experts_weights() -> None:
     (mx,) = quantize_weights([op], "mxfp4")
     assert w4.weight_bytes == 8 * 256 * 128 * (0.5 + 2 / 128)
     assert mx.weight_bytes == 8 * 256 * 128 * (0.5 + 1 / 32)
+
+
+# --- NVIDIA ModelOpt checkpoints (FP8, NVFP4) -----------------------------------------------------------------
+
+_NVFP4 = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": "FP8",
+          "exclude_modules": ["lm_head"]}
+# NVFP4 by definition: an E2M1 value (4 bits) per weight + one E4M3 scale (8 bits) per 16 weights
+_NVFP4_BYTES = 4 / 8 + 1 / 16
+
+
+def _nvfp4_llama() -> ModelConfig:
+    raw = {**load_model("llama-2-7b").hf_config, "quantization_config": _NVFP4}
+    return from_hf_config(raw, model_id="llama-2-7b-nvfp4")
+
+
+def test_modelopt_and_quark_checkpoints_map_to_the_fp8_and_fp4_schemes() -> None:
+    assert checkpoint_scheme(load_model("nvidia/Llama-3.3-70B-Instruct-FP8")) == "fp8"
+    assert checkpoint_scheme(load_model("amd/Llama-3.3-70B-Instruct-FP8-KV")) == "fp8"
+    assert checkpoint_scheme(_nvfp4_llama()) == "fp4"
+
+
+def test_modelopt_fp8_runs_fp8_gemms_on_h100_with_one_byte_per_weight_and_weight_only_on_a100() -> None:
+    cfg = load_model("nvidia/Llama-3.3-70B-Instruct-FP8")
+    by_gpu = {}
+    for gpu in ("h100-sxm-80gb", "a100-sxm-80gb"):
+        quant = resolve_quantization(cfg, "auto", load_hardware(gpu))
+        w = build_workload(cfg, WorkloadSpec(Mode.DECODE, 4, 1024, dtype=DType.BF16, quantization=quant))
+        by_gpu[gpu] = _linears(w.ops, ".mlp.down_proj")[0]
+    fp8, w8a16 = by_gpu["h100-sxm-80gb"], by_gpu["a100-sxm-80gb"]
+    assert fp8.dtype is DType.FP8 and w8a16.dtype is DType.BF16 and w8a16.get("weight_dtype") == "fp8"
+    _, _, k, n = fp8.dims
+    assert fp8.weight_bytes == w8a16.weight_bytes == k * n * 1.0  # E4M3, one fp32 scale per tensor
+
+
+def test_nvfp4_runs_fp4_gemms_on_blackwell_and_weight_only_where_there_is_no_fp4_math() -> None:
+    cfg = _nvfp4_llama()
+    b200 = resolve_quantization(cfg, "auto", load_hardware("b200-sxm-180gb"))
+    h100 = resolve_quantization(cfg, "auto", load_hardware("h100-sxm-80gb"))
+    assert b200.scheme == h100.scheme == "fp4"
+    assert not b200.weight_only and h100.weight_only
+    assert "weight-only w4a16 on h100-sxm-80gb, which has no FP4 math" in h100.label
+    ops = {}
+    for name, quant in (("b200", b200), ("h100", h100)):
+        w = build_workload(cfg, WorkloadSpec(Mode.DECODE, 4, 1024, dtype=DType.BF16, quantization=quant))
+        ops[name] = _linears(w.ops, ".mlp.down_proj")[0]
+    assert ops["b200"].dtype is DType.FP4
+    assert ops["h100"].dtype is DType.BF16 and ops["h100"].get("weight_dtype") == "fp4"
+    _, _, k, n = ops["b200"].dims
+    assert ops["b200"].weight_bytes == ops["h100"].weight_bytes == pytest.approx(k * n * _NVFP4_BYTES)
+
+
+def test_a_modelopt_or_quark_models_weight_bytes_quantize_the_blocks_and_keep_the_embeddings_16_bit() -> None:
+    fp8 = load_model("nvidia/Llama-3.3-70B-Instruct-FP8")
+    quark = load_model("amd/Llama-3.3-70B-Instruct-FP8-KV")
+    nvfp4 = _nvfp4_llama()
+    for cfg, per_weight in ((fp8, 1.0), (quark, 1.0), (nvfp4, _NVFP4_BYTES)):
+        count = count_params(cfg)
+        outer = 2 * count.embedding  # the token table and the untied LM head, bf16
+        block = count.total - outer
+        assert weight_bytes_per_gpu(cfg, tp=1, dtype=DType.BF16) == pytest.approx(block * per_weight + outer * 2)
+
+
+def test_kv_cache_quant_algo_sets_the_kv_cache_dtype_under_auto() -> None:
+    fp8 = load_model("nvidia/Llama-3.3-70B-Instruct-FP8")
+    plain = load_model("llama-3.3-70b")
+    assert kv_cache_dtype(None, "auto", DType.BF16, fp8.quantization) is DType.FP8
+    assert kv_cache_dtype(None, "auto", DType.BF16, _nvfp4_llama().quantization) is DType.FP8
+    assert kv_cache_dtype(None, "auto", DType.BF16, load_model("amd/Llama-3.3-70B-Instruct-FP8-KV").quantization) \
+        is DType.FP8
+    assert kv_cache_dtype(None, "auto", DType.BF16, plain.quantization) is DType.BF16
+    assert kv_cache_dtype(DType.BF16, "auto", DType.BF16, fp8.quantization) is DType.BF16  # an explicit dtype wins
+    assert kv_cache_dtype(None, "none", DType.BF16, fp8.quantization) is DType.BF16  # not the checkpoint's format

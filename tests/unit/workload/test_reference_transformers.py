@@ -32,7 +32,8 @@ Each case is a catalog ``config.json`` (a published HF config) cut to a few laye
 
 Not compared:
 
-* families transformers cannot build without remote code (``internlm``, ``internlm2``, Qwen v1 ``qwen``) or
+* families transformers cannot build without remote code (``internlm``, ``internlm2``, Qwen v1 ``qwen``,
+  ``minimax_m2``) or
   that are diffusers networks (``unet_2d_condition``, ``autoencoder_kl``): :data:`NOT_IN_TRANSFORMERS`.
 * forward FLOPs of MoE models on the meta device: their HF routing calls ``nonzero`` (a data-dependent shape a
   meta tensor cannot have). Their parameters are compared, and their active parameters per token against the
@@ -79,9 +80,12 @@ NOT_IN_TRANSFORMERS = {
     "qwen": "Qwen v1 is remote code only",
     "unet_2d_condition": "a diffusers network, not a transformers model",
     "autoencoder_kl": "a diffusers network, not a transformers model",
+    # its totals are checked against the model card instead (tests/unit/catalog/test_params.py)
+    "minimax_m2": "remote code only (transformers 4.57 has no MiniMaxM2 class)",
 }
 
-# EleutherAI/pythia-1.4b config.json (huggingface.co/EleutherAI/pythia-1.4b): no catalog model is a gpt_neox
+# EleutherAI/pythia-1.4b config.json (huggingface.co/EleutherAI/pythia-1.4b), kept from before the catalog had
+# gpt_neox models
 PYTHIA_1_4B: dict[str, Any] = {
     "model_type": "gpt_neox", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 16,
     "num_hidden_layers": 24, "rotary_pct": 0.25, "rotary_emb_base": 10000, "max_position_embeddings": 2048,
@@ -120,6 +124,7 @@ CASES: dict[str, tuple[str, Any, int | None]] = {
     "gptj": ("gpt-j-6b", lambda: _catalog("gpt-j-6b"), 2),
     "gpt_neox": ("pythia-1.4b", lambda: dict(PYTHIA_1_4B), 2),
     "falcon": ("falcon-180b", lambda: _catalog("falcon-180b"), 2),
+    "bloom": ("bloom-7b1", lambda: _catalog("bloom-7b1"), 2),  # ALiBi, fused qkv, embedding LayerNorm
     "mpt": ("mpt-7b", lambda: _catalog("mpt-7b"), 2),
     "phi": ("phi-2", lambda: _catalog("phi-2"), 2),
     "nemotron": ("nemotron-8b", lambda: _catalog("nemotron-8b"), 2),
@@ -129,6 +134,7 @@ CASES: dict[str, tuple[str, Any, int | None]] = {
     "qwen3": ("qwen3-8b", lambda: _catalog("qwen3-8b"), 2),
     "llava": ("llava-1.5-7b", lambda: _catalog("llava-1.5-7b"), 2),  # text layers cut, the CLIP tower whole
     "resnet": ("resnet-50", lambda: _catalog("resnet-50"), None),
+    "gemma": ("codegemma-2b", lambda: _catalog("codegemma-2b"), 2),  # Gemma 1: multi-query, head 256
     "gemma2": ("gemma-2-9b", lambda: _catalog("gemma-2-9b"), 2),  # one sliding, one full
     "gemma3_text": ("gemma-3-12b", lambda: _catalog("gemma-3-12b"), 6),  # five sliding, one full
     "phi3": ("phi-4", lambda: _catalog("phi-4"), 2),

@@ -66,6 +66,8 @@ def build_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str
             g.pointwise("add_positions", "add", t * h, inputs=2)
         if cfg.embedding_multiplier is not None:  # Gemma: * sqrt(hidden); Granite: * embedding_multiplier
             g.pointwise("embed_scale", "mulu", t * h)
+        if cfg.embedding_norm:  # BLOOM's word_embeddings_layernorm
+            _norm(g, cfg, "norm", t, h, style)
         g.dropout("dropout", t * h)
     for (sparse, window), n in _layer_groups(cfg).items():
         label = ("moe_layers" if sparse else "layers") + (f"_window{window}" if window else "")
