@@ -93,10 +93,11 @@ def check_plan(plan: ParallelPlan, cfg: ModelConfig, cluster: Cluster, *, num_gp
     where = (f"the {gpus} GPUs of the cluster ({cluster.nodes} nodes x {cluster.gpus_per_node})"
              if num_gpus is None else f"the {gpus} GPUs asked for")
     check_tp(cfg, plan.tp)
-    if plan.tp > 1 and cluster.domain % plan.tp:
+    share = cluster.domain_share(gpus)  # the job's GPUs in one scale-up domain (a partly used NVL72 rack)
+    if plan.tp > 1 and share % plan.tp:
         raise ConfigError(
-            f"tp={plan.tp} must divide the {cluster.domain} GPUs that share a node's fabric ({cluster.id}); "
-            f"use tp in {{{', '.join(map(str, divisors(cluster.domain)))}}}"
+            f"tp={plan.tp} must divide the {share} GPUs of the job that share a scale-up fabric ({cluster.id}); "
+            f"use tp in {{{', '.join(map(str, divisors(share)))}}}"
         )
     layers = cfg.num_layers + (cfg.num_decoder_layers or 0)
     if plan.pp > layers:

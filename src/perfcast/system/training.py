@@ -51,6 +51,7 @@ from perfcast.kernel.energy import ENERGY_STATUS, power_model, step_energy_J
 from perfcast.kernel.predict import KernelTime, price_ops
 from perfcast.kernel.types import Bound
 from perfcast.system.cluster import Cluster, load_cluster
+from perfcast.system.collectives.placement import members_per_domain
 from perfcast.system.layers import LayerCost, MicroBatchCosts, micro_batch_costs
 from perfcast.system.memory import MemoryBreakdown, training_memory
 from perfcast.system.plan import ParallelPlan, check_plan
@@ -189,8 +190,8 @@ class LayerComm:
 
     def per_node(self, stride: int, size: int) -> int:
         """GPUs of one group that share a scale-up domain, for a group of ``size`` ranks ``stride`` apart."""
-        d = self.cluster.domain
-        return max(1, min(size, d // stride)) if stride < d else 1
+        d = self.cluster.domain_share(self.cluster.num_gpus)  # the job's GPUs in one domain (partial racks)
+        return members_per_domain(size, d // stride) if stride < d else 1
 
     def time(self, op: str, size_bytes: float, group: int, stride: int) -> float:
         """Seconds for one collective of ``size_bytes`` over ``group`` ranks placed ``stride`` apart."""

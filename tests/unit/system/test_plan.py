@@ -150,9 +150,20 @@ def test_tp_must_divide_attention_heads(gpt2: ModelConfig, llama: ModelConfig, d
 def test_tp_must_divide_the_gpus_of_a_node(llama: ModelConfig, dgx: Cluster) -> None:
     # 16 divides llama's 32 heads but spans two 8-GPU nodes
     msg = _error(ParallelPlan(tp=16), llama, dgx.with_nodes(2))
-    assert "tp=16 must divide the 8 GPUs that share a node's fabric" in msg
+    assert "tp=16 must divide the 8 GPUs of the job that share a scale-up fabric" in msg
     assert "use tp in {1, 2, 4, 8}" in msg
     assert check_plan(ParallelPlan(tp=8, dp=2), llama, dgx.with_nodes(2)) is None
+
+
+def test_rack_scale_jobs_take_any_multiple_of_a_tray(llama: ModelConfig) -> None:
+    """NVL72: 128 GPUs run as 64 + 64 on two racks, so tp=16 stays inside one NVLink domain; 72-GPU racks
+    whole keep tp within 72."""
+    from perfcast.system.cluster import load_cluster
+
+    nvl = load_cluster("gb200-nvl72", nodes=32)
+    assert check_plan(ParallelPlan(tp=16, dp=8), llama, nvl) is None
+    msg = _error(ParallelPlan(tp=16, dp=9), llama, load_cluster("gb200-nvl72", nodes=36))
+    assert "must divide the 72 GPUs of the job" in msg
 
 
 def test_pp_must_divide_layers_unless_stages_may_be_uneven(llama: ModelConfig, dgx: Cluster) -> None:
