@@ -39,7 +39,10 @@ framework runs by default, and said here:
   changes (a rotary model has no position table); a learned table outside
   llm-foundry is never resized;
 - pipeline stages may be uneven when the layers do not divide by ``pp``
-  (torchtitan's Llama-3.1-405B, 126 layers over 8 stages).
+  (torchtitan's Llama-3.1-405B, 126 layers over 8 stages); Megatron's runs
+  count the embedding and the loss as a pipeline layer each where the layers
+  alone do not split but the layers + 2 do (Megatron-Bridge's Llama-3.1-405B on
+  pp 8 x vp 8: 128 = 64 chunks of 2).
 
 Which FLOPs a ``tflops_per_gpu`` value counts depends on its source (see the
 ground-truth README): Megatron-LM's 2021 table counts the recomputed forward
@@ -129,12 +132,16 @@ def plan_for_row(row: dict[str, str], gpus_per_node: int) -> ParallelPlan:
         gb = _i(row, "global_batch") or local * dp
     if pp == 1:
         vp = 1
+    # Megatron-Bridge counts the embedding and the loss as pipeline layers where the layers alone do not split
+    # (Llama-3.1-405B: 126 + 2 layers over pp 8 x vp 8)
+    layers = load_model(_model_name(row)).num_layers if megatron and pp > 1 else 0
+    embedding_split = bool(layers) and layers % (pp * vp) != 0 and (layers + 2) % (pp * vp) == 0
     text = f"{framework} {note}"
     compiled = "compile" in text
     overlap_tp = ("AsyncTP" in text or "async TP" in text or megatron) and tp > 1
     return ParallelPlan(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=_i(row, "ep") or 1, vp=vp, uneven_stages=True, sp=megatron and tp > 1,
-        tp_comm_overlap=overlap_tp,
+        tp_comm_overlap=overlap_tp, embedding_in_pipeline_split=embedding_split,
         zero=3 if fsdp else (1 if megatron else 0),
         recompute=recompute if recompute in ("none", "selective", "full") else "none",  # type: ignore[arg-type]
         micro_batch=micro, global_batch=gb, seq_len=seq, precision=precision,  # type: ignore[arg-type]

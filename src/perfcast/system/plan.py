@@ -44,6 +44,9 @@ class ParallelPlan(BaseModel):
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
     schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
     uneven_stages: bool = Field(default=False, description="allow layers not divisible by pp (last stages lighter)")
+    embedding_in_pipeline_split: bool = Field(
+        default=False, description="Megatron's account_for_embedding/loss_in_pipeline_split: the embedding and the "
+                                   "loss count as a layer each when the layers are split over pipeline stages")
     optimizer: Literal["adam", "sgd"] = "adam"
     lora_rank: int = Field(default=0, ge=0, description="LoRA adapter rank (0 = full fine-tuning)")
     lora_targets: tuple[str, ...] = ("q", "k", "v", "o")
@@ -102,7 +105,11 @@ def check_plan(plan: ParallelPlan, cfg: ModelConfig, cluster: Cluster, *, num_gp
     layers = cfg.num_layers + (cfg.num_decoder_layers or 0)
     if plan.pp > layers:
         raise ConfigError(f"pp={plan.pp} exceeds the {layers} layers of {cfg.id}")
-    if layers % plan.pp and not plan.uneven_stages:
+    if plan.embedding_in_pipeline_split:
+        if (layers + 2) % (plan.pp * plan.vp):
+            raise ConfigError(f"with the embedding and the loss counted as pipeline layers, pp*vp = "
+                              f"{plan.pp * plan.vp} must divide the {layers} layers of {cfg.id} + 2")
+    elif layers % plan.pp and not plan.uneven_stages:
         raise ConfigError(
             f"pp={plan.pp} must divide the {layers} layers of {cfg.id} (or allow uneven stages); "
             f"use pp in {{{', '.join(map(str, divisors(layers, 64)))}}}"
@@ -116,9 +123,12 @@ def check_plan(plan: ParallelPlan, cfg: ModelConfig, cluster: Cluster, *, num_gp
     if plan.vp > 1:
         if plan.pp == 1:
             raise ConfigError("virtual pipeline stages (vp > 1) need pipeline parallelism (pp > 1)")
-        if plan.pp * plan.vp > layers:
-            raise ConfigError(f"pp*vp = {plan.pp * plan.vp} exceeds the {layers} layers of {cfg.id}")
-        if layers % (plan.pp * plan.vp) and not plan.uneven_stages:
+        # Megatron can count the embedding and the loss as pipeline layers: up to layers + 2 chunks
+        most = layers + 2 if plan.embedding_in_pipeline_split else layers
+        if plan.pp * plan.vp > most:
+            raise ConfigError(f"pp*vp = {plan.pp * plan.vp} exceeds the {layers} layers of {cfg.id}"
+                              + (" plus the embedding and the loss" if plan.embedding_in_pipeline_split else ""))
+        if layers % (plan.pp * plan.vp) and not (plan.uneven_stages or plan.embedding_in_pipeline_split):
             ok = [v for v in range(2, layers // plan.pp + 1) if layers % (plan.pp * v) == 0]
             raise ConfigError(f"pp*vp = {plan.pp * plan.vp} must divide the {layers} layers of {cfg.id} (or allow "
                               f"uneven stages); use vp in {{{', '.join(map(str, ok)) or '1'}}}")

@@ -312,8 +312,23 @@ def _layer_comm_s(kind: str, size: float, calls: float, plan: ParallelPlan, comm
 # -- stages -------------------------------------------------------------------------------------------
 
 
-def split_layers(n_layers: int, stages: int) -> list[int]:
-    """Layers per virtual stage: an even split, remainders on the middle stages (uneven plans)."""
+def split_layers(n_layers: int, stages: int, *, embedding_and_loss: bool = False) -> list[int]:
+    """Transformer layers per virtual stage: an even split, remainders on the middle stages (uneven plans).
+
+    ``embedding_and_loss``: Megatron's split with the embedding and the loss counted as pipeline layers
+    (``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``): the layers + 2
+    split evenly, the first stage's share holding the embedding in place of one layer and the last stage's the
+    LM head and loss, so pp x vp may be the layers + 2 (Llama-3.1-405B's 126 layers on pp 8 x vp 16 = 128: one
+    layer per virtual stage, the first and last holding only the embedding / the head).
+    """
+    if embedding_and_loss:
+        if (n_layers + 2) % stages:
+            raise ConfigError(f"with the embedding and the loss counted as pipeline layers, {n_layers} + 2 layers "
+                              f"do not split evenly over {stages} virtual stages")
+        counts = [(n_layers + 2) // stages] * stages
+        counts[0] -= 1
+        counts[-1] -= 1
+        return counts
     base, extra = divmod(n_layers, stages)
     counts = [base] * stages
     order = list(range(1, stages - 1)) + [0, stages - 1] if stages > 2 else list(range(stages))
@@ -378,7 +393,7 @@ def _stages(costs: MicroBatchCosts, times: dict[str, LayerTime], plan: ParallelP
     sequence: list[LayerCost] = []
     for part in costs.layers:
         sequence.extend([part] * part.count)
-    counts = split_layers(len(sequence), n_virtual)
+    counts = split_layers(len(sequence), n_virtual, embedding_and_loss=plan.embedding_in_pipeline_split)
     stages = [_Stage() for _ in range(n_virtual)]
     embed, head = costs.part("embed"), costs.part("head")
     if embed is not None:

@@ -285,3 +285,24 @@ def test_uneven_stages_may_interleave_and_suggested_vp_values_are_valid(llama: M
     assert suggested == [2, 4, 8]
     for vp in suggested:
         assert check_plan(ParallelPlan(tp=8, pp=4, vp=vp, global_batch=4), llama, cl4) is None
+
+
+def test_megatron_counts_the_embedding_and_the_loss_as_pipeline_layers() -> None:
+    """Llama-3.1-405B's 126 layers on pp 8 x vp 16 = 128 chunks: refused as a plain split, accepted with the
+    embedding and the loss counted as layers, the first chunk holding only the embedding and the last only the
+    head (Megatron's account_for_embedding/loss_in_pipeline_split)."""
+    from perfcast.catalog.models import load_model
+    from perfcast.system.cluster import load_cluster
+    from perfcast.system.training import simulate_training, split_layers
+
+    cfg, cl = load_model("llama-3.1-405b"), load_cluster("dgx-h100", nodes=8)
+    plan = ParallelPlan(tp=8, pp=8, vp=16, dp=1, uneven_stages=True, seq_len=8192, global_batch=64,
+                        precision="fp8", recompute="full")
+    assert "exceeds the 126 layers" in _error(plan, cfg, cl)
+    megatron = plan.model_copy(update={"embedding_in_pipeline_split": True})
+    res = simulate_training(cfg, cl, megatron)
+    assert sum(res.stage_layers) == 126 and res.stage_layers[0] == res.stage_layers[-1] == 0
+    assert set(res.stage_layers[1:-1]) == {1}
+    assert split_layers(126, 64, embedding_and_loss=True)[:2] == [1, 2]
+    assert "must divide the 126 layers of llama-3.1-405b + 2" in _error(
+        megatron.model_copy(update={"vp": 5}), cfg, cl)
