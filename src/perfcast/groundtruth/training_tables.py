@@ -21,7 +21,9 @@ framework runs by default, and said here:
   Megatron-Bridge use the distributed optimizer (ZeRO-1) with sequence
   parallelism, and overlap TP communication where the source says so
   (Megatron-Core r0.8, NeMo's large configs, torchtitan's AsyncTP);
-- experts: the row's ``ep`` (expert parallelism over the data-parallel ranks);
+- experts: the row's ``ep``; Megatron-Bridge's MoE recipes keep experts whole
+  (``expert_tensor_parallel_size`` 1) with EP folded over the TP x DP ranks,
+  which its rows with ep > dp (Qwen3-235B-A22B: ep 32 on tp 2 x dp 16) need;
 - precision: the row's label (``fp8`` delayed and ``fp8-cs`` current scaling
   both run FP8 GEMMs); Megatron-LM 2021's note states 16-bit mixed precision;
 - gradient reductions in FP32 except Composer's ``PURE`` mixed precision (BF16);
@@ -142,6 +144,7 @@ def plan_for_row(row: dict[str, str], gpus_per_node: int) -> ParallelPlan:
     return ParallelPlan(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=_i(row, "ep") or 1, vp=vp, uneven_stages=True, sp=megatron and tp > 1,
         tp_comm_overlap=overlap_tp, embedding_in_pipeline_split=embedding_split,
+        etp=1 if megatron and tp > 1 and (_i(row, "ep") or 1) > 1 else "tp",
         zero=3 if fsdp else (1 if megatron else 0),
         recompute=recompute if recompute in ("none", "selective", "full") else "none",  # type: ignore[arg-type]
         micro_batch=micro, global_batch=gb, seq_len=seq, precision=precision,  # type: ignore[arg-type]

@@ -32,6 +32,11 @@ class ParallelPlan(BaseModel):
     dp: int = Field(default=1, ge=1)
     cp: int = Field(default=1, ge=1)
     ep: int = Field(default=1, ge=1)
+    etp: Literal["tp", 1] = Field(
+        default="tp", description="expert tensor parallelism (Megatron's expert_tensor_parallel_size): 'tp' splits "
+                                  "each expert like the dense MLP and carves EP out of the data-parallel ranks; 1 "
+                                  "keeps experts whole and folds EP over the TP x CP x DP ranks (MoE parallel "
+                                  "folding, Megatron-Core 0.10+)")
     vp: int = Field(default=1, ge=1, description="virtual pipeline stages (model chunks) per pipeline rank")
     sp: bool = Field(default=False, description="sequence parallelism alongside TP (norms and dropout sharded)")
     cp_kind: Literal["ring", "ulysses"] = "ring"
@@ -67,6 +72,14 @@ class ParallelPlan(BaseModel):
     def num_gpus(self) -> int:
         """GPUs the plan occupies."""
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_shards(self) -> int:
+        """Data-parallel copies of each expert (the expert-DP group that shards its optimizer states)."""
+        if self.ep == 1 and self.etp == "tp":
+            return self.dp * self.cp
+        ranks = self.dp * self.cp * (self.tp if self.etp == 1 else 1)
+        return max(1, ranks // self.ep)
 
     @property
     def effective_global_batch(self) -> int:
@@ -149,9 +162,18 @@ def check_plan(plan: ParallelPlan, cfg: ModelConfig, cluster: Cluster, *, num_gp
         if cfg.moe.num_experts % plan.ep:
             raise ConfigError(f"ep={plan.ep} must divide the {cfg.moe.num_experts} experts of {cfg.id}; "
                               f"use ep in {{{', '.join(map(str, divisors(cfg.moe.num_experts)))}}}")
-        if (plan.dp * plan.cp) % plan.ep:
+        if plan.etp == 1:
+            ranks = plan.tp * plan.dp * plan.cp
+            if ranks % plan.ep:
+                raise ConfigError(f"ep={plan.ep} must divide tp*dp*cp = {ranks} (expert parallelism folded over the "
+                                  f"TP, CP and DP ranks); use ep in {{{', '.join(map(str, divisors(ranks)))}}}")
+            if plan.tp > 1 and not plan.sp:
+                raise ConfigError("whole experts (etp=1) beside tp > 1 need sequence parallelism (sp): each TP rank "
+                                  "dispatches its own share of the tokens")
+        elif (plan.dp * plan.cp) % plan.ep:
             raise ConfigError(f"ep={plan.ep} must divide dp*cp = {plan.dp * plan.cp} (experts are sharded over the "
-                              f"data-parallel ranks); use ep in {{{', '.join(map(str, divisors(plan.dp * plan.cp)))}}}")
+                              f"data-parallel ranks; with etp=1 over tp*dp*cp); use ep in "
+                              f"{{{', '.join(map(str, divisors(plan.dp * plan.cp)))}}}")
     if plan.cp > 1 and plan.seq_len % (2 * plan.cp if plan.cp_kind == "ring" else plan.cp):
         need = 2 * plan.cp if plan.cp_kind == "ring" else plan.cp
         raise ConfigError(f"cp={plan.cp} ({plan.cp_kind}) needs a sequence length divisible by {need} "

@@ -304,7 +304,9 @@ def _layer_comm_s(kind: str, size: float, calls: float, plan: ParallelPlan, comm
         t = comm.calls("all_to_all", size, calls, cp, tp)
         return "cp_comm_s", t, t
     if kind == "ep_all_to_all":
-        t = comm.calls("all_to_all", size, calls, plan.ep, tp * cp)
+        # EP ranks sit tp * cp apart when experts split like the MLP; folded over TP x CP x DP (whole experts)
+        # they are consecutive ranks, so an EP group of up to a node's GPUs stays on its NVLink
+        t = comm.calls("all_to_all", size, calls, plan.ep, 1 if plan.etp == 1 else tp * cp)
         return "ep_comm_s", t, t
     raise ValueError(f"unknown layer collective {kind!r}")  # layers.py produces only the kinds above
 
@@ -347,6 +349,7 @@ class _Stage:
     layers: int = 0
     params: float = 0.0
     trainable: float = 0.0
+    expert_trainable: float = 0.0
     weight_elements: float = 0.0
     quantized_bytes: float = 0.0
     quantized_elements: float = 0.0
@@ -373,6 +376,7 @@ class _Stage:
         self.recompute_s += lt.recompute_s * n
         self.params += part.params * n
         self.trainable += part.trainable_params * n
+        self.expert_trainable += part.expert_params * n
         self.weight_elements += part.weight_elements * n
         self.quantized_bytes += part.quantized_weight_bytes * n
         self.quantized_elements += part.quantized_elements * n
@@ -441,6 +445,7 @@ def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m
     flight = in_flight_microbatches(plan.pp, plan.vp, m, rank, gpipe=plan.effective_schedule == "gpipe")
     weights, grads, optimizer, acts = memory_parts_bytes(
         params=sum(s.params for s in own), trainable=sum(s.trainable for s in own),
+        expert_trainable=sum(s.expert_trainable for s in own), expert_shards=plan.expert_shards,
         quantized_elements=sum(s.quantized_elements for s in own),
         quantized_bytes=sum(s.quantized_bytes for s in own), max_layer_params=max(s.max_layer_params for s in own),
         saved_activation_bytes=sum(s.activation_bytes for s in own),

@@ -306,3 +306,34 @@ def test_megatron_counts_the_embedding_and_the_loss_as_pipeline_layers() -> None
     assert split_layers(126, 64, embedding_and_loss=True)[:2] == [1, 2]
     assert "must divide the 126 layers of llama-3.1-405b + 2" in _error(
         megatron.model_copy(update={"vp": 5}), cfg, cl)
+
+
+def test_expert_parallelism_folds_over_tp_with_whole_experts() -> None:
+    """Megatron's MoE parallel folding: with whole experts (etp=1) EP may span the TP ranks (Qwen3-235B-A22B on
+    tp 2 x dp 16 with ep 32); split experts (etp = tp) carve EP out of the data-parallel ranks only."""
+    from perfcast.catalog.models import load_model
+    from perfcast.system.cluster import load_cluster
+
+    cfg, cl = load_model("qwen3-235b-a22b"), load_cluster("dgx-h100", nodes=4)
+    folded = ParallelPlan(tp=2, dp=16, ep=32, etp=1, sp=True, seq_len=4096, global_batch=64)
+    assert check_plan(folded, cfg, cl) is None
+    assert folded.expert_shards == 1
+    assert "ep=32 must divide dp*cp = 16" in _error(folded.model_copy(update={"etp": "tp"}), cfg, cl)
+    assert "need sequence parallelism" in _error(folded.model_copy(update={"sp": False}), cfg, cl)
+    assert ParallelPlan(tp=2, dp=16, ep=8).expert_shards == 2 and ParallelPlan(dp=16).expert_shards == 16
+
+
+def test_zero_shards_expert_states_over_the_expert_data_parallel_group() -> None:
+    """The distributed optimizer shards an expert's states over the ranks holding a copy of it (dp*cp/ep), not
+    over every data-parallel rank: with ep = dp each expert has one copy and its Adam states stay whole."""
+    from perfcast.catalog.models import load_model
+    from perfcast.system.cluster import load_cluster
+    from perfcast.system.training import simulate_training
+
+    cfg, cl = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100", nodes=2)
+    base = ParallelPlan(dp=16, seq_len=4096, global_batch=16, zero=1, precision="fp8", recompute="full")
+    ep16 = simulate_training(cfg, cl, base.model_copy(update={"ep": 16}))
+    ep1 = simulate_training(cfg, cl, base)
+    # ep=16: 1/16 of the experts per GPU, each with whole optimizer states; ep=1: every expert, states / 16
+    assert ep16.memory.optimizer_bytes == pytest.approx(ep1.memory.optimizer_bytes, rel=0.15)
+    assert ep16.memory.weights_bytes < ep1.memory.weights_bytes / 4
