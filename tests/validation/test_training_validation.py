@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from perfcast.coefficients.bundle import Calibration
+from perfcast.errors import ConfigError
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.groundtruth.predict_batch import predict_batch
 from perfcast.groundtruth.training_tables import cluster_for_gpu, counts_recompute, plan_for_row, predict_row
@@ -34,8 +35,8 @@ TABLE = ROOT / "published" / "training.csv"
 IN_SAMPLE_MAPE_MAX = {"tflops_per_gpu": 0.08, "tokens_per_s_per_gpu": 0.10, "mfu": 0.08, "hfu": 0.08}
 # measured:             0.067                 0.090                          0.068        0.068
 LOGO_TFLOPS_MAPE_MAX = 0.10  # measured 0.092
-DEFERRED_MAPE_MAX = {"tflops_per_gpu": 0.40, "tokens_per_s_per_gpu": 0.46}  # Megatron-Bridge DGX-H100 rows
-# measured:            0.385                   0.441
+DEFERRED_MAPE_MAX = {"tflops_per_gpu": 0.28, "tokens_per_s_per_gpu": 0.21}  # Megatron-Bridge DGX-H100 rows
+# measured:            0.255                   0.182 (2026-11-28: ep / etp, the distributed optimizer, fp8-cs read)
 # the model names of rows perfcast has no architecture for yet, with why (issue 16 adds them)
 NOT_MODELLED = {"Nemotron_3_Nano": "hybrid Mamba-Transformer MoE (nemotron_h)"}
 
@@ -69,12 +70,14 @@ def _mape(batch, target: str, deferred: bool = False, min_rows: int = 100) -> fl
 def test_every_row_is_predicted_or_says_why(batch) -> None:  # type: ignore[no-untyped-def]
     status = batch.prediction.status
     ok = [s for s in status if s.startswith("ok")]
-    assert len(ok) >= 205 + 34, len(ok)
+    assert len(ok) >= 205, len(ok)
+    # a row is refused only for what its source did not publish (never defaulted)
+    why = ("did not publish", "no GPU count", "not published")
     for row, s in zip(batch.rows, status, strict=True):
         if row["model"] in NOT_MODELLED:
             assert s.startswith("unsupported") and row["model"] in s, s
         else:
-            assert s.startswith("ok") or ("did not publish" in s or "no GPU count" in s), s
+            assert s.startswith("ok") or any(w in s for w in why), s
 
 
 @pytest.mark.parametrize("target", sorted(IN_SAMPLE_MAPE_MAX))
@@ -84,7 +87,7 @@ def test_in_sample_error(batch, target: str) -> None:  # type: ignore[no-untyped
 
 @pytest.mark.parametrize("target", sorted(DEFERRED_MAPE_MAX))
 def test_deferred_rows_error(batch, target: str) -> None:  # type: ignore[no-untyped-def]
-    assert _mape(batch, target, deferred=True, min_rows=30) <= DEFERRED_MAPE_MAX[target]
+    assert _mape(batch, target, deferred=True, min_rows=20) <= DEFERRED_MAPE_MAX[target]
 
 
 def test_deferred_rows_are_not_fitted(batch) -> None:  # type: ignore[no-untyped-def]
@@ -112,7 +115,7 @@ def predict_batch_row(row: dict[str, str]) -> float:
 
 
 def test_torchtitan_pipelines_split_the_local_batch_per_stage() -> None:
-    rows = [r for r in _rows() if "torchtitan" in r["framework"] and r["pp"] and int(r["pp"]) > 1]
+    rows = [r for r in _rows() if "torchtitan" in r["framework"] and r["pp"] and int(r["pp"]) > 1 and r["seq_len"]]
     assert rows
     for row in rows:
         plan = plan_for_row(row, cluster_for_gpu(row["gpu_id"]).gpus_per_node)
@@ -128,7 +131,35 @@ def test_unmodeled_fp8_recipes_are_predicted_but_not_fitted() -> None:
     assert rowwise
     fitted = {c.index for c in training_cases(TABLE)}
     assert not fitted & set(rowwise)
-    assert all(predict_row(rows[i]).tokens_per_s_per_gpu > 0 for i in rowwise)
+    for i in rowwise:  # predicted, or refused for what the source left out (the rows that are there give no seq_len)
+        try:
+            assert predict_row(rows[i]).tokens_per_s_per_gpu > 0
+        except ConfigError as exc:
+            assert "not published" in str(exc)
+
+
+def test_a_field_the_source_did_not_publish_is_refused_not_defaulted() -> None:
+    rows = _rows()
+    row = next(r for r in rows if "torchtitan" in r["framework"] and "405B" in r["model"] and not r["seq_len"])
+    with pytest.raises(ConfigError, match="seq_len not published"):
+        predict_row(row)
+    row = next(r for r in rows if r["framework"].startswith("Megatron-Core") and not r["precision"])
+    with pytest.raises(ConfigError, match="precision not published"):
+        predict_row(row)
+    row = next(r for r in rows if "LoRA" in r["note"])
+    with pytest.raises(ConfigError, match="LoRA rank and target modules not published"):
+        predict_row(row)
+    sc21 = next(r for r in rows if r["framework"] == "Megatron-LM (2021)")  # its note states 16-bit
+    assert predict_row(sc21).plan.precision == "fp16"
+
+
+def test_megatron_bridge_rows_read_expert_parallelism_and_the_distributed_optimizer() -> None:
+    row = next(r for r in _rows() if "Megatron-Bridge" in r["framework"] and r["model"] == "Qwen3_30B_a3B"
+               and r["ep"] == "16")
+    plan = plan_for_row(row, cluster_for_gpu(row["gpu_id"]).gpus_per_node)
+    assert (plan.ep, plan.zero, plan.precision) == (16, 1, "fp8")
+    cs = next(r for r in _rows() if r["precision"] == "fp8-cs")
+    assert plan_for_row(cs, 8).precision == "fp8"
 
 
 def test_leave_one_gpu_out_tflops(batch) -> None:  # type: ignore[no-untyped-def]

@@ -3,7 +3,11 @@
 VIDUR (``vidur/network/<cluster>/{all_reduce,send_recv}.csv``): one row is one NCCL
 collective of ``size`` bytes over ``num_workers`` GPUs, ``devices_per_node`` per node;
 ``time_stats.<op>.median`` is rank 0's CUPTI kernel time in ms (no host launch). The other
-GPUs of the nodes are idle, so the group's members have the NICs to themselves.
+GPUs of the nodes are idle, so the group's members have the NICs to themselves. A
+``cluster_id`` the catalog does not carry (a VIDUR node SKU such as
+``h100_pairwise_nvlink``) is priced on the catalog's cluster for the row's ``gpu_id``
+(:func:`cluster_for_gpu`: its own node, or a node of its generation built from its
+datasheet links) with the row's ``max_devices_per_node`` GPUs per node, not refused.
 
 Published (``published/collectives.csv``): nccl-tests or ``all_reduce_bench.py`` runs with
 ``busbw_GBps``/``algbw_GBps`` (10^9 B/s) and sometimes ``time_us``. These are wall-clock
@@ -23,8 +27,8 @@ from functools import cached_property
 import numpy as np
 
 from perfcast.catalog.hardware import load_hardware
-from perfcast.errors import ConfigError, PerfcastError
-from perfcast.system.cluster import Cluster, list_clusters, load_cluster
+from perfcast.errors import ConfigError, PerfcastError, UnknownNameError
+from perfcast.system.cluster import Cluster, cluster_for_gpu, list_clusters, load_cluster
 from perfcast.system.collectives import (
     CollectiveCoefficients,
     bus_factor,
@@ -111,6 +115,30 @@ def _check_placement(cluster: Cluster, n: float, g: float) -> tuple[Cluster, int
     return cluster.with_nodes(max(cluster.nodes, nodes)), int(n), int(g)
 
 
+def _vidur_cluster(r: dict[str, str]) -> Cluster:
+    """The row's cluster: its ``cluster_id`` from the catalog, else one built from its ``gpu_id`` and
+    ``max_devices_per_node`` (module docstring)."""
+    cid = r.get("cluster_id", "")
+    try:
+        return load_cluster(cid)
+    except UnknownNameError:
+        if not r.get("gpu_id"):
+            raise
+    base = cluster_for_gpu(r["gpu_id"])
+    per = _num(r, "max_devices_per_node")
+    if not np.isfinite(per) or per < 1 or per != int(per) or int(per) == base.gpus_per_node:
+        return base.model_copy(update={"id": f"{base.id}+{_normalize_id(cid)}"})
+    per_node = int(per)
+    domain = None if base.domain == base.gpus_per_node else max(base.domain, per_node)
+    return base.model_copy(update={"id": f"{base.id}+{_normalize_id(cid)}", "gpus_per_node": per_node,
+                                   "scale_up_domain": domain})
+
+
+def _normalize_id(name: str) -> str:
+    """A cluster id made of a table's name: lower case, ``[a-z0-9.-_]`` only."""
+    return re.sub(r"[^a-z0-9.\-_]+", "-", name.strip().lower()) or "cluster"
+
+
 def vidur_network_rows(rows: list[dict[str, str]]) -> CollectiveRows:
     """VIDUR network rows; a row that cannot be placed keeps an ``unsupported: ...`` status."""
     d = _make(len(rows))
@@ -120,7 +148,7 @@ def vidur_network_rows(rows: list[dict[str, str]]) -> CollectiveRows:
         try:
             o = parse_op(op)
             op = o.value
-            cluster, n_, g = _check_placement(load_cluster(cid), _num(r, "num_workers"), _num(r, "devices_per_node"))
+            cluster, n_, g = _check_placement(_vidur_cluster(r), _num(r, "num_workers"), _num(r, "devices_per_node"))
             n = n_
             cid = cluster.id
             size = _num(r, "size")

@@ -8,15 +8,24 @@ framework runs by default, and said here:
   cluster carries, a cluster of the same GPU generation with that GPU);
 - tp/pp: Megatron-LM's 2021 table gives only the model-parallel size; Megatron
   keeps TP inside a node, so ``tp = min(size, GPUs per node)`` and ``pp`` the rest;
-- micro-batch 1 and no interleaving where unpublished; sequence length 8192
-  for torchtitan's Llama-3 configs (its ``.toml`` default); torchtitan's pipelined
+- micro-batch 1 and no interleaving where unpublished; torchtitan's pipelined
   runs split the local batch into one micro-batch per stage (two stages per rank
   for its interleaved schedule);
-- ZeRO: FSDP rows are ZeRO-3; Megatron-Core and NeMo use the distributed
-  optimizer (ZeRO-1) with sequence parallelism, and overlap TP communication
-  where the source says so (Megatron-Core r0.8, NeMo's large configs,
-  torchtitan's AsyncTP);
-- precision: the row's; Megatron-LM 2021 trained in FP16;
+- what the prediction cannot do without is never defaulted: a row with no
+  sequence length, no global batch (torchtitan's local batch counts: the
+  global batch is it times dp) or no precision is reported
+  ``unsupported: <field> not published``, and so is a LoRA run whose
+  adapters' rank and targets the source does not give;
+- ZeRO: FSDP rows are ZeRO-3 (Megatron-Bridge's ``FSDP N`` is Megatron-FSDP,
+  ``DDP`` its distributed data parallel); Megatron-Core, NeMo and
+  Megatron-Bridge use the distributed optimizer (ZeRO-1) with sequence
+  parallelism, and overlap TP communication where the source says so
+  (Megatron-Core r0.8, NeMo's large configs, torchtitan's AsyncTP);
+- experts: the row's ``ep``; Megatron-Bridge's MoE recipes keep experts whole
+  (``expert_tensor_parallel_size`` 1) with EP folded over the TP x DP ranks,
+  which its rows with ep > dp (Qwen3-235B-A22B: ep 32 on tp 2 x dp 16) need;
+- precision: the row's label (``fp8`` delayed and ``fp8-cs`` current scaling
+  both run FP8 GEMMs); Megatron-LM 2021's note states 16-bit mixed precision;
 - gradient reductions in FP32 except Composer's ``PURE`` mixed precision (BF16);
 - torch.compile rows launch compiled kernels; torchtitan's model code is plain
   PyTorch, so its eager rows run one kernel per norm/RoPE/SwiGLU operation
@@ -32,7 +41,10 @@ framework runs by default, and said here:
   changes (a rotary model has no position table); a learned table outside
   llm-foundry is never resized;
 - pipeline stages may be uneven when the layers do not divide by ``pp``
-  (torchtitan's Llama-3.1-405B, 126 layers over 8 stages).
+  (torchtitan's Llama-3.1-405B, 126 layers over 8 stages); Megatron's runs
+  count the embedding and the loss as a pipeline layer each where the layers
+  alone do not split but the layers + 2 do (Megatron-Bridge's Llama-3.1-405B on
+  pp 8 x vp 8: 128 = 64 chunks of 2).
 
 Which FLOPs a ``tflops_per_gpu`` value counts depends on its source (see the
 ground-truth README): Megatron-LM's 2021 table counts the recomputed forward
@@ -100,15 +112,18 @@ def plan_for_row(row: dict[str, str], gpus_per_node: int) -> ParallelPlan:
     dp = _i(row, "dp")
     if dp is None or tp * pp * dp * cp != num_gpus:
         dp = num_gpus // (tp * pp * cp)
-    megatron = framework.startswith(("Megatron-Core", "NeMo"))
+    megatron = framework.startswith(("Megatron-Core", "NeMo", "Megatron-Bridge"))
     fsdp = "FSDP" in (row.get("zero_fsdp") or "")
-    precision = (row.get("precision") or "").strip().lower() or ("fp16" if "2021" in framework else "bf16")
-    if precision not in ("bf16", "fp16", "fp8", "fp32"):
-        precision = "bf16"
+    precision = _precision(row)
+    if "LoRA" in note:
+        raise ConfigError("LoRA rank and target modules not published (the source gives only the plan of its LoRA "
+                          "fine-tuning run)")
     recompute = (row.get("recompute") or "").strip().lower() or "none"
     micro = _i(row, "micro_batch") or 1
-    seq = _i(row, "seq_len") or (8192 if "torchtitan" in framework else 2048)
-    gb = _i(row, "global_batch") or micro * dp
+    seq = _i(row, "seq_len")
+    if seq is None:
+        raise ConfigError("seq_len not published (the source does not give the run's sequence length)")
+    gb = _i(row, "global_batch") or _local_batch(row, framework, micro) * dp
     vp = _i(row, "vp") or 1
     if "torchtitan" in framework and pp > 1:
         # torchtitan splits the local batch into one micro-batch per pipeline stage by default, and its
@@ -119,11 +134,17 @@ def plan_for_row(row: dict[str, str], gpus_per_node: int) -> ParallelPlan:
         gb = _i(row, "global_batch") or local * dp
     if pp == 1:
         vp = 1
+    # Megatron-Bridge counts the embedding and the loss as pipeline layers where the layers alone do not split
+    # (Llama-3.1-405B: 126 + 2 layers over pp 8 x vp 8)
+    layers = load_model(_model_name(row)).num_layers if megatron and pp > 1 else 0
+    embedding_split = bool(layers) and layers % (pp * vp) != 0 and (layers + 2) % (pp * vp) == 0
     text = f"{framework} {note}"
     compiled = "compile" in text
     overlap_tp = ("AsyncTP" in text or "async TP" in text or megatron) and tp > 1
     return ParallelPlan(
-        tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, uneven_stages=True, sp=megatron and tp > 1, tp_comm_overlap=overlap_tp,
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=_i(row, "ep") or 1, vp=vp, uneven_stages=True, sp=megatron and tp > 1,
+        tp_comm_overlap=overlap_tp, embedding_in_pipeline_split=embedding_split,
+        etp=1 if megatron and tp > 1 and (_i(row, "ep") or 1) > 1 else "tp",
         zero=3 if fsdp else (1 if megatron else 0),
         recompute=recompute if recompute in ("none", "selective", "full") else "none",  # type: ignore[arg-type]
         micro_batch=micro, global_batch=gb, seq_len=seq, precision=precision,  # type: ignore[arg-type]
@@ -132,6 +153,34 @@ def plan_for_row(row: dict[str, str], gpus_per_node: int) -> ParallelPlan:
         fused_kernels="torchtitan" not in framework,
         grad_reduce_dtype="bf16" if "MP mode PURE" in note else "fp32",
     )
+
+
+# the labels published tables give a precision recipe -> the GEMM datapath perfcast prices it on. FP8 with delayed
+# (``fp8``) or current (``fp8-cs``) per-tensor scaling both run E4M3/E5M2 GEMMs on the FP8 tensor cores.
+_PRECISIONS = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8", "fp8-cs": "fp8", "amp_bf16": "bf16",
+               "amp_fp8": "fp8"}
+
+
+def _precision(row: dict[str, str]) -> str:
+    """The row's training precision as perfcast prices it, or ConfigError when the source does not say (an empty
+    cell is not a default: Megatron-LM's 2021 table states 16-bit mixed precision in its note, A100 FP16 and
+    BF16 running at the same tensor-core rate) or names a recipe perfcast does not model."""
+    label = (row.get("precision") or "").strip().lower()
+    if not label:
+        if "16-bit mixed precision" in row.get("note", ""):
+            return "fp16"
+        raise ConfigError("precision not published (the source does not say which precision the run used)")
+    if label not in _PRECISIONS:
+        raise ConfigError(f"precision {label!r} is not modelled; modelled: {', '.join(sorted(_PRECISIONS))}")
+    return _PRECISIONS[label]
+
+
+def _local_batch(row: dict[str, str], framework: str, micro: int) -> int:
+    """Sequences per data-parallel rank per step when the source gives no global batch: torchtitan publishes its
+    local batch (the ``micro_batch`` column); elsewhere a missing global batch is refused, not defaulted."""
+    if "torchtitan" in framework and _i(row, "micro_batch") is not None:
+        return micro
+    raise ConfigError("global_batch not published (the source does not give the run's batch)")
 
 
 def _model_name(row: dict[str, str]) -> str:

@@ -84,6 +84,7 @@ class _Shape:
     bwd_s: np.ndarray  # (3, K): backward incl. recompute
     params: np.ndarray  # (K,) parameters per GPU of one instance
     trainable: np.ndarray  # (K,)
+    expert: np.ndarray  # (K,) trainable parameters of routed experts (ZeRO shards them over the expert-DP group)
     activation_bytes: np.ndarray  # (K,) saved for backward per micro-batch
     input_bytes: np.ndarray  # (K,) checkpointed layer input (full recompute)
     model_flops_per_token: float
@@ -171,7 +172,8 @@ class Pricer:
                 fwd[r, k], bwd[r, k] = lt.fwd_s, lt.bwd_s
         parts = costs.parts
         shape = _Shape(fwd, bwd, np.array([p.params for p in parts]), np.array([p.trainable_params for p in parts]),
-                       np.array([p.activation_bytes for p in parts]), np.array([p.input_bytes for p in parts]),
+                       np.array([p.expert_params for p in parts]), np.array([p.activation_bytes for p in parts]),
+                       np.array([p.input_bytes for p in parts]),
                        costs.model_flops_per_token, costs.hidden_bytes)
         if any(p.quantized_elements for p in parts):  # pragma: no cover - the search trains full models
             raise RuntimeError("quantized base weights are outside the training search")
@@ -289,6 +291,7 @@ def evaluate_plans(pricer: Pricer, pl: PlanArrays) -> PlanScores:
     bwd = np.stack([s.bwd_s for s in shapes])[s_idx, pl.rc]
     params = np.stack([s.params for s in shapes])[s_idx]
     trainable = np.stack([s.trainable for s in shapes])[s_idx]
+    expert = np.stack([s.expert for s in shapes])[s_idx]
     act = np.stack([s.activation_bytes for s in shapes])[s_idx]
     inp = np.stack([s.input_bytes for s in shapes])[s_idx]
     mf = np.array([s.model_flops_per_token for s in shapes])[s_idx]
@@ -305,8 +308,8 @@ def evaluate_plans(pricer: Pricer, pl: PlanArrays) -> PlanScores:
 
     tokens = space.global_batch * (1 if pricer.cfg.kind == "cnn" else space.seq_len)
     tflops = mf * tokens / step / pl.gpus / 1e12
-    memory = np.maximum(_memory(pricer, pl, counts, params, trainable, act, inp, m, rank=0),
-                        _memory(pricer, pl, counts, params, trainable, act, inp, m, rank=1))
+    memory = np.maximum(_memory(pricer, pl, counts, (params, trainable, expert), act, inp, m, rank=0),
+                        _memory(pricer, pl, counts, (params, trainable, expert), act, inp, m, rank=1))
     return PlanScores(step, tflops, memory, pricer.hw.memory_bytes)
 
 
@@ -383,9 +386,11 @@ def _data_parallel_s(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, layers:
     return dp_exposed, opt
 
 
-def _memory(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, params: np.ndarray, trainable: np.ndarray,
+def _memory(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, weights_of: tuple[np.ndarray, ...],
             act: np.ndarray, inp: np.ndarray, m: np.ndarray, *, rank: int) -> np.ndarray:
-    """Peak bytes per GPU on rank 0 (``rank=0``) or rank ``pp - 1`` (``rank=1``), as the training module's."""
+    """Peak bytes per GPU on rank 0 (``rank=0``) or rank ``pp - 1`` (``rank=1``), as the training module's;
+    ``weights_of``: the parameters, trainable parameters and routed-expert parameters of each part."""
+    params, trainable, expert = weights_of
     space = pricer.space
     c = counts[:, rank, :]
     held = c > 0
@@ -399,7 +404,8 @@ def _memory(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, params: np.ndarr
         full_recompute=pl.rc == RECOMPUTE.index("full"), zero=pl.zero, shards=pl.dp * pl.cp,
         weight_bytes_per_param=4.0 if space.precision == "fp32" else 2.0, grad_bytes=pricer.grad_bytes,
         optimizer_bytes_per_param=12.0,  # Adam: fp32 master + two moments
-        fp8=space.precision == "fp8")
+        fp8=space.precision == "fp8", expert_trainable=np.einsum("nk,nk->n", c, expert),
+        expert_shards=np.maximum(1, pl.dp * pl.cp // pl.ep))  # experts split like the MLP (etp = tp)
     mem = training_memory(weights=weights, gradients=grads, optimizer=optimizer,  # type: ignore[arg-type]
                           activations=acts, capacity=pricer.hw.memory_bytes)  # type: ignore[arg-type]
     return np.asarray(mem.total_bytes, dtype=float)

@@ -107,6 +107,22 @@ class Cluster(_Frozen):
         """GPUs that share the scale-up fabric."""
         return self.scale_up_domain or self.gpus_per_node
 
+    def domain_share(self, gpus: int) -> int:
+        """GPUs of a job of ``gpus`` GPUs that share one scale-up domain.
+
+        A job that fills whole domains (or fits in one) uses every GPU of each. A rack-scale domain (NVL72:
+        72 GPUs in trays of 4) can also be partly used: a job of 128 GPUs runs as 64 + 64 on two racks (a
+        scheduler places it in whole nodes and keeps its ranks balanced, as the 64-of-72 layouts NVL72
+        training jobs use), so the share is the largest divisor of ``gpus`` that is whole nodes and at most
+        the domain.
+        """
+        d = self.domain
+        if gpus <= d or gpus % d == 0:
+            return min(gpus, d)
+        gpn = self.gpus_per_node
+        fits = [k for k in range(gpn, d + 1, gpn) if gpus % k == 0]
+        return max(fits) if fits else gpn
+
     @property
     def num_gpus(self) -> int:
         """GPUs in the default-size cluster."""

@@ -64,6 +64,7 @@ class LayerCost:
     bwd_comm: dict[str, list[float]] = field(default_factory=dict)
     params: float = 0.0
     trainable_params: float = 0.0
+    expert_params: float = 0.0  # the trainable parameters of routed experts (sharded over the expert-DP group)
     weight_elements: float = 0.0
     quantized_weight_bytes: float = 0.0
     quantized_elements: float = 0.0
@@ -162,8 +163,9 @@ def micro_batch_costs(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs
     if forward is not None:
         return _price(cfg, plan, hw, coeffs, compose, forward)
     key = (content_digest(cfg), content_digest(hw), content_digest(coeffs), content_digest(compose), plan.tp,
-           plan.cp, plan.cp_kind, plan.ep, plan.sp, plan.micro_batch, plan.seq_len, plan.precision, plan.lora_rank,
-           plan.lora_targets, plan.qlora, plan.moe_skew, plan.moe_capacity_factor, plan.framework, plan.fused_kernels)
+           plan.cp, plan.cp_kind, plan.ep, plan.etp, plan.sp, plan.micro_batch, plan.seq_len, plan.precision,
+           plan.lora_rank, plan.lora_targets, plan.qlora, plan.moe_skew, plan.moe_capacity_factor, plan.framework,
+           plan.fused_kernels)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
@@ -200,8 +202,10 @@ def _forward_ops(cfg: ModelConfig, plan: ParallelPlan,
     if plan.precision == "fp8":
         forward = to_fp8(forward)
     if cfg.moe is not None:
+        whole = plan.etp == 1 and plan.tp > 1  # whole experts: each TP rank routes its sequence-parallel share
         forward = route_experts(forward, cfg.moe.num_experts, cfg.moe.experts_per_token, ep=plan.ep,
-                                skew=plan.moe_skew, capacity_factor=plan.moe_capacity_factor)
+                                skew=plan.moe_skew, capacity_factor=plan.moe_capacity_factor,
+                                token_split=plan.tp if whole else 1)
     # a CNN's seq_len is its image side: its FLOPs and throughput count images, not tokens
     return forward, convention, plan.micro_batch * (1 if cfg.kind == "cnn" else local_seq)
 
@@ -319,6 +323,8 @@ def _add_forward(part: LayerCost, op: Op, t: float, joules: float, per: float, l
         part.quantized_weight_bytes += float(op.get("stored_weight_bytes", 0.0)) * per  # type: ignore[arg-type]
         part.quantized_elements += op.dims[1] * per
     part.trainable_params += op.params * per
+    if ".experts." in op.name:
+        part.expert_params += op.params * per
 
 
 def _add_backward(part: LayerCost, op: Op, t: float, joules: float, per: float, launch_s: float) -> None:

@@ -32,6 +32,11 @@ class ParallelPlan(BaseModel):
     dp: int = Field(default=1, ge=1)
     cp: int = Field(default=1, ge=1)
     ep: int = Field(default=1, ge=1)
+    etp: Literal["tp", 1] = Field(
+        default="tp", description="expert tensor parallelism (Megatron's expert_tensor_parallel_size): 'tp' splits "
+                                  "each expert like the dense MLP and carves EP out of the data-parallel ranks; 1 "
+                                  "keeps experts whole and folds EP over the TP x CP x DP ranks (MoE parallel "
+                                  "folding, Megatron-Core 0.10+)")
     vp: int = Field(default=1, ge=1, description="virtual pipeline stages (model chunks) per pipeline rank")
     sp: bool = Field(default=False, description="sequence parallelism alongside TP (norms and dropout sharded)")
     cp_kind: Literal["ring", "ulysses"] = "ring"
@@ -44,6 +49,9 @@ class ParallelPlan(BaseModel):
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
     schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
     uneven_stages: bool = Field(default=False, description="allow layers not divisible by pp (last stages lighter)")
+    embedding_in_pipeline_split: bool = Field(
+        default=False, description="Megatron's account_for_embedding/loss_in_pipeline_split: the embedding and the "
+                                   "loss count as a layer each when the layers are split over pipeline stages")
     optimizer: Literal["adam", "sgd"] = "adam"
     lora_rank: int = Field(default=0, ge=0, description="LoRA adapter rank (0 = full fine-tuning)")
     lora_targets: tuple[str, ...] = ("q", "k", "v", "o")
@@ -64,6 +72,14 @@ class ParallelPlan(BaseModel):
     def num_gpus(self) -> int:
         """GPUs the plan occupies."""
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_shards(self) -> int:
+        """Data-parallel copies of each expert (the expert-DP group that shards its optimizer states)."""
+        if self.ep == 1 and self.etp == "tp":
+            return self.dp * self.cp
+        ranks = self.dp * self.cp * (self.tp if self.etp == 1 else 1)
+        return max(1, ranks // self.ep)
 
     @property
     def effective_global_batch(self) -> int:
@@ -93,15 +109,20 @@ def check_plan(plan: ParallelPlan, cfg: ModelConfig, cluster: Cluster, *, num_gp
     where = (f"the {gpus} GPUs of the cluster ({cluster.nodes} nodes x {cluster.gpus_per_node})"
              if num_gpus is None else f"the {gpus} GPUs asked for")
     check_tp(cfg, plan.tp)
-    if plan.tp > 1 and cluster.domain % plan.tp:
+    share = cluster.domain_share(gpus)  # the job's GPUs in one scale-up domain (a partly used NVL72 rack)
+    if plan.tp > 1 and share % plan.tp:
         raise ConfigError(
-            f"tp={plan.tp} must divide the {cluster.domain} GPUs that share a node's fabric ({cluster.id}); "
-            f"use tp in {{{', '.join(map(str, divisors(cluster.domain)))}}}"
+            f"tp={plan.tp} must divide the {share} GPUs of the job that share a scale-up fabric ({cluster.id}); "
+            f"use tp in {{{', '.join(map(str, divisors(share)))}}}"
         )
     layers = cfg.num_layers + (cfg.num_decoder_layers or 0)
     if plan.pp > layers:
         raise ConfigError(f"pp={plan.pp} exceeds the {layers} layers of {cfg.id}")
-    if layers % plan.pp and not plan.uneven_stages:
+    if plan.embedding_in_pipeline_split:
+        if (layers + 2) % (plan.pp * plan.vp):
+            raise ConfigError(f"with the embedding and the loss counted as pipeline layers, pp*vp = "
+                              f"{plan.pp * plan.vp} must divide the {layers} layers of {cfg.id} + 2")
+    elif layers % plan.pp and not plan.uneven_stages:
         raise ConfigError(
             f"pp={plan.pp} must divide the {layers} layers of {cfg.id} (or allow uneven stages); "
             f"use pp in {{{', '.join(map(str, divisors(layers, 64)))}}}"
@@ -115,9 +136,12 @@ def check_plan(plan: ParallelPlan, cfg: ModelConfig, cluster: Cluster, *, num_gp
     if plan.vp > 1:
         if plan.pp == 1:
             raise ConfigError("virtual pipeline stages (vp > 1) need pipeline parallelism (pp > 1)")
-        if plan.pp * plan.vp > layers:
-            raise ConfigError(f"pp*vp = {plan.pp * plan.vp} exceeds the {layers} layers of {cfg.id}")
-        if layers % (plan.pp * plan.vp) and not plan.uneven_stages:
+        # Megatron can count the embedding and the loss as pipeline layers: up to layers + 2 chunks
+        most = layers + 2 if plan.embedding_in_pipeline_split else layers
+        if plan.pp * plan.vp > most:
+            raise ConfigError(f"pp*vp = {plan.pp * plan.vp} exceeds the {layers} layers of {cfg.id}"
+                              + (" plus the embedding and the loss" if plan.embedding_in_pipeline_split else ""))
+        if layers % (plan.pp * plan.vp) and not (plan.uneven_stages or plan.embedding_in_pipeline_split):
             ok = [v for v in range(2, layers // plan.pp + 1) if layers % (plan.pp * v) == 0]
             raise ConfigError(f"pp*vp = {plan.pp * plan.vp} must divide the {layers} layers of {cfg.id} (or allow "
                               f"uneven stages); use vp in {{{', '.join(map(str, ok)) or '1'}}}")
@@ -138,9 +162,18 @@ def check_plan(plan: ParallelPlan, cfg: ModelConfig, cluster: Cluster, *, num_gp
         if cfg.moe.num_experts % plan.ep:
             raise ConfigError(f"ep={plan.ep} must divide the {cfg.moe.num_experts} experts of {cfg.id}; "
                               f"use ep in {{{', '.join(map(str, divisors(cfg.moe.num_experts)))}}}")
-        if (plan.dp * plan.cp) % plan.ep:
+        if plan.etp == 1:
+            ranks = plan.tp * plan.dp * plan.cp
+            if ranks % plan.ep:
+                raise ConfigError(f"ep={plan.ep} must divide tp*dp*cp = {ranks} (expert parallelism folded over the "
+                                  f"TP, CP and DP ranks); use ep in {{{', '.join(map(str, divisors(ranks)))}}}")
+            if plan.tp > 1 and not plan.sp:
+                raise ConfigError("whole experts (etp=1) beside tp > 1 need sequence parallelism (sp): each TP rank "
+                                  "dispatches its own share of the tokens")
+        elif (plan.dp * plan.cp) % plan.ep:
             raise ConfigError(f"ep={plan.ep} must divide dp*cp = {plan.dp * plan.cp} (experts are sharded over the "
-                              f"data-parallel ranks); use ep in {{{', '.join(map(str, divisors(plan.dp * plan.cp)))}}}")
+                              f"data-parallel ranks; with etp=1 over tp*dp*cp); use ep in "
+                              f"{{{', '.join(map(str, divisors(plan.dp * plan.cp)))}}}")
     if plan.cp > 1 and plan.seq_len % (2 * plan.cp if plan.cp_kind == "ring" else plan.cp):
         need = 2 * plan.cp if plan.cp_kind == "ring" else plan.cp
         raise ConfigError(f"cp={plan.cp} ({plan.cp_kind}) needs a sequence length divisible by {need} "

@@ -51,6 +51,7 @@ from perfcast.kernel.energy import ENERGY_STATUS, power_model, step_energy_J
 from perfcast.kernel.predict import KernelTime, price_ops
 from perfcast.kernel.types import Bound
 from perfcast.system.cluster import Cluster, load_cluster
+from perfcast.system.collectives.placement import members_per_domain
 from perfcast.system.layers import LayerCost, MicroBatchCosts, micro_batch_costs
 from perfcast.system.memory import MemoryBreakdown, training_memory
 from perfcast.system.plan import ParallelPlan, check_plan
@@ -189,8 +190,8 @@ class LayerComm:
 
     def per_node(self, stride: int, size: int) -> int:
         """GPUs of one group that share a scale-up domain, for a group of ``size`` ranks ``stride`` apart."""
-        d = self.cluster.domain
-        return max(1, min(size, d // stride)) if stride < d else 1
+        d = self.cluster.domain_share(self.cluster.num_gpus)  # the job's GPUs in one domain (partial racks)
+        return members_per_domain(size, d // stride) if stride < d else 1
 
     def time(self, op: str, size_bytes: float, group: int, stride: int) -> float:
         """Seconds for one collective of ``size_bytes`` over ``group`` ranks placed ``stride`` apart."""
@@ -303,7 +304,9 @@ def _layer_comm_s(kind: str, size: float, calls: float, plan: ParallelPlan, comm
         t = comm.calls("all_to_all", size, calls, cp, tp)
         return "cp_comm_s", t, t
     if kind == "ep_all_to_all":
-        t = comm.calls("all_to_all", size, calls, plan.ep, tp * cp)
+        # EP ranks sit tp * cp apart when experts split like the MLP; folded over TP x CP x DP (whole experts)
+        # they are consecutive ranks, so an EP group of up to a node's GPUs stays on its NVLink
+        t = comm.calls("all_to_all", size, calls, plan.ep, 1 if plan.etp == 1 else tp * cp)
         return "ep_comm_s", t, t
     raise ValueError(f"unknown layer collective {kind!r}")  # layers.py produces only the kinds above
 
@@ -311,8 +314,23 @@ def _layer_comm_s(kind: str, size: float, calls: float, plan: ParallelPlan, comm
 # -- stages -------------------------------------------------------------------------------------------
 
 
-def split_layers(n_layers: int, stages: int) -> list[int]:
-    """Layers per virtual stage: an even split, remainders on the middle stages (uneven plans)."""
+def split_layers(n_layers: int, stages: int, *, embedding_and_loss: bool = False) -> list[int]:
+    """Transformer layers per virtual stage: an even split, remainders on the middle stages (uneven plans).
+
+    ``embedding_and_loss``: Megatron's split with the embedding and the loss counted as pipeline layers
+    (``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``): the layers + 2
+    split evenly, the first stage's share holding the embedding in place of one layer and the last stage's the
+    LM head and loss, so pp x vp may be the layers + 2 (Llama-3.1-405B's 126 layers on pp 8 x vp 16 = 128: one
+    layer per virtual stage, the first and last holding only the embedding / the head).
+    """
+    if embedding_and_loss:
+        if (n_layers + 2) % stages:
+            raise ConfigError(f"with the embedding and the loss counted as pipeline layers, {n_layers} + 2 layers "
+                              f"do not split evenly over {stages} virtual stages")
+        counts = [(n_layers + 2) // stages] * stages
+        counts[0] -= 1
+        counts[-1] -= 1
+        return counts
     base, extra = divmod(n_layers, stages)
     counts = [base] * stages
     order = list(range(1, stages - 1)) + [0, stages - 1] if stages > 2 else list(range(stages))
@@ -331,6 +349,7 @@ class _Stage:
     layers: int = 0
     params: float = 0.0
     trainable: float = 0.0
+    expert_trainable: float = 0.0
     weight_elements: float = 0.0
     quantized_bytes: float = 0.0
     quantized_elements: float = 0.0
@@ -357,6 +376,7 @@ class _Stage:
         self.recompute_s += lt.recompute_s * n
         self.params += part.params * n
         self.trainable += part.trainable_params * n
+        self.expert_trainable += part.expert_params * n
         self.weight_elements += part.weight_elements * n
         self.quantized_bytes += part.quantized_weight_bytes * n
         self.quantized_elements += part.quantized_elements * n
@@ -377,7 +397,7 @@ def _stages(costs: MicroBatchCosts, times: dict[str, LayerTime], plan: ParallelP
     sequence: list[LayerCost] = []
     for part in costs.layers:
         sequence.extend([part] * part.count)
-    counts = split_layers(len(sequence), n_virtual)
+    counts = split_layers(len(sequence), n_virtual, embedding_and_loss=plan.embedding_in_pipeline_split)
     stages = [_Stage() for _ in range(n_virtual)]
     embed, head = costs.part("embed"), costs.part("head")
     if embed is not None:
@@ -425,6 +445,7 @@ def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m
     flight = in_flight_microbatches(plan.pp, plan.vp, m, rank, gpipe=plan.effective_schedule == "gpipe")
     weights, grads, optimizer, acts = memory_parts_bytes(
         params=sum(s.params for s in own), trainable=sum(s.trainable for s in own),
+        expert_trainable=sum(s.expert_trainable for s in own), expert_shards=plan.expert_shards,
         quantized_elements=sum(s.quantized_elements for s in own),
         quantized_bytes=sum(s.quantized_bytes for s in own), max_layer_params=max(s.max_layer_params for s in own),
         saved_activation_bytes=sum(s.activation_bytes for s in own),

@@ -264,7 +264,7 @@ def shard_context(ops: list[Op] | tuple[Op, ...], cp: int) -> list[Op]:
 
 
 def route_experts(ops: list[Op] | tuple[Op, ...], num_experts: int, top_k: int, *, ep: int = 1,
-                  skew: float = 0.0, capacity_factor: float | None = None) -> list[Op]:
+                  skew: float = 0.0, capacity_factor: float | None = None, token_split: int = 1) -> list[Op]:
     """Expert ops for expert parallelism ``ep`` with the busiest expert's load.
 
     The graph builder emits the expert MLP once per active expert (``count`` =
@@ -273,13 +273,16 @@ def route_experts(ops: list[Op] | tuple[Op, ...], num_experts: int, top_k: int, 
     the ``ep`` ranks on average; the slowest expert sets the pace, so every
     local expert is priced at the busiest one's load ``(1 + skew)`` x the mean
     (at most ``capacity_factor`` x the mean when tokens beyond capacity drop).
+    ``token_split``: each rank dispatches ``1/token_split`` of the router's tokens (the sequence-parallel
+    share of a TP rank whose experts are whole, Megatron's expert_tensor_parallel_size 1); the expert ops are
+    then left unsplit by tensor parallelism (``tp_split`` none).
     """
     gate_counts = [op.count for op in ops if op.name.endswith("router.gate")]
     if not gate_counts:
         return list(ops)
     layers = gate_counts[0]
     router = next(op for op in ops if op.name.endswith("router.gate"))
-    tokens = router.dims[1]
+    tokens = router.dims[1] / token_split
     local = max(1, num_experts // ep)
     mean = tokens * top_k * ep / num_experts
     load = mean * (1.0 + skew)
@@ -293,6 +296,8 @@ def route_experts(ops: list[Op] | tuple[Op, ...], num_experts: int, top_k: int, 
             continue
         old_tokens = op.dims[1] if op.kind is OpKind.GEMM else None
         count = layers * local
+        if token_split > 1:
+            op = op.with_(tp_split="none")
         if op.kind is OpKind.GEMM and old_tokens:
             out.append(_retoken_gemm(op, new_tokens).with_(count=count))
         else:

@@ -85,3 +85,19 @@ def test_r11_compares_with_vidur_as_validate_prices_it() -> None:
     assert float(str(row["time_s"])) == pytest.approx(float(pred[i]))
     assert float(str(row["measured_time_s"])) == pytest.approx(float(table.measured_s[i]))
     assert res.headline()["mape_frac"] is not None and len(res.notes) == 2
+
+
+def test_a_vidur_node_the_catalog_lacks_is_built_from_its_gpu() -> None:
+    """A network table of a VIDUR node SKU perfcast has no cluster for is priced on its GPU's node with the
+    table's devices per node (issue 17), not refused; an unknown GPU still is."""
+    from perfcast.groundtruth.collective_tables import vidur_network_rows
+
+    row = {"gpu_id": "h100-pcie-80gb", "cluster_id": "h100_pairwise_nvlink", "collective": "all_reduce",
+           "num_workers": "4", "devices_per_node": "4", "max_devices_per_node": "4", "size": "1048576",
+           "time_stats.all_reduce.median": "0.1"}
+    table = vidur_network_rows([row])
+    assert table.status == ["ok"]
+    assert table.cluster[0].endswith("+h100_pairwise_nvlink") and table.n[0] == 4
+    assert vidur_network_rows([{**row, "cluster_id": "a100_dgx", "gpu_id": "a100-sxm-80gb"}]).cluster[0] == "a100-dgx"
+    bad = vidur_network_rows([{**row, "gpu_id": "no-such-gpu"}])
+    assert bad.status[0].startswith("unsupported: unknown")

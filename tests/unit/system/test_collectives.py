@@ -265,7 +265,7 @@ def test_unknown_op_lists_the_valid_ops() -> None:
     ({"algorithm": "nvls", "n": 16, "nodes": 2}, "one NVLink domain"),
     ({"algorithm": "halving_doubling", "n": 6}, "power-of-two"),
     ({"n": 16}, "does not fit"),
-    ({"n": 12, "nodes": 2}, "do not split evenly"),
+    ({"n": 12, "nodes": 2, "g": 8}, "do not split evenly"),
     ({"n": 16, "nodes": 2, "g": 16}, "exceeds the 8-GPU scale-up domain"),
     ({"n": 0}, "positive whole number"),
     ({"size": -1.0}, ">= 0 bytes"),
@@ -295,3 +295,19 @@ def test_packaged_coefficients_say_what_they_were_fitted_on() -> None:
     assert co.priors, "fits start from recorded priors"
     for name in ("ll", "ll128", "simple", "p2p_ll", "p2p_simple"):
         assert name in co.protocols
+
+
+def test_a_group_spreads_evenly_over_partly_used_domains() -> None:
+    """128 GPUs of NVL72 racks run as 64 + 64 (whole 4-GPU trays, balanced), 12 GPUs of two DGX nodes as 6 + 6;
+    a job filling whole domains keeps the domain's size."""
+    from perfcast.system.collectives.placement import place
+
+    nvl = load_cluster("gb200-nvl72", nodes=32)
+    assert nvl.domain_share(128) == 64
+    assert (place(nvl, 128).g, place(nvl, 128).m) == (64, 2)
+    assert load_cluster("gb200-nvl72", nodes=36).domain_share(144) == 72
+    assert nvl.domain_share(36) == 36
+    assert load_cluster("gb200-nvl72", nodes=5).domain_share(20) == 20
+    dgx = load_cluster("dgx-h100", nodes=2)
+    assert (place(dgx, 12).g, place(dgx, 12).m) == (6, 2)
+    assert collective_time("all_reduce", 1e8, 128, nvl).time_s > collective_time("all_reduce", 1e8, 64, nvl).time_s

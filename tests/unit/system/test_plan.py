@@ -150,9 +150,20 @@ def test_tp_must_divide_attention_heads(gpt2: ModelConfig, llama: ModelConfig, d
 def test_tp_must_divide_the_gpus_of_a_node(llama: ModelConfig, dgx: Cluster) -> None:
     # 16 divides llama's 32 heads but spans two 8-GPU nodes
     msg = _error(ParallelPlan(tp=16), llama, dgx.with_nodes(2))
-    assert "tp=16 must divide the 8 GPUs that share a node's fabric" in msg
+    assert "tp=16 must divide the 8 GPUs of the job that share a scale-up fabric" in msg
     assert "use tp in {1, 2, 4, 8}" in msg
     assert check_plan(ParallelPlan(tp=8, dp=2), llama, dgx.with_nodes(2)) is None
+
+
+def test_rack_scale_jobs_take_any_multiple_of_a_tray(llama: ModelConfig) -> None:
+    """NVL72: 128 GPUs run as 64 + 64 on two racks, so tp=16 stays inside one NVLink domain; 72-GPU racks
+    whole keep tp within 72."""
+    from perfcast.system.cluster import load_cluster
+
+    nvl = load_cluster("gb200-nvl72", nodes=32)
+    assert check_plan(ParallelPlan(tp=16, dp=8), llama, nvl) is None
+    msg = _error(ParallelPlan(tp=16, dp=9), llama, load_cluster("gb200-nvl72", nodes=36))
+    assert "must divide the 72 GPUs of the job" in msg
 
 
 def test_pp_must_divide_layers_unless_stages_may_be_uneven(llama: ModelConfig, dgx: Cluster) -> None:
@@ -274,3 +285,55 @@ def test_uneven_stages_may_interleave_and_suggested_vp_values_are_valid(llama: M
     assert suggested == [2, 4, 8]
     for vp in suggested:
         assert check_plan(ParallelPlan(tp=8, pp=4, vp=vp, global_batch=4), llama, cl4) is None
+
+
+def test_megatron_counts_the_embedding_and_the_loss_as_pipeline_layers() -> None:
+    """Llama-3.1-405B's 126 layers on pp 8 x vp 16 = 128 chunks: refused as a plain split, accepted with the
+    embedding and the loss counted as layers, the first chunk holding only the embedding and the last only the
+    head (Megatron's account_for_embedding/loss_in_pipeline_split)."""
+    from perfcast.catalog.models import load_model
+    from perfcast.system.cluster import load_cluster
+    from perfcast.system.training import simulate_training, split_layers
+
+    cfg, cl = load_model("llama-3.1-405b"), load_cluster("dgx-h100", nodes=8)
+    plan = ParallelPlan(tp=8, pp=8, vp=16, dp=1, uneven_stages=True, seq_len=8192, global_batch=64,
+                        precision="fp8", recompute="full")
+    assert "exceeds the 126 layers" in _error(plan, cfg, cl)
+    megatron = plan.model_copy(update={"embedding_in_pipeline_split": True})
+    res = simulate_training(cfg, cl, megatron)
+    assert sum(res.stage_layers) == 126 and res.stage_layers[0] == res.stage_layers[-1] == 0
+    assert set(res.stage_layers[1:-1]) == {1}
+    assert split_layers(126, 64, embedding_and_loss=True)[:2] == [1, 2]
+    assert "must divide the 126 layers of llama-3.1-405b + 2" in _error(
+        megatron.model_copy(update={"vp": 5}), cfg, cl)
+
+
+def test_expert_parallelism_folds_over_tp_with_whole_experts() -> None:
+    """Megatron's MoE parallel folding: with whole experts (etp=1) EP may span the TP ranks (Qwen3-235B-A22B on
+    tp 2 x dp 16 with ep 32); split experts (etp = tp) carve EP out of the data-parallel ranks only."""
+    from perfcast.catalog.models import load_model
+    from perfcast.system.cluster import load_cluster
+
+    cfg, cl = load_model("qwen3-235b-a22b"), load_cluster("dgx-h100", nodes=4)
+    folded = ParallelPlan(tp=2, dp=16, ep=32, etp=1, sp=True, seq_len=4096, global_batch=64)
+    assert check_plan(folded, cfg, cl) is None
+    assert folded.expert_shards == 1
+    assert "ep=32 must divide dp*cp = 16" in _error(folded.model_copy(update={"etp": "tp"}), cfg, cl)
+    assert "need sequence parallelism" in _error(folded.model_copy(update={"sp": False}), cfg, cl)
+    assert ParallelPlan(tp=2, dp=16, ep=8).expert_shards == 2 and ParallelPlan(dp=16).expert_shards == 16
+
+
+def test_zero_shards_expert_states_over_the_expert_data_parallel_group() -> None:
+    """The distributed optimizer shards an expert's states over the ranks holding a copy of it (dp*cp/ep), not
+    over every data-parallel rank: with ep = dp each expert has one copy and its Adam states stay whole."""
+    from perfcast.catalog.models import load_model
+    from perfcast.system.cluster import load_cluster
+    from perfcast.system.training import simulate_training
+
+    cfg, cl = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100", nodes=2)
+    base = ParallelPlan(dp=16, seq_len=4096, global_batch=16, zero=1, precision="fp8", recompute="full")
+    ep16 = simulate_training(cfg, cl, base.model_copy(update={"ep": 16}))
+    ep1 = simulate_training(cfg, cl, base)
+    # ep=16: 1/16 of the experts per GPU, each with whole optimizer states; ep=1: every expert, states / 16
+    assert ep16.memory.optimizer_bytes == pytest.approx(ep1.memory.optimizer_bytes, rel=0.15)
+    assert ep16.memory.weights_bytes < ep1.memory.weights_bytes / 4

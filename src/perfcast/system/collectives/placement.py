@@ -23,7 +23,7 @@ from perfcast.coefficients.collectives import CollectiveCoefficients
 from perfcast.errors import ConfigError
 from perfcast.system.cluster import Cluster
 
-__all__ = ["Links", "Placement", "links", "place"]
+__all__ = ["Links", "Placement", "links", "members_per_domain", "place"]
 
 # link class of each scale-up fabric (its Simple-protocol efficiency is fitted per class)
 _CLASS = {"nvlink": "nvlink", "nvswitch": "nvlink", "xgmi": "xgmi", "pcie": "pcie", "ethernet": "network"}
@@ -61,7 +61,7 @@ def place(cluster: Cluster, group_size: int, gpus_per_node: int | None = None) -
     if n < 1 or n != group_size:
         raise ConfigError(f"group size must be a positive whole number of GPUs (got {group_size})")
     domain = cluster.domain
-    g = min(n, domain) if gpus_per_node is None else int(gpus_per_node)
+    g = members_per_domain(n, cluster.domain_share(n)) if gpus_per_node is None else int(gpus_per_node)
     if gpus_per_node is not None and (g < 1 or g != gpus_per_node):
         raise ConfigError(f"gpus_per_node must be a positive whole number (got {gpus_per_node})")
     if n > cluster.num_gpus:
@@ -85,6 +85,12 @@ def place(cluster: Cluster, group_size: int, gpus_per_node: int | None = None) -
                           f"stay inside one {domain}-GPU domain")
     per_node = min(g, cluster.gpus_per_node)
     return Placement(n, g, m, m * math.ceil(g / per_node))
+
+
+def members_per_domain(n: int, share: int) -> int:
+    """Members of a group of ``n`` in each scale-up domain when up to ``share`` of them fit in one: the largest
+    divisor of ``n`` that fits, so every domain holds the same number (a balanced placement)."""
+    return max(k for k in range(1, min(n, share) + 1) if n % k == 0)
 
 
 def links(cluster: Cluster, p: Placement, co: CollectiveCoefficients, *, shared_nics: bool = True) -> Links:
