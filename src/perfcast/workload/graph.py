@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from perfcast.dtypes import DType
 from perfcast.workload.types import Op, OpKind, Phase
 
-__all__ = ["POINTWISE_FLOPS", "Graph", "attention_cost", "causal_pairs"]
+__all__ = ["POINTWISE_FLOPS", "Graph", "attention_cost", "causal_pairs", "reachable_keys"]
 
 # FLOPs per output element of common pointwise ops (multiply-add = 2); used for
 # reporting only: these kernels are priced by the bytes they move.
@@ -27,11 +27,15 @@ POINTWISE_FLOPS: dict[str, float] = {
 }
 
 
-def causal_pairs(q_len: int, kv_len: int, window: int | None = None) -> float:
+def causal_pairs(q_len: int, kv_len: int, window: int | None = None, chunk: int | None = None) -> float:
     """(query, key) pairs of causal attention: the last ``q_len`` of ``kv_len`` positions, each seeing
-    the keys up to itself (at most ``window`` of them)."""
+    the keys up to itself (at most ``window`` of them; with ``chunk``, Llama-4's chunked attention, only the keys
+    of its own ``chunk``-token block)."""
 
     def upto(n: int) -> float:  # sum over positions 1..n of the keys each one sees
+        if chunk:
+            full, rest = divmod(n, chunk)
+            return full * chunk * (chunk + 1) / 2.0 + rest * (rest + 1) / 2.0
         if window is None or n <= window:
             return n * (n + 1) / 2.0
         return window * (window + 1) / 2.0 + (n - window) * float(window)
@@ -39,21 +43,33 @@ def causal_pairs(q_len: int, kv_len: int, window: int | None = None) -> float:
     return upto(kv_len) - upto(kv_len - q_len)
 
 
+def reachable_keys(q_len: int, kv_len: int, window: int | None = None, chunk: int | None = None) -> tuple[int, int]:
+    """Keys one query can reach at most, and the keys the last ``q_len`` queries of a ``kv_len`` context touch
+    together (what a fused kernel reads): all of them, the last ``window`` + ``q_len`` - 1, or (``chunk``) those
+    from the start of the first query's chunk."""
+    if chunk:
+        start = ((kv_len - q_len) // chunk) * chunk
+        return min(kv_len, chunk), kv_len - start
+    if window:
+        return min(kv_len, window), min(kv_len, window + q_len - 1)
+    return kv_len, kv_len
+
+
 def attention_cost(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int, v_head_dim: int,
                    *, causal: bool = True, window: int | None = None, esize: float = 2.0,
-                   kv_esize: float | None = None) -> tuple[float, float, float]:
+                   kv_esize: float | None = None, chunk: int | None = None) -> tuple[float, float, float]:
     """FLOPs, DRAM bytes read and bytes written of a fused attention kernel (scores stay on chip).
 
     ``q_len`` new queries are the last positions of a ``kv_len``-token context; K and V are read
     once per sequence (``kv_esize`` bytes per element, default ``esize``), Q read and O written once.
+    ``window`` / ``chunk``: sliding-window or chunked attention (:func:`causal_pairs`).
     """
-    keys = min(kv_len, window) if window else kv_len
-    if causal and q_len > 1:
-        pairs = causal_pairs(q_len, max(kv_len, q_len), window)
+    keys, touched = reachable_keys(q_len, kv_len, window, chunk)
+    if causal and (q_len > 1 or chunk):
+        pairs = causal_pairs(q_len, max(kv_len, q_len), window, chunk)
     else:
         pairs = float(q_len * keys)
     flops = 2.0 * batch * heads * pairs * (head_dim + v_head_dim)
-    touched = min(kv_len, keys + q_len - 1) if window else kv_len
     kve = esize if kv_esize is None else kv_esize
     read = batch * (heads * q_len * head_dim * esize + kv_heads * touched * (head_dim + v_head_dim) * kve)
     written = batch * heads * q_len * v_head_dim * esize
@@ -179,20 +195,22 @@ class Graph:
 
     def attention(self, name: str, batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int,
                   head_dim: int, *, causal: bool = True, v_head_dim: int | None = None,
-                  window: int | None = None) -> Op:
+                  window: int | None = None, chunk: int | None = None) -> Op:
         """A fused attention kernel (FlashAttention-style): scores never reach DRAM.
 
         ``q_len`` new queries are the last positions of a ``kv_len``-token context; with a
-        sliding ``window`` each query sees at most ``window`` keys (the op's ``kv_len`` dim is then
-        the keys one query can reach).
+        sliding ``window`` each query sees at most ``window`` keys, with ``chunk`` (chunked attention)
+        the keys of its own chunk (the op's ``kv_len`` dim is then the keys one query can reach).
         """
         vd = v_head_dim or head_dim
-        keys = min(kv_len, window) if window else kv_len
+        keys, _ = reachable_keys(q_len, kv_len, window, chunk)
         flops, read, written = attention_cost(batch, heads, kv_heads, q_len, kv_len, head_dim, vd,
-                                              causal=causal, window=window, esize=self.esize)
+                                              causal=causal, window=window, esize=self.esize, chunk=chunk)
         meta: tuple[tuple[str, object], ...] = (("v_head_dim", vd), ("training", self.training))
         if window:
             meta += (("window", int(window)),)
+        if chunk:
+            meta += (("chunk", int(chunk)),)
         return self._op(
             name, "attention", OpKind.ATTENTION, (batch, heads, kv_heads, q_len, keys, head_dim, int(causal)),
             flops=flops, read=read, written=written, tp_split="heads", meta=meta,

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from perfcast.dtypes import DType
-from perfcast.workload.graph import causal_pairs
+from perfcast.workload.graph import causal_pairs, reachable_keys
 from perfcast.workload.quantization import QUANTIZATION_SCHEMES, Quantization
 from perfcast.workload.types import Op, OpKind
 
@@ -249,15 +249,17 @@ def shard_context(ops: list[Op] | tuple[Op, ...], cp: int) -> list[Op]:
             out.append(op)
             continue
         b, h, kvh, q, _, d, causal = op.dims
-        window = op.get("window")
+        window, chunked = op.get("window"), op.get("chunk")
         w = int(window) if window else None  # type: ignore[call-overload]
+        c = int(chunked) if chunked else None  # type: ignore[call-overload]
         full = q * cp
-        keys = min(full, w) if w else full
+        keys, touched = reachable_keys(q, full, w, c)
+        if not (w or c):
+            keys = touched = full
         vd = int(op.get("v_head_dim", d) or d)  # type: ignore[call-overload]
         e = op.dtype.bytes
-        pairs = causal_pairs(full, full, w) if causal else float(full * keys)
+        pairs = causal_pairs(full, full, w, c) if causal else float(full * keys)
         flops = 2.0 * b * h * (pairs / cp) * (d + vd)
-        touched = min(full, keys + q - 1) if w else full
         read = b * (h * q * d + kvh * touched * (d + vd)) * e
         out.append(op.with_(dims=(b, h, kvh, q, keys, d, causal), flops=flops, bytes_read=read))
     return out

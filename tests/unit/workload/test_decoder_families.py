@@ -133,3 +133,28 @@ def test_the_graph_holds_every_parameter_the_catalog_counts(model: str, style: s
     """Weights and biases the forward graph carries (each op's ``params`` times its count) = perfcast's count."""
     w = _forward(model, style=style, seq_len=128)
     assert sum(o.params * o.count for o in w.ops) == load_model(model).num_params()
+
+
+def test_llama4_chunked_layers_attend_within_their_chunk() -> None:
+    """Llama-4's local layers see only the keys of their own attention_chunk_size block (8192): a 16384-token
+    prefill pays two causal 8192-token squares there and a full causal square on its global (NoPE) layers;
+    a decode at context 10000 reads the 1808 keys of the current chunk there and all 10000 elsewhere."""
+    from perfcast.workload.graph import causal_pairs
+
+    cfg = load_model("llama-4-scout")
+    c = cfg.attention_chunk_size
+    assert c == 8192
+    pre = build_workload(cfg, WorkloadSpec(Mode.PREFILL, 1, 16384, attention="flash", style="engine"))
+    att = {o.name.split(".")[0]: o for o in pre.ops if o.kind.value == "attention"}
+    chunked = next(o for k, o in att.items() if "_chunk8192" in k)
+    full = next(o for k, o in att.items() if "_chunk" not in k)
+    per_pair = 2.0 * cfg.num_heads * 2 * cfg.head_dim
+    assert chunked.flops == pytest.approx(per_pair * 2 * c * (c + 1) / 2)
+    assert full.flops == pytest.approx(per_pair * 16384 * 16385 / 2)
+    assert causal_pairs(1, 10000, chunk=c) == 10000 - c
+    dec = build_workload(cfg, WorkloadSpec(Mode.DECODE, 1, 10000, attention="flash", style="engine"))
+    reads = {o.name.split(".")[0]: o.bytes_read for o in dec.ops if o.kind.value == "attention"}
+    kv_per_token = cfg.num_kv_heads * 2 * cfg.head_dim * dec.dtype.bytes
+    r_chunk = next(v for k, v in reads.items() if "_chunk" in k)
+    r_full = next(v for k, v in reads.items() if "_chunk" not in k)
+    assert r_full - r_chunk == pytest.approx(kv_per_token * (10000 - 1808))

@@ -69,11 +69,12 @@ def build_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str
         if cfg.embedding_norm:  # BLOOM's word_embeddings_layernorm
             _norm(g, cfg, "norm", t, h, style)
         g.dropout("dropout", t * h)
-    for (sparse, window), n in _layer_groups(cfg).items():
-        label = ("moe_layers" if sparse else "layers") + (f"_window{window}" if window else "")
+    for (sparse, window, chunk), n in _layer_groups(cfg).items():
+        label = ("moe_layers" if sparse else "layers") + (f"_window{window}" if window else "") + (
+            f"_chunk{chunk}" if chunk else "")
         with g.scope(label, count=n):
             _block(g, cfg, shape, sparse=sparse, style=style, attention=attention, kv_cache=kv_cache,
-                   window=window)
+                   window=window, chunk=chunk)
     with g.scope("head", group="lm_head"):
         _norm(g, cfg, "norm", t, h, style)
         g.linear("lm_head", shape.logits_tokens, h, cfg.vocab_size, bias=False, tp_split="vocab",
@@ -81,18 +82,22 @@ def build_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str
         _logits_epilogue(g, cfg, shape.logits_tokens * cfg.vocab_size)
 
 
-def _layer_groups(cfg: ModelConfig) -> dict[tuple[bool, int | None], int]:
-    """Layers per (MoE layer?, sliding window or None), dense before MoE and full before sliding.
+def _layer_groups(cfg: ModelConfig) -> dict[tuple[bool, int | None, int | None], int]:
+    """Layers per (MoE layer?, sliding window or None, attention chunk or None), dense before MoE and full
+    before sliding before chunked.
 
-    Sliding-window layers attend to at most ``window`` keys; chunked layers (Llama-4) are priced as full here.
+    Sliding-window layers attend to at most ``window`` keys; chunked layers (Llama-4's local attention) to the
+    keys of their own ``attention_chunk_size`` block.
     """
     moe = cfg.moe
-    counts: dict[tuple[bool, int | None], int] = {}
+    counts: dict[tuple[bool, int | None, int | None], int] = {}
     for i in range(cfg.num_layers):
         sparse = moe is not None and moe.is_moe_layer(i)
-        window = cfg.sliding_window if cfg.attention_type(i) == "sliding" else None
-        counts[(sparse, window)] = counts.get((sparse, window), 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None)))
+        kind = cfg.attention_type(i)
+        window = cfg.sliding_window if kind == "sliding" else None
+        chunk = cfg.attention_chunk_size if kind == "chunked" else None
+        counts[(sparse, window, chunk)] = counts.get((sparse, window, chunk), 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None, kv[0][2] is not None)))
 
 
 def _logits_epilogue(g: Graph, cfg: ModelConfig, numel: int) -> None:
@@ -121,7 +126,7 @@ def _norm(g: Graph, cfg: ModelConfig, name: str, rows: int, cols: int, style: st
 
 
 def _block(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, sparse: bool, style: str, attention: str,
-           kv_cache: bool, window: int | None) -> None:
+           kv_cache: bool, window: int | None, chunk: int | None = None) -> None:
     """One layer. Norm names follow transformers: ``input_layernorm`` and ``post_attention_layernorm`` before
     attention and MLP (pre-norm); OLMo 2's ``post_attention_layernorm`` / ``post_feedforward_layernorm`` on the
     outputs (post); Gemma's four (sandwich: input, post_attention, pre_feedforward, post_feedforward)."""
@@ -133,7 +138,8 @@ def _block(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, sparse: bool, sty
         if cfg.mla is not None:
             _mla(g, cfg, shape, style=style, kv_cache=kv_cache, window=window)
         else:
-            _attention(g, cfg, shape, style=style, attention=attention, kv_cache=kv_cache, window=window)
+            _attention(g, cfg, shape, style=style, attention=attention, kv_cache=kv_cache, window=window,
+                       chunk=chunk)
         if not cfg.parallel_block:
             if placement != "pre":
                 _norm(g, cfg, "post_attention_layernorm", t, h, style)
@@ -164,7 +170,7 @@ def _residual(g: Graph, cfg: ModelConfig, numel: int, *, inputs: int) -> None:
 
 
 def _attention(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, attention: str, kv_cache: bool,
-               window: int | None) -> None:
+               window: int | None, chunk: int | None = None) -> None:
     b, s, kv = shape.batch, shape.q_len, shape.kv_len
     t, h = shape.tokens, cfg.hidden_size
     nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -187,7 +193,7 @@ def _attention(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, a
         with g.split("heads"):
             _eager_attention(g, cfg, b, s, keys)
     else:
-        g.attention("attention", b, nh, nkv, s, kv, hd, causal=True, window=window)
+        g.attention("attention", b, nh, nkv, s, kv, hd, causal=True, window=window, chunk=chunk)
     g.linear("o_proj", t, q_dim, h, bias=cfg.out_bias, tp_split="row")
 
 
