@@ -23,7 +23,7 @@ def _config(tmp_path: Path, **fields: Any) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("model_type", ["banana", None, "olmoe", "minimax_m2", "nemotron_h", "t5"])
+@pytest.mark.parametrize("model_type", ["banana", None, "olmoe", "minimax_m2", "rwkv", "t5"])
 @pytest.mark.parametrize("command", [["models", "show"], ["predict", "-H", "h100-sxm-80gb", "-m"]])
 def test_an_unmodelled_architecture_is_one_error_line(tmp_path: Path, model_type: str | None,
                                                       command: list[str]) -> None:

@@ -6,7 +6,7 @@ defaults of the ``transformers`` config class when a key is absent) onto one
 vocabulary. One function per family keeps each mapping readable.
 
 Nothing is guessed: a ``model_type`` with no function here (``gemma3``,
-``minimax_m2``, ``nemotron_h``, ``t5``, a missing one) is refused with the supported
+``minimax_m2``, ``rwkv``, ``t5``, a missing one) is refused with the supported
 list rather than priced as some other decoder; a multimodal config whose vision
 tower is not a modelled one is refused naming the tower; a config of a supported
 family that carries keys of another architecture (experts in a ``llama``
@@ -36,6 +36,7 @@ from typing import Any
 
 from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.diffusion import normalize_unet, normalize_vae
+from perfcast.catalog.normalize_hybrid import normalize_nemotron_h, normalize_qwen3_next
 from perfcast.catalog.normalize_ssm import normalize_jamba, normalize_mamba, normalize_mamba2
 from perfcast.catalog.quantization import parse_quantization_config
 from perfcast.errors import UnsupportedError
@@ -1002,6 +1003,8 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "mamba": normalize_mamba,
     "mamba2": normalize_mamba2,
     "jamba": normalize_jamba,
+    "nemotron_h": normalize_nemotron_h,
+    "qwen3_next": normalize_qwen3_next,
     "unet_2d_condition": normalize_unet,
     "autoencoder_kl": normalize_vae,
 }
@@ -1127,10 +1130,12 @@ _FEATURES: dict[str, frozenset[str]] = {
     "mamba": frozenset({"ssm"}),
     "mamba2": frozenset({"ssm"}),
     "jamba": frozenset({"ssm", "moe"}),
+    "nemotron_h": frozenset({"ssm", "moe"}),
+    "qwen3_next": frozenset({"moe"}),
 }
 # families that read per-layer attention types (``layer_types``); the others have every layer alike
 _READS_LAYER_TYPES = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gpt_oss", "llama4", "llama4_text",
-                                "gemma2", "gemma3_text"})
+                                "gemma2", "gemma3_text", "qwen3_next"})
 
 
 def _check_foreign_keys(raw: Raw, family: str) -> None:

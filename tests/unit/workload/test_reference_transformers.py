@@ -57,6 +57,8 @@ PARAMS_TOLERANCE = 0.005  # issue 16: parameter counts within 0.5% of transforme
 FLOPS_TOLERANCE = 0.03  # issue 16: forward FLOPs within 3% of FlopCounterMode
 
 NOT_IN_TRANSFORMERS = {
+    "nemotron_h": "remote code (trust_remote_code) only in transformers 4.57; checked against the published "
+                  "parameter counts instead (tests/unit/catalog/test_hybrid.py)",
     "internlm": "remote code (trust_remote_code) only",
     "internlm2": "remote code (trust_remote_code) only",
     "qwen": "Qwen v1 is remote code only",
@@ -131,9 +133,11 @@ CASES: dict[str, tuple[str, Any, int | None]] = {
     # transformers has no kimi_k2 class: built as DeepseekV3 from the same dict (hf_meta_reference._CONFIG_TYPES)
     "kimi_k2": ("kimi-k2-instruct", lambda: _catalog("kimi-k2-instruct"), 2),  # one dense, one MoE
     "jamba": ("jamba-v0.1", lambda: _catalog("jamba-v0.1"), 8),  # Mamba layers 0-3, 5-7, attention 4; MoE odd
+    # three Gated DeltaNet layers then one gated full-attention layer, every layer MoE with a gated shared expert
+    "qwen3_next": ("qwen3-next-80b-a3b", lambda: _catalog("qwen3-next-80b-a3b"), 4),
 }
 MOE = ("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "switch_transformers", "llama4", "llama4_text", "jamba",
-       "qwen2_moe", "phimoe", "dbrx", "glm4_moe", "deepseek_v2", "kimi_k2")
+       "qwen2_moe", "phimoe", "dbrx", "glm4_moe", "deepseek_v2", "kimi_k2", "qwen3_next")
 DENSE = tuple(t for t in CASES if t not in MOE)
 # routed experts per token of each MoE case's config: (experts, top-k)
 _ROUTING_KEYS = (("num_local_experts", "num_experts", "n_routed_experts"), ("num_experts_per_tok",))
