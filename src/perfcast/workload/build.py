@@ -12,12 +12,12 @@ from perfcast.workload.backward import backward_ops, optimizer_ops
 from perfcast.workload.graph import Graph
 from perfcast.workload.models.common import lm_loss
 from perfcast.workload.models.decoder import DecoderShape, build_decoder
+from perfcast.workload.models.deltanet import build_delta_net_decoder
 from perfcast.workload.models.hf_bert import build_bert
 from perfcast.workload.models.hf_gpt2 import build_gpt2
 from perfcast.workload.models.hf_opt import build_opt
 from perfcast.workload.models.hf_resnet import build_resnet
 from perfcast.workload.models.hf_switch import build_switch
-from perfcast.workload.models.deltanet import build_delta_net_decoder
 from perfcast.workload.models.ssm import build_ssm_decoder
 from perfcast.workload.models.unet import build_diffusion
 from perfcast.workload.quantization import Quantization, resolve_quantization

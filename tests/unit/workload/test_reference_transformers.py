@@ -58,7 +58,7 @@ FLOPS_TOLERANCE = 0.03  # issue 16: forward FLOPs within 3% of FlopCounterMode
 
 NOT_IN_TRANSFORMERS = {
     "nemotron_h": "remote code (trust_remote_code) only in transformers 4.57; checked against the published "
-                  "parameter counts instead (tests/unit/catalog/test_hybrid.py)",
+                  "parameter counts instead (tests/unit/catalog/test_hybrid_catalog.py)",
     "internlm": "remote code (trust_remote_code) only",
     "internlm2": "remote code (trust_remote_code) only",
     "qwen": "Qwen v1 is remote code only",
