@@ -98,10 +98,6 @@ def _check(cfg: ModelConfig, spec: WorkloadSpec) -> None:
         raise ConfigError(f"unknown attention {spec.resolved_attention!r}; use one of {', '.join(_ATTENTION)}")
     if spec.optimizer not in _OPTIMIZERS:
         raise ConfigError(f"unknown optimizer {spec.optimizer!r}; use one of {', '.join(_OPTIMIZERS)}")
-    if spec.mode is Mode.TRAINING and cfg.ssm is not None:
-        raise UnsupportedError(f"{cfg.id}: training a model with state-space (Mamba) layers is not modelled (the "
-                               "selective-scan / SSD backward has no op yet); use an inference, prefill or decode "
-                               "mode")
     if spec.mode is Mode.TRAINING and cfg.linear_attention is not None:
         raise UnsupportedError(f"{cfg.id}: training a model with linear-attention (Gated DeltaNet) layers is not "
                                "modelled (the gated delta rule's backward has no op yet); use an inference, prefill "
