@@ -35,9 +35,9 @@ IN_SAMPLE_MAPE_MAX = {"tflops_per_gpu": 0.08, "tokens_per_s_per_gpu": 0.10, "mfu
 # measured:             0.067                 0.090                          0.068        0.068
 LOGO_TFLOPS_MAPE_MAX = 0.10  # measured 0.092
 DEFERRED_MAPE_MAX = {"tflops_per_gpu": 0.40, "tokens_per_s_per_gpu": 0.46}  # Megatron-Bridge DGX-H100 rows
-# measured:            0.385                   0.441
-# the model names of rows whose architecture perfcast models but cannot train yet, with the refusal's words
-TRAINING_REFUSED = {"Nemotron_3_Nano": "state-space (Mamba) layers"}  # nemotron_h: no SSD backward op yet
+# measured:            0.397                   0.445
+# (0.385 / 0.441 before the four Nemotron_3_Nano rows were predicted: the row reader does not read their ep 8 or the
+# distributed optimizer yet, issue 17, so they come out about half the measured throughput)
 
 
 def _rows() -> list[dict[str, str]]:
@@ -71,10 +71,7 @@ def test_every_row_is_predicted_or_says_why(batch) -> None:  # type: ignore[no-u
     ok = [s for s in status if s.startswith("ok")]
     assert len(ok) >= 205 + 34, len(ok)
     for row, s in zip(batch.rows, status, strict=True):
-        if row["model"] in TRAINING_REFUSED:
-            assert s.startswith("unsupported") and TRAINING_REFUSED[row["model"]] in s, s
-        else:
-            assert s.startswith("ok") or ("did not publish" in s or "no GPU count" in s), s
+        assert s.startswith("ok") or ("did not publish" in s or "no GPU count" in s), s
 
 
 @pytest.mark.parametrize("target", sorted(IN_SAMPLE_MAPE_MAX))
