@@ -70,7 +70,7 @@ def test_every_row_is_predicted_or_says_why(batch) -> None:  # type: ignore[no-u
     status = batch.prediction.status
     ok = [s for s in status if s.startswith("ok")]
     assert len(ok) >= 205 + 34, len(ok)
-    for row, s in zip(batch.rows, status, strict=True):
+    for s in status:
         assert s.startswith("ok") or ("did not publish" in s or "no GPU count" in s), s
 
 

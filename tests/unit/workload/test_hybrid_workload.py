@@ -1,5 +1,6 @@
 """Nemotron-H / Nemotron 3 and Qwen3-Next in the workload IR: which ops each layer type emits, the Gated DeltaNet's
-delta-rule op (FLOPs, bytes, state), its kernel price, and training (Nemotron's scans have a backward; Qwen3-Next's delta rule has none yet)."""
+delta-rule op (FLOPs, bytes, state), its kernel price and TP split, and training (Nemotron's scans have a backward;
+Qwen3-Next's delta rule has none yet)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from perfcast.errors import UnsupportedError
 from perfcast.kernel.predict import predict_kernel
 from perfcast.kernel.types import Bound
 from perfcast.workload.build import WorkloadSpec, build_workload
+from perfcast.workload.sharding import shard_tp
 from perfcast.workload.types import Mode, OpKind, Phase
 
 
@@ -98,3 +100,12 @@ def test_training_qwen3_next_is_refused() -> None:
 def test_nemotron_3_nano_trains_with_a_scan_backward_per_mamba_layer() -> None:
     ops = build_workload("Nemotron_3_Nano", WorkloadSpec(mode=Mode.TRAINING, batch_size=1, seq_len=128)).ops
     assert sum(o.count for o in ops if o.kind is OpKind.SSM_SCAN and o.phase is Phase.BACKWARD) == 23
+
+
+def test_tensor_parallel_splits_a_scan_by_heads_with_its_matrix_part() -> None:
+    op = _one(_ops("qwen3-next-80b-a3b", Mode.PREFILL, 512), "gated_delta_rule")
+    (half,) = shard_tp([op], 2)
+    assert half.dims == (1, 512, 16, 128, 128, 8, 64)
+    assert half.flops == op.flops / 2 and half.get("matmul_flops") == op.get("matmul_flops") / 2  # type: ignore[operator]
+    assert half.get("state_bytes") == op.get("state_bytes") / 2  # type: ignore[operator]
+    assert predict_kernel(half, "h100-sxm").time_s < predict_kernel(op, "h100-sxm").time_s

@@ -3,8 +3,6 @@ scan's backward in training."""
 
 from __future__ import annotations
 
-import pytest
-
 from perfcast.catalog.models import load_model
 from perfcast.dtypes import DType
 from perfcast.kernel.predict import predict_kernel
