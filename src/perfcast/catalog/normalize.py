@@ -1108,6 +1108,8 @@ _FOREIGN_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "alibi": ("ALiBi positions", ("alibi",)),
     "ssm": ("state-space (Mamba) layers", ("ssm_state_size", "mamba_d_state", "ssm_cfg",
                                           "hybrid_override_pattern")),
+    "linear": ("linear-attention (Gated DeltaNet) layers", ("linear_num_value_heads", "linear_num_key_heads",
+                                                            "linear_conv_kernel_dim")),
 }
 # the features each family models (every other family refuses their keys)
 _FEATURES: dict[str, frozenset[str]] = {
@@ -1131,7 +1133,7 @@ _FEATURES: dict[str, frozenset[str]] = {
     "mamba2": frozenset({"ssm"}),
     "jamba": frozenset({"ssm", "moe"}),
     "nemotron_h": frozenset({"ssm", "moe"}),
-    "qwen3_next": frozenset({"moe"}),
+    "qwen3_next": frozenset({"moe", "linear"}),
 }
 # families that read per-layer attention types (``layer_types``); the others have every layer alike
 _READS_LAYER_TYPES = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gpt_oss", "llama4", "llama4_text",

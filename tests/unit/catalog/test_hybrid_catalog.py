@@ -114,3 +114,9 @@ def test_qwen3_next_layer_types_and_refusals() -> None:
         from_hf_config({**raw, "layer_types": ["sliding_attention"] * 48}, model_id="x")
     with pytest.raises(UnsupportedError, match="mlp_only_layers"):
         from_hf_config({**raw, "mlp_only_layers": [0]}, model_id="x")
+
+
+def test_linear_attention_keys_in_another_family_are_refused() -> None:
+    raw = {**dict(load_model("qwen3-30b-a3b").hf_config), "linear_num_value_heads": 32}
+    with pytest.raises(UnsupportedError, match="Gated DeltaNet"):
+        from_hf_config(raw, model_id="x")
