@@ -24,7 +24,7 @@ def _config(tmp_path: Path, **fields: Any) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("model_type", ["banana", None, "olmoe", "rwkv", "nemotron_h", "deepseek_v32"])
+@pytest.mark.parametrize("model_type", ["banana", None, "olmoe", "rwkv", "phi3small", "deepseek_v32"])
 @pytest.mark.parametrize("command", [["models", "show"], ["predict", "-H", "h100-sxm-80gb", "-m"]])
 def test_an_unmodelled_architecture_is_one_error_line(tmp_path: Path, model_type: str | None,
                                                       command: list[str]) -> None:

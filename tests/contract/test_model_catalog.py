@@ -43,7 +43,6 @@ needs_groundtruth = pytest.mark.skipif(
 # why it is refused); every other name in the tables must resolve (issue 16)
 _DIFFUSION = ("diffusers pipeline", "whole diffusion pipelines: another issue")
 NOT_MODELLED: dict[str, tuple[str, str]] = {
-    "Nemotron_3_Nano": ("nemotron_h", "hybrid Mamba-2 / attention / MoE stack"),
     "RWKV/rwkv-raven-7b": ("rwkv", "recurrent RWKV-4 blocks, no attention"),
     "facebook/chameleon-7b": ("chameleon", "early-fusion image-token model"),
     "facebook/chameleon-30b": ("chameleon", "early-fusion image-token model"),

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from perfcast.catalog.diffusion import UNetConfig, VAEDecoderConfig
+from perfcast.catalog.linear_attention import GatedDeltaNetConfig
 from perfcast.catalog.quantization import QuantizationConfig
 
 __all__ = ["AttentionLayerType", "MLAConfig", "MoEConfig", "ModelArchitecture", "ResNetConfig", "SSMConfig",
@@ -85,7 +86,7 @@ class MLAConfig(_Frozen):
     v_head_dim: int = Field(gt=0, description="per-head value width (elements)")
 
 
-LayerMixer = Literal["ssm", "attention", "mlp"]
+LayerMixer = Literal["ssm", "attention", "mlp", "moe"]
 
 
 class SSMConfig(_Frozen):
@@ -103,9 +104,10 @@ class SSMConfig(_Frozen):
     token chunks (``A_log``, ``D``, ``dt_bias`` one per head), a gated RMSNorm (weight ``intermediate_size``),
     ``out_proj``. Its state is ``num_heads x head_dim x state_size`` plus ``conv_dim x (conv_kernel - 1)``.
 
-    ``layer_mixers`` has one entry per layer: ``ssm`` (a Mamba mixer), ``attention`` or ``mlp`` (Nemotron-H's
-    MLP-only layers); ``ffn_per_layer`` says every layer also has a feed-forward block after its mixer (Jamba:
-    dense or MoE by ``ModelArchitecture.moe``), else a layer is its mixer alone (Mamba, Nemotron-H).
+    ``layer_mixers`` has one entry per layer: ``ssm`` (a Mamba mixer), ``attention``, ``mlp`` (Nemotron-H's
+    MLP-only layers) or ``moe`` (Nemotron 3's MoE-only layers, by ``ModelArchitecture.moe``); ``ffn_per_layer``
+    says every layer also has a feed-forward block after its mixer (Jamba: dense or MoE by
+    ``ModelArchitecture.moe``), else a layer is its mixer alone (Mamba, Nemotron-H).
     """
 
     version: Literal[1, 2] = Field(description="1 = Mamba (selective scan), 2 = Mamba-2 (SSD)")
@@ -464,6 +466,11 @@ class ModelArchitecture(_Frozen):
     moe: MoEConfig | None = None
     mla: MLAConfig | None = None
     ssm: SSMConfig | None = Field(default=None, description="Mamba mixers and the per-layer pattern (SSMConfig)")
+    linear_attention: GatedDeltaNetConfig | None = Field(
+        default=None, description="Gated DeltaNet linear-attention layers and the per-layer pattern (Qwen3-Next)")
+    attention_output_gate: bool = Field(
+        default=False, description="q_proj also emits a per-element output gate: the attention output is multiplied "
+        "by sigmoid(gate) before o_proj (Qwen3-Next's gated attention)")
     vision: VisionConfig | None = None
     resnet: ResNetConfig | None = None
     unet: UNetConfig | None = None
@@ -494,6 +501,11 @@ class ModelArchitecture(_Frozen):
                 raise ValueError("chunked layers need attention_chunk_size")
         if self.ssm is not None and len(self.ssm.layer_mixers) != layers:
             raise ValueError(f"ssm.layer_mixers has {len(self.ssm.layer_mixers)} entries for {layers} layers")
+        if self.ssm is not None and "moe" in self.ssm.layer_mixers and self.moe is None:
+            raise ValueError("ssm.layer_mixers has moe layers but the architecture has no moe config")
+        if self.linear_attention is not None and len(self.linear_attention.layer_types) != layers:
+            raise ValueError(f"linear_attention.layer_types has {len(self.linear_attention.layer_types)} entries for "
+                             f"{layers} layers")
         if any(not 0 <= i < layers for i in self.nope_layers):
             raise ValueError(f"nope_layers must be layer indices in [0, {layers})")
         if self.num_heads % self.num_kv_heads:

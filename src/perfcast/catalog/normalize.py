@@ -6,7 +6,7 @@ defaults of the ``transformers`` config class when a key is absent) onto one
 vocabulary. One function per family keeps each mapping readable.
 
 Nothing is guessed: a ``model_type`` with no function here (``gemma3``,
-``rwkv``, ``nemotron_h``, a missing one) is refused with the supported
+``rwkv``, ``deepseek_v32``, a missing one) is refused with the supported
 list rather than priced as some other decoder; a multimodal config whose vision
 tower is not a modelled one is refused naming the tower; a config of a supported
 family that carries keys of another architecture (experts in a ``llama``
@@ -37,6 +37,7 @@ from typing import Any
 from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.diffusion import normalize_unet, normalize_vae
 from perfcast.catalog.normalize_encdec import normalize_t5
+from perfcast.catalog.normalize_hybrid import normalize_nemotron_h, normalize_qwen3_next
 from perfcast.catalog.normalize_ssm import normalize_jamba, normalize_mamba, normalize_mamba2
 from perfcast.catalog.normalize_vision import (
     VISION_FAMILIES,
@@ -1110,6 +1111,8 @@ _FAMILIES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "mamba": normalize_mamba,
     "mamba2": normalize_mamba2,
     "jamba": normalize_jamba,
+    "nemotron_h": normalize_nemotron_h,
+    "qwen3_next": normalize_qwen3_next,
     "unet_2d_condition": normalize_unet,
     "autoencoder_kl": normalize_vae,
 }
@@ -1214,6 +1217,8 @@ _FOREIGN_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "alibi": ("ALiBi positions", ("alibi",)),
     "ssm": ("state-space (Mamba) layers", ("ssm_state_size", "mamba_d_state", "ssm_cfg",
                                           "hybrid_override_pattern")),
+    "linear": ("linear-attention (Gated DeltaNet) layers", ("linear_num_value_heads", "linear_num_key_heads",
+                                                            "linear_conv_kernel_dim")),
 }
 # the features each family models (every other family refuses their keys)
 _FEATURES: dict[str, frozenset[str]] = {
@@ -1239,10 +1244,12 @@ _FEATURES: dict[str, frozenset[str]] = {
     "mamba": frozenset({"ssm"}),
     "mamba2": frozenset({"ssm"}),
     "jamba": frozenset({"ssm", "moe"}),
+    "nemotron_h": frozenset({"ssm", "moe"}),
+    "qwen3_next": frozenset({"moe", "linear"}),
 }
 # families that read per-layer attention types (``layer_types``); the others have every layer alike
 _READS_LAYER_TYPES = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gpt_oss", "llama4", "llama4_text",
-                                "gemma2", "gemma3_text"})
+                                "gemma2", "gemma3_text", "qwen3_next"})
 
 
 def _check_foreign_keys(raw: Raw, family: str) -> None:

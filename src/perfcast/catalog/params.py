@@ -22,7 +22,10 @@ What is counted (every weight and bias tensor of the inference model as
 * state-space layers (``ssm``; :class:`~perfcast.catalog.architecture.SSMConfig`): a Mamba-1 mixer's in/x/dt/out
   projections, depthwise conv1d, ``A_log`` and ``D`` (and Jamba's dt/B/C RMSNorms); a Mamba-2 mixer's in/out
   projections, conv1d, ``A_log``, ``D``, ``dt_bias`` and gated-norm weight. A hybrid layer is its mixer (Mamba,
-  attention or, for Nemotron-H, an MLP) and, when ``ffn_per_layer`` (Jamba), a dense or MoE FFN.
+  attention or, for Nemotron-H, an MLP or an MoE block) and, when ``ffn_per_layer`` (Jamba), a dense or MoE FFN.
+* linear-attention layers (``linear_attention``; Qwen3-Next's Gated DeltaNet): ``in_proj_qkvz``, ``in_proj_ba``,
+  the bias-free conv1d, ``dt_bias``, ``A_log``, the gated-norm weight (one value head wide) and ``out_proj``; the
+  full-attention layers' q_proj is twice as wide when it also emits the output gate (``attention_output_gate``).
 * encoder-decoders: the decoder's cross-attention (same shape as its
   self-attention) and its norm, and a final norm per stack.
 * the final norm (``final_norm``), and the LM head when it is not tied
@@ -55,6 +58,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfcast.catalog.architecture import ModelArchitecture, MoEConfig, ResNetConfig, SSMConfig, VisionConfig
+from perfcast.catalog.linear_attention import GatedDeltaNetConfig
 
 __all__ = ["ParamCount", "count_params"]
 
@@ -96,7 +100,7 @@ def _attention(cfg: ModelArchitecture) -> int:
         kv += _linear(mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + mla.v_head_dim), False)  # kv_b_proj
         o = _linear(heads * mla.v_head_dim, h, cfg.out_bias)  # o_proj
         return q + kv + o
-    params = _linear(h, cfg.q_dim, cfg.qkv_bias)  # q
+    params = _linear(h, cfg.q_dim * (2 if cfg.attention_output_gate else 1), cfg.qkv_bias)  # q (and its gate)
     params += 2 * _linear(h, cfg.kv_dim, cfg.qkv_bias)  # k, v
     params += _linear(cfg.q_dim, h, cfg.out_bias)  # o
     weights_per_element = {"none": 0, "l2": 0, "rmsnorm": 1, "layernorm": 2}[cfg.qk_norm]
@@ -126,6 +130,11 @@ def _ffn(cfg: ModelArchitecture, index: int) -> tuple[int, int]:
     if moe is None or not moe.is_moe_layer(index):
         dense = _mlp(cfg, cfg.intermediate_size, gated=cfg.gated_mlp, bias=cfg.mlp_bias)
         return dense, dense
+    return _moe_block(cfg, moe)
+
+
+def _moe_block(cfg: ModelArchitecture, moe: MoEConfig) -> tuple[int, int]:
+    """(total, active) parameters of one MoE block: routed and shared experts, router, shared-expert gate."""
     routed = _expert(cfg, moe, moe.expert_intermediate_size)
     shared = moe.num_shared_experts * _expert(cfg, moe, moe.shared_intermediate_size)
     router = _linear(cfg.hidden_size, moe.num_experts, moe.router_bias)
@@ -171,13 +180,39 @@ def _ssm_mixer(cfg: ModelArchitecture, ssm: SSMConfig) -> int:
 def _hybrid_stack(cfg: ModelArchitecture, ssm: SSMConfig) -> tuple[int, int]:
     """(total, active) parameters of a stack of Mamba / attention / MLP layers (see SSMConfig)."""
     norms = cfg.num_norms_per_layer * _norm(cfg, cfg.hidden_size)
-    mixers = {"ssm": _ssm_mixer(cfg, ssm), "attention": _attention(cfg),
-              "mlp": _mlp(cfg, cfg.intermediate_size, gated=cfg.gated_mlp, bias=cfg.mlp_bias)}
+    dense = _mlp(cfg, cfg.intermediate_size, gated=cfg.gated_mlp, bias=cfg.mlp_bias)
+    mixers = {"ssm": (_ssm_mixer(cfg, ssm),) * 2, "attention": (_attention(cfg),) * 2, "mlp": (dense, dense)}
+    if cfg.moe is not None:
+        mixers["moe"] = _moe_block(cfg, cfg.moe)  # Nemotron 3: an MoE block as a layer's only mixer
     total = active = 0
     for i, mixer in enumerate(ssm.layer_mixers):
         ffn_total, ffn_active = _ffn(cfg, i) if ssm.ffn_per_layer else (0, 0)
-        total += norms + mixers[mixer] + ffn_total
-        active += norms + mixers[mixer] + ffn_active
+        mixer_total, mixer_active = mixers[mixer]
+        total += norms + mixer_total + ffn_total
+        active += norms + mixer_active + ffn_active
+    return total, active
+
+
+def _delta_net_mixer(cfg: ModelArchitecture, lin: GatedDeltaNetConfig) -> int:
+    """One Gated DeltaNet mixer, as transformers' ``Qwen3NextGatedDeltaNet``."""
+    h = cfg.hidden_size
+    params = _linear(h, 2 * lin.key_dim + 2 * lin.value_dim, False)  # in_proj_qkvz
+    params += _linear(h, 2 * lin.num_value_heads, False)  # in_proj_ba
+    params += lin.conv_dim * lin.conv_kernel  # depthwise conv1d over q, k, v, no bias
+    params += 2 * lin.num_value_heads  # dt_bias, A_log
+    params += lin.value_head_dim  # gated RMSNorm weight, shared by the value heads
+    return params + _linear(lin.value_dim, h, False)  # out_proj
+
+
+def _linear_attention_stack(cfg: ModelArchitecture, lin: GatedDeltaNetConfig) -> tuple[int, int]:
+    """(total, active) parameters of a stack of Gated DeltaNet / full-attention layers, each with its FFN."""
+    norms = cfg.num_norms_per_layer * _norm(cfg, cfg.hidden_size)
+    mixers = {"linear_attention": _delta_net_mixer(cfg, lin), "full_attention": _attention(cfg)}
+    total = active = 0
+    for i, kind in enumerate(lin.layer_types):
+        ffn_total, ffn_active = _ffn(cfg, i)
+        total += norms + mixers[kind] + ffn_total
+        active += norms + mixers[kind] + ffn_active
     return total, active
 
 
@@ -263,6 +298,9 @@ def count_params(cfg: ModelArchitecture) -> ParamCount:
         num_final_norms = 2
     elif cfg.ssm is not None:
         layers_total, layers_active = _hybrid_stack(cfg, cfg.ssm)
+        num_final_norms = 1
+    elif cfg.linear_attention is not None:
+        layers_total, layers_active = _linear_attention_stack(cfg, cfg.linear_attention)
         num_final_norms = 1
     else:
         layers_total, layers_active = _stack(cfg, cfg.num_layers, cross_attention=False)

@@ -17,7 +17,7 @@ from perfcast.kernel.conv import conv_times
 from perfcast.kernel.cpu import cpu_op_times
 from perfcast.kernel.energy import energy_arrays
 from perfcast.kernel.gemm import gemm_times
-from perfcast.kernel.ssm import scan_times
+from perfcast.kernel.ssm import matrix_efficiency, scan_times
 from perfcast.kernel.types import Bound, KernelTime
 from perfcast.kernel.vector import vector_times
 from perfcast.workload.types import Op, OpKind
@@ -158,10 +158,12 @@ def _price_vectors(sel: list[Op], sub: object, hw: Hardware, co: Coefficients,
 
 def _price_scans(sel: list[Op], sub: object, hw: Hardware, co: Coefficients,
                  clock_frac: float | None) -> tuple[np.ndarray, list[Bound]]:
-    """Selective scans / SSD of one dtype: a roofline on the vector and matrix peaks (:mod:`perfcast.kernel.ssm`)."""
+    """Selective scans / SSD / delta rules of one dtype: a roofline on the vector and matrix peaks
+    (:mod:`perfcast.kernel.ssm`)."""
     mm = np.array([float(o.get("matmul_flops", 0.0)) for o in sel])  # type: ignore[arg-type]
+    eff = np.array([matrix_efficiency(o.get("version")) for o in sel])
     st, sc, sm = scan_times(np.array([o.flops for o in sel]), mm, np.array([o.bytes for o in sel]), hw,
-                            sub, co)  # type: ignore[arg-type]
+                            sub, co, eff)  # type: ignore[arg-type]
     kmin = co.launch.kernel_min_s
     return st, [_bound(sc[j], sm[j], st[j], kmin) for j in range(len(sel))]
 

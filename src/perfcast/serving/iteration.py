@@ -409,7 +409,8 @@ class IterationModel:
         # attention DP: each GPU caches whole tokens of its own sequences (tp GPUs hold tp times as many)
         # MLA (DeepSeek-V2/V3): one latent of kv_lora_rank + rope elements per token and layer, shared by
         # every head, so each tensor-parallel GPU holds all of it (engines run attention DP to split it)
-        if self.cfg.ssm is not None or self.cfg.sliding_window or self.cfg.attention_chunk_size:
+        if (self.cfg.ssm is not None or self.cfg.linear_attention is not None or self.cfg.sliding_window
+                or self.cfg.attention_chunk_size):
             # per layer type (kv.layout): the attention layers' K/V only; Mamba state is per sequence
             return self.kv_layout().kv_bytes_per_token
         mla = self.cfg.mla

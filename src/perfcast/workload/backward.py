@@ -7,6 +7,8 @@ Autograd's kernels follow from each forward op (PyTorch ``derivatives.yaml``):
 - ``bmm`` ``(b, m, k, n)``: dA = dC @ B^T ``(b, m, n, k)``, dB = A^T @ dC ``(b, k, m, n)``.
 - fused attention: the FlashAttention backward (recomputes the scores; 2.5x
   the forward's matmul FLOPs).
+- Mamba scans (``ssm_scan``): one backward kernel of twice the forward's FLOPs that re-reads the saved inputs
+  and the output gradient and writes the input gradients (:func:`_scan_backward`).
 - pointwise ops: additions pass the gradient through (no kernel); a product of
   two tensors needs one kernel per input; unary functions one
   ``*_backward`` kernel reading the gradient and the saved input.
@@ -113,6 +115,8 @@ class SavedActivations:
             return float(b * q * (h * d + kvh * (d + vd)) * e)
         if op.kind in (OpKind.CONV, OpKind.POOL):
             return max(0.0, op.bytes_read - op.weight_bytes - handed)
+        if op.kind is OpKind.SSM_SCAN:  # a scan keeps its inputs (x, dt, B, C) and recomputes its states
+            return float(op.bytes_read)
         if op.kind is not OpKind.VECTOR:
             return 0.0
         rows, cols = op.dims
@@ -166,9 +170,22 @@ def _backward_of(op: Op) -> list[Op]:
     if op.kind is OpKind.POOL:
         return [_bwd(op, "grad", f"{op.op}_backward", OpKind.POOL, op.dims, op.flops, op.bytes_written * 2,
                      op.bytes_read)]
+    if op.kind is OpKind.SSM_SCAN:
+        return [_scan_backward(op)]
     if op.kind is not OpKind.VECTOR or op.op in _NO_GRAD:
         return []
     return _vector_backward(op)
+
+
+def _scan_backward(op: Op) -> Op:
+    """A Mamba scan's backward (mamba_ssm's ``selective_scan_bwd`` / the SSD backward kernels): it recomputes the
+    forward's states chunk by chunk and runs the recurrence in reverse for the input gradients, about twice the
+    forward's FLOPs (vector and matrix alike: a hand-set ratio, not fitted); it reads the saved inputs and the
+    output gradient and writes the input gradients (x, dt, B, C: the forward's reads again)."""
+    meta = tuple((k, 2.0 * float(v) if k == "matmul_flops" else v)  # type: ignore[arg-type]
+                 for k, v in op.meta)
+    return _bwd(op, "grad", f"{op.op}_backward", OpKind.SSM_SCAN, op.dims, 2.0 * op.flops,
+                op.bytes_read + op.bytes_written, op.bytes_read, meta=meta)
 
 
 def _gemm_backward(op: Op) -> list[Op]:

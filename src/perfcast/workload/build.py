@@ -12,6 +12,7 @@ from perfcast.workload.backward import backward_ops, optimizer_ops
 from perfcast.workload.graph import Graph
 from perfcast.workload.models.common import lm_loss
 from perfcast.workload.models.decoder import DecoderShape, build_decoder
+from perfcast.workload.models.deltanet import build_delta_net_decoder
 from perfcast.workload.models.hf_bert import build_bert
 from perfcast.workload.models.hf_gpt2 import build_gpt2
 from perfcast.workload.models.hf_opt import build_opt
@@ -97,10 +98,10 @@ def _check(cfg: ModelConfig, spec: WorkloadSpec) -> None:
         raise ConfigError(f"unknown attention {spec.resolved_attention!r}; use one of {', '.join(_ATTENTION)}")
     if spec.optimizer not in _OPTIMIZERS:
         raise ConfigError(f"unknown optimizer {spec.optimizer!r}; use one of {', '.join(_OPTIMIZERS)}")
-    if spec.mode is Mode.TRAINING and cfg.ssm is not None:
-        raise UnsupportedError(f"{cfg.id}: training a model with state-space (Mamba) layers is not modelled (the "
-                               "selective-scan / SSD backward has no op yet); use an inference, prefill or decode "
-                               "mode")
+    if spec.mode is Mode.TRAINING and cfg.linear_attention is not None:
+        raise UnsupportedError(f"{cfg.id}: training a model with linear-attention (Gated DeltaNet) layers is not "
+                               "modelled (the gated delta rule's backward has no op yet); use an inference, prefill "
+                               "or decode mode")
     if spec.mode in (Mode.PREFILL, Mode.DECODE) and cfg.kind != "decoder":
         raise UnsupportedError(
             f"{cfg.id} is {'an' if cfg.kind[0] in 'aeiou' else 'a'} {cfg.kind} model; prefill/decode modes need a "
@@ -161,6 +162,8 @@ def _build(cfg: ModelConfig, spec: WorkloadSpec) -> Workload:
             shape = DecoderShape(batch=b, q_len=s, kv_len=s, logits_tokens=b * s)
         logits_tokens = shape.logits_tokens
         build = build_ssm_decoder if cfg.ssm is not None else build_decoder
+        if cfg.linear_attention is not None:
+            build = build_delta_net_decoder
         build(g, cfg, shape, style=style, attention=attention, kv_cache=spec.mode in (Mode.PREFILL, Mode.DECODE))
     forward = list(g.ops)
     if training:

@@ -91,7 +91,23 @@ def _shard(op: Op, tp: int) -> Op:
         tokens, dim, vocab = op.dims
         return op.with_(dims=(tokens, dim, _div(vocab, tp)), weight_bytes=op.weight_bytes * f,
                         params=int(op.params * f))
+    if op.kind is OpKind.SSM_SCAN:
+        return _shard_scan(op, tp)
     rows, cols = op.dims
     vdims = (_div(rows, tp), cols) if rows > 1 else (rows, _div(cols, tp))
     return op.with_(dims=vdims, flops=op.flops * f, bytes_read=op.bytes_read * f, bytes_written=op.bytes_written * f,
                     fused_bytes=None if op.fused_bytes is None else op.fused_bytes * f, params=int(op.params * f))
+
+
+_SCAN_PER_HEAD_META = ("matmul_flops", "output_flops", "state_bytes")  # scan meta that splits with the heads
+
+
+def _shard_scan(op: Op, tp: int) -> Op:
+    """A scan split by heads (Megatron's Mamba mixer: each GPU holds d_inner / tp channels and n_groups / tp groups
+    of B and C; Mamba-1's one group is replicated), its FLOPs, bytes and per-head meta with them."""
+    b, s, heads, head_dim, state, groups, chunk = op.dims
+    f = 1.0 / tp
+    meta = tuple((k, float(v) * f if k in _SCAN_PER_HEAD_META else v) for k, v in op.meta)  # type: ignore[arg-type]
+    return op.with_(dims=(b, s, _div(heads, tp), head_dim, state, _div(groups, tp), chunk), flops=op.flops * f,
+                    bytes_read=op.bytes_read * f, bytes_written=op.bytes_written * f, params=int(op.params * f),
+                    meta=meta)

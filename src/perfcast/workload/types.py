@@ -17,9 +17,10 @@ Shapes follow one convention per kind (``dims``):
 - ``pool``: ``(batch, channels, in_hw, kernel, stride)``.
 - ``embedding``: ``(tokens, dim, vocab)``.
 - ``ssm_scan``: ``(batch, q_len, heads, head_dim, state, groups, chunk)``: a Mamba selective scan (Mamba-1:
-  d_inner heads of width 1, one group, chunk 0 = sequential) or Mamba-2 SSD (chunked); ``meta`` carries
-  ``state_bytes`` (the recurrent state of one sequence) and ``matmul_flops`` (the part that runs as matrix
-  products, SSD's chunked contractions).
+  d_inner heads of width 1, one group, chunk 0 = sequential) or Mamba-2 SSD (chunked), or a Gated DeltaNet's
+  delta rule (``version`` meta ``gated_delta``: heads = value heads, head_dim = value head width, state = key
+  head width, groups = key heads); ``meta`` carries ``state_bytes`` (the recurrent state of one sequence) and
+  ``matmul_flops`` (the part that runs as matrix products, SSD's and the delta rule's chunked contractions).
 - ``comm``: ``(bytes, group_size)``.
 
 FLOPs count one multiply-add as 2 FLOPs. Bytes are DRAM traffic assuming each

@@ -30,7 +30,7 @@ def _refusal(**fields: Any) -> str:
 # --- model_type -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model_type", ["banana", "olmoe", "rwkv", "nemotron_h", "deepseek_v32", ""])
+@pytest.mark.parametrize("model_type", ["banana", "olmoe", "rwkv", "phi3small", "deepseek_v32", ""])
 def test_an_unmodelled_model_type_is_refused_with_the_supported_list(model_type: str) -> None:
     message = _refusal(model_type=model_type)
     if model_type:

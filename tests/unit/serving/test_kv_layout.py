@@ -445,3 +445,21 @@ def test_jamba_preempts_by_recompute_and_frees_its_states() -> None:
     assert m.kv_blocks < 60 * per_seq
     res = simulate_serving(cfg, audit=True)
     assert res.preemptions > 0 and np.isfinite(res.finish_s).sum() == 60
+
+
+def test_nemotron_h_caches_attention_and_mamba_state_and_qwen3_next_is_refused() -> None:
+    """Nemotron Nano 9B v2: 4 attention layers cache K/V per token, 27 Mamba-2 layers a state per sequence
+    (conv (k-1) x (heads x head_dim + 2 groups x state) + SSM heads x head_dim x state, bf16), its MLP-only layers
+    nothing; Qwen3-Next's Gated DeltaNet layers have no serving model yet and are refused in one line."""
+    cfg = load_model("nemotron-nano-9b-v2")
+    ssm = cfg.ssm
+    assert ssm is not None
+    lay = kv_layout(cfg)
+    mamba = sum(m == "ssm" for m in ssm.layer_mixers)
+    attention = sum(m == "attention" for m in ssm.layer_mixers)
+    inner = ssm.num_heads * ssm.head_dim
+    per_layer = (ssm.conv_kernel - 1) * (inner + 2 * ssm.n_groups * ssm.state_size) + inner * ssm.state_size
+    assert lay.state_bytes_per_seq == mamba * per_layer * 2
+    assert lay.kv_bytes_per_token == attention * 2 * cfg.num_kv_heads * cfg.head_dim * 2
+    with pytest.raises(UnsupportedError, match="Gated DeltaNet"):
+        kv_layout(load_model("qwen3-next-80b-a3b"))

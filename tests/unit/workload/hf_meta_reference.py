@@ -183,7 +183,9 @@ def perfcast_matmul_flops(cfg: ModelConfig, *, batch: int = 1, seq_len: int = 51
     sides. Mamba mixers: the depthwise causal conv1d counts (FlopCounterMode sees a convolution), and of
     Mamba-1's selective scan the output contraction ``y = h @ C`` (transformers' slow path runs it as one bmm per
     token); Mamba-2's SSD in transformers' ``torch_forward`` is broadcast multiplies and sums, which
-    FlopCounterMode does not count, so none of the SSD scan counts here.
+    FlopCounterMode does not count, so none of the SSD scan counts here. Gated DeltaNet (Qwen3-Next): transformers'
+    ``torch_chunk_gated_delta_rule`` runs the chunkwise products as matmuls (counted) and the triangular solve as
+    a Python loop of broadcast multiplies (not counted), which is the op's ``matmul_flops``.
     """
     spec = WorkloadSpec(mode=Mode.INFERENCE, batch_size=batch, seq_len=seq_len, style="hf", attention="eager")
     total = 0.0
@@ -195,6 +197,8 @@ def perfcast_matmul_flops(cfg: ModelConfig, *, batch: int = 1, seq_len: int = 51
             total += op.flops * op.count
         elif op.kind is OpKind.SSM_SCAN and op.get("version") == 1:  # HF's slow scan: y = h @ C, a bmm per token
             total += float(op.get("output_flops", 0.0)) * op.count  # type: ignore[arg-type]
+        elif op.kind is OpKind.SSM_SCAN and op.get("version") == "gated_delta":  # the chunked rule's matmuls
+            total += float(op.get("matmul_flops", 0.0)) * op.count  # type: ignore[arg-type]
     return total
 
 

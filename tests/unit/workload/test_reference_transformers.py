@@ -75,6 +75,8 @@ PARAMS_TOLERANCE = 0.005  # issue 16: parameter counts within 0.5% of transforme
 FLOPS_TOLERANCE = 0.03  # issue 16: forward FLOPs within 3% of FlopCounterMode
 
 NOT_IN_TRANSFORMERS = {
+    "nemotron_h": "remote code (trust_remote_code) only in transformers 4.57; checked against the published "
+                  "parameter counts instead (tests/unit/catalog/test_hybrid_catalog.py)",
     "internlm": "remote code (trust_remote_code) only",
     "internlm2": "remote code (trust_remote_code) only",
     "qwen": "Qwen v1 is remote code only",
@@ -168,6 +170,8 @@ CASES: dict[str, tuple[str, Any, int | None]] = {
     "qwen2_5_vl": ("qwen2.5-vl-7b", lambda: _catalog("qwen2.5-vl-7b"), 2),
     "mistral3": ("mistral-small-3.1-24b", lambda: _catalog("mistral-small-3.1-24b"), 2),
     "llava_next": ("llava-next-llama3-8b", lambda: _with_text_layers("llava-next-llama3-8b"), 2),
+    # three Gated DeltaNet layers then one gated full-attention layer, every layer MoE with a gated shared expert
+    "qwen3_next": ("qwen3-next-80b-a3b", lambda: _catalog("qwen3-next-80b-a3b"), 4),
 }
 # more configs of a family already in CASES (a second variant of its architecture), compared the same way
 VARIANT_CASES: dict[str, tuple[str, Any, int | None]] = {
@@ -175,7 +179,7 @@ VARIANT_CASES: dict[str, tuple[str, Any, int | None]] = {
 }
 ALL_CASES = {**CASES, **VARIANT_CASES}
 MOE = ("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "switch_transformers", "llama4", "llama4_text", "jamba",
-       "qwen2_moe", "phimoe", "dbrx", "glm4_moe", "deepseek_v2", "kimi_k2")
+       "qwen2_moe", "phimoe", "dbrx", "glm4_moe", "deepseek_v2", "kimi_k2", "qwen3_next")
 DENSE = tuple(t for t in ALL_CASES if t not in MOE)
 # routed experts per token of each MoE case's config: (experts, top-k)
 _ROUTING_KEYS = (("num_local_experts", "num_experts", "n_routed_experts"), ("num_experts_per_tok",))

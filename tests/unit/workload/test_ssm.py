@@ -1,17 +1,15 @@
 """Mamba / Mamba-2 / Jamba in the workload IR: the scan op's FLOPs, bytes and state, its kernel price, and the
-modes that refuse state-space models (training)."""
+scan's backward in training."""
 
 from __future__ import annotations
 
-import pytest
-
 from perfcast.catalog.models import load_model
 from perfcast.dtypes import DType
-from perfcast.errors import UnsupportedError
 from perfcast.kernel.predict import predict_kernel
 from perfcast.kernel.types import Bound
+from perfcast.workload.backward import SavedActivations
 from perfcast.workload.build import WorkloadSpec, build_workload
-from perfcast.workload.types import Mode, OpKind
+from perfcast.workload.types import Mode, OpKind, Phase
 
 
 def _scan(model: str, mode: Mode, seq_len: int, batch: int = 1):
@@ -59,7 +57,18 @@ def test_jamba_layers_mix_attention_mamba_and_moe() -> None:
     assert sum(o.count for o in ops if o.kind is OpKind.SSM_SCAN) == 28
 
 
-def test_training_an_ssm_model_is_refused() -> None:
-    with pytest.raises(UnsupportedError, match="state-space"):
-        build_workload("mamba-2.8b", WorkloadSpec(mode=Mode.TRAINING, batch_size=1, seq_len=128))
+def test_training_a_scan_runs_its_backward_at_twice_the_forward() -> None:
+    """The scan's backward: 2x the forward's FLOPs (matrix part too), re-reading the inputs and the output
+    gradient and writing the input gradients (perfcast.workload.backward._scan_backward)."""
+    ops = build_workload("mamba-codestral-7b", WorkloadSpec(mode=Mode.TRAINING, batch_size=1, seq_len=512)).ops
+    fwd, bwd = (next(o for o in ops if o.kind is OpKind.SSM_SCAN and o.phase is phase)
+                for phase in (Phase.FORWARD, Phase.BACKWARD))
+    assert bwd.count == fwd.count == 64 and bwd.op == "ssm_scan_backward"
+    assert bwd.flops == 2 * fwd.flops and bwd.get("matmul_flops") == 2 * fwd.get("matmul_flops")
+    assert bwd.bytes_read == fwd.bytes_read + fwd.bytes_written and bwd.bytes_written == fwd.bytes_read
+
+
+def test_a_scan_keeps_its_inputs_for_the_backward() -> None:
+    op = _scan("mamba-codestral-7b", Mode.INFERENCE, 512)
+    assert SavedActivations().add(op) == op.bytes_read
 

@@ -51,7 +51,7 @@ def _mamba_state(cfg: ModelConfig, tp: int) -> tuple[int, int]:
 # mixer -> (conv-like elements in the model dtype, recurrent-state elements in the SSM cache dtype) per sequence
 # and layer on one GPU of tp: one entry per mixer with a constant per-sequence state
 _STATE_ELEMENTS: dict[str, Callable[[ModelConfig, int], tuple[int, int]]] = {"ssm": _mamba_state}
-_STATELESS = ("mlp",)  # mixers that cache nothing
+_STATELESS = ("mlp", "moe")  # mixers that cache nothing (Nemotron-H's MLP-only and MoE-only layers)
 
 
 def state_bytes_per_layer(cfg: ModelConfig, mixer: str, *, tp: int, dtype: DType,
@@ -130,6 +130,10 @@ def kv_layout(cfg: ModelConfig, *, tp: int = 1, attention_dp: bool = False, kv_d
     kinds: set[str] = set()
     state_layers = 0
     state_bytes = 0.0
+    if cfg.linear_attention is not None:
+        raise UnsupportedError(f"{cfg.id}: serving a model with Gated DeltaNet (linear attention) layers is not "
+                               "modelled (their per-sequence state and recurrent decode step); refused rather "
+                               "than cached and priced as attention")
     mixers = cfg.ssm.layer_mixers if cfg.ssm is not None else ("attention",) * cfg.num_layers
     for i, mixer in enumerate(mixers):
         if mixer == "attention":

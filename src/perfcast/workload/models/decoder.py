@@ -175,10 +175,11 @@ def _attention(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, a
     t, h = shape.tokens, cfg.hidden_size
     nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     q_dim, kv_dim = nh * hd, nkv * hd
+    q_out = 2 * q_dim if cfg.attention_output_gate else q_dim  # Qwen3-Next: q_proj also emits the output gate
     if style == "engine" or cfg.fused_qkv:  # an engine's fused QKV GEMM, or the model's own (Phi-3)
-        g.linear("qkv_proj", t, h, q_dim + 2 * kv_dim, bias=cfg.qkv_bias)
+        g.linear("qkv_proj", t, h, q_out + 2 * kv_dim, bias=cfg.qkv_bias)
     else:
-        g.linear("q_proj", t, h, q_dim, bias=cfg.qkv_bias)
+        g.linear("q_proj", t, h, q_out, bias=cfg.qkv_bias)
         g.linear("k_proj", t, h, kv_dim, bias=cfg.qkv_bias)
         g.linear("v_proj", t, h, kv_dim, bias=cfg.qkv_bias)
     if cfg.qkv_clip is not None:  # DBRX: qkv.clamp(-clip, clip), a compare-select per element
@@ -194,6 +195,10 @@ def _attention(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str, a
             _eager_attention(g, cfg, b, s, keys)
     else:
         g.attention("attention", b, nh, nkv, s, kv, hd, causal=True, window=window, chunk=chunk)
+    if cfg.attention_output_gate:  # attn_output * sigmoid(gate)
+        chain = g.new_chain("output_gate")
+        g.pointwise("output_gate.sigmoid", "sigmoid", t * q_dim, chain=chain, tp_split="heads")
+        g.pointwise("output_gate.mul", "mul", t * q_dim, inputs=2, chain=chain, tp_split="heads")
     g.linear("o_proj", t, q_dim, h, bias=cfg.out_bias, tp_split="row")
 
 
@@ -352,7 +357,7 @@ def _moe(g: Graph, cfg: ModelConfig, tokens: int, *, style: str) -> None:
     with g.scope("experts", count=num_active):
         _mlp(g, cfg, per_expert, moe.expert_intermediate_size, style=style, gated=moe.gated)
     if moe.num_shared_experts:
-        _mlp(g, cfg, tokens, moe.shared_intermediate_size * moe.num_shared_experts, style=style, gated=True,
+        _mlp(g, cfg, tokens, moe.shared_intermediate_size * moe.num_shared_experts, style=style, gated=moe.gated,
              name="shared_expert")
         if moe.shared_expert_gate:  # Qwen2-MoE: shared output * sigmoid(x @ w_gate), w_gate hidden -> 1
             g.linear("shared_expert_gate", tokens, h, 1, bias=False, tp_split="none")

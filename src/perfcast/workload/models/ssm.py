@@ -1,7 +1,9 @@
-"""State-space and hybrid decoders: Mamba, Mamba-2 and Jamba, as transformers writes them.
+"""State-space and hybrid decoders: Mamba, Mamba-2, Jamba and Nemotron-H, as transformers (or, for Nemotron-H, the
+checkpoint's remote code) writes them.
 
-A layer is an RMSNorm and a mixer with a residual add (Mamba, Mamba-2), and for Jamba also an RMSNorm and an FFN
-(dense SwiGLU or MoE). The mixer is a Mamba mixer or the decoder's attention (:mod:`.decoder`, no positions).
+A layer is an RMSNorm and a mixer with a residual add (Mamba, Mamba-2, Nemotron-H), and for Jamba also an RMSNorm
+and an FFN (dense SwiGLU or MoE). The mixer is a Mamba mixer, the decoder's attention (:mod:`.decoder`, no
+positions), or for Nemotron-H an MLP or an MoE block (:mod:`.decoder`'s, non-gated squared ReLU).
 
 Mamba-1 mixer (``MambaMixer``): ``in_proj`` (x, z), a depthwise causal conv1d over x and SiLU, ``x_proj`` (dt, B,
 C), ``dt_proj`` and softplus, the selective scan (one ``ssm_scan`` op, D skip included), gating y * silu(z),
@@ -119,7 +121,7 @@ def _layer_groups(cfg: ModelConfig, ssm: SSMConfig) -> dict[tuple[str, bool], in
 
 def build_ssm_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str = "engine",
                       attention: str = "flash", kv_cache: bool = False) -> None:
-    """Emit one forward of a Mamba / Mamba-2 / Jamba decoder (``cfg.ssm`` set)."""
+    """Emit one forward of a Mamba / Mamba-2 / Jamba / Nemotron-H decoder (``cfg.ssm`` set)."""
     ssm = cfg.ssm
     if ssm is None:
         raise ValueError(f"{cfg.id} has no state-space layers")
@@ -135,6 +137,8 @@ def build_ssm_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style:
                     _mamba_mixer(g, cfg, ssm, shape, style=style, kv_cache=kv_cache)
                 elif mixer == "attention":
                     _attention(g, cfg, shape, style=style, attention=attention, kv_cache=kv_cache, window=None)
+                elif mixer == "moe":  # Nemotron 3: an MoE block is the layer's only mixer
+                    _moe(g, cfg, t, style=style)
                 else:
                     _mlp(g, cfg, t, cfg.intermediate_size, style=style)
                 _residual(g, cfg, t * h, inputs=2)
