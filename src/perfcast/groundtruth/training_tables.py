@@ -58,6 +58,12 @@ ground-truth README): Megatron-LM's 2021 table counts the recomputed forward
 (hardware FLOPs), every other source counts model FLOPs. The prediction for
 that column follows the row's convention.
 
+Every published run fitted in its GPUs' memory. A row whose recompute the source
+did not publish (an empty cell: NVIDIA's NeMo and Megatron-Bridge performance
+tables) is predicted without recompute when that fits, and otherwise with the
+least of selective, then full, that fits; its status names the recompute assumed.
+A published recompute is never changed.
+
 Rows whose plan the source did not publish (NeMo's "without CP" best configs,
 Megatron-LM 2022's table without GPU counts) are reported as unsupported with
 that reason rather than guessed.
