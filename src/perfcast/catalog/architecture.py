@@ -542,7 +542,7 @@ class ModelArchitecture(_Frozen):
         feed-forward block (``mlp`` or ``moe``) where it has one. Empty for models without decoder layers."""
         if self.kind != "decoder":
             return ()
-        out = []
+        out: list[str] = []
         for i in range(self.num_layers):
             mixer = self.ssm.layer_mixers[i] if self.ssm is not None else "attention"
             if mixer in ("mlp", "moe"):  # Nemotron-H: a layer that is its feed-forward block alone
