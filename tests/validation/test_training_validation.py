@@ -154,7 +154,21 @@ def test_megatron_bridge_rows_read_expert_parallelism_and_the_distributed_optimi
     plan = plan_for_row(row, cluster_for_gpu(row["gpu_id"]).gpus_per_node)
     assert (plan.ep, plan.zero, plan.precision) == (16, 1, "fp8")
     cs = next(r for r in _rows() if r["precision"] == "fp8-cs")
-    assert plan_for_row(cs, 8).precision == "fp8"
+    assert plan_for_row(cs, 8).precision == "fp8-cs"  # current scaling: the amax passes are priced
+
+
+@pytest.mark.parametrize(("label", "recipe"), [("fp8", "fp8"), ("fp8-cs", "fp8-cs"), ("fp8-blockwise", "fp8-block"),
+                                              ("fp8-block", "fp8-block"), ("mxfp8", "mxfp8"), ("nvfp4", "nvfp4")])
+def test_precision_labels_map_to_recipes(label: str, recipe: str) -> None:
+    row = dict(next(r for r in _rows() if r["precision"] == "fp8-cs"), precision=label)
+    assert plan_for_row(row, 8).precision == recipe
+
+
+def test_an_unknown_precision_label_is_refused_in_one_line() -> None:
+    row = dict(next(r for r in _rows() if r["precision"] == "fp8-cs"), precision="fp6")
+    with pytest.raises(ConfigError, match="precision 'fp6' is not modelled; modelled: ") as err:
+        plan_for_row(row, 8)
+    assert "\n" not in str(err.value)
 
 
 def test_leave_one_gpu_out_tflops(batch) -> None:  # type: ignore[no-untyped-def]
