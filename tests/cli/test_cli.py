@@ -468,3 +468,23 @@ def test_predict_prices_a_t5_forward_pass() -> None:
     res = invoke(["predict", "-m", "flan-t5-xl", "-H", "a100-sxm-80gb", "-b", "1", "-s", "512", "--json"])
     assert res.exit_code == 0, res.stdout
     assert parse_json(res)["step_time_s"] > 0
+
+
+def test_models_show_json_carries_params_active_params_and_layer_types() -> None:
+    """Issue 16: every family's layers by kind, beside its total and active parameters."""
+    from collections import Counter
+
+    def show(model: str) -> dict:
+        res = invoke(["models", "show", model, "--json"])
+        assert res.exit_code == 0, res.stderr
+        return json.loads(res.stdout)
+
+    nano = show("nemotron-3-nano-30b-a3b")
+    assert Counter(nano["layer_types"]) == {"mamba2": 23, "moe": 23, "full_attention": 6}
+    assert nano["active_params"] < nano["params"] / 5
+    assert Counter(show("gemma-2-9b")["layer_types"]) == {"sliding_attention+mlp": 21, "full_attention+mlp": 21}
+    assert Counter(show("deepseek-v3")["layer_types"]) == {"mla+mlp": 3, "mla+moe": 58}
+    assert Counter(show("qwen3-next-80b-a3b")["layer_types"]) == {"linear_attention+moe": 36,
+                                                                   "full_attention+moe": 12}
+    assert Counter(show("jamba-v0.1")["layer_types"]) == {"mamba+mlp": 12, "mamba+moe": 16, "full_attention+mlp": 4}
+    assert show("resnet-50")["layer_types"] == []

@@ -49,7 +49,7 @@ def test_collective_one_gpu_per_node() -> None:
     (["--cluster", "dgx-h10"], "closest known: dgx-h100"),
     (["--gpus", "16"], "does not fit dgx-h100"),
     (["--gpus", "9" * 400, "--cluster", "gb200-nvl72"], "does not fit gb200-nvl72"),  # the fuzz: a float overflowed
-    (["--gpus", "12", "--nodes", "2"], "do not split evenly"),
+    (["--gpus", "12", "--nodes", "2", "--gpus-per-node", "8"], "do not split evenly"),
     (["--op", "allreduc"], "valid: all_reduce"),
     (["--algorithm", "rign"], "valid: direct"),
     (["--algorithm", "nvls", "--cluster", "dgx-a100"], "in-switch reduction"),

@@ -535,6 +535,35 @@ class ModelArchitecture(_Frozen):
             return self.attention_layer_types[index]
         return "sliding" if self.sliding_window else "full"
 
+    def layer_types(self) -> tuple[str, ...]:
+        """Each decoder layer's kind, one entry per layer: its mixer (``full_attention``, ``sliding_attention``,
+        ``chunked_attention``, ``mla`` (DeepSeek's latent attention), ``mamba`` / ``mamba2``, ``linear_attention``
+        (Gated DeltaNet), or a Nemotron-H ``mlp`` / ``moe`` layer with no mixer) and, after ``+``, its
+        feed-forward block (``mlp`` or ``moe``) where it has one. Empty for models without decoder layers."""
+        if self.kind != "decoder":
+            return ()
+        out: list[str] = []
+        for i in range(self.num_layers):
+            mixer = self.ssm.layer_mixers[i] if self.ssm is not None else "attention"
+            if mixer in ("mlp", "moe"):  # Nemotron-H: a layer that is its feed-forward block alone
+                out.append(mixer)
+                continue
+            if mixer == "ssm":
+                assert self.ssm is not None
+                name = "mamba" if self.ssm.version == 1 else "mamba2"
+                if not self.ssm.ffn_per_layer:
+                    out.append(name)
+                    continue
+            elif self.linear_attention is not None and self.linear_attention.layer_types[i] == "linear_attention":
+                name = "linear_attention"
+            else:
+                name = "mla" if self.mla is not None else f"{self.attention_type(i)}_attention"
+                if self.ssm is not None and not self.ssm.ffn_per_layer:  # Nemotron-H: attention alone
+                    out.append(name)
+                    continue
+            out.append(name + ("+moe" if self.moe is not None and self.moe.is_moe_layer(i) else "+mlp"))
+        return tuple(out)
+
     def attention_window(self, index: int) -> int | None:
         """Tokens a query of layer ``index`` can see at most (None = all earlier tokens)."""
         kind = self.attention_type(index)

@@ -101,6 +101,7 @@ def models_show(model: str = typer.Argument(..., help="Model id, alias, HF repo 
     data = m.model_dump(mode="json", exclude={"hf_config"})
     data["params"] = m.num_params()
     data["active_params"] = m.num_active_params()
+    data["layer_types"] = list(m.layer_types())
     if as_json:
         emit_json(data)
         return

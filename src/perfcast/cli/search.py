@@ -62,8 +62,9 @@ def search(
     micro_batch: str | None = typer.Option(None, "--micro-batch", help="Micro-batch sizes (default 1,2,4,8)."),
     recompute: str | None = typer.Option(None, "--recompute", help="Recompute modes (default none,selective,full)."),
     zero: str | None = typer.Option(None, "--zero", help="ZeRO stages (default 0,1,2,3)."),
-    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 (training searches price "
-                                                              "mixed-precision plans; bf16 whatever the checkpoint)."),
+    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 | fp8-cs | fp8-block | mxfp8 | "
+                                                              "nvfp4 (training searches price mixed-precision "
+                                                              "plans; bf16 whatever the checkpoint)."),
     sp: bool = typer.Option(True, "--sp/--no-sp", help="Sequence parallelism wherever tp > 1."),
     tp_overlap: bool = typer.Option(True, "--tp-overlap/--no-tp-overlap", help="Overlap TP collectives with GEMMs."),
     even_stages: bool = typer.Option(False, "--even-stages", help="Require pp*vp to divide the layers."),

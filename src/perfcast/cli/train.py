@@ -55,10 +55,11 @@ def train(
     global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per step (default micro x dp)."),
     seq_len: int = typer.Option(None, "--seq-len", "-s", help="Tokens per sequence (default 2048; a captured "
                                                              "workload's sequence length)."),
-    precision: str | None = typer.Option(None, "--precision", help="bf16 | fp16 | fp32 | fp8 (FP8 GEMMs, bf16 "
-                                                                   "elsewhere). Default: the checkpoint's torch_dtype "
-                                                                   "(as predict and serve; fp16 where the GPU has no "
-                                                                   "bf16)."),
+    precision: str | None = typer.Option(
+        None, "--precision", help="Precision recipe: bf16 | fp16 | fp32 | fp8 (FP8 GEMMs, delayed per-tensor "
+                                  "scaling) | fp8-cs (current scaling) | fp8-block (1x128/128x128 blocks) | mxfp8 | "
+                                  "nvfp4 (Blackwell); the blocks' linear layers only, bf16 elsewhere. Default: the "
+                                  "checkpoint's torch_dtype (as predict and serve; fp16 where the GPU has no bf16)."),
     schedule: str = typer.Option("1f1b", "--schedule", help="Pipeline schedule: gpipe | 1f1b | interleaved."),
     uneven_stages: bool = typer.Option(False, "--uneven-stages", help="Allow pp not dividing the layers."),
     lora_rank: int = typer.Option(0, "--lora-rank", help="LoRA rank (0 = full training)."),

@@ -26,8 +26,10 @@ framework runs by default, and said here:
 - experts: the row's ``ep``; Megatron-Bridge's MoE recipes keep experts whole
   (``expert_tensor_parallel_size`` 1) with EP folded over the TP x DP ranks,
   which its rows with ep > dp (Qwen3-235B-A22B: ep 32 on tp 2 x dp 16) need;
-- precision: the row's label (``fp8`` delayed and ``fp8-cs`` current scaling
-  both run FP8 GEMMs); Megatron-LM 2021's note states 16-bit mixed precision;
+- precision: the row's label names the training precision recipe
+  (:mod:`perfcast.workload.precision`): ``fp8`` delayed per-tensor scaling,
+  ``fp8-cs`` current scaling, ``fp8-block``/``fp8-blockwise`` 1x128/128x128
+  blocks, ``mxfp8``, ``nvfp4``; Megatron-LM 2021's note states 16-bit mixed precision;
 - gradients (their buffer and their reduction) in FP32 except Composer's ``PURE``
   mixed precision and NVIDIA's performance tables (NeMo, Megatron-Bridge), in BF16:
   their performance scripts turn ``grad_reduce_in_fp32`` off (NeMo 1.0's launcher
@@ -170,10 +172,10 @@ def plan_for_row(row: dict[str, str], gpus_per_node: int) -> ParallelPlan:
     )
 
 
-# the labels published tables give a precision recipe -> the GEMM datapath perfcast prices it on. FP8 with delayed
-# (``fp8``) or current (``fp8-cs``) per-tensor scaling both run E4M3/E5M2 GEMMs on the FP8 tensor cores.
-_PRECISIONS = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8", "fp8-cs": "fp8", "amp_bf16": "bf16",
-               "amp_fp8": "fp8"}
+# the labels published tables give a precision recipe -> perfcast's recipe (perfcast.workload.precision)
+_PRECISIONS = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8", "fp8-cs": "fp8-cs", "amp_bf16": "bf16",
+               "amp_fp8": "fp8", "fp8-block": "fp8-block", "fp8-blockwise": "fp8-block", "mxfp8": "mxfp8",
+               "nvfp4": "nvfp4"}
 
 
 def _precision(row: dict[str, str]) -> str:

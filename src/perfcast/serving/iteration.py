@@ -71,7 +71,7 @@ from perfcast.catalog.params import count_params
 from perfcast.catalog.quantization import QuantizationConfig
 from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.dtypes import DType
-from perfcast.errors import ConfigError
+from perfcast.errors import ConfigError, UnsupportedError
 from perfcast.kernel.attention import attention_rates
 from perfcast.kernel.predict import price_ops
 from perfcast.serving.kv.layout import KVLayout, kv_layout
@@ -91,8 +91,9 @@ __all__ = ["DecodeTerms", "IterationBreakdown", "IterationModel", "PrefillChunk"
 # IterationModel.priced: six parts (s), dynamic energy (J), prefill FLOPs and bytes, decode FLOPs and bytes
 Priced = tuple[float, float, float, float, float, float, float, float, float, float, float]
 # IterationModel.decode_terms: linear, comm, head and CPU seconds, dynamic energy (J), decode FLOPs per cached
-# token, decode bytes fixed and per cached token
-DecodeTerms = tuple[float, float, float, float, float, float, float, float]
+# token, decode bytes fixed and per cached token (full-context layers), then the windowed layers' FLOPs and bytes
+# per cached token and the cached tokens they read at most (their window x the sequences)
+DecodeTerms = tuple[float, float, float, float, float, float, float, float, float, float, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +226,7 @@ class IterationModel:
         # attention layers of the fullest stage (a hybrid's Mamba and MLP-only layers do not attend)
         self.attention_layers_per_stage = (self.layers_per_stage if ssm is None else
                                            -(-sum(m == "attention" for m in ssm.layer_mixers) // self.pp))
+        self._local_layers, self.local_window = self._local_attention()
         self._vision: dict[int, tuple[float, float]] = {}
         self._tables()
 
@@ -427,6 +429,23 @@ class IterationModel:
         return kv_layout(self.cfg, tp=self.tp, attention_dp=self.attention_dp, kv_dtype=self.kv, dtype=self.dtype,
                          state_dtype=state_dtype, block_size=block_size)
 
+    def _local_attention(self) -> tuple[int, int | None]:
+        """The fullest stage's attention layers that see only a window of keys (sliding-window layers; Llama-4's
+        chunked layers, a chunk being at most ``attention_chunk_size`` keys) and that window (tokens); (0, None)
+        when every attention layer sees the whole context. Their attention is priced on at most the window's
+        keys per query (:meth:`_priced`)."""
+        cfg = self.cfg
+        mixers = cfg.ssm.layer_mixers if cfg.ssm is not None else ("attention",) * cfg.num_layers
+        local = [i for i, m in enumerate(mixers) if m == "attention" and cfg.attention_type(i) != "full"]
+        if not local:
+            return 0, None
+        windows = {cfg.attention_window(i) for i in local}
+        if len(windows) > 1:
+            raise UnsupportedError(f"{cfg.id}: attention layers with different windows in one model are not "
+                                   "modelled")
+        share = -(-len(local) // self.pp)
+        return min(share, self.attention_layers_per_stage), windows.pop()
+
     def _attention_constants(self) -> None:
         """Attention per layer in scalars (the event loop's hot path): the kernel layer's rates and the
         FLOPs / bytes per query-key pair, cached token and sequence (FlashAttention / paged decode)."""
@@ -532,7 +551,8 @@ class IterationModel:
         if self._has_scan:  # Mamba mixers: the prefill tokens' scan and one recurrent step per decoding sequence
             linear += self._lookup(self._scan_p_l, q) + self._lookup(self._scan_d_l, n_decode)
             dynamic += self._lookup(self._scan_p_J_l, q) + self._lookup(self._scan_d_J_l, n_decode)
-        att, layers = self._att, self.attention_layers_per_stage
+        att, local = self._att, self._local_layers
+        layers = self.attention_layers_per_stage - local
         att_p = att_d = p_flops = p_bytes = d_flops = d_bytes = 0.0
         if n_prefill:
             p_flops = self._flop_per_pair * pairs
@@ -547,6 +567,21 @@ class IterationModel:
             att_d = att.time_s(d_flops, d_bytes, n_decode) * layers
             d_flops *= layers
             d_bytes *= layers
+        if local:  # windowed layers: a query sees at most the window's keys, a chunk reads at most its window
+            w = self.local_window or 1
+            if n_prefill:
+                lf = self._flop_per_pair * min(pairs, float(q) * w)
+                lb = self._q_bytes_per_token * q + self._kv_bytes_per_ctx * min(kv_read, n_prefill * w)
+                att_p += att.time_s(lf, lb, n_prefill) * local
+                p_flops += lf * local
+                p_bytes += lb * local
+            if n_decode:
+                lctx = max(1, min(decode_kv, n_decode * w))
+                lf = self._dec_flop_per_pair * lctx
+                lb = self._dec_q_bytes + self._dec_kv_bytes_per_ctx * lctx + self._dec_o_bytes * n_decode
+                att_d += att.time_s(lf, lb, n_decode) * local
+                d_flops += lf * local
+                d_bytes += lb * local
         cpu = self._cpu_fixed + self._cpu_per_seq * (n_prefill + n_decode) if tokens else 0.0
         return linear, att_p, att_d, head, comm, cpu, dynamic, p_flops, p_bytes, d_flops, d_bytes
 
@@ -563,9 +598,24 @@ class IterationModel:
                  + self._cpu_fixed + self._cpu_per_seq * r + (att.fixed_s + att.per_sequence_s * r) * layers)
         if self._has_scan:
             fixed += lookup(self._scan_d_l, n)
-        return (fixed, self._dec_flop_per_pair * att.s_per_flop * layers * share,
-                (self._dec_q_bytes + self._dec_o_bytes * r) * att.s_per_byte * layers,
-                self._dec_kv_bytes_per_ctx * att.s_per_byte * layers * share)
+        full = layers - self._local_layers  # the windowed layers' terms: decode_local
+        return (fixed, self._dec_flop_per_pair * att.s_per_flop * full * share,
+                (self._dec_q_bytes + self._dec_o_bytes * r) * att.s_per_byte * full,
+                self._dec_kv_bytes_per_ctx * att.s_per_byte * full * share)
+
+    def decode_local(self, num_decode: int) -> tuple[float, float, float, float] | None:
+        """The windowed attention layers' part of a decode-only iteration of ``num_decode`` sequences, beside
+        :meth:`decode_step`'s: ``(a, b, c, cap)``, adding ``((a * y)**4 + (b + c * y)**4)**0.25`` seconds with
+        ``y = min(ctx, cap)`` (each sequence reads at most the window's cached tokens); None without such layers."""
+        local = self._local_layers
+        if not local:
+            return None
+        n, att = num_decode, self._att
+        r = -(-n // self.dp) if self.dp > 1 else n
+        share = r / n if n else 1.0
+        return (self._dec_flop_per_pair * att.s_per_flop * local * share,
+                (self._dec_q_bytes + self._dec_o_bytes * r) * att.s_per_byte * local,
+                self._dec_kv_bytes_per_ctx * att.s_per_byte * local * share, float(n * (self.local_window or 1)))
 
     def decode_terms(self, num_decode: int) -> DecodeTerms:
         """What a decode-only iteration of ``num_decode`` sequences costs besides its decode attention's seconds
@@ -573,24 +623,34 @@ class IterationModel:
         tokens (:meth:`decode_step`'s ``fixed_s`` is their sum plus the attention kernels' fixed cost; the rest
         of the iteration is decode attention), the linear layers' and LM head's dynamic energy (J), and the
         decode attention call's FLOPs and bytes with ``ctx`` cached tokens in total as ``flops_per_ctx * ctx``
-        and ``bytes_fixed + bytes_per_ctx * ctx`` (:meth:`priced`'s, linear in ``ctx``)."""
+        and ``bytes_fixed + bytes_per_ctx * ctx`` (:meth:`priced`'s, linear in ``ctx``), then the windowed layers'
+        FLOPs and bytes per cached token and the most cached tokens they read (``min(ctx, cap)``)."""
         n = num_decode
         r = -(-n // self.dp) if self.dp > 1 else n
         share = r / n if n else 1.0
         lookup, layers = self._lookup, self.attention_layers_per_stage
         scan_s, scan_J = (lookup(self._scan_d_l, n), lookup(self._scan_d_J_l, n)) if self._has_scan else (0.0, 0.0)
+        local = self._local_layers
+        full = layers - local
         return (lookup(self._linear_l, n) + scan_s, lookup(self._comm_l, n), lookup(self._head_l, r),
                 self._cpu_fixed + self._cpu_per_seq * r,
                 lookup(self._linear_J_l, n) + lookup(self._head_J_l, r) + scan_J,
-                self._dec_flop_per_pair * layers * share, (self._dec_q_bytes + self._dec_o_bytes * r) * layers,
-                self._dec_kv_bytes_per_ctx * layers * share)
+                self._dec_flop_per_pair * full * share, (self._dec_q_bytes + self._dec_o_bytes * r) * layers,
+                self._dec_kv_bytes_per_ctx * full * share, self._dec_flop_per_pair * local * share,
+                self._dec_kv_bytes_per_ctx * local * share, float(n * (self.local_window or 1)))
 
     def decode_times(self, num_decode: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         """Seconds of consecutive decode-only iterations of the same ``num_decode`` sequences whose cached
         tokens total ``decode_context_tokens[i]`` in iteration ``i`` (vectorized :meth:`priced`)."""
         ctx = np.maximum(np.asarray(decode_context_tokens, dtype=float), 1.0)
         fixed, a, b, c = self.decode_step(num_decode)
-        return np.asarray(fixed + ((a * ctx) ** 4 + (b + c * ctx) ** 4) ** 0.25, dtype=float)
+        seconds = fixed + ((a * ctx) ** 4 + (b + c * ctx) ** 4) ** 0.25
+        local = self.decode_local(num_decode)
+        if local is not None:
+            la, lb, lc, cap = local
+            y = np.minimum(ctx, cap)
+            seconds = seconds + ((la * y) ** 4 + (lb + lc * y) ** 4) ** 0.25
+        return np.asarray(seconds, dtype=float)
 
     def vision(self, images: int) -> tuple[float, float]:
         """The vision tower (and projector) over ``images`` images, tensor-parallel like the LM, on one GPU:

@@ -151,9 +151,11 @@ def _hybrid_breakdown(model: IterationModel, layout: KVLayout, *, usable_frac: f
                    f"{usable / GiB:.1f} GiB usable on {hw.id}; use at least tp*pp={need}")
     elif left < block_bytes * (layout.full_groups + layout.local_groups + layout.state_groups):
         verdict = (f"{model.cfg.id} leaves no room for one sequence's KV cache and state at {where}: "
-                   f"{weights / GiB:.1f} GiB of weights and a {activations / GiB:.1f} GiB activation peak per GPU "
-                   f"of the {usable / GiB:.1f} GiB usable on {hw.id}; use more tensor or pipeline parallelism, a "
-                   "smaller --max-num-batched-tokens or a higher --gpu-memory-utilization")
+                   f"{weights / GiB:.1f} GiB of weights and a {activations / GiB:.1f} GiB activation peak (a batch "
+                   f"of {max_batched_tokens:,} tokens) per GPU of the {usable / GiB:.1f} GiB usable on {hw.id}; use "
+                   "more tensor or pipeline parallelism, a smaller --max-num-batched-tokens (without chunked "
+                   "prefill it is at least the context: lower --max-model-len or --enable-chunked-prefill), or a "
+                   "higher --gpu-memory-utilization")
     else:
         blocks = int(left // block_bytes)
         return ServingMemory(gpu, usable, weights, activations, blocks * block_bytes, blocks, per_token,

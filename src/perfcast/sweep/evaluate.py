@@ -51,6 +51,7 @@ from perfcast.system.step import (
     zero3_layer_s,
 )
 from perfcast.system.training import LayerComm, layer_time, optimizer_time_s, split_layers
+from perfcast.workload.precision import get_recipe
 
 __all__ = ["PlanScores", "Pricer", "evaluate_plans"]
 
@@ -404,7 +405,8 @@ def _memory(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, weights_of: tupl
         full_recompute=pl.rc == RECOMPUTE.index("full"), zero=pl.zero, shards=pl.dp * pl.cp,
         weight_bytes_per_param=4.0 if space.precision == "fp32" else 2.0, grad_bytes=pricer.grad_bytes,
         optimizer_bytes_per_param=12.0,  # Adam: fp32 master + two moments
-        fp8=space.precision == "fp8", expert_trainable=np.einsum("nk,nk->n", c, expert),
+        weight_copy_bytes_per_param=get_recipe(space.precision).weight_copy_bytes_per_param,
+        expert_trainable=np.einsum("nk,nk->n", c, expert),
         expert_shards=np.maximum(1, pl.dp * pl.cp // pl.ep))  # experts split like the MLP (etp = tp)
     mem = training_memory(weights=weights, gradients=grads, optimizer=optimizer,  # type: ignore[arg-type]
                           activations=acts, capacity=pricer.hw.memory_bytes)  # type: ignore[arg-type]

@@ -74,7 +74,8 @@ class SearchSpace(BaseModel):
     micro_batch: tuple[Annotated[int, Field(le=MAX_GLOBAL_BATCH)], ...] | None = None
     recompute: tuple[Literal["none", "selective", "full"], ...] = RECOMPUTE  # type: ignore[assignment]
     zero: tuple[Literal[0, 1, 2, 3], ...] = (0, 1, 2, 3)
-    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    precision: Literal["bf16", "fp16", "fp8", "fp8-cs", "fp8-block", "mxfp8", "nvfp4"] = Field(
+        default="bf16", description="training precision recipe (perfcast.workload.precision; fp32 is not searched)")
     sp: bool = Field(default=True, description="sequence parallelism wherever tp > 1")
     tp_comm_overlap: bool = Field(default=True, description="TP collectives overlapped with GEMMs")
     uneven_stages: bool = Field(default=True, description="pp*vp need not divide the layers")

@@ -1,8 +1,8 @@
 """One GPU's share of a training micro-batch, priced per layer.
 
 The micro-batch workload is built once (engine-style fused kernels,
-FlashAttention), rewritten for the plan (LoRA, FP8, expert routing, context
-parallelism), differentiated, sharded for tensor parallelism, and priced by
+FlashAttention), rewritten for the plan (LoRA, the precision recipe's quantized GEMMs and
+quantize kernels, expert routing, context parallelism), differentiated, sharded for tensor parallelism, and priced by
 the kernel layer. Ops are then grouped into *parts* by the scope that emitted
 them (``embed``, each kind of transformer layer, ``head`` + ``loss``) and
 summed per phase, so pipeline stages can be assembled from per-layer costs
@@ -26,13 +26,14 @@ from perfcast.kernel.types import KernelTime
 from perfcast.system.plan import ParallelPlan
 from perfcast.workload.backward import SavedActivations, backward_ops
 from perfcast.workload.build import WorkloadSpec, build_workload
+from perfcast.workload.precision import check_recipe_hardware, get_recipe, recipe_backward_ops, to_recipe
 from perfcast.workload.sharding import shard_tp
-from perfcast.workload.transforms import apply_lora, route_experts, shard_context, to_fp8
+from perfcast.workload.transforms import apply_lora, route_experts, shard_context
 from perfcast.workload.types import Mode, Op, OpKind, Phase
 
 __all__ = ["LayerCost", "MicroBatchCosts", "micro_batch_costs"]
 
-_DTYPES = {"bf16": DType.BF16, "fp16": DType.FP16, "fp8": DType.BF16, "fp32": DType.FP32}
+_LOW_PRECISION = (DType.FP8, DType.FP4)  # GEMM datapaths the fitted fp8_gemm_efficiency applies to
 
 
 @dataclass
@@ -43,6 +44,7 @@ class LayerCost:
     ``ep_all_to_all``...) to ``[bytes, calls]`` one instance issues per phase. ``*_matrix_s`` is the kernel
     time of the matrix ops (GEMMs, attention, convolutions); ``*_matrix_J`` and ``*_other_J`` the dynamic
     energy the kernel layer priced for the matrix ops and the others (``KernelTime.dynamic_J``), joules.
+    ``*_fp8_s`` is the kernel time of the GEMMs on a low-precision datapath (FP8 or FP4, the precision recipe's).
     """
 
     label: str
@@ -160,6 +162,7 @@ def micro_batch_costs(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs
     of built from ``cfg``; names start with the part label (``embed``, ``layers``, ``head``) and repeated
     layers carry their ``count``. Not memoized.
     """
+    check_recipe_hardware(get_recipe(plan.precision), hw)
     if forward is not None:
         return _price(cfg, plan, hw, coeffs, compose, forward)
     key = (content_digest(cfg), content_digest(hw), content_digest(coeffs), content_digest(compose), plan.tp,
@@ -180,13 +183,15 @@ def _forward_ops(cfg: ModelConfig, plan: ParallelPlan,
                  given: tuple[Op, ...] | None = None) -> tuple[list[Op], list[Op], int]:
     """The micro-batch's forward ops after the plan's rewrites, those before routing, and its tokens per GPU."""
     local_seq = plan.seq_len // plan.cp
-    if given is not None:  # a captured forward: only FP8 applies (the caller refuses cp, LoRA and experts)
-        ops = to_fp8(list(given)) if plan.precision == "fp8" else list(given)
+    recipe = get_recipe(plan.precision)
+    if given is not None:  # a captured forward: only the precision recipe applies (the caller refuses cp, LoRA
+        # and experts)
+        ops = to_recipe(list(given), recipe)
         return ops, list(given), plan.micro_batch * (1 if cfg.kind == "cnn" else local_seq)
     # plain PyTorch model code run eagerly launches one kernel per line of its norms, RoPE and gated
     # activation (the Hugging Face layout); fused kernels or a compiler run them as one kernel each
     style = "hf" if plan.framework == "eager" and not plan.fused_kernels else "engine"
-    spec = WorkloadSpec(Mode.TRAINING, plan.micro_batch, local_seq, dtype=_DTYPES[plan.precision],
+    spec = WorkloadSpec(Mode.TRAINING, plan.micro_batch, local_seq, dtype=recipe.activation_dtype,
                         style=style, attention="flash", optimizer="none", loss=True)
     wl = build_workload(cfg, spec)
     forward = list(wl.phase(Phase.FORWARD))
@@ -196,11 +201,10 @@ def _forward_ops(cfg: ModelConfig, plan: ParallelPlan,
         ff = cfg.intermediate_size
         fused = {"qkv_proj": {"q": q_dim, "k": kv_dim, "v": kv_dim}, "gate_up_proj": {"gate": ff, "up": ff}}
         forward = apply_lora(forward, plan.lora_rank, plan.lora_targets, qlora=plan.qlora, fused=fused)
-    # the model-FLOP convention counts the model (with its adapters and frozen weights), before FP8 casts and
-    # the expert routing of this GPU
+    # the model-FLOP convention counts the model (with its adapters and frozen weights), before the precision
+    # recipe's quantize kernels and the expert routing of this GPU
     convention = list(forward)
-    if plan.precision == "fp8":
-        forward = to_fp8(forward)
+    forward = to_recipe(forward, recipe)
     if cfg.moe is not None:
         whole = plan.etp == 1 and plan.tp > 1  # whole experts: each TP rank routes its sequence-parallel share
         forward = route_experts(forward, cfg.moe.num_experts, cfg.moe.experts_per_token, ep=plan.ep,
@@ -230,7 +234,7 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
     """One micro-batch's forward and backward ops after the plan's rewrites, priced and summed per part."""
     forward, convention, tokens = _forward_ops(cfg, plan, given)
     mf, af, ff = _model_flops(convention, tokens)
-    ops = forward + backward_ops(forward)
+    ops = forward + backward_ops(forward) + recipe_backward_ops(forward, get_recipe(plan.precision))
     ops = shard_tp(ops, plan.tp)
     if plan.sp and plan.tp > 1:
         ops = _sequence_parallel(ops, plan.tp)
@@ -238,7 +242,7 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
     host = compose.host
     launch_s = {"eager": host.autograd_op_s, "compiled": host.compiled_op_s, "graph": 0.0}[plan.framework]
     parts = _sum_parts(ops, kernels, plan, launch_s)
-    e = _DTYPES[plan.precision].bytes
+    e = get_recipe(plan.precision).activation_dtype.bytes
     local_tokens = tokens // (plan.tp if plan.sp and plan.tp > 1 else 1)
     hidden = local_tokens * cfg.hidden_size * e
     for part in parts.values():
@@ -300,7 +304,7 @@ def _add_forward(part: LayerCost, op: Op, t: float, joules: float, per: float, l
     part.fwd_kernels += per
     part.fwd_host_s += launch_s * per
     part.fwd_flops += op.flops * per
-    if op.kind is OpKind.GEMM and op.dtype is DType.FP8:
+    if op.kind is OpKind.GEMM and op.dtype in _LOW_PRECISION:
         part.fwd_fp8_s += t
     if op.kind is OpKind.GEMM:
         part.fwd_gemm_s += t
@@ -336,7 +340,7 @@ def _add_backward(part: LayerCost, op: Op, t: float, joules: float, per: float, 
         part.bwd_other_J += joules
     part.bwd_s += t
     part.bwd_kernels += per
-    if op.kind is OpKind.GEMM and op.dtype is DType.FP8:
+    if op.kind is OpKind.GEMM and op.dtype in _LOW_PRECISION:
         part.bwd_fp8_s += t
     part.bwd_host_s += launch_s * per
     part.bwd_flops += op.flops * per

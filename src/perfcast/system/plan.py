@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from perfcast.catalog.models import ModelConfig, check_context
 from perfcast.errors import ConfigError
 from perfcast.system.cluster import Cluster
+from perfcast.workload.precision import RecipeName
 from perfcast.workload.sharding import check_tp
 
 __all__ = ["ParallelPlan", "check_plan", "divisors"]
@@ -46,7 +47,10 @@ class ParallelPlan(BaseModel):
     micro_batch: int = Field(default=1, ge=1)
     global_batch: int | None = Field(default=None, ge=1, description="sequences per step (default micro x dp)")
     seq_len: int = Field(default=2048, ge=1)
-    precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
+    precision: RecipeName = Field(
+        default="bf16", description="training precision recipe (perfcast.workload.precision): bf16, fp16, fp32, "
+                                    "fp8 (per-tensor delayed scaling), fp8-cs (current scaling), fp8-block "
+                                    "(1x128/128x128 blocks), mxfp8, nvfp4 (the last two on Blackwell)")
     schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
     uneven_stages: bool = Field(default=False, description="allow layers not divisible by pp (last stages lighter)")
     embedding_in_pipeline_split: bool = Field(

@@ -79,15 +79,18 @@ def memory_parts_bytes(*, params: Values, trainable: Values, quantized_elements:
                        max_layer_params: Values, saved_activation_bytes: Values, checkpoint_bytes: Values,
                        max_layer_activation_bytes: Values, in_flight: Values, full_recompute: Values, zero: Values,
                        shards: Values, weight_bytes_per_param: float, grad_bytes: float,
-                       optimizer_bytes_per_param: float, fp8: bool, expert_trainable: Values = 0.0,
+                       optimizer_bytes_per_param: float, weight_copy_bytes_per_param: float,
+                       expert_trainable: Values = 0.0,
                        expert_shards: Values = 1) -> tuple[np.ndarray, ...]:
     """Weights, gradients, optimizer states and activations one pipeline rank's GPU holds, bytes.
 
     ``params``/``trainable``: the rank's parameters (trainable ones get gradients and optimizer states);
     ``quantized_elements`` of them are stored as ``quantized_bytes`` (QLoRA's frozen base). ZeRO-1 shards the
     optimizer states over ``shards`` data-parallel ranks, ZeRO-2 the gradients too, ZeRO-3 the weights as
-    well, holding two gathered layers (``max_layer_params`` each) in flight. FP8 training keeps an FP8 copy
-    of every weight. ``expert_trainable`` of the trainable parameters are routed experts, which ZeRO shards over
+    well, holding two gathered layers (``max_layer_params`` each) in flight. Low-precision training keeps
+    ``weight_copy_bytes_per_param`` of quantized copies of every weight (the precision recipe's
+    :attr:`~perfcast.workload.precision.PrecisionRecipe.weight_copy_bytes_per_param`: 1 for FP8, 0 for BF16).
+    ``expert_trainable`` of the trainable parameters are routed experts, which ZeRO shards over
     their own data-parallel group of ``expert_shards`` ranks (the expert-DP group: dp*cp/ep, or tp*dp*cp/ep
     with whole experts), not over ``shards``. Activations: what autograd saves for ``in_flight`` micro-batches
     (:func:`in_flight_microbatches`), or under full recompute each layer's input (``checkpoint_bytes``) plus
@@ -101,8 +104,8 @@ def memory_parts_bytes(*, params: Values, trainable: Values, quantized_elements:
     dense = par - qe - ex  # what ZeRO shards over `shards`; the experts over `expert_shards`
     weights = np.where(z3, dense * we / s + ex * we / es + qb / s + 2.0 * np.asarray(max_layer_params) * we,
                        (par - qe) * we + qb)
-    if fp8:
-        weights = weights + np.where(z3, dense / s + ex / es, par - qe) * 1.0  # FP8 weight copies
+    if weight_copy_bytes_per_param:  # the quantized weight copies cached across micro-batches
+        weights = weights + np.where(z3, dense / s + ex / es, par - qe) * weight_copy_bytes_per_param
     dense_trn = trn - ex
     grads = np.where(z >= 2, dense_trn / s + ex / es, trn) * grad_bytes
     optimizer = np.where(z >= 1, dense_trn / s + ex / es, trn) * optimizer_bytes_per_param

@@ -27,7 +27,7 @@ Throughput follows Megatron-LM's conventions: model FLOPs are
 ``3 x (matmul + non-causal attention FLOPs of the forward)`` per token (the
 ``72 B s L h^2 (1 + s/6h + V/12hL)`` formula of Narayanan et al. for GPT);
 MFU divides model FLOP/s by the dense peak of the training precision
-(BF16/FP16, or FP8 for FP8 runs); HFU adds the recomputed FLOPs. LoRA's frozen
+(BF16/FP16, FP8 for the FP8 recipes and MXFP8, FP4 for NVFP4); HFU adds the recomputed FLOPs. LoRA's frozen
 base weights get no weight gradient, so their matmuls count 2 x (forward and
 input gradient) instead of 3 x: litgpt's ``estimate_flops`` convention, the
 FLOPs the step executes (see :func:`perfcast.system.layers.micro_batch_costs`).
@@ -65,6 +65,7 @@ from perfcast.system.step import (
     zero3_layer_s,
 )
 from perfcast.system.summary import Interval, StageTime, TrainingSummary
+from perfcast.workload.precision import get_recipe
 from perfcast.workload.types import Op, OpKind, Phase
 
 __all__ = ["FLOPS_CONVENTION", "LORA_FLOPS_CONVENTION", "TP_OVERLAP_EFFICIENCY", "LayerComm", "LayerTime",
@@ -453,7 +454,8 @@ def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m
         max_layer_activation_bytes=max(s.max_layer_activation for s in own), in_flight=flight,
         full_recompute=plan.recompute == "full", zero=plan.zero, shards=plan.dp * plan.cp,
         weight_bytes_per_param=2.0 if plan.precision != "fp32" else 4.0, grad_bytes=grad_bytes,
-        optimizer_bytes_per_param=12.0 if plan.optimizer == "adam" else 4.0, fp8=plan.precision == "fp8")
+        optimizer_bytes_per_param=12.0 if plan.optimizer == "adam" else 4.0,
+        weight_copy_bytes_per_param=get_recipe(plan.precision).weight_copy_bytes_per_param)
     return training_memory(weights=float(weights), gradients=float(grads), optimizer=float(optimizer),
                            activations=float(acts), capacity=hw.memory_bytes)
 
@@ -558,7 +560,8 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     tps = tokens / step / gpus
     mf = costs.model_flops_per_token
     hf = _hardware_flops_per_token(costs, plan)
-    train_dtype = DType.FP8 if plan.precision == "fp8" else (DType.FP32 if plan.precision == "fp32" else DType.BF16)
+    recipe = get_recipe(plan.precision)  # MFU vs the peak of its GEMM datapath (fp16 runs: BF16's, the same rate)
+    train_dtype = recipe.fprop if recipe.low_precision or recipe.fprop is DType.FP32 else DType.BF16
     peak = hw.peak(train_dtype)
     energy = training_energy([stages[c * p + crit] for c in range(v)], m, ranks.optimizer_kernels[crit], breakdown,
                              step, hw, co)

@@ -53,8 +53,9 @@ def fit_deferred(row: dict[str, str]) -> bool:
     Megatron-Bridge's performance summary (NeMo containers 25.09-26.08) names its
     own conventions: expert parallelism, ``DDP`` vs ``FSDP N`` (Megatron-FSDP),
     ``fp8-cs`` current scaling, token-drop vs dropless routing. Until the row
-    reader and the MoE training model take them (issue 17), fitting on these rows
-    would pull the dense coefficients towards what is not modelled.
+    reader and the MoE training model take them (issue 17; the reader now prices
+    ``fp8-cs`` as the current-scaling recipe), fitting on these rows would pull
+    the dense coefficients towards what is not modelled.
     """
     return "Megatron-Bridge" in (row.get("framework") or "")
 

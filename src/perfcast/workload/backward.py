@@ -49,7 +49,9 @@ _POINTWISE_BWD: dict[str, tuple[tuple[str, int, int], ...]] = {
     "batchnorm": (("batchnorm_backward", 4, 1),),
 }
 # forward ops that are not differentiable (masks, indices) or whose gradient is a view
-_NO_GRAD = {"cumsum", "masked_fill", "bucket", "fill", "one_hot", "le", "lt", "nonzero", "bool"}
+# (the amax reductions and quantize kernels of block-scaled training precision recipes: scales are detached and
+# the gradient passes a quantize straight through; :mod:`perfcast.workload.precision` adds the gradient's own)
+_NO_GRAD = {"cumsum", "masked_fill", "bucket", "fill", "one_hot", "le", "lt", "nonzero", "bool", "amax", "quantize"}
 
 
 # full-size tensors a vector op's backward reads besides the incoming gradient (PyTorch derivatives.yaml):

@@ -32,6 +32,7 @@ from dataclasses import replace
 
 from perfcast.dtypes import DType
 from perfcast.workload.graph import causal_pairs, reachable_keys
+from perfcast.workload.precision import RECIPES, to_recipe
 from perfcast.workload.quantization import QUANTIZATION_SCHEMES, Quantization
 from perfcast.workload.types import Op, OpKind
 
@@ -51,31 +52,14 @@ def _in_blocks(op: Op) -> bool:
 
 
 def to_fp8(ops: list[Op] | tuple[Op, ...]) -> list[Op]:
-    """FP8 GEMMs for the transformer blocks' linear layers, with the casts they need.
+    """FP8 GEMMs for the transformer blocks' linear layers, with the casts they need (the ``fp8`` recipe of
+    :mod:`perfcast.workload.precision`: per-tensor delayed scaling).
 
     Each FP8 linear layer reads an FP8 copy of its input (a cast kernel; in the
     backward the output gradient is cast likewise). Weights are cast once per
     step and cached across micro-batches, a cost left out.
     """
-    out: list[Op] = []
-    for op in ops:
-        if (op.kind is OpKind.GEMM and op.op == "linear" and _in_blocks(op) and op.dtype is not DType.FP8
-                and ".router." not in op.name):  # routers stay in high precision (as in Megatron / TE)
-            _, m, k, n = op.dims
-            e = op.dtype.bytes
-            act = m * k
-            # the input's cast (its backward: the cast of the output gradient, a pass of the same size)
-            out.append(Op(name=f"{op.name}.cast_fp8", op="cast", kind=OpKind.VECTOR, dims=(1, act),
-                          dtype=op.dtype, flops=float(act), bytes_read=act * e, bytes_written=float(act),
-                          count=op.count, phase=op.phase, group=op.group,
-                          tp_split="column" if op.tp_split == "row" else "none",
-                          meta=(("inputs", 1), ("outputs", 1))))
-            meta = tuple((key, DType.FP8.value if key == "weight_dtype" else v) for key, v in op.meta)
-            out.append(op.with_(dtype=DType.FP8, bytes_read=op.bytes_read / e, weight_bytes=op.weight_bytes / e,
-                                meta=meta))
-            continue
-        out.append(op)
-    return out
+    return to_recipe(ops, RECIPES["fp8"])
 
 
 _WEIGHT_DTYPES = {"w4a16": DType.INT4, "w8a16": DType.INT8, "mxfp4": DType.FP4, "fp8": DType.FP8, "fp4": DType.FP4}

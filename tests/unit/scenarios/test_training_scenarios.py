@@ -215,7 +215,7 @@ def test_an_impossible_plan_is_an_error_row_not_a_crash(tmp_path: Path) -> None:
     sc = tmp_path / "mixed.yaml"
     sc.write_text("id: m\ntitle: t\nkind: training\nruns:\n"
                   "  - {label: ok, model: gpt2, cluster: dgx-a100, plan: {dp: 2, seq_len: 128}}\n"
-                  "  - {label: bad, model: gpt2, cluster: dgx-a100, plan: {tp: 3, seq_len: 128}}\n",
+                  "  - {label: bad, model: gpt2, cluster: dgx-a100, plan: {tp: 5, seq_len: 128}}\n",
                   encoding="utf-8")
     res = run_scenario(load_scenario(sc))
     assert res.status == "ok"

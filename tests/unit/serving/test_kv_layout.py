@@ -463,3 +463,30 @@ def test_nemotron_h_caches_attention_and_mamba_state_and_qwen3_next_is_refused()
     assert lay.kv_bytes_per_token == attention * 2 * cfg.num_kv_heads * cfg.head_dim * 2
     with pytest.raises(UnsupportedError, match="Gated DeltaNet"):
         kv_layout(load_model("qwen3-next-80b-a3b"))
+
+
+def test_windowed_layers_read_at_most_their_window_in_decode_and_prefill() -> None:
+    """Sliding-window layers (Gemma 2: every other layer, 4096 tokens) attend over at most the window: a decode of
+    32 sequences at 16000 cached tokens each costs its full layers at 16000 and its sliding layers at 4096; the
+    closed form the event loop steps (decode_times) agrees with priced(); below the window nothing changes."""
+    from perfcast.serving.iteration import IterationModel
+
+    gemma = IterationModel("gemma-2-9b", "h100-sxm-80gb")
+    cfg = load_model("gemma-2-9b")
+    as_full = IterationModel(cfg.model_copy(update={"attention_layer_types": ("full",) * cfg.num_layers}),
+                             "h100-sxm-80gb")
+    assert gemma.local_window == 4096
+    n, long_ctx, short_ctx = 32, 32 * 16000, 32 * 2000
+    long_w, long_f = gemma.priced(0, 0.0, 0, 0, n, long_ctx, n), as_full.priced(0, 0.0, 0, 0, n, long_ctx, n)
+    assert long_w[2] < 0.75 * long_f[2]  # decode attention: half the layers read a quarter of the context
+    assert long_w[9] == pytest.approx(long_f[9] * (0.5 + 0.5 * 4096 / 16000))  # decode FLOPs
+    short_w, short_f = gemma.priced(0, 0.0, 0, 0, n, short_ctx, n), as_full.priced(0, 0.0, 0, 0, n, short_ctx, n)
+    assert short_w[2] == pytest.approx(short_f[2])
+    for ctx in (short_ctx, long_ctx):
+        p = gemma.priced(0, 0.0, 0, 0, n, ctx, n)
+        assert float(gemma.decode_times(n, np.array([ctx]))[0]) == pytest.approx(sum(p[:6]), rel=1e-9)
+    # a 2048-token prefill chunk after 14000 cached tokens: its sliding layers see at most 4096 keys per query
+    q, past = 2048, 14000
+    pairs = q * past + q * (q + 1) / 2
+    pre_w, pre_f = gemma.priced(q, pairs, past, 1, 0, 0, 1), as_full.priced(q, pairs, past, 1, 0, 0, 1)
+    assert pre_w[7] == pytest.approx(pre_f[7] * (0.5 + 0.5 * q * 4096 / pairs))

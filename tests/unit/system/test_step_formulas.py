@@ -71,7 +71,7 @@ def test_memory_parts_shard_by_zero_stage() -> None:
     kw = dict(params=100.0, trainable=100.0, quantized_elements=0.0, quantized_bytes=0.0, max_layer_params=10.0,
               saved_activation_bytes=50.0, checkpoint_bytes=5.0, max_layer_activation_bytes=20.0, in_flight=2.0,
               full_recompute=False, shards=4, weight_bytes_per_param=2.0, grad_bytes=4.0,
-              optimizer_bytes_per_param=12.0, fp8=False)
+              optimizer_bytes_per_param=12.0, weight_copy_bytes_per_param=0.0)
     w, g, o, a = (float(x) for x in memory_parts_bytes(zero=0, **kw))
     assert (w, g, o, a) == (200.0, 400.0, 1200.0, 100.0)
     w, g, o, _ = (float(x) for x in memory_parts_bytes(zero=3, **kw))
