@@ -19,8 +19,10 @@ framework runs by default, and said here:
 - ZeRO: FSDP rows are ZeRO-3 (Megatron-Bridge's ``FSDP N`` is Megatron-FSDP,
   ``DDP`` its distributed data parallel); Megatron-Core, NeMo and
   Megatron-Bridge use the distributed optimizer (ZeRO-1) with sequence
-  parallelism, and overlap TP communication where the source says so
-  (Megatron-Core r0.8, NeMo's large configs, torchtitan's AsyncTP);
+  parallelism (torchtitan's tensor parallelism is sequence-parallel too: its
+  ``apply_tp`` shards the norms' tokens, ``SequenceParallel``, and passes the
+  residual stream between blocks sharded over the sequence, ``Shard(1)``), and
+  overlap TP communication where the source says so (Megatron-Core r0.8, NeMo's large configs, torchtitan's AsyncTP);
 - experts: the row's ``ep``; Megatron-Bridge's MoE recipes keep experts whole
   (``expert_tensor_parallel_size`` 1) with EP folded over the TP x DP ranks,
   which its rows with ep > dp (Qwen3-235B-A22B: ep 32 on tp 2 x dp 16) need;
@@ -28,7 +30,12 @@ framework runs by default, and said here:
   (:mod:`perfcast.workload.precision`): ``fp8`` delayed per-tensor scaling,
   ``fp8-cs`` current scaling, ``fp8-block``/``fp8-blockwise`` 1x128/128x128
   blocks, ``mxfp8``, ``nvfp4``; Megatron-LM 2021's note states 16-bit mixed precision;
-- gradient reductions in FP32 except Composer's ``PURE`` mixed precision (BF16);
+- gradients (their buffer and their reduction) in FP32 except Composer's ``PURE``
+  mixed precision and NVIDIA's performance tables (NeMo, Megatron-Bridge), in BF16:
+  their performance scripts turn ``grad_reduce_in_fp32`` off (NeMo 1.0's launcher
+  configs: ``optim.grad_sync_dtype: bf16``), so Megatron's gradient buffer holds
+  2 bytes per parameter; Megatron-LM's own runs keep FP32 gradients
+  (``--bf16`` turns ``accumulate_allreduce_grads_in_fp32`` on);
 - torch.compile rows launch compiled kernels; torchtitan's model code is plain
   PyTorch, so its eager rows run one kernel per norm/RoPE/SwiGLU operation
   (Megatron, NeMo and llm-foundry use fused kernels);
@@ -53,6 +60,12 @@ ground-truth README): Megatron-LM's 2021 table counts the recomputed forward
 (hardware FLOPs), every other source counts model FLOPs. The prediction for
 that column follows the row's convention.
 
+Every published run fitted in its GPUs' memory. A row whose recompute the source
+did not publish (an empty cell: NVIDIA's NeMo and Megatron-Bridge performance
+tables) is predicted without recompute when that fits, and otherwise with the
+least of selective, then full, that fits; its status names the recompute assumed.
+A published recompute is never changed.
+
 Rows whose plan the source did not publish (NeMo's "without CP" best configs,
 Megatron-LM 2022's table without GPU counts) are reported as unsupported with
 that reason rather than guessed.
@@ -74,7 +87,7 @@ from perfcast.system.plan import ParallelPlan
 from perfcast.system.training import TrainingResult, simulate_training
 
 __all__ = ["TRAINING_TARGETS", "cluster_for_gpu", "counts_recompute", "model_for_row", "plan_for_row", "predict_row",
-           "predict_training_rows"]
+           "predict_training_rows", "recompute_published"]
 
 TRAINING_TARGETS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu", "step_time_s")
 
@@ -144,7 +157,8 @@ def plan_for_row(row: dict[str, str], gpus_per_node: int) -> ParallelPlan:
     compiled = "compile" in text
     overlap_tp = ("AsyncTP" in text or "async TP" in text or megatron) and tp > 1
     return ParallelPlan(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=_i(row, "ep") or 1, vp=vp, uneven_stages=True, sp=megatron and tp > 1,
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=_i(row, "ep") or 1, vp=vp, uneven_stages=True,
+        sp=(megatron or "torchtitan" in framework) and tp > 1,
         tp_comm_overlap=overlap_tp, embedding_in_pipeline_split=embedding_split,
         etp=1 if megatron and tp > 1 and (_i(row, "ep") or 1) > 1 else "tp",
         zero=3 if fsdp else (1 if megatron else 0),
@@ -153,7 +167,8 @@ def plan_for_row(row: dict[str, str], gpus_per_node: int) -> ParallelPlan:
         schedule="interleaved" if vp > 1 else "1f1b",
         framework="compiled" if compiled else "eager",
         fused_kernels="torchtitan" not in framework,
-        grad_reduce_dtype="bf16" if "MP mode PURE" in note else "fp32",
+        grad_reduce_dtype="bf16" if "MP mode PURE" in note or framework.startswith(("NeMo", "Megatron-Bridge"))
+        else "fp32",
     )
 
 
@@ -206,11 +221,32 @@ def counts_recompute(row: dict[str, str]) -> bool:
     return "2021" in row.get("framework", "")
 
 
+def recompute_published(row: dict[str, str]) -> bool:
+    """Whether the row's source says which activation recompute the run used (an empty cell: it did not)."""
+    return bool((row.get("recompute") or "").strip())
+
+
 def predict_row(row: dict[str, str], calibration: Calibration | None = None) -> TrainingResult:
-    """Predict one published training row (``calibration``: the shipped one when None)."""
+    """Predict one published training row (``calibration``: the shipped one when None).
+
+    A published run fitted in its GPUs' memory. When the source did not publish its recompute (Megatron-Bridge's
+    and NeMo's performance tables) and the plan does not fit without recompute, the row is predicted with the least
+    recompute that fits, none -> selective -> full (Megatron's granularities; its time includes that recompute); if
+    none fits, the plan without recompute is returned (and reported out of memory). A published recompute is never
+    changed.
+    """
     cluster = cluster_for_gpu(row["gpu_id"])
     plan = plan_for_row(row, cluster.gpus_per_node)
-    return simulate_training(model_for_row(row, plan.seq_len), cluster, plan, calibration=calibration)
+    cfg = model_for_row(row, plan.seq_len)
+    res = simulate_training(cfg, cluster, plan, calibration=calibration)
+    if res.fits or recompute_published(row) or plan.recompute != "none":
+        return res
+    for recompute in ("selective", "full"):
+        alt = simulate_training(cfg, cluster, plan.model_copy(update={"recompute": recompute}),
+                                calibration=calibration)
+        if alt.fits:
+            return alt
+    return res
 
 
 def predict_training_rows(rows: list[dict[str, str]], calibration: Calibration,
@@ -229,6 +265,8 @@ def predict_training_rows(rows: list[dict[str, str]], calibration: Calibration,
         if not res.fits:
             status[i] = (f"ok (predicted out of memory: {res.memory.total_bytes / 2**30:.1f} of "
                          f"{res.memory.capacity_bytes / 2**30:.0f} GiB)")
+        elif res.plan.recompute != "none" and not recompute_published(row):
+            status[i] = f"ok (recompute not published: {res.plan.recompute} assumed, the least that fits)"
         pred["tokens_per_s_per_gpu"][i] = res.tokens_per_s_per_gpu
         pred["tflops_per_gpu"][i] = res.hfu_tflops_per_gpu if counts_recompute(row) else res.tflops_per_gpu
         pred["mfu"][i] = res.mfu

@@ -5,13 +5,17 @@ the most micro-batches in flight, or the last when the LM head dominates):
 
 - weights: the stage's parameters after tensor/expert sharding (and ZeRO-3 /
   FSDP sharding over data-parallel ranks, plus the gathered layers in flight);
-- gradients: one per trainable parameter (sharded from ZeRO-2 on);
+- gradients: one per trainable parameter, in the dtype gradients are reduced in
+  (Megatron's FP32 gradient buffer by default; sharded from ZeRO-2 on);
 - optimizer states: Adam keeps an FP32 master copy and two FP32 moments
   (12 bytes per trainable parameter; sharded from ZeRO-1 on), SGD only the master;
 - activations: what autograd saves per layer per micro-batch (from the
   workload's ops; full recompute keeps only each layer's input) times the
   layers on the stage times the micro-batches in flight (1F1B: up to ``pp``;
-  GPipe: all);
+  interleaved 1F1B: Megatron's warm-up depth; GPipe: all). Selective recompute
+  (Megatron's core attention) keeps what FlashAttention keeps anyway, so it
+  saves no memory here; checked against Megatron-LM's theoretical memory
+  formulas (``tests/unit/system/test_megatron_memory.py``);
 - communication buffers (DDP buckets, NCCL channels), the CUDA context, and a
   fragmentation allowance of the caching allocator.
 """

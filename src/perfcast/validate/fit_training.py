@@ -26,7 +26,13 @@ from perfcast.catalog.models import ModelConfig
 from perfcast.coefficients.bundle import Calibration
 from perfcast.coefficients.training import TRAINING_SCHEMA_VERSION, TrainingCoefficients
 from perfcast.errors import PerfcastError
-from perfcast.groundtruth.training_tables import cluster_for_gpu, counts_recompute, model_for_row, plan_for_row
+from perfcast.groundtruth.training_tables import (
+    cluster_for_gpu,
+    counts_recompute,
+    model_for_row,
+    plan_for_row,
+    predict_row,
+)
 from perfcast.system.cluster import Cluster
 from perfcast.system.plan import ParallelPlan
 from perfcast.system.training import TrainingResult, simulate_training
@@ -99,7 +105,9 @@ def training_cases(path: Path) -> list[TrainingCase]:
         if not math.isfinite(measured) or measured <= 0:
             continue
         try:
-            simulate_training(cfg, cluster, plan)
+            # the plan the row is predicted with: with the least recompute that fits when its source did not
+            # publish it (:func:`perfcast.groundtruth.training_tables.predict_row`; memory needs no coefficients)
+            plan = predict_row(row).plan
         except PerfcastError:
             continue  # a run perfcast cannot rebuild (e.g. longer than a learned position table)
         cases.append(TrainingCase(i, row["gpu_id"], cfg, cluster, plan, target, measured, counts_recompute(row)))

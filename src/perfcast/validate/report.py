@@ -221,6 +221,16 @@ def _vidur_logo(paths: list[Path], root: Path, cal: Calibration, log: Callable[[
 _COLLECTIVE_KINDS = ("vidur_network", "published_collectives")
 
 
+def _training_memory_note(status: list[str]) -> str:
+    """The memory verdicts of the published training runs: how many are predicted out of memory (each of them ran,
+    so the target is none) and how many fit only with a recompute their source did not publish, assumed."""
+    runs = [s for s in status if s.startswith("ok")]
+    oom = sum(1 for s in runs if "predicted out of memory" in s)
+    assumed = sum(1 for s in runs if "recompute not published" in s)
+    return (f"; memory: {oom} of {len(runs)} published runs predicted out of memory (all of them ran), "
+            f"{assumed} fit with their unpublished recompute assumed (the least that fits)")
+
+
 def _held_out_reports(res: BatchResult, groups: list[str],
                       predict_group: Callable[[str, list[dict[str, str]]], TablePrediction],
                       table: str, note: str) -> list[TableReport]:
@@ -353,6 +363,8 @@ def run_validation(tables: list[Path] | None = None, *, calibration: Calibration
                     "published_inference": "not fitted on: each benchmark's load simulated with prior engine "
                                            "coefficients (TensorRT-LLM defaults; batch size unpublished)",
                 }.get(res.kind.name, "")
+                if res.kind.name == "published_training":
+                    note += _training_memory_note(res.prediction.status)
                 overall, groups = _summaries(res, target, logo_coverage=e2e)
                 if overall.rows:
                     reports.append(TableReport(name, res.kind.name, target, note, overall, groups,

@@ -63,6 +63,7 @@ _NO_GRAD = {"cumsum", "masked_fill", "bucket", "fill", "one_hot", "le", "lt", "n
 _SAVED_INPUTS = {"layernorm": 1, "rmsnorm": 1, "batchnorm": 1, "gelu": 1, "silu": 1, "relu2": 1, "rsqrt": 1,
                  "powu": 1, "mul": 2, "div": 2, "max": 1, "silu_mul": 2}
 _SAVED_OUTPUTS = {"softmax", "tanh", "sigmoid", "relu"}
+_BINARY = {"mul", "div"}  # products of two tensors: each operand's gradient reads the other
 _SAVE_NOTHING = _NO_GRAD | {"add", "addu", "sub", "subu", "mulu", "divu", "scale", "copy", "cat", "cast", "rope",
                             "where", "cross_entropy", "mean", "sum", "dequantize", "index_add"}
 
@@ -72,9 +73,10 @@ class SavedActivations:
 
     Each op keeps what its own backward reads (PyTorch ``derivatives.yaml``): a trainable linear layer its
     input (for the weight gradient; a frozen one nothing), a product of two activations both, fused
-    attention its q, k and v, a norm its input, dropout its mask, softmax its output (see ``_SAVED_INPUTS``).
-    A tensor kept by two ops is counted once: consecutive linear layers reading one input (separate q/k/v
-    or gate/up projections, LoRA adapters beside their frozen base) keep it once, and an op that keeps its
+    attention its q, k and v, a norm its input, dropout its mask, softmax its output (see ``_SAVED_INPUTS``);
+    the loss keeps its softmax over the vocabulary in FP32; a product with a broadcast operand keeps that small
+    operand. A tensor kept by two ops is counted once: consecutive linear layers reading one input (separate
+    q/k/v or gate/up projections, LoRA adapters beside their frozen base) keep it once, and an op that keeps its
     output (softmax, ReLU, tanh) hands it to the next op, which reads it as its input. For a GPT layer this is
     Korthikanti et al. 2022 (Reducing Activation Recomputation in Large Transformer Models, Sec. 4.1):
     ``34 s b h`` bytes in 16 bits, plus ``5 a s^2 b`` when attention materializes its scores; on ops sharded
@@ -126,10 +128,22 @@ class SavedActivations:
         if op.op == "dropout":
             return numel  # the 1-byte mask
         if op.op in _SAVED_OUTPUTS:
+            if op.group == "loss":
+                # the loss upcasts the logits and keeps its softmax in FP32 for the backward: Megatron's
+                # vocab-parallel cross entropy (``logits.float()``, its saved ``exp_logits``), torchtitan's
+                # ``cross_entropy_loss`` (``pred.float()``), Hugging Face's ``ForCausalLMLoss``
+                e = max(e, DType.FP32.bytes)
             self._previous_output_kept = numel * e
             return numel * e
         if op.op in _SAVE_NOTHING:
             return 0.0
+        if op.op in _BINARY:
+            # a product keeps both operands; when one is broadcast (a norm's per-row scale, the router's
+            # probabilities weighting the experts' outputs) it is that small tensor, not a second full-size one,
+            # and a parameter operand (a norm's weight) is no activation
+            full = min(_SAVED_INPUTS[op.op], int(op.get("inputs", 2)))  # type: ignore[call-overload]
+            small = max(0.0, op.bytes_read - full * numel * e) if full < 2 and not op.params else 0.0
+            return max(0.0, full * numel * e - handed) + small
         return max(0.0, _SAVED_INPUTS.get(op.op, 1) * numel * e - handed)
 
 

@@ -229,3 +229,30 @@ def test_an_op_that_keeps_its_output_hands_it_to_the_next() -> None:
     assert kept.add(relu) == t * h * 4 and kept.add(fc) == 0.0  # ReLU's output is fc's input, kept once
     drop = g.dropout("drop", t * h)  # a training graph
     assert drop is not None and SavedActivations().add(drop) == t * h  # dropout keeps its 1-byte mask
+
+
+def test_a_product_with_a_broadcast_operand_keeps_that_small_operand() -> None:
+    # mul(x, p) keeps both operands (derivatives.yaml: each gradient reads the other); when p is broadcast (the router's
+    # probabilities weighting the experts' outputs, a norm's per-row scale) it is p's few bytes, not a second x
+    from perfcast.workload.backward import SavedActivations
+
+    g = _graph(DType.BF16)
+    tokens, k, h = 64, 2, 32
+    weighted = g.pointwise("unpermute_weighted_sum", "mul", tokens * k * h, inputs=1, extra_read_bytes=tokens * k * 4)
+    assert SavedActivations().add(weighted) == tokens * k * h * 2 + tokens * k * 4
+    both = g.pointwise("gate_mul", "mul", tokens * h, inputs=2)
+    assert SavedActivations().add(both) == 2 * tokens * h * 2
+    scaled = g.pointwise("norm.mul_weight", "mul", tokens * h, inputs=1, extra_read_bytes=h * 2, params=h)
+    assert SavedActivations().add(scaled) == tokens * h * 2  # the weight is a parameter, not an activation
+
+
+def test_the_loss_keeps_its_softmax_in_fp32() -> None:
+    # Megatron's vocab-parallel cross entropy, torchtitan's and Hugging Face's losses upcast the logits to FP32
+    from perfcast.workload.backward import SavedActivations
+    from perfcast.workload.models.common import lm_loss
+
+    g = _graph(DType.BF16)
+    tokens, vocab = 16, 1000
+    lm_loss(g, tokens, vocab)
+    kept = SavedActivations()
+    assert sum(kept.add(o) for o in g.ops) == tokens * vocab * 4
