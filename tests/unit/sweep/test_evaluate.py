@@ -55,6 +55,7 @@ def test_more_recompute_never_needs_more_memory(evaluated) -> None:
         if plans.rc[i] == 2:
             j = key[tuple(plans.row(i)[f] for f in ("gpus", "tp", "pp", "dp", "cp", "vp", "mb", "zero"))]
             assert scores.memory_bytes[i] <= scores.memory_bytes[j]
-            assert scores.step_time_s[i] >= scores.step_time_s[j]
+            # never faster; equal (to rounding) where a host-bound step hides the recomputed kernels
+            assert scores.step_time_s[i] >= scores.step_time_s[j] * (1 - 1e-12)
             checked += 1
     assert checked > 50
