@@ -41,7 +41,9 @@ class IterationClock:
         self.block_bytes = block_bytes  # KV bytes of one block on one GPU
         # model.decode_step and model.decode_terms per batch size
         self._decode_steps: dict[int, tuple[tuple[float, float, float, float], DecodeTerms]] = {}
-        self._windowed = model.decode_local(1) is not None  # sliding / chunked layers: their own decode term
+        # sliding / chunked layers' decode term (model.decode_local) per batch size; empty without such layers
+        self._windowed = model.decode_local(1) is not None
+        self._decode_locals: dict[int, tuple[float, float, float, float]] = {}
         self._prefill: dict[tuple[int, float, int, int, int], Priced] = {}  # prefill-only batches
         # energy terms, one stage on one GPU (module docstring)
         self.dynamic_J = 0.0
@@ -88,6 +90,14 @@ class IterationClock:
             hit = self._decode_steps[num] = (self.model.decode_step(num), self.model.decode_terms(num))
         return hit
 
+    def _decode_local(self, num: int) -> tuple[float, float, float, float]:
+        hit = self._decode_locals.get(num)
+        if hit is None:
+            local = self.model.decode_local(num)
+            assert local is not None  # only asked of a model with windowed layers
+            hit = self._decode_locals[num] = local
+        return hit
+
     def _account_decodes(self, terms: DecodeTerms, k: int, ctx_sum: float, seconds: float) -> None:
         """Sum the energy terms of ``k`` decode-only iterations whose cached tokens total ``ctx_sum`` over the
         ``k`` and which last ``seconds`` on one stage (their decode attention is what the rest leaves)."""
@@ -127,16 +137,17 @@ class IterationClock:
         seconds on their own). Each iteration's time is the closed form of its cached tokens, which grow by
         ``num`` per iteration; the first one leaves the last pipeline stage no sooner than one stage after
         ``ahead`` (s), when the micro-batches ahead of it have."""
-        if self._windowed:
-            return self._stretch_windowed(now, num, ctx, k, nxt, ahead)
         step, terms = self._decode_step(num)
         fixed, a, m0, m1 = step  # one iteration: fixed + ((a ctx)^4 + (m0 + m1 ctx)^4)^(1/4)
+        windowed = self._windowed
+        # windowed layers add ((la y)^4 + (l0 + l1 y)^4)^(1/4) with y = min(ctx, cap)
+        la, l0, l1, cap = self._decode_local(num) if windowed else (0.0, 0.0, 0.0, 0.0)
         stage_factor, scale, extra = self.stage_factor, self.scale, self.extra_s
         end = now
         gpu_s = 0.0
         x = float(max(ctx, 1))  # exact: token counts stay far below 2**53
         grow = float(num)
-        if stage_factor == 1.0 and scale == 1.0 and extra == 0.0 and ahead == -math.inf:
+        if not windowed and stage_factor == 1.0 and scale == 1.0 and extra == 0.0 and ahead == -math.inf:
             # one stage on GPUs of its own (the common case): the loop below with its factors and the stage
             # check dropped, which changes no bit (x * 1.0 + 0.0 == x; end < -inf is never true)
             for j in range(1, k + 1):  # noqa: B007 (j, the iterations run, is read after the loop)
@@ -154,7 +165,12 @@ class IterationClock:
         for j in range(1, k + 1):
             c = a * x
             m = m0 + m1 * x
-            raw = (fixed + (c * c * c * c + m * m * m * m) ** 0.25) * stage_factor
+            t = fixed + (c * c * c * c + m * m * m * m) ** 0.25
+            if windowed:
+                y = x if x < cap else cap
+                lc, lm = la * y, l0 + l1 * y
+                t += (lc * lc * lc * lc + lm * lm * lm * lm) ** 0.25
+            raw = t * stage_factor
             gpu_s += raw
             end += raw * scale + extra
             if j == 1 and end < ahead + raw / stage_factor:
@@ -163,36 +179,6 @@ class IterationClock:
             if end >= nxt:
                 break
         if j > 1:  # a stretch of one iteration is priced like any other (stage_s), which counts it
-            x0 = float(max(ctx, 1))
-            self._account_decodes(terms, j, j * x0 + grow * (j * (j - 1) // 2), gpu_s / stage_factor)
-        return j, end, gpu_s
-
-    def _stretch_windowed(self, now: float, num: int, ctx: int, k: int, nxt: float,
-                          ahead: float) -> tuple[int, float, float]:
-        """:meth:`stretch` for a model with sliding-window or chunked layers: each iteration adds their term,
-        whose cached tokens stop growing at the window x the sequences (:meth:`IterationModel.decode_local`)."""
-        step, terms = self._decode_step(num)
-        fixed, a, m0, m1 = step
-        local = self.model.decode_local(num)
-        assert local is not None  # only called for a windowed model
-        la, l0, l1, cap = local
-        stage_factor, scale, extra = self.stage_factor, self.scale, self.extra_s
-        end, gpu_s = now, 0.0
-        x, grow = float(max(ctx, 1)), float(num)
-        for j in range(1, k + 1):
-            c, m = a * x, m0 + m1 * x
-            y = x if x < cap else cap
-            lc, lm = la * y, l0 + l1 * y
-            raw = (fixed + (c * c * c * c + m * m * m * m) ** 0.25 + (lc * lc * lc * lc + lm * lm * lm * lm) ** 0.25
-                   ) * stage_factor
-            gpu_s += raw
-            end += raw * scale + extra
-            if j == 1 and end < ahead + raw / stage_factor:
-                end = ahead + raw / stage_factor
-            x += grow
-            if end >= nxt:
-                break
-        if j > 1:
             x0 = float(max(ctx, 1))
             self._account_decodes(terms, j, j * x0 + grow * (j * (j - 1) // 2), gpu_s / stage_factor)
         return j, end, gpu_s
