@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from perfcast.workload.graph import Graph
 
-__all__ = ["activation", "dropout_residual", "lm_loss", "matmul_attention", "python_rmsnorm"]
+__all__ = ["activation", "dropout_residual", "layer_groups", "lm_loss", "matmul_attention", "python_rmsnorm"]
 
 
 def activation(g: Graph, name: str, kind: str, numel: int) -> None:
@@ -99,3 +101,13 @@ def matmul_attention(g: Graph, batch: int, q_len: int, k_len: int, nh: int, hd: 
     g.dropout("attn_dropout", scores, chain=chain)
     g.copy("v_contiguous", batch * k_len * nh * hd)
     g.bmm("pv", batch * nh, q_len, k_len, hd)
+
+
+def layer_groups(kinds: Sequence[str], moe_layer: Callable[[int], bool]) -> dict[tuple[str, bool], int]:
+    """Layers per (kind, MoE FFN?) in first-seen order: ``kinds`` names each layer's mixer, ``moe_layer(i)``
+    whether layer ``i`` has an MoE feed-forward block (hybrid builders emit each group once with its count)."""
+    counts: dict[tuple[str, bool], int] = {}
+    for i, kind in enumerate(kinds):
+        key = (kind, moe_layer(i))
+        counts[key] = counts.get(key, 0) + 1
+    return counts

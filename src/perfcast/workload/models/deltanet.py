@@ -27,6 +27,7 @@ from __future__ import annotations
 from perfcast.catalog.linear_attention import GatedDeltaNetConfig
 from perfcast.catalog.models import ModelConfig
 from perfcast.workload.graph import Graph
+from perfcast.workload.models.common import layer_groups
 from perfcast.workload.models.decoder import DecoderShape, _attention, _mlp, _moe, _norm, _residual
 from perfcast.workload.types import OpKind
 
@@ -97,15 +98,6 @@ def _gated_delta_net(g: Graph, cfg: ModelConfig, lin: GatedDeltaNetConfig, shape
     g.linear("out_proj", t, lin.value_dim, h, bias=False, tp_split="row")
 
 
-def _layer_groups(cfg: ModelConfig, lin: GatedDeltaNetConfig) -> dict[tuple[str, bool], int]:
-    """Layers per (mixer, MoE FFN?), in first-seen order."""
-    counts: dict[tuple[str, bool], int] = {}
-    for i, kind in enumerate(lin.layer_types):
-        sparse = cfg.moe is not None and cfg.moe.is_moe_layer(i)
-        counts[(kind, sparse)] = counts.get((kind, sparse), 0) + 1
-    return counts
-
-
 def build_delta_net_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str = "engine",
                             attention: str = "flash", kv_cache: bool = False) -> None:
     """Emit one forward of a Qwen3-Next decoder (``cfg.linear_attention`` set)."""
@@ -115,7 +107,8 @@ def build_delta_net_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, 
     t, h = shape.tokens, cfg.hidden_size
     with g.scope("embed", group="embedding"):
         g.embedding("embed_tokens", t, h, cfg.vocab_size)
-    for (kind, sparse), n in _layer_groups(cfg, lin).items():
+    moe = cfg.moe
+    for (kind, sparse), n in layer_groups(lin.layer_types, lambda i: moe is not None and moe.is_moe_layer(i)).items():
         label = ("linear_layers" if kind == "linear_attention" else "attention_layers") + ("_moe" if sparse else "")
         with g.scope(label, count=n):
             with g.scope("attn", group="attention" if kind == "full_attention" else "linear_attention"):

@@ -28,6 +28,7 @@ from __future__ import annotations
 from perfcast.catalog.architecture import SSMConfig
 from perfcast.catalog.models import ModelConfig
 from perfcast.workload.graph import Graph
+from perfcast.workload.models.common import layer_groups
 from perfcast.workload.models.decoder import DecoderShape, _attention, _mlp, _moe, _norm, _residual
 from perfcast.workload.types import OpKind
 
@@ -110,15 +111,6 @@ def _mamba_mixer(g: Graph, cfg: ModelConfig, ssm: SSMConfig, shape: DecoderShape
     g.linear("out_proj", t, inner, h, bias=ssm.proj_bias, tp_split="row")
 
 
-def _layer_groups(cfg: ModelConfig, ssm: SSMConfig) -> dict[tuple[str, bool], int]:
-    """Layers per (mixer, MoE FFN?), in first-seen order."""
-    counts: dict[tuple[str, bool], int] = {}
-    for i, mixer in enumerate(ssm.layer_mixers):
-        sparse = ssm.ffn_per_layer and cfg.moe is not None and cfg.moe.is_moe_layer(i)
-        counts[(mixer, sparse)] = counts.get((mixer, sparse), 0) + 1
-    return counts
-
-
 def build_ssm_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str = "engine",
                       attention: str = "flash", kv_cache: bool = False) -> None:
     """Emit one forward of a Mamba / Mamba-2 / Jamba / Nemotron-H decoder (``cfg.ssm`` set)."""
@@ -128,7 +120,8 @@ def build_ssm_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style:
     t, h = shape.tokens, cfg.hidden_size
     with g.scope("embed", group="embedding"):
         g.embedding("embed_tokens", t, h, cfg.vocab_size)
-    for (mixer, sparse), n in _layer_groups(cfg, ssm).items():
+    moe = cfg.moe if ssm.ffn_per_layer else None  # Nemotron-H's MoE layers are mixers of their own
+    for (mixer, sparse), n in layer_groups(ssm.layer_mixers, lambda i: moe is not None and moe.is_moe_layer(i)).items():
         label = f"{mixer}_layers" + ("_moe" if sparse else "")
         with g.scope(label, count=n):
             with g.scope(mixer, group="attention" if mixer == "attention" else mixer):
