@@ -6,9 +6,9 @@ leave-one-GPU-out bounds (each GPU's rows predicted with coefficients refitted o
 say how it transfers to a GPU it was not fitted on. Bounds measured 2026-11-22; each comment holds the
 measured value, the bound adds a little headroom. The issue's target is a TFLOP/s MAPE of 10 %.
 
-Megatron-Bridge's DGX-H100 rows (MoE, fp8-cs, Megatron-FSDP) arrived after those bounds were set and are
-not fitted on (``fit_deferred``): they are predicted and reported, held to a bound of their own that records
-today's error (measured 2026-11-26), which issue 17 is to bring down; the bounds above cover the other rows.
+Megatron-Bridge's DGX-H100 rows (MoE, fp8-cs, Megatron-FSDP) are a source held out of the fit
+(``fit_deferred``): they are predicted and reported, held to a bound of their own. Issue 17's targets are on
+every row, these included: TFLOP/s leave-one-GPU-out at most 10 % overall and no source above 15 %.
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ from perfcast.coefficients.bundle import Calibration
 from perfcast.errors import ConfigError
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.groundtruth.predict_batch import predict_batch
-from perfcast.groundtruth.training_tables import cluster_for_gpu, counts_recompute, plan_for_row, predict_row
+from perfcast.groundtruth.training_tables import (
+    cluster_for_gpu,
+    counts_causal,
+    counts_recompute,
+    plan_for_row,
+    predict_row,
+    row_tflops,
+)
 from perfcast.validate.fit_training import fit_deferred, fp8_recipe_unmodeled, training_cases
 
 ROOT = find_groundtruth(required=False)
@@ -40,11 +47,15 @@ IN_SAMPLE_MAPE_MAX = {"tflops_per_gpu": 0.08, "tokens_per_s_per_gpu": 0.10, "mfu
 # tensor parallelism is sequence-parallel (its norms and residuals run on 1/tp of the tokens, which speeds its
 # Llama-3.1-405B rows by ~10 % and moves the coefficients the other GPUs' rows are refitted with: 0.098 without it);
 # the recompute assumed where it is not published (NeMo 24.07's Nemotron-340B: full) moves it by 0.0003
-LOGO_TFLOPS_MAPE_MAX = 0.115
-DEFERRED_MAPE_MAX = {"tflops_per_gpu": 0.24, "tokens_per_s_per_gpu": 0.18}  # Megatron-Bridge DGX-H100 rows
+# 2026-11-28, each coefficient held to a prior (the FP8 GEMM efficiency's from published/gemm.csv): 0.0947 on every
+# row (0.083 on the fitted ones); before it 0.137 (the H100 fold fitted the FP8 efficiency on torchtitan's 8 rows)
+LOGO_TFLOPS_MAPE_MAX = 0.10  # every row, the Megatron-Bridge MoE rows included (the issue's target)
+LOGO_SOURCE_MAPE_MAX = 0.16  # per source (issue target 0.15); measured 0.151 Megatron-Bridge, <= 0.087 the others
+DEFERRED_MAPE_MAX = {"tflops_per_gpu": 0.17, "tokens_per_s_per_gpu": 0.16}  # Megatron-Bridge DGX-H100 rows
 # measured:            0.255                   0.182 (2026-11-28: ep / etp, the distributed optimizer, fp8-cs read)
 #                      0.221                   0.163 (2026-11-28: fp8-cs priced as current scaling, its amax passes)
 #                      0.212                   0.153 (2026-11-28: BF16 gradients, every run fits, issue 17 memory)
+#                      0.151                   0.146 (2026-11-28: their TFLOP/s counted as theirs, causal; priors)
 
 
 def _rows() -> list[dict[str, str]]:
@@ -202,4 +213,35 @@ def test_leave_one_gpu_out_tflops(batch) -> None:  # type: ignore[no-untyped-def
     assert logo.points.total == ok.sum() == len(logo.points.measured)
     assert np.allclose(logo.points.measured, measured[ok])
     ape = np.abs(np.array(logo.points.predicted) / np.array(logo.points.measured) - 1.0)
+    assert float(np.mean(ape)) <= LOGO_TFLOPS_MAPE_MAX
     assert float(np.mean(ape[~_deferred(batch)[ok]])) <= LOGO_TFLOPS_MAPE_MAX
+    per_source = next(t for t in rep.tables if "per source" in t.table and t.target == "tflops_per_gpu")
+    assert per_source.overall.mape == pytest.approx(float(np.mean(ape)))
+    sources = {g.group: g.summary for g in per_source.groups}
+    assert "NVIDIA-NeMo/Megatron-Bridge performance-summary-archive.md" in sources
+    judged = {name: s for name, s in sources.items() if s.predicted}  # a source may publish tokens/s only
+    assert len(judged) >= 5
+    for name, summary in judged.items():
+        assert summary.mape <= LOGO_SOURCE_MAPE_MAX, name
+
+
+def test_megatron_bridge_tflops_count_causal_attention() -> None:
+    # Megatron-Bridge's TFLOP/s are its tokens/s times Megatron-LM's current FLOP count (causal attention, a GLU
+    # gated only when SwiGLU): the predicted ratio of the two equals the published one, row by row
+    rows = [r for r in _rows() if counts_causal(r) and r["tflops_per_gpu"] and r["tokens_per_s_per_gpu"]
+            and r["precision"] and "LoRA" not in r["note"]]
+    ratios: dict[str, list[float]] = {}
+    for row in rows:
+        res = predict_row(row)
+        published = float(row["tflops_per_gpu"]) / float(row["tokens_per_s_per_gpu"])
+        ratio = row_tflops(row, res) / res.tokens_per_s_per_gpu / published
+        assert res.causal_tflops_per_gpu < res.tflops_per_gpu  # half the score matrix
+        ratios.setdefault(row["model"].split(" (")[0], []).append(ratio)
+    assert {"LLAMA3_70B", "LLAMA3.1_405B", "Qwen3_30B_a3B", "Qwen3_235B_a22B", "GPT OSS 120B"} <= set(ratios)
+    for model, rs in ratios.items():
+        if model.startswith("Nemotron"):  # Megatron counts Mamba layers its own way: ours are 8 % fewer
+            assert np.median(rs) == pytest.approx(1.0, abs=0.1)
+            continue
+        # one published row's TFLOP/s and tokens/s disagree with its siblings' by 2 % (26.04.01's Llama 3 70B)
+        assert np.median(rs) == pytest.approx(1.0, abs=0.01), model
+        assert max(abs(r - 1.0) for r in rs) < 0.03, model

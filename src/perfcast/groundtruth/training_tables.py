@@ -57,8 +57,11 @@ framework runs by default, and said here:
 
 Which FLOPs a ``tflops_per_gpu`` value counts depends on its source (see the
 ground-truth README): Megatron-LM's 2021 table counts the recomputed forward
-(hardware FLOPs), every other source counts model FLOPs. The prediction for
-that column follows the row's convention.
+(hardware FLOPs); Megatron-Bridge counts model FLOPs as Megatron-LM has since
+2025, with causal attention's half of the score matrix (and a GLU counted
+gated only when it is a SwiGLU); every other source counts model FLOPs with
+the whole score matrix. The prediction for that column follows the row's
+convention.
 
 Every published run fitted in its GPUs' memory. A row whose recompute the source
 did not publish (an empty cell: NVIDIA's NeMo and Megatron-Bridge performance
@@ -86,8 +89,8 @@ from perfcast.system.cluster import cluster_for_gpu
 from perfcast.system.plan import ParallelPlan
 from perfcast.system.training import TrainingResult, simulate_training
 
-__all__ = ["TRAINING_TARGETS", "cluster_for_gpu", "counts_recompute", "model_for_row", "plan_for_row", "predict_row",
-           "predict_training_rows", "recompute_published"]
+__all__ = ["TRAINING_TARGETS", "cluster_for_gpu", "counts_causal", "counts_recompute", "model_for_row", "plan_for_row",
+           "predict_row", "predict_training_rows", "recompute_published", "row_tflops", "source_label"]
 
 TRAINING_TARGETS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu", "step_time_s")
 
@@ -221,6 +224,32 @@ def counts_recompute(row: dict[str, str]) -> bool:
     return "2021" in row.get("framework", "")
 
 
+def counts_causal(row: dict[str, str]) -> bool:
+    """Whether the row's ``tflops_per_gpu`` follow Megatron-LM's current count, causal attention halved
+    (Megatron-Bridge's performance summaries; every other source counts the score matrix whole)."""
+    return "Megatron-Bridge" in (row.get("framework") or "")
+
+
+def row_tflops(row: dict[str, str], res: TrainingResult) -> float:
+    """The prediction's TFLOP/s per GPU counted as the row's source counts them."""
+    if counts_recompute(row):
+        return res.hfu_tflops_per_gpu
+    return res.causal_tflops_per_gpu if counts_causal(row) else res.tflops_per_gpu
+
+
+def source_label(row: dict[str, str]) -> str:
+    """The document a row was published in, short: ``owner/repo file`` for a repository
+    (``NVIDIA-NeMo/Megatron-Bridge performance-summary-archive.md``), else its first word (``arXiv:2104.04473``)."""
+    words = (row.get("source") or "").split()
+    if not words:
+        return "unknown"
+    parts = words[0].split("/")
+    if parts[0] == "github.com" and len(parts) >= 3:
+        doc = words[1].rsplit("/", 1)[-1] if len(words) > 1 else ""
+        return f"{parts[1]}/{parts[2]} {doc}".strip()
+    return words[0].rstrip(";,")
+
+
 def recompute_published(row: dict[str, str]) -> bool:
     """Whether the row's source says which activation recompute the run used (an empty cell: it did not)."""
     return bool((row.get("recompute") or "").strip())
@@ -268,7 +297,7 @@ def predict_training_rows(rows: list[dict[str, str]], calibration: Calibration,
         elif res.plan.recompute != "none" and not recompute_published(row):
             status[i] = f"ok (recompute not published: {res.plan.recompute} assumed, the least that fits)"
         pred["tokens_per_s_per_gpu"][i] = res.tokens_per_s_per_gpu
-        pred["tflops_per_gpu"][i] = res.hfu_tflops_per_gpu if counts_recompute(row) else res.tflops_per_gpu
+        pred["tflops_per_gpu"][i] = row_tflops(row, res)
         pred["mfu"][i] = res.mfu
         pred["hfu"][i] = res.hfu
         pred["step_time_s"][i] = res.step_time_s

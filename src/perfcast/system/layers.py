@@ -86,7 +86,8 @@ class LayerCost:
 class MicroBatchCosts:
     """Per-part costs in model order (``embed``, layer kinds, ``head``) and the model-FLOP convention.
 
-    ``forward_flops_per_token`` is the forward's share of the model FLOPs (what a full recompute runs again)."""
+    ``forward_flops_per_token`` is the forward's share of the model FLOPs (what a full recompute runs again);
+    ``causal_flops_per_token`` the model FLOPs as Megatron-LM's current count has them (:func:`_causal_flops`)."""
 
     parts: list[LayerCost]
     tokens: int
@@ -94,6 +95,7 @@ class MicroBatchCosts:
     attention_flops_per_token: float
     hidden_bytes: float
     forward_flops_per_token: float
+    causal_flops_per_token: float
 
     def part(self, label: str) -> LayerCost | None:
         """The part with this label, if any."""
@@ -148,6 +150,40 @@ def _model_flops(forward: list[Op], tokens: int) -> tuple[float, float, float]:
                 (matmul + frozen + attention) / tokens)
     mf = 3.0 * (matmul + attention) / tokens
     return mf, 3.0 * attention / tokens, mf / 3.0
+
+
+def _causal_flops(forward: list[Op], tokens: int, seq_len: int, swiglu: bool) -> float:
+    """Model FLOPs per token as Megatron-LM's ``num_floating_point_operations`` counts them since 2025 (the
+    count of Megatron-Bridge's "Model TFLOP/sec/GPU"): 3 x the forward's matmuls, and attention over the
+    whole sequence with the causal mask's half of the score matrix (``/ 2  # causal mask``), sliding
+    windows ignored; a gated MLP counts its gate only when it is a SwiGLU (``gated_linear_multiplier = 3/2
+    if args.swiglu else 1``), so a GLU of another activation counts as a two-matrix MLP. On the published
+    Megatron-Bridge rows this reproduces the ratio of TFLOP/s to tokens/s to 0.5% (Llama 3, Qwen3 MoE,
+    GPT-OSS)."""
+    total = 0.0
+    for op in forward:
+        if op.kind is OpKind.GEMM and op.op == "linear":
+            b, m, k, n = op.dims
+            leaf = op.name.rsplit(".", 1)[-1]
+            share = 0.0 if leaf == "gate_proj" and not swiglu else 0.5 if leaf == "gate_up_proj" and not swiglu else 1.0
+            total += 2.0 * b * m * k * n * op.count * share
+        elif op.kind is OpKind.CONV:
+            total += op.flops * op.count
+        elif op.kind is OpKind.GEMM and op.op == "bmm":
+            b, m, k, n = op.dims
+            total += 2.0 * b * m * k * n * op.count
+        elif op.kind is OpKind.ATTENTION:
+            b, h, _, q, _, d, _ = op.dims
+            vd = float(op.get("v_head_dim", d) or d)  # type: ignore[arg-type]
+            total += 2.0 * b * h * q * (seq_len / 2.0) * (d + vd) * op.count
+    return 3.0 * total / tokens
+
+
+def _swiglu(cfg: ModelConfig) -> bool:
+    """Whether the model's gated MLP is a SwiGLU as Megatron names it (``--swiglu``). GPT-OSS's Hugging Face
+    config says ``silu``, but its gate is x * sigmoid(1.702 x) (a quick-GELU, clamped, times up + 1), which
+    Megatron runs as ``quick_gelu`` with ``gated_linear_unit`` and not as ``swiglu``."""
+    return cfg.activation == "silu" and cfg.model_type != "gpt_oss"
 
 
 # per the contents of the model, device and coefficients, and the plan's fields the costs depend on
@@ -252,8 +288,9 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
     if "head" in parts:
         ordered.append(parts["head"])
     _add_parallel_comm(ordered, cfg, plan, tokens, e)
+    causal = _causal_flops(convention, tokens, plan.seq_len, _swiglu(cfg))
     return MicroBatchCosts(parts=ordered, tokens=tokens, model_flops_per_token=mf, attention_flops_per_token=af,
-                           hidden_bytes=hidden, forward_flops_per_token=ff)
+                           hidden_bytes=hidden, forward_flops_per_token=ff, causal_flops_per_token=causal)
 
 
 def _sum_parts(ops: list[Op], kernels: list[KernelTime], plan: ParallelPlan,

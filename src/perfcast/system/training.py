@@ -107,6 +107,7 @@ class TrainingResult:
     tokens_per_s_per_gpu: float
     model_flops_per_token: float
     hardware_flops_per_token: float
+    causal_flops_per_token: float
     tflops_per_gpu: float
     mfu: float
     hfu: float
@@ -142,6 +143,12 @@ class TrainingResult:
     def hfu_tflops_per_gpu(self) -> float:
         """Hardware TFLOP/s per GPU: recomputed FLOPs counted (Megatron-LM 2021's "achieved teraFLOP/s")."""
         return self.hfu * self.peak_flops_per_s / 1e12
+
+    @property
+    def causal_tflops_per_gpu(self) -> float:
+        """Model TFLOP/s per GPU as Megatron-LM counts them since 2025 (causal attention; see
+        :attr:`~perfcast.system.layers.MicroBatchCosts.causal_flops_per_token`): Megatron-Bridge's tables."""
+        return self.causal_flops_per_token * self.tokens_per_s_per_gpu / 1e12
 
     @property
     def samples_per_s_per_gpu(self) -> float:
@@ -571,7 +578,8 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     return TrainingResult(
         model_id=cfg.id, cluster_id=cl.id, gpu_id=hw.id, num_gpus=gpus, plan=plan, step_time_s=step,
         low_s=low, high_s=high, tokens_per_step=tokens, tokens_per_s_per_gpu=tps, model_flops_per_token=mf,
-        hardware_flops_per_token=hf, tflops_per_gpu=mf * tps / 1e12, mfu=mf * tps / peak, hfu=hf * tps / peak,
+        hardware_flops_per_token=hf, causal_flops_per_token=costs.causal_flops_per_token,
+        tflops_per_gpu=mf * tps / 1e12, mfu=mf * tps / peak, hfu=hf * tps / peak,
         peak_flops_per_s=peak, microbatches=m, bubble_frac=pipe.bubble_frac, breakdown_s=breakdown,
         comm_total_s=comm_total, memory=memory, stage_fwd_s=tuple(s.fwd_s for s in stages),
         stage_bwd_s=tuple(s.bwd_s for s in stages), stage_layers=tuple(s.layers for s in stages),

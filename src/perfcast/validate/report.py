@@ -231,10 +231,9 @@ def _training_memory_note(status: list[str]) -> str:
             f"{assumed} fit with their unpublished recompute assumed (the least that fits)")
 
 
-def _held_out_reports(res: BatchResult, groups: list[str],
-                      predict_group: Callable[[str, list[dict[str, str]]], TablePrediction],
-                      table: str, note: str) -> list[TableReport]:
-    """Reports of ``res`` re-predicted group by group, each group by ``predict_group(group, its rows)``."""
+def _held_out(res: BatchResult, groups: list[str],
+              predict_group: Callable[[str, list[dict[str, str]]], TablePrediction]) -> BatchResult:
+    """``res`` re-predicted group by group, each group by ``predict_group(group, its rows)``."""
     n = len(res.rows)
     where = np.array(res.prediction.groups, dtype=object)
     pred = TablePrediction({t: np.full(n, np.nan) for t in res.targets},
@@ -248,14 +247,32 @@ def _held_out_reports(res: BatchResult, groups: list[str],
         sub = predict_group(g, [res.rows[i] for i in idx])
         for t in res.targets:
             pred.pred[t][idx], pred.low[t][idx], pred.high[t][idx] = sub.pred[t], sub.low[t], sub.high[t]
-    held_out = type(res)(res.kind, res.header, res.rows, res.targets, pred)
+    return type(res)(res.kind, res.header, res.rows, res.targets, pred)
+
+
+def _reports(res: BatchResult, table: str, note: str) -> list[TableReport]:
+    """One report per target of ``res`` that has measured rows, grouped by its prediction's groups."""
     reports = []
     for target in res.targets:
-        overall, group_reports = _summaries(held_out, target)
+        overall, group_reports = _summaries(res, target)
         if overall.rows:
             reports.append(TableReport(table, res.kind.name, target, note, overall, group_reports,
-                                       points=_res_points(held_out, target)))
+                                       points=_res_points(res, target)))
     return reports
+
+
+def _held_out_reports(res: BatchResult, groups: list[str],
+                      predict_group: Callable[[str, list[dict[str, str]]], TablePrediction],
+                      table: str, note: str) -> list[TableReport]:
+    """Reports of ``res`` re-predicted group by group, each group by ``predict_group(group, its rows)``."""
+    return _reports(_held_out(res, groups, predict_group), table, note)
+
+
+def _regrouped(res: BatchResult, groups: list[str]) -> BatchResult:
+    """``res`` with its rows grouped by ``groups`` (one label per row) instead of by device."""
+    p = res.prediction
+    return type(res)(res.kind, res.header, res.rows, res.targets,
+                     TablePrediction(p.pred, p.low, p.high, status=p.status, groups=groups))
 
 
 def _collective_loco(paths: list[Path], root: Path, name: Callable[[Path], str], cal: Calibration,
@@ -288,6 +305,7 @@ def _training_logo(paths: list[Path], name: Callable[[Path], str], cal: Calibrat
                    log: Callable[[str], None]) -> list[TableReport]:
     """Published training tables predicted leave-one-GPU-out (refits on the other GPUs' rows)."""
     from perfcast.groundtruth.tables import predict_published_training
+    from perfcast.groundtruth.training_tables import source_label
     from perfcast.validate.fit_training import TrainingCase, fit_training, training_cases
 
     reports = []
@@ -302,9 +320,14 @@ def _training_logo(paths: list[Path], name: Callable[[Path], str], cal: Calibrat
             tc = fit_training(train, cal, label=f"{len(train)} rows, {gpu} held out")
             return predict_published_training(part, cal.with_training(tc))
 
-        reports += _held_out_reports(res, gpus, held_out, f"{name(p)} [leave-one-GPU-out]",
-                                     f"each GPU predicted with training coefficients fitted on the other GPUs' "
-                                     f"rows ({', '.join(gpus)})")
+        logo = _held_out(res, gpus, held_out)
+        reports += _reports(logo, f"{name(p)} [leave-one-GPU-out]",
+                            f"each GPU predicted with training coefficients fitted on the other GPUs' rows "
+                            f"({', '.join(gpus)})")
+        reports += _reports(_regrouped(logo, [source_label(r) for r in res.rows]),
+                            f"{name(p)} [leave-one-GPU-out, per source]",
+                            "the leave-one-GPU-out predictions above, grouped by the document each row was "
+                            "published in")
     return reports
 
 

@@ -34,6 +34,28 @@ def test_model_flops_follow_megatrons_formula_for_gpt() -> None:
     assert r.model_flops_per_token == pytest.approx(formula, rel=0.01)
 
 
+def test_causal_model_flops_follow_megatron_lms_current_formula() -> None:
+    # Megatron-LM since 2025 (Megatron-Bridge's TFLOP/s): 6 x (matmul weights + causal attention s/2 x 2 x q_dim)
+    # per token, Llama 3 70B at s = 8192: h 8192, 80 layers, 64 heads / 8 KV of 128, SwiGLU 28672, vocab 128256
+    r = _run("llama-3-70b", "dgx-h100", tp=8, pp=4, dp=2, seq_len=8192, micro_batch=1, global_batch=16, sp=True)
+    h, layers, ffn, kv, vocab, s = 8192, 80, 28672, 1024, 128256, 8192
+    matmul = layers * (2 * h * h + 2 * h * kv + 3 * h * ffn) + h * vocab
+    attention = layers * (s / 2) * 2 * h
+    assert r.causal_flops_per_token == pytest.approx(6 * (matmul + attention), rel=1e-6)
+    # the Megatron 2021 convention counts the whole score matrix
+    assert r.model_flops_per_token == pytest.approx(6 * (matmul + 2 * attention), rel=1e-6)
+
+
+def test_causal_model_flops_count_gpt_oss_as_megatron_runs_it() -> None:
+    # GPT-OSS's gate is a quick-GELU GLU (not Megatron's swiglu): its experts count two matrices, and its sliding
+    # window layers count the whole causal sequence, as Megatron-LM's formula does
+    r = _run("gpt-oss-120b", "dgx-h100", pp=4, dp=16, ep=8, seq_len=4096, micro_batch=1, global_batch=64)
+    h, layers, q, kv, ffn, top, experts, vocab, s = 2880, 36, 4096, 512, 2880, 4, 128, 201088, 4096
+    matmul = layers * (h * (q + 2 * kv) + q * h + h * experts + top * 2 * h * ffn) + h * vocab
+    attention = layers * (s / 2) * 2 * q
+    assert r.causal_flops_per_token == pytest.approx(6 * (matmul + attention), rel=1e-6)
+
+
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_breakdown_adds_up_to_the_step(recompute: str) -> None:
     r = _run("gpt3-175b", "dgx-h100", tp=8, pp=8, dp=1, seq_len=2048, micro_batch=1, global_batch=32, sp=True,
