@@ -77,9 +77,10 @@ PRIOR_ONLY = {
     "priors (NCCL)": "NCCL 2.18 src/graph/tuning.cc: LL bandwidth 1/4 of Simple (ring all-reduce), LL128 0.92 "
                      "(120/128 per line), tree 0.92 x 0.85 = 0.78 of a ring; base and per-step latencies keep "
                      "their earlier priors (6, 14, 30 us; 0.3, 0.6, 1.5 x the link latency): NCCL's baseLat (6.6, "
-                     "14, 8.4 us) and NVLink hwLat (0.6, 1.9, 3.4 us) describe nccl-tests wall time, and pulling "
-                     "the profiled kernel times towards them moved their cost into the link efficiency "
-                     "(leave-one-cluster-out of published/collectives.csv 16.7% -> 19.2%)",
+                     "14, 8.4 us) and NVLink hwLat (0.6, 1.9, 3.4 us) are its tuner's selection constants, below "
+                     "the profiled kernel times (10 us at 2 KiB on 2 GPUs, about 60 us on 8); as priors they "
+                     "pulled latency into the link efficiency (published/collectives.csv leave-one-cluster-out "
+                     "time MAPE 19.2 % instead of 16.7 %)",
     "staged_latency_s": "priors shm 2 us, network 10 us, socket 10 us per step (a bounce-buffer copy through "
                         "host memory and NCCL's proxy thread; an estimate, not a published figure); fitted on "
                         "the a40 SHM rows, the a100_dgx host-staged rows and the TCP socket rows",
