@@ -6,8 +6,8 @@ stage is fitted on every one of these rows (the tables have no split), so the in
 well the model can describe them; the leave-one-cluster-out bounds (each cluster predicted with coefficients
 refitted without its rows) say how it transfers. Measured values are compared with, never fed in.
 
-Bounds measured 2026-11-22 with ``perfcast fit --stages collectives`` (data/coefficients/collectives.json as shipped,
-with the socket-buffer burst model);
+Bounds measured 2026-11-28 with ``perfcast fit --stages collectives`` (data/coefficients/collectives.json as shipped:
+NCCL's intra/network step split, host-staged per-step latencies, point-to-point copies bounded by line rate);
 each constant's comment has the measured value, the bound adds a little headroom. The issue's target is a
 MAPE of 10 %: single-node rows meet it in-sample; the rows between nodes of the VIDUR clusters, whose
 networks are undocumented and host-staged (see their cluster YAMLs), do not.
@@ -30,21 +30,23 @@ if ROOT is None or not (ROOT / "vidur" / "network").is_dir():
 assert ROOT is not None
 
 # in-sample MAPE of every visible collective row (20,422 rows: 6 VIDUR tables + published/collectives.csv)
-ALL_MAPE_MAX = 0.135  # measured 0.125
-SINGLE_NODE_MAPE_MAX = 0.10  # rows inside one node (13,464): measured 0.091
+ALL_MAPE_MAX = 0.135  # measured 0.123
+SINGLE_NODE_MAPE_MAX = 0.10  # rows inside one node (13,464): measured 0.095
 # leave-one-cluster-out (5 clusters: a100-dgx, a100-pairwise-nvlink, a40-pairwise-nvlink, dgx-a100, mi300x)
-LOCO_MAPE_MAX = 0.22  # measured 0.204
-LOCO_SINGLE_NODE_MAPE_MAX = 0.17  # measured 0.153
+LOCO_MAPE_MAX = 0.21  # measured 0.196 (0.204 before the NCCL step split)
+LOCO_SINGLE_NODE_MAPE_MAX = 0.17  # measured 0.152
 # per table, in-sample: (table, target column) -> bound
 TABLE_MAPE_MAX = {
-    ("vidur/network/a100_dgx/all_reduce.csv", "time_stats.all_reduce.median"): 0.20,  # measured 0.189
-    ("vidur/network/a100_dgx/send_recv.csv", "time_stats.send_recv.median"): 0.13,  # measured 0.119
-    ("vidur/network/a100_pairwise_nvlink/all_reduce.csv", "time_stats.all_reduce.median"): 0.06,  # measured 0.049
-    ("vidur/network/a100_pairwise_nvlink/send_recv.csv", "time_stats.send_recv.median"): 0.175,  # measured 0.160
-    ("vidur/network/a40_pairwise_nvlink/all_reduce.csv", "time_stats.all_reduce.median"): 0.105,  # measured 0.092
+    ("vidur/network/a100_dgx/all_reduce.csv", "time_stats.all_reduce.median"): 0.195,  # measured 0.181
+    ("vidur/network/a100_dgx/send_recv.csv", "time_stats.send_recv.median"): 0.09,  # measured 0.079
+    ("vidur/network/a100_pairwise_nvlink/all_reduce.csv", "time_stats.all_reduce.median"): 0.055,  # measured 0.046
+    # measured 0.197 (0.160 before copies were bounded by line rate: rank 0's send kernel here ends before the last
+    # bytes have arrived, so 16 MiB over the 300 GB/s bridge appears to run at 322 GB/s)
+    ("vidur/network/a100_pairwise_nvlink/send_recv.csv", "time_stats.send_recv.median"): 0.21,
+    ("vidur/network/a40_pairwise_nvlink/all_reduce.csv", "time_stats.all_reduce.median"): 0.105,  # measured 0.096
     ("vidur/network/a40_pairwise_nvlink/send_recv.csv", "time_stats.send_recv.median"): 0.11,  # measured 0.100
-    ("published/collectives.csv", "time_us"): 0.17,  # measured 0.154 (20 nccl-tests A100 rows)
-    ("published/collectives.csv", "busbw_GBps"): 0.20,  # measured 0.181 (also the 2 MI300X rows)
+    ("published/collectives.csv", "time_us"): 0.175,  # measured 0.162 (20 nccl-tests A100 rows)
+    ("published/collectives.csv", "busbw_GBps"): 0.195,  # measured 0.180 (also the 2 MI300X rows)
 }
 
 

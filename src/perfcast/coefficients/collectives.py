@@ -29,8 +29,16 @@ class ProtocolCoefficients(_Model):
     bandwidth_frac: float = Field(gt=0, le=2, description="bandwidth as a fraction of the effective link "
                                                           "bandwidth (link_efficiency_frac times the link)")
     base_latency_s: float = Field(ge=0, description="fixed time of one collective kernel")
-    hop_latency_frac: float = Field(ge=0, description="time of one sequential step as a multiple of the link's "
-                                                      "latency (intra_node/inter_node latency_s)")
+    hop_latency_frac: float = Field(ge=0, description="time of one sequential step inside a scale-up domain as a "
+                                                      "multiple of the link's latency (intra_node.latency_s)")
+    net_hop_latency_frac: float | None = Field(
+        default=None, ge=0, description="time of one sequential step across the network as a multiple of the "
+                                        "network's latency (inter_node.latency_s); None: hop_latency_frac")
+
+    @property
+    def net_hop_frac(self) -> float:
+        """``net_hop_latency_frac``, or ``hop_latency_frac`` where it is not set."""
+        return self.hop_latency_frac if self.net_hop_latency_frac is None else self.net_hop_latency_frac
 
 
 class CollectiveCoefficients(_Model, CanonicalJson):
@@ -48,6 +56,11 @@ class CollectiveCoefficients(_Model, CanonicalJson):
                     "socket (NCCL's TCP transport)")
     staged_node_bandwidth_Bps: dict[str, float] = Field(
         description="what one node's host-memory path carries for all its GPUs together (shm, network, socket)")
+    staged_latency_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="extra time of one sequential step over a path staged through host memory (a bounce-buffer "
+                    "copy and NCCL's proxy thread): shm (intra-node, per step inside the node), network (RDMA "
+                    "without GPUDirect) and socket (TCP), per step across the network; missing: 0")
     protocols: dict[str, ProtocolCoefficients] = Field(
         description="collectives: ll, ll128, simple; point-to-point (send/recv, all-to-all): p2p_ll, p2p_simple")
     p2p_bandwidth_frac: dict[str, float] = Field(

@@ -11,8 +11,9 @@ node) group weighs ``sqrt(rows)`` in total, so a 2,000-row sweep does not drown 
 published rows. Every fit starts from the priors recorded in the coefficient file and is
 weakly pulled towards them (one unit of loss per e-fold of a coefficient), which keeps what
 the rows cannot tell apart near the priors. Coefficients that no visible row identifies
-are not fitted and say so in ``fitted_on``: the GPUDirect RDMA network efficiency (every
-visible multi-node row is host-staged), NVLS and the per-peer latency of all-to-all.
+are not fitted and say so in ``fitted_on``: the GPUDirect RDMA network efficiency and per-step
+network latencies (every visible multi-node row is host-staged; they stay at NCCL's values), NVLS
+and the per-peer latency of all-to-all.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ COLLECTIVE_PARAMS: tuple[tuple[str, str], ...] = (
     ("p2p_bandwidth_frac.network", "log"),
     ("protocols.p2p_ll.base_latency_s", "log"), ("protocols.p2p_simple.base_latency_s", "log"),
     ("tree_efficiency_frac", "logit"), ("benchmark_launch_s", "log"), ("socket_buffer_bytes", "log"),
+    ("staged_latency_s.shm", "log"), ("staged_latency_s.network", "log"), ("staged_latency_s.socket", "log"),
 )
 PRIOR_ONLY = {
     "link_efficiency_frac.network": "prior 0.9: no visible row crosses a GPUDirect RDMA network (every visible "
@@ -66,6 +68,22 @@ PRIOR_ONLY = {
     "staged_node_bandwidth_Bps.socket": "prior 10 GB/s: every visible socket row uses one GPU per node",
     "protocols.p2p_*.hop_latency_frac": "prior: every visible point-to-point row is one step, so the base "
                                         "latency absorbs it",
+    "protocols.*.net_hop_latency_frac": "prior, NCCL 2.18 src/graph/tuning.cc hwLat[NET] of the tree (LL 5.0, "
+                                        "LL128 8.5, Simple 14 us per network step on InfiniBand) over the 5 us "
+                                        "InfiniBand latency of the catalog clusters: 1.0, 1.7, 2.8 (scaled by "
+                                        "each cluster's inter_node.latency_s: RoCE, EFA and TCP sockets are "
+                                        "slower); not fitted: no visible row crosses a GPUDirect network, the "
+                                        "host-staged rows' extra goes to staged_latency_s",
+    "priors (NCCL)": "NCCL 2.18 src/graph/tuning.cc: LL bandwidth 1/4 of Simple (ring all-reduce), LL128 0.92 "
+                     "(120/128 per line), tree 0.92 x 0.85 = 0.78 of a ring; base and per-step latencies keep "
+                     "their earlier priors (6, 14, 30 us; 0.3, 0.6, 1.5 x the link latency): NCCL's baseLat (6.6, "
+                     "14, 8.4 us) and NVLink hwLat (0.6, 1.9, 3.4 us) are its tuner's selection constants, below "
+                     "the profiled kernel times (10 us at 2 KiB on 2 GPUs, about 60 us on 8); as priors they "
+                     "pulled latency into the link efficiency (published/collectives.csv leave-one-cluster-out "
+                     "time MAPE 19.2 % instead of 16.7 %)",
+    "staged_latency_s": "priors shm 2 us, network 10 us, socket 10 us per step (a bounce-buffer copy through "
+                        "host memory and NCCL's proxy thread; an estimate, not a published figure); fitted on "
+                        "the a40 SHM rows, the a100_dgx host-staged rows and the TCP socket rows",
 }
 _SOFT_L1_SCALE = 0.1
 _PRIOR_SCALE = 1.0

@@ -311,3 +311,29 @@ def test_a_group_spreads_evenly_over_partly_used_domains() -> None:
     dgx = load_cluster("dgx-h100", nodes=2)
     assert (place(dgx, 12).g, place(dgx, 12).m) == (6, 2)
     assert collective_time("all_reduce", 1e8, 128, nvl).time_s > collective_time("all_reduce", 1e8, 64, nvl).time_s
+
+
+@pytest.mark.parametrize(("gpus_per_node", "line_rate_Bps"), [(2, 450e9), (1, 50e9)])
+def test_a_copy_never_outruns_the_line_rate(gpus_per_node: int, line_rate_Bps: float) -> None:
+    # DGX-H100: NVLink 4 is 450 GB/s per direction, one 400 Gb/s NDR NIC per GPU is 50 GB/s
+    c = load_cluster("dgx-h100", nodes=2)
+    t = collective_time("send_recv", 8 * GiB, 2, c, gpus_per_node=gpus_per_node, shared_nics=False)
+    assert t.algbw_Bps <= line_rate_Bps
+
+
+def test_small_all_reduce_latency_grows_with_the_network_steps_of_nccl_trees() -> None:
+    # NCCL's tree latency (src/graph/tuning.cc): 2 * (intra steps * hwLat[NVLINK] + log2(nodes) * hwLat[NET]);
+    # from 2 to 64 nodes, 5 more network steps each way at ~inter_node.latency_s each
+    c = load_cluster("dgx-h100", nodes=64)
+    two = collective_time("all_reduce", 8.0, 16, c).time_s
+    many = collective_time("all_reduce", 8.0, 512, c).time_s
+    per_step = CO.protocols["ll"].net_hop_frac * c.inter_node.latency_s
+    assert many - two == pytest.approx(2 * 5 * per_step, rel=0.05)
+
+
+def test_host_staged_networks_pay_their_per_step_latency() -> None:
+    base = load_cluster("dgx-a100", nodes=2)
+    staged = base.model_copy(update={"inter_node": base.inter_node.model_copy(update={"transport": "staged"})})
+    extra = (collective_time("all_reduce", 8.0, 2, staged, gpus_per_node=1).time_s
+             - collective_time("all_reduce", 8.0, 2, base, gpus_per_node=1).time_s)
+    assert extra == pytest.approx(2 * CO.staged_latency_s["network"], rel=0.05)  # a ring of 2 nodes: 2 steps

@@ -3,8 +3,16 @@
 Time of one algorithm with one protocol (NCCL's LL, LL128 or Simple)::
 
     t = base_latency_s[proto] + fixed_s
-        + hop_latency_frac[proto] * (intra_steps * intra_node.latency_s + inter_steps * inter_node.latency_s)
+        + intra_steps * (hop_latency_frac[proto] * intra_node.latency_s + staged_s[shm])
+        + inter_steps * (net_hop_latency_frac[proto] * inter_node.latency_s + staged_s[network path])
         + size_bytes * s_per_byte / bandwidth_frac[proto]
+
+This is NCCL's own tuning model (github.com/NVIDIA/nccl src/graph/tuning.cc, ``ncclTopoTuneModel``:
+``baseLat[algo][proto] + nIntraSteps * hwLat[NVLINK|PCI][algo][proto] + nInterSteps * hwLat[NET][algo][proto]``,
+time = latency + bytes / (nChannels x per-channel busBw x protocol fraction)); the priors of every
+coefficient are NCCL's values (``data/coefficients/collectives.json`` ``fitted_on`` names the version), and
+``staged_s`` is the extra of a path NCCL stages through host memory (its SHM transport, RDMA without
+GPUDirect, TCP sockets), which NCCL's table does not price.
 
 except on a host-staged TCP path (the ``socket`` transport), where ``s_per_byte`` blends from
 the wire's rate, for messages that fit the socket buffers (``socket_buffer_bytes``), into the
@@ -56,8 +64,9 @@ def _protocol_times(cost: Cost, sizes: np.ndarray, lk: Links, co: CollectiveCoef
     which = np.zeros(sizes.shape, dtype=int)
     for i, name in enumerate(cost.protocols):
         pc = co.protocols[name]
-        hops_s = cost.intra_steps * lk.intra_latency_s + cost.inter_steps * lk.inter_latency_s
-        latency = pc.base_latency_s + cost.fixed_s + pc.hop_latency_frac * hops_s
+        hops_s = (cost.intra_steps * (pc.hop_latency_frac * lk.intra_latency_s + lk.intra_staged_s)
+                  + cost.inter_steps * (pc.net_hop_frac * lk.inter_latency_s + lk.inter_staged_s))
+        latency = pc.base_latency_s + cost.fixed_s + hops_s
         t = latency + sizes * (_s_per_byte(cost, sizes) / pc.bandwidth_frac)
         if name.endswith("ll") and math.isfinite(cost.ll_max_bytes):
             t = np.where(sizes <= cost.ll_max_bytes, t, np.inf)

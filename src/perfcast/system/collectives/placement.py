@@ -53,6 +53,8 @@ class Links:
     intra_latency_s: float
     inter_latency_s: float
     p2p_net_burst_Bps: float = 0.0  # socket transport: the wire's rate for messages that fit the socket buffers
+    intra_staged_s: float = 0.0  # extra per step inside the domain when it is staged through host memory (SHM)
+    inter_staged_s: float = 0.0  # extra per network step when the network is staged through host memory
 
 
 def place(cluster: Cluster, group_size: int, gpus_per_node: int | None = None) -> Placement:
@@ -122,11 +124,12 @@ def links(cluster: Cluster, p: Placement, co: CollectiveCoefficients, *, shared_
     else:  # switch (NVSwitch), or PCIe switches / a ring of links
         rate = intra.bandwidth_Bps * eff[cls if intra.topology == "switch" else "pcie"]
         ring = pair = a2a = rate
-    if intra.p2p:  # a copy does not run at a ring's reduce-and-forward speed
-        pair *= co.p2p_bandwidth_frac["link"]
-        a2a *= co.p2p_bandwidth_frac["link"]
+    if intra.p2p:  # a copy does not run at a ring's reduce-and-forward speed, nor faster than the link itself
+        pair = min(pair * co.p2p_bandwidth_frac["link"], _nominal_a2a(cluster, 2))
+        a2a = min(a2a * co.p2p_bandwidth_frac["link"], _nominal_a2a(cluster, g))
     nvls = intra.bandwidth_Bps * co.nvls_efficiency_frac if intra.multicast and intra.p2p else 0.0
     net = node = p2p_net = burst = 0.0
+    path = {"staged": "network", "socket": "socket"}.get(cluster.inter_node.transport)
     if p.m > 1:
         inter = cluster.inter_node
         gpn = cluster.gpus_per_node
@@ -137,9 +140,8 @@ def links(cluster: Cluster, p: Placement, co: CollectiveCoefficients, *, shared_
             nics_used = min(inter.nics_per_node, members * max(1.0, inter.nics_per_node / gpn))
             share = inter.nic_bandwidth_Bps * nics_used / members
         taper = inter.oversubscription if p.nodes > inter.nodes_per_leaf else 1.0
-        path = {"staged": "network", "socket": "socket"}.get(inter.transport)
         net = share * eff["network"]
-        p2p_net = net * co.p2p_bandwidth_frac["link"]
+        p2p_net = min(net * co.p2p_bandwidth_frac["link"], share)  # a copy never outruns the NICs' line rate
         if path:  # through host memory: bounded by that path, per GPU and per node
             # a copy over RDMA staged through host memory runs at its own fraction of a ring's rate; a TCP
             # socket streams any copy at the socket path's rate (so the two paths' fits stay independent)
@@ -154,4 +156,19 @@ def links(cluster: Cluster, p: Placement, co: CollectiveCoefficients, *, shared_
             cap = co.staged_node_bandwidth_Bps[path] * math.ceil(g / gpn) / taper
             node = min(node, cap)
             p2p_net = min(p2p_net, cap * staged_p2p / g)
-    return Links(ring, pair, a2a, nvls, net, node, p2p_net, intra.latency_s, cluster.inter_node.latency_s, burst)
+    extra = co.staged_latency_s  # a host-memory bounce and the proxy thread, per step
+    intra_staged = 0.0 if intra.p2p else extra.get("shm", 0.0)
+    inter_staged = extra.get(path, 0.0) if p.m > 1 and path else 0.0
+    return Links(ring, pair, a2a, nvls, net, node, p2p_net, intra.latency_s, cluster.inter_node.latency_s, burst,
+                 intra_staged, inter_staged)
+
+
+def _nominal_a2a(cluster: Cluster, g: int) -> float:
+    """The line rate (B/s, per direction) from one GPU to the other g - 1 members of its domain, all at once."""
+    intra = cluster.intra_node
+    if intra.topology == "mesh":
+        return intra.bandwidth_Bps / max(cluster.domain - 1, 1) * max(g - 1, 1)
+    if intra.topology == "pairs" and intra.pair_bandwidth_Bps is not None:
+        bridge, pcie = intra.pair_bandwidth_Bps, intra.bandwidth_Bps
+        return bridge if g <= 2 else (g - 1) / max(1.0 / bridge, (g - 2) / pcie)
+    return intra.bandwidth_Bps

@@ -44,5 +44,7 @@ class Ring(Algorithm):
             volume, steps = (n - 1) / 2.0, float(n - 1)
         if p.m == 1:
             return Cost(steps, 0.0, volume / links.ring_Bps)
-        # every step waits for its slowest hop, a network hop
-        return Cost(0.0, steps, volume / min(links.ring_Bps, links.node_net_Bps))
+        # a chunk crosses the network once per domain per pass (NCCL's nInterSteps: 2m for all-reduce, m - 1
+        # for all-gather / reduce-scatter / broadcast, src/graph/tuning.cc); the other steps stay inside
+        inter = min(steps, 2.0 * p.m if op is _OP.ALL_REDUCE else float(p.m - 1))
+        return Cost(steps - inter, inter, volume / min(links.ring_Bps, links.node_net_Bps))
