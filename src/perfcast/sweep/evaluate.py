@@ -4,8 +4,9 @@ The model is :func:`perfcast.system.training.simulate_training`'s, rearranged
 so that nothing is re-derived per plan:
 
 1. Each distinct micro-batch shape (GPU count, ``tp``, ``cp``, ``ep``,
-   micro-batch) is priced once per part (embedding, layer kind, head) and
-   recompute mode by the same lower layers (``micro_batch_costs`` and the
+   ``etp``, micro-batch, precision recipe) is priced once per part (embedding,
+   layer kind, head) and recompute mode by the same lower layers
+   (``micro_batch_costs``, once per shape whatever the GPU count, and the
    training module's per-layer time, collectives included).
 2. Each distinct ``(pp, vp)`` pair gives a stage layout: how many of each part
    every pipeline rank holds (ranks with the same holdings form one class).
@@ -13,7 +14,8 @@ so that nothing is re-derived per plan:
    (ZeRO-3 gathers, gradient reductions, pipeline sends) are computed once per
    distinct (operation, bytes, group, stride) and gathered back into arrays.
 4. Stage sums, the pipeline makespan, the data-parallel tail and the memory
-   per GPU are numpy arithmetic over all plans at once, with the formulas the
+   per GPU are numpy arithmetic over all plans at once (in chunks of
+   :data:`CHUNK_PLANS`, to bound the memory), with the formulas the
    exact predictor calls on one plan (:mod:`perfcast.system.step`,
    :func:`perfcast.system.schedule.steady_state_s`): one step formula, two
    callers.
@@ -38,10 +40,11 @@ from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.errors import ConfigError
-from perfcast.sweep.space import RECOMPUTE, PlanArrays, SearchSpace
+from perfcast.sweep.space import ETP, PRECISIONS, RECOMPUTE, PlanArrays, SearchSpace
 from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.layers import MicroBatchCosts, micro_batch_costs
 from perfcast.system.memory import training_memory
+from perfcast.system.plan import ParallelPlan
 from perfcast.system.schedule import steady_state_s
 from perfcast.system.step import (
     data_parallel_exposed_s,
@@ -53,7 +56,9 @@ from perfcast.system.step import (
 from perfcast.system.training import LayerComm, layer_time, optimizer_time_s, split_layers
 from perfcast.workload.precision import get_recipe
 
-__all__ = ["PlanScores", "Pricer", "evaluate_plans"]
+__all__ = ["CHUNK_PLANS", "PlanScores", "Pricer", "evaluate_plans"]
+
+CHUNK_PLANS = 131_072  # plans priced at once: (plans x rank classes x parts) float arrays stay ~10 MB each
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,7 @@ class Pricer:
         self.training = self.calibration.training
         self.grad_bytes = 4.0  # gradients reduced in fp32 (ParallelPlan's default)
         self._shapes: dict[tuple[int, ...], _Shape] = {}
+        self._costs_memo: dict[tuple[int, ...], MicroBatchCosts] = {}
         self._layouts: dict[tuple[int, int], _Layout] = {}
         self._comms: dict[int, LayerComm] = {}
         self._coll: dict[tuple[str, float, int, int, int], float] = {}
@@ -146,17 +152,26 @@ class Pricer:
 
     # -- per shape ------------------------------------------------------------------------------------------
 
-    def _costs(self, tp: int, cp: int, ep: int, mb: int) -> MicroBatchCosts:
-        plan = self.space.plan(tp=tp, pp=1, dp=1, cp=cp, ep=ep, vp=1, micro_batch=mb, recompute="none", zero=0)
-        return micro_batch_costs(self.cfg, plan, self.hw, self.coeffs, self.compose)
+    def _plan(self, tp: int, cp: int, ep: int, etp: int, mb: int, prec: int, recompute: str = "none") -> ParallelPlan:
+        return self.space.plan(tp=tp, pp=1, dp=1, cp=cp, ep=ep, vp=1, micro_batch=mb, recompute=recompute, zero=0,
+                               precision=PRECISIONS[prec], etp=ETP[etp])
 
-    def shape(self, gpus: int, tp: int, cp: int, ep: int, mb: int) -> _Shape:
-        """Per-part costs of one micro-batch shape (memoized)."""
-        key = (gpus, tp, cp, ep, mb)
+    def _costs(self, tp: int, cp: int, ep: int, etp: int, mb: int, prec: int) -> MicroBatchCosts:
+        key = (tp, cp, ep, etp, mb, prec)  # the GPU count does not enter: one pricing for every count searched
+        hit = self._costs_memo.get(key)
+        if hit is None:
+            hit = self._costs_memo[key] = micro_batch_costs(self.cfg, self._plan(tp, cp, ep, etp, mb, prec), self.hw,
+                                                            self.coeffs, self.compose)
+        return hit
+
+    def shape(self, gpus: int, tp: int, cp: int, ep: int, mb: int, etp: int = 0, prec: int = 0) -> _Shape:
+        """Per-part costs of one micro-batch shape (memoized); ``etp`` and ``prec`` are codes (indices into
+        :data:`~perfcast.sweep.space.ETP` and :data:`~perfcast.sweep.space.PRECISIONS`)."""
+        key = (gpus, tp, cp, ep, etp, mb, prec)
         hit = self._shapes.get(key)
         if hit is not None:
             return hit
-        costs = self._costs(tp, cp, ep, mb)
+        costs = self._costs(tp, cp, ep, etp, mb, prec)
         labels = [p.label for p in costs.parts]
         if self._labels is None:
             self._labels = labels
@@ -167,7 +182,7 @@ class Pricer:
         fwd = np.zeros((len(RECOMPUTE), len(labels)))
         bwd = np.zeros_like(fwd)
         for r, mode in enumerate(RECOMPUTE):
-            plan = self.space.plan(tp=tp, pp=1, dp=1, cp=cp, ep=ep, vp=1, micro_batch=mb, recompute=mode, zero=0)
+            plan = self._plan(tp, cp, ep, etp, mb, prec, mode)
             for k, part in enumerate(costs.parts):
                 lt = layer_time(part, plan, comm, self.training, grad_bytes=self.grad_bytes)
                 fwd[r, k], bwd[r, k] = lt.fwd_s, lt.bwd_s
@@ -247,27 +262,39 @@ class Pricer:
         return _per_distinct(one, np.asarray(params, dtype=float))
 
 
+def _distinct(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The index of one row per distinct row of the columns (in the order of the rows sorted column by column,
+    first column slowest) and, per row, which of them it is. Column by column with 1-D sorts: much faster than
+    ``np.unique(axis=0)`` on stacked rows."""
+    key = np.zeros(columns[0].size, dtype=np.int64)
+    for c in columns:
+        values, inverse = np.unique(np.ravel(c), return_inverse=True)
+        # key < rows after each step, so key * len(values) + inverse stays far below 2^63
+        _, key = np.unique(key * len(values) + inverse.ravel(), return_inverse=True)
+        key = key.ravel()
+    return np.unique(key, return_index=True)[1], key
+
+
 def _per_distinct(fn: Callable[..., float], *columns: np.ndarray) -> np.ndarray:
     """``fn`` applied once per distinct row of the argument columns, spread back to every row."""
     if columns[0].size == 0:
         return np.zeros(0)
-    stacked = np.stack([np.asarray(c, dtype=float).ravel() for c in columns], axis=1)
-    rows, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    flat = [np.asarray(c).ravel() for c in columns]
+    first, inverse = _distinct(*flat)
     kinds = [float] + [int] * (len(columns) - 1)
-    values = np.array([fn(*(kind(x) for kind, x in zip(kinds, row, strict=True))) for row in rows])
-    return values[inverse.ravel()].reshape(columns[0].shape)
+    values = np.array([fn(*(kind(c[i]) for kind, c in zip(kinds, flat, strict=True))) for i in first])
+    return values[inverse].reshape(columns[0].shape)
 
 
 def _gather_shapes(pricer: Pricer, pl: PlanArrays) -> tuple[np.ndarray, list[_Shape]]:
-    keys = np.stack([pl.gpus, pl.tp, pl.cp, pl.ep, pl.mb], axis=1)
-    rows, inverse = np.unique(keys, axis=0, return_inverse=True)
-    return inverse.ravel(), [pricer.shape(*(int(x) for x in row)) for row in rows]
+    cols = (pl.gpus, pl.tp, pl.cp, pl.ep, pl.mb, pl.etp, pl.prec)
+    first, inverse = _distinct(*cols)
+    return inverse, [pricer.shape(*(int(c[i]) for c in cols)) for i in first]
 
 
 def _gather_layouts(pricer: Pricer, pl: PlanArrays) -> tuple[np.ndarray, ...]:
-    keys = np.stack([pl.pp, pl.vp], axis=1)
-    rows, inverse = np.unique(keys, axis=0, return_inverse=True)
-    layouts = [pricer.layout(int(p), int(v)) for p, v in rows]
+    first, inverse = _distinct(pl.pp, pl.vp)
+    layouts = [pricer.layout(int(pl.pp[i]), int(pl.vp[i])) for i in first]
     classes = max(x.counts.shape[0] for x in layouts)
 
     def pad(a: np.ndarray) -> np.ndarray:  # extra rows repeat rank pp-1 (no effect on maxima or sums taken)
@@ -276,13 +303,20 @@ def _gather_layouts(pricer: Pricer, pl: PlanArrays) -> tuple[np.ndarray, ...]:
     counts = np.stack([pad(x.counts) for x in layouts])
     layers = np.stack([pad(x.layers[:, None])[:, 0] for x in layouts])
     total = np.stack([x.total for x in layouts])
-    first = np.stack([x.first_stage for x in layouts])
-    i = inverse.ravel()
-    return counts[i], layers[i], total[i], first[i]
+    on_first = np.stack([x.first_stage for x in layouts])
+    return counts[inverse], layers[inverse], total[inverse], on_first[inverse]
 
 
 def evaluate_plans(pricer: Pricer, pl: PlanArrays) -> PlanScores:
     """Step time, model TFLOP/s per GPU and peak memory per GPU of every plan (arrays)."""
+    n = len(pl)
+    if n <= CHUNK_PLANS:
+        return _evaluate_chunk(pricer, pl)
+    return PlanScores.concat([_evaluate_chunk(pricer, pl.take(slice(a, a + CHUNK_PLANS)))
+                              for a in range(0, n, CHUNK_PLANS)])
+
+
+def _evaluate_chunk(pricer: Pricer, pl: PlanArrays) -> PlanScores:
     n = len(pl)
     if n == 0:
         return PlanScores(np.zeros(0), np.zeros(0), np.zeros(0), pricer.hw.memory_bytes)
@@ -392,7 +426,6 @@ def _memory(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, weights_of: tupl
     """Peak bytes per GPU on rank 0 (``rank=0``) or rank ``pp - 1`` (``rank=1``), as the training module's;
     ``weights_of``: the parameters, trainable parameters and routed-expert parameters of each part."""
     params, trainable, expert = weights_of
-    space = pricer.space
     c = counts[:, rank, :]
     held = c > 0
     zeros = np.zeros(len(pl))
@@ -403,11 +436,22 @@ def _memory(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, weights_of: tupl
         max_layer_activation_bytes=np.where(held, act, 0.0).max(axis=1),
         in_flight=in_flight_microbatches(pl.pp, pl.vp, m, 0 if rank == 0 else pl.pp - 1),
         full_recompute=pl.rc == RECOMPUTE.index("full"), zero=pl.zero, shards=pl.dp * pl.cp,
-        weight_bytes_per_param=4.0 if space.precision == "fp32" else 2.0, grad_bytes=pricer.grad_bytes,
-        optimizer_bytes_per_param=12.0,  # Adam: fp32 master + two moments
-        weight_copy_bytes_per_param=get_recipe(space.precision).weight_copy_bytes_per_param,
-        expert_trainable=np.einsum("nk,nk->n", c, expert),
-        expert_shards=np.maximum(1, pl.dp * pl.cp // pl.ep))  # experts split like the MLP (etp = tp)
+        weight_bytes_per_param=2.0,  # bf16 / fp16 weights (fp32 training is not searched)
+        grad_bytes=pricer.grad_bytes, optimizer_bytes_per_param=12.0,  # Adam: fp32 master + two moments
+        weight_copy_bytes_per_param=_WEIGHT_COPY_BYTES[pl.prec], expert_trainable=np.einsum("nk,nk->n", c, expert),
+        expert_shards=_expert_shards(pl))
     mem = training_memory(weights=weights, gradients=grads, optimizer=optimizer,  # type: ignore[arg-type]
                           activations=acts, capacity=pricer.hw.memory_bytes)  # type: ignore[arg-type]
     return np.asarray(mem.total_bytes, dtype=float)
+
+
+# per precision code: the low-precision copies of each weight a recipe keeps (bytes per parameter)
+_WEIGHT_COPY_BYTES = np.array([get_recipe(name).weight_copy_bytes_per_param for name in PRECISIONS])
+
+
+def _expert_shards(pl: PlanArrays) -> np.ndarray:
+    """Data-parallel copies of each expert (:attr:`ParallelPlan.expert_shards` over arrays): dp*cp/ep with
+    experts split like the MLP, tp*dp*cp/ep with whole experts."""
+    whole = pl.etp == ETP.index(1)
+    ranks = pl.dp * pl.cp * np.where(whole, pl.tp, 1)
+    return np.where((pl.ep == 1) & ~whole, pl.dp * pl.cp, np.maximum(1, ranks // pl.ep))
