@@ -95,6 +95,7 @@ class _Shape:
     input_bytes: np.ndarray  # (K,) checkpointed layer input (full recompute)
     model_flops_per_token: float
     hidden_bytes: float
+    weights_id: int  # shapes with the same parameters and trainable parameters per part share it
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ class Pricer:
         self.grad_bytes = 4.0  # gradients reduced in fp32 (ParallelPlan's default)
         self._shapes: dict[tuple[int, ...], _Shape] = {}
         self._costs_memo: dict[tuple[int, ...], MicroBatchCosts] = {}
+        self._weights_ids: dict[bytes, int] = {}
         self._layouts: dict[tuple[int, int], _Layout] = {}
         self._comms: dict[int, LayerComm] = {}
         self._coll: dict[tuple[str, float, int, int, int], float] = {}
@@ -187,10 +189,11 @@ class Pricer:
                 lt = layer_time(part, plan, comm, self.training, grad_bytes=self.grad_bytes)
                 fwd[r, k], bwd[r, k] = lt.fwd_s, lt.bwd_s
         parts = costs.parts
-        shape = _Shape(fwd, bwd, np.array([p.params for p in parts]), np.array([p.trainable_params for p in parts]),
-                       np.array([p.expert_params for p in parts]), np.array([p.activation_bytes for p in parts]),
-                       np.array([p.input_bytes for p in parts]),
-                       costs.model_flops_per_token, costs.hidden_bytes)
+        params, trainable = np.array([p.params for p in parts]), np.array([p.trainable_params for p in parts])
+        weights_id = self._weights_ids.setdefault(params.tobytes() + trainable.tobytes(), len(self._weights_ids))
+        shape = _Shape(fwd, bwd, params, trainable, np.array([p.expert_params for p in parts]),
+                       np.array([p.activation_bytes for p in parts]), np.array([p.input_bytes for p in parts]),
+                       costs.model_flops_per_token, costs.hidden_bytes, weights_id)
         if any(p.quantized_elements for p in parts):  # pragma: no cover - the search trains full models
             raise RuntimeError("quantized base weights are outside the training search")
         self._shapes[key] = shape
@@ -264,15 +267,19 @@ class Pricer:
 
 def _distinct(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The index of one row per distinct row of the columns (in the order of the rows sorted column by column,
-    first column slowest) and, per row, which of them it is. Column by column with 1-D sorts: much faster than
-    ``np.unique(axis=0)`` on stacked rows."""
+    first column slowest) and, per row, which of them it is. Each column is numbered by a 1-D sort and the
+    numbers combined as one mixed-radix integer per row: much faster than ``np.unique(axis=0)`` on stacked rows."""
     key = np.zeros(columns[0].size, dtype=np.int64)
+    span = 1  # key < span
     for c in columns:
         values, inverse = np.unique(np.ravel(c), return_inverse=True)
-        # key < rows after each step, so key * len(values) + inverse stays far below 2^63
-        _, key = np.unique(key * len(values) + inverse.ravel(), return_inverse=True)
-        key = key.ravel()
-    return np.unique(key, return_index=True)[1], key
+        if span * len(values) >= 2**62:  # renumber the key densely first (key < rows), to stay below 2^63
+            _, key = np.unique(key, return_inverse=True)
+            key, span = key.ravel(), key.size
+        key = key * len(values) + inverse.ravel()
+        span *= len(values)
+    first, key = np.unique(key, return_index=True, return_inverse=True)[1:]
+    return first, key.ravel()
 
 
 def _per_distinct(fn: Callable[..., float], *columns: np.ndarray) -> np.ndarray:
@@ -293,6 +300,8 @@ def _gather_shapes(pricer: Pricer, pl: PlanArrays) -> tuple[np.ndarray, list[_Sh
 
 
 def _gather_layouts(pricer: Pricer, pl: PlanArrays) -> tuple[np.ndarray, ...]:
+    """Per plan: its layout's rank-class counts, layers per class, instances per part, parts on the first
+    virtual stage, and which distinct layout it is."""
     first, inverse = _distinct(pl.pp, pl.vp)
     layouts = [pricer.layout(int(pl.pp[i]), int(pl.vp[i])) for i in first]
     classes = max(x.counts.shape[0] for x in layouts)
@@ -304,7 +313,7 @@ def _gather_layouts(pricer: Pricer, pl: PlanArrays) -> tuple[np.ndarray, ...]:
     layers = np.stack([pad(x.layers[:, None])[:, 0] for x in layouts])
     total = np.stack([x.total for x in layouts])
     on_first = np.stack([x.first_stage for x in layouts])
-    return counts[inverse], layers[inverse], total[inverse], on_first[inverse]
+    return counts[inverse], layers[inverse], total[inverse], on_first[inverse], inverse
 
 
 def evaluate_plans(pricer: Pricer, pl: PlanArrays) -> PlanScores:
@@ -331,14 +340,18 @@ def _evaluate_chunk(pricer: Pricer, pl: PlanArrays) -> PlanScores:
     inp = np.stack([s.input_bytes for s in shapes])[s_idx]
     mf = np.array([s.model_flops_per_token for s in shapes])[s_idx]
     hidden = np.array([s.hidden_bytes for s in shapes])[s_idx]
-    counts, layers, total, first = _gather_layouts(pricer, pl)  # (n, C, K), (n, C), (n, K), (n, K)
-    fwd, bwd, ag0 = _zero3_layers(pricer, pl, fwd, bwd, params, trainable, first)
+    counts, layers, total, first, l_idx = _gather_layouts(pricer, pl)  # (n, C, K), (n, C), (n, K), (n, K), (n,)
+    # the data-parallel collectives depend on the plan only through its weights per part, its layout, its
+    # data-parallel group and ZeRO stage: priced on one plan of each such class, gathered back
+    weights = np.array([s.weights_id for s in shapes])[s_idx]
+    rep, cls = _distinct(weights, l_idx, pl.dp * pl.cp, pl.tp, pl.gpus, pl.zero)
+    fwd, bwd, ag0 = _zero3_layers(pricer, pl, fwd, bwd, params, trainable, first, rep, cls)
     m = space.global_batch // (pl.mb * pl.dp)
     f_rank = np.einsum("nck,nk->nc", counts, fwd)
     f_rank[:, 0] += ag0
     b_rank = np.einsum("nck,nk->nc", counts, bwd)
     pipe = _pipeline_s(pricer, pl, f_rank + b_rank, np.einsum("nk,nk->n", total, fwd + bwd) + ag0, hidden, m)
-    dp_exposed, opt = _data_parallel_s(pricer, pl, counts, layers, params, trainable, f_rank, b_rank)
+    dp_exposed, opt = _data_parallel_s(pricer, pl, counts, layers, params, trainable, f_rank, b_rank, rep, cls)
     step = step_time_s(pipe, dp_exposed, opt, pricer.compose.host.step_overhead_s)
 
     tokens = space.global_batch * (1 if pricer.cfg.kind == "cnn" else space.seq_len)
@@ -349,28 +362,30 @@ def _evaluate_chunk(pricer: Pricer, pl: PlanArrays) -> PlanScores:
 
 
 def _zero3_layers(pricer: Pricer, pl: PlanArrays, fwd: np.ndarray, bwd: np.ndarray, params: np.ndarray,
-                  trainable: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  trainable: np.ndarray, first: np.ndarray, rep: np.ndarray,
+                  cls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """ZeRO-3: every layer gathers its parameters (forward and backward) and reduce-scatters its gradients.
     Returns the layers' forward and backward seconds with them, and the first layer's gather of each pass,
-    which cannot be prefetched (s, 0 for other plans)."""
+    which cannot be prefetched (s, 0 for other plans). The collectives are priced on the plans ``rep``, one
+    per class of plans with the same ones (``cls``: each plan's)."""
     n, n_parts = fwd.shape
     z3 = pl.zero == 3
-    ag0 = np.zeros(n)
     if not z3.any():
-        return fwd, bwd, ag0
-    shards = pl.dp * pl.cp
-    ag = np.zeros((n, n_parts))
-    rs = np.zeros((n, n_parts))
-    args = (shards[z3], pl.tp[z3], pl.gpus[z3])
+        return fwd, bwd, np.zeros(n)
+    r = rep[pl.zero[rep] == 3]
+    args = ((pl.dp * pl.cp)[r], pl.tp[r], pl.gpus[r])
+    ag, rs = np.zeros((rep.size, n_parts)), np.zeros((rep.size, n_parts))
+    ag0 = np.zeros(rep.size)
+    z3_rep = pl.zero[rep] == 3
     for k in range(n_parts):
-        ag[z3, k] = pricer.collective("all_gather", params[z3, k] * 2.0, *args)
-        rs[z3, k] = pricer.collective("reduce_scatter", trainable[z3, k] * pricer.grad_bytes, *args)
-    f3, b3 = zero3_layer_s(fwd, bwd, ag, rs, pricer.training.overlap_interference)
+        ag[z3_rep, k] = pricer.collective("all_gather", params[r, k] * 2.0, *args)
+        rs[z3_rep, k] = pricer.collective("reduce_scatter", trainable[r, k] * pricer.grad_bytes, *args)
+    first_max = np.where(first[r], params[r], 0.0).max(axis=1)
+    ag0[z3_rep] = pricer.collective("all_gather", first_max * 2.0, *args)
+    f3, b3 = zero3_layer_s(fwd, bwd, ag[cls], rs[cls], pricer.training.overlap_interference)
     fwd = np.where(z3[:, None], f3, fwd)
     bwd = np.where(z3[:, None], b3, bwd)
-    first_max = np.where(first, params, 0.0).max(axis=1)
-    ag0[z3] = pricer.collective("all_gather", first_max[z3] * 2.0, *args)
-    return fwd, bwd, ag0
+    return fwd, bwd, ag0[cls]
 
 
 def _pipeline_s(pricer: Pricer, pl: PlanArrays, work: np.ndarray, chain: np.ndarray, hidden: np.ndarray,
@@ -391,14 +406,25 @@ def _pipeline_s(pricer: Pricer, pl: PlanArrays, work: np.ndarray, chain: np.ndar
 
 def _data_parallel_s(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, layers: np.ndarray,
                      params: np.ndarray, trainable: np.ndarray, f_rank: np.ndarray,
-                     b_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                     b_rank: np.ndarray, rep: np.ndarray, cls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per rank class: the data-parallel gradient reduction's exposed seconds (ZeRO-1/2: and the parameter
-    gather) and the optimizer step's seconds."""
+    gather) and the optimizer step's seconds. The collectives and the optimizer step are priced on the plans
+    ``rep``, one per class of plans with the same ones (``cls``: each plan's)."""
+    ar, rs_t, ag_t, opt = _data_parallel_ops(pricer, pl.take(rep), counts[rep], params[rep], trainable[rep])
+    zero = np.repeat(pl.zero[:, None], counts.shape[1], axis=1)
+    dp_exposed = data_parallel_exposed_s(zero, ar[cls], rs_t[cls], ag_t[cls], b_rank, f_rank, np.maximum(1, layers),
+                                         pricer.training.overlap_interference)
+    return dp_exposed, opt[cls]
+
+
+def _data_parallel_ops(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, params: np.ndarray,
+                       trainable: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per plan and rank class: the gradient all-reduce (ZeRO-0), reduce-scatter and parameter all-gather
+    (ZeRO-1/2) and the optimizer step, seconds."""
     n = len(pl)
     gb = pricer.grad_bytes
     trn_c = np.einsum("nck,nk->nc", counts, trainable)
     par_c = np.einsum("nck,nk->nc", counts, params)
-    lay_c = np.maximum(1, layers)
     classes = counts.shape[1]
 
     def per_class(a: np.ndarray) -> np.ndarray:
@@ -415,10 +441,7 @@ def _data_parallel_s(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, layers:
         rs_t[z12] = pricer.collective("reduce_scatter", trn_c[z12] * gb, grp[z12], stride[z12], gpus[z12])
         ag_t[z12] = np.where(trn_c[z12] > 0,
                              pricer.collective("all_gather", par_c[z12] * 2.0, grp[z12], stride[z12], gpus[z12]), 0.0)
-    dp_exposed = data_parallel_exposed_s(zero, ar, rs_t, ag_t, b_rank, f_rank, lay_c,
-                                         pricer.training.overlap_interference)
-    opt = pricer.optimizer_s(trn_c / np.where(zero >= 1, grp, 1))
-    return dp_exposed, opt
+    return ar, rs_t, ag_t, pricer.optimizer_s(trn_c / np.where(zero >= 1, grp, 1))
 
 
 def _memory(pricer: Pricer, pl: PlanArrays, counts: np.ndarray, weights_of: tuple[np.ndarray, ...],
