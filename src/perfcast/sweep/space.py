@@ -24,9 +24,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig, check_context
-from perfcast.errors import UnsupportedError
+from perfcast.coefficients.bundle import resolve_calibration
+from perfcast.errors import ConfigError, UnsupportedError
 from perfcast.system.cluster import Cluster
+from perfcast.system.collectives.placement import place
 from perfcast.system.plan import ParallelPlan, divisors
+from perfcast.system.training import LayerComm
 from perfcast.workload.precision import check_recipe_hardware, get_recipe
 
 __all__ = ["CONSTRAINTS", "ETP", "PRECISIONS", "RECOMPUTE", "Axes", "PlanArrays", "SearchSpace", "enumerate_plans",
@@ -49,7 +52,8 @@ CONSTRAINTS: dict[str, str] = {
     "sequence": "cp must divide the sequence (2*cp for ring attention)",
     "experts": "ep > 1 and etp 1 need an MoE model; ep must divide its experts and dp*cp (etp tp: experts split "
                "like the MLP) or tp*dp*cp (etp 1: whole experts, which beside tp > 1 need sequence parallelism; at "
-               "tp 1, etp 1 is etp tp and is not enumerated twice)",
+               "tp 1 and cp 1, etp 1 is etp tp and is not enumerated twice); the EP group (ranks tp*cp apart with "
+               "etp tp) must fit the GPUs",
     "precision": "the GPU must run the precision recipe (FP8 needs an FP8 peak, MXFP8 and NVFP4 compute capability "
                  ">= 10); listed when the space tries several recipes or one the GPU cannot run",
     "memory": "the plan must fit in the allowed share of GPU memory",
@@ -310,9 +314,11 @@ def _shape_masks(g: dict[str, np.ndarray], space: SearchSpace, cfg: ModelConfig,
             ("global batch", bad_batch), ("sequence", bad_seq)]
 
 
-def _expert_mask(g: dict[str, np.ndarray], space: SearchSpace, cfg: ModelConfig, axes: Axes) -> np.ndarray:
-    """Plans check_plan refuses for their expert parallelism, and the duplicates of etp 1 (a dense model's, and
-    at tp 1 when etp tp is tried too: the same plan)."""
+def _expert_mask(g: dict[str, np.ndarray], space: SearchSpace, cfg: ModelConfig, cluster: Cluster,
+                 axes: Axes) -> np.ndarray:
+    """Plans check_plan refuses for their expert parallelism, those whose EP group the training module cannot
+    place on their GPUs, and the duplicates of etp 1 (a dense model's, and at tp 1 and cp 1 when etp tp is tried
+    too: the same plan)."""
     tp, dp, cp, ep, whole = g["tp"], g["dp"], g["cp"], g["ep"], g["etp"] == ETP.index(1)
     if cfg.moe is None:
         return (ep > 1) | whole
@@ -320,9 +326,27 @@ def _expert_mask(g: dict[str, np.ndarray], space: SearchSpace, cfg: ModelConfig,
     bad = (ep > 1) & ((cfg.moe.num_experts % ep != 0) | (folded % ep != 0))
     if not space.sp:  # whole experts beside TP: each TP rank dispatches its own (sequence-parallel) tokens
         bad |= (ep > 1) & whole & (tp > 1)
-    if ETP.index("tp") in axes.etp:
-        bad |= whole & (tp == 1)
+    if ETP.index("tp") in axes.etp:  # at tp 1 and cp 1 whole experts are split ones: the same plan, priced alike
+        bad |= whole & (tp == 1) & (cp == 1)
+    # the all-to-all of a plan's EP group, as system.training places it (ranks tp*cp apart with experts split
+    # like the MLP, 1 apart folded): a group of ep ranks tp*cp apart may span more GPUs than the plan has
+    live = (ep > 1) & ~bad
+    if live.any():
+        stride = np.where(whole, 1, tp * cp)
+        groups, inverse = np.unique(np.stack([g["gpus"][live], ep[live], stride[live]]), axis=1, return_inverse=True)
+        unplaced = np.array([not _ep_group_fits(cluster, *(int(x) for x in col)) for col in groups.T])
+        bad[live] = unplaced[inverse.ravel()]
     return bad
+
+
+def _ep_group_fits(cluster: Cluster, gpus: int, ep: int, stride: int) -> bool:
+    """Whether the training module can place an EP group of ``ep`` ranks ``stride`` apart on ``gpus`` GPUs."""
+    sized = cluster.with_nodes(max(1, -(-gpus // cluster.gpus_per_node)))  # as simulate_training sizes it
+    try:
+        place(sized, ep, LayerComm(sized, resolve_calibration(None).collectives).per_node(stride, ep))
+    except ConfigError:
+        return False
+    return True
 
 
 def _precision_mask(g: dict[str, np.ndarray], hw: Hardware) -> np.ndarray:
@@ -336,7 +360,7 @@ def _masks(g: dict[str, np.ndarray], space: SearchSpace, cfg: ModelConfig, clust
     """Per constraint, which plans of the whole product ``g`` break it (mirrors
     :func:`perfcast.system.plan.check_plan`)."""
     axes = resolve_axes(space, cfg, cluster)
-    return [*_shape_masks(g, space, cfg, cluster), ("experts", _expert_mask(g, space, cfg, axes)),
+    return [*_shape_masks(g, space, cfg, cluster), ("experts", _expert_mask(g, space, cfg, cluster, axes)),
             ("precision", _precision_mask(g, cluster.hardware()))]
 
 
@@ -370,7 +394,7 @@ def enumerate_plans(space: SearchSpace, cfg: ModelConfig, cluster: Cluster) -> t
     g = _product({a: cols[a] for a in _STAGE_1})
     g = keep(g, _shape_masks(g, space, cfg, cluster), ("ep", "etp", "rc", "zero", "prec"))
     g = _cross(g, {"ep": cols["ep"], "etp": cols["etp"]})
-    g = keep(g, [("experts", _expert_mask(g, space, cfg, axes))], ("rc", "zero", "prec"))
+    g = keep(g, [("experts", _expert_mask(g, space, cfg, cluster, axes))], ("rc", "zero", "prec"))
     g = _cross(g, {"prec": cols["prec"]})
     g = keep(g, [("precision", _precision_mask(g, cluster.hardware()))], ("rc", "zero"))
     if len(cols["prec"]) == 1 and not removed["precision"]:
