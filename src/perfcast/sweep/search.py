@@ -203,7 +203,8 @@ def search_training(space: SearchSpace, *, objective: str = "tflops", top: int =
         pricer.cluster_for(g)  # a GPU count must be whole nodes
     plans, rejected, total = enumerate_plans(space, pricer.cfg, pricer.cluster)
     if len(plans) == 0:
-        raise _no_feasible(total, rejected)
+        refused = [r for r in (recipe_refusal(name, pricer.hw) for name in space.precisions) if r]
+        raise _no_feasible(total, rejected, detail=f" ({'; '.join(refused)})" if rejected.get("precision") else "")
     t1 = time.perf_counter()
     scores = _evaluate(pricer, plans, backend)
     evaluate_s = time.perf_counter() - t1

@@ -43,7 +43,8 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp8-cs", "fp8-block", "mx
 # folding); index = the code of PlanArrays.etp
 ETP: tuple[Literal["tp", 1], ...] = ("tp", 1)
 
-# Constraint name -> what it checks, in the order they are applied (memory comes after pricing).
+# Constraint name -> what it checks, in the order they are applied (memory comes after pricing). "precision" is
+# counted only when a space tries several recipes or one the GPU cannot run.
 CONSTRAINTS: dict[str, str] = {
     "gpu count": "tp*pp*cp must divide the GPU count",
     "attention heads": "tp must divide the attention heads (and suit the KV heads) within one node's fabric",
@@ -55,7 +56,7 @@ CONSTRAINTS: dict[str, str] = {
                "tp 1 and cp 1, etp 1 is etp tp and is not enumerated twice); the EP group (ranks tp*cp apart with "
                "etp tp) must fit the GPUs",
     "precision": "the GPU must run the precision recipe (FP8 needs an FP8 peak, MXFP8 and NVFP4 compute capability "
-                 ">= 10); listed when the space tries several recipes or one the GPU cannot run",
+                 ">= 10)",
     "memory": "the plan must fit in the allowed share of GPU memory",
 }
 
