@@ -42,6 +42,7 @@ from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.errors import ConfigError
 from perfcast.sweep.space import ETP, PRECISIONS, RECOMPUTE, PlanArrays, SearchSpace
 from perfcast.system.cluster import Cluster, load_cluster
+from perfcast.system.collectives import collective_times
 from perfcast.system.layers import MicroBatchCosts, micro_batch_costs
 from perfcast.system.memory import training_memory
 from perfcast.system.plan import ParallelPlan
@@ -131,7 +132,7 @@ class Pricer:
         self._weights_ids: dict[bytes, int] = {}
         self._layouts: dict[tuple[int, int], _Layout] = {}
         self._comms: dict[int, LayerComm] = {}
-        self._coll: dict[tuple[str, float, int, int, int], float] = {}
+        self._coll: dict[tuple[str, int, int, int], dict[float, float]] = {}  # (op, group, stride, GPUs): by size
         self._opt: dict[float, float] = {}
         self._labels: list[str] | None = None
         self._kinds: list[tuple[int, int]] = []  # (part index, count) of each layer kind, in model order
@@ -235,22 +236,35 @@ class Pricer:
 
     def collective(self, op: str, size_bytes: np.ndarray, group: np.ndarray, stride: np.ndarray,
                    gpus: np.ndarray) -> np.ndarray:
-        """Collective times for arrays of arguments (0 for groups of one or nothing to move)."""
+        """Collective times for arrays of arguments (0 for groups of one or nothing to move): what
+        :meth:`LayerComm.time <perfcast.system.training.LayerComm.time>` gives each, the sizes of one group
+        placement priced at once (:func:`~perfcast.system.collectives.collective_times`)."""
         size_bytes = np.asarray(size_bytes, dtype=float)
         out = np.zeros(size_bytes.shape)
-        live = (group > 1) & (size_bytes > 0)
-        if not live.any():
+        live = np.flatnonzero(((group > 1) & (size_bytes > 0)).ravel())
+        if not live.size:
             return out
+        flat = out.ravel()
+        sizes, grp, strd, g = (np.ravel(a)[live] for a in (size_bytes, group, stride, gpus))
+        first, which = _distinct(grp, strd, g)
+        order = np.argsort(which, kind="stable")
+        bounds = np.searchsorted(which[order], np.arange(first.size + 1))
+        for k, i in enumerate(first):
+            rows = order[bounds[k]:bounds[k + 1]]
+            flat[live[rows]] = self._times(op, sizes[rows], int(grp[i]), int(strd[i]), int(g[i]))
+        return flat.reshape(size_bytes.shape)
 
-        def one(size: float, grp: int, strd: int, g: int) -> float:
-            key = (op, size, grp, strd, g)
-            t = self._coll.get(key)
-            if t is None:
-                t = self._coll[key] = self._comm(g).time(op, size, grp, strd)
-            return t
-
-        out[live] = _per_distinct(one, size_bytes[live], group[live], stride[live], gpus[live])
-        return out
+    def _times(self, op: str, sizes: np.ndarray, group: int, stride: int, gpus: int) -> np.ndarray:
+        """Seconds of ``op`` at each size over ``group`` ranks ``stride`` apart on ``gpus`` GPUs (memoized)."""
+        memo = self._coll.setdefault((op, group, stride, gpus), {})
+        distinct, back = np.unique(sizes, return_inverse=True)
+        todo = [x for x in distinct.tolist() if x not in memo]
+        if todo:
+            comm = self._comm(gpus)
+            times = collective_times(op, np.array(todo), group, comm.cluster, coeffs=self.calibration.collectives,
+                                     gpus_per_node=comm.per_node(stride, group))
+            memo.update(zip(todo, times.tolist(), strict=True))
+        return np.array([memo[x] for x in distinct.tolist()])[back.ravel()]
 
     def optimizer_s(self, params: np.ndarray) -> np.ndarray:
         """Adam step time on arrays of local parameter counts."""
