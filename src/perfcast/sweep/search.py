@@ -1,7 +1,9 @@
 """Design-space search of training plans: enumerate, price in arrays, prune, rank, re-rank exactly.
 
-1. :func:`~perfcast.sweep.space.enumerate_plans` builds the space and removes
-   the plans ``check_plan`` refuses, counting each constraint's removals.
+1. :func:`~perfcast.sweep.space.enumerate_plans` builds the space (the
+   parallel degrees, expert tensor parallelism, micro-batch, recompute, ZeRO
+   and precision recipe) and removes the plans ``check_plan`` refuses and the
+   recipes the GPU cannot run, counting each constraint's removals.
 2. :func:`~perfcast.sweep.evaluate.evaluate_plans` predicts every remaining
    plan at once (locally, or in chunks on Ray with ``backend="ray"``); plans
    that need more than ``max_memory_frac`` of the GPU's memory are dropped.

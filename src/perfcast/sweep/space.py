@@ -366,13 +366,12 @@ def _masks(g: dict[str, np.ndarray], space: SearchSpace, cfg: ModelConfig, clust
 
 
 def enumerate_plans(space: SearchSpace, cfg: ModelConfig, cluster: Cluster) -> tuple[PlanArrays, dict[str, int], int]:
-    """Every plan of the space that :func:`~perfcast.system.plan.check_plan` accepts, in a GPU the cluster's
-    runs the recipe of.
+    """Every plan of the space that :func:`~perfcast.system.plan.check_plan` and the training module accept,
+    in a precision recipe the cluster's GPU runs.
 
     Returns the plans (in the order of the product of :meth:`Axes.columns`, last
-    axis fastest), how
-    many plans each constraint removed (applied in the order of
-    :data:`CONSTRAINTS`; a plan is counted once, by the first constraint it
+    axis fastest), how many plans each constraint removed (applied in the order
+    of :data:`CONSTRAINTS`; a plan is counted once, by the first constraint it
     breaks; ``precision`` is listed when the space tries several recipes or it
     removed plans) and how many plans the product had.
     """
