@@ -52,6 +52,11 @@ TRAINING_CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ("llama-3.1-405b 16384 x H100 tp8 pp16 dp128", "llama-3.1-405b", "dgx-h100",
      {"tp": 8, "pp": 16, "dp": 128, "seq_len": 8192, "micro_batch": 1, "global_batch": 2048, "zero": 1,
       "sp": True, "tp_comm_overlap": True, "uneven_stages": True}),
+    # MoE at the largest scale (issue 17): DeepSeek-V3's 256 experts over EP 64 folded across TP x DP (whole
+    # experts, etp 1), 16 uneven pipeline stages of its 61 layers, FP8 with 128x128 blocks (its paper's recipe)
+    ("deepseek-v3 16384 x H100 tp2 pp16 dp512 ep64 etp1 fp8-block", "deepseek-v3", "dgx-h100",
+     {"tp": 2, "pp": 16, "dp": 512, "ep": 64, "etp": 1, "seq_len": 4096, "micro_batch": 1, "global_batch": 15360,
+      "zero": 1, "sp": True, "tp_comm_overlap": True, "uneven_stages": True, "precision": "fp8-block"}),
 ]
 
 # (label, StepRequest keyword arguments)

@@ -106,3 +106,31 @@ def test_the_serving_search_refuses_a_cluster_of_another_gpu() -> None:
     args = ["search", "--serve", "-m", "llama-2-7b", "-H", "a100", "--cluster", "dgx-h100", "--gpus", "2",
             "--slo-ttft-p99", "1"]
     assert "--cluster dgx-h100 is a node of h100-sxm-80gb, not a100-sxm-80gb" in user_error(invoke(args))
+
+
+def test_the_training_search_tries_several_recipes_and_both_expert_layouts() -> None:
+    data = parse_json(invoke([*SMALL, "--precision", "bf16,fp8", "--json"]))
+    assert data["precision"] == "bf16,fp8" and data["rejected"]["precision"] == 0
+    assert {r["precision"] for r in data["best"] + data["pareto"]} <= {"bf16", "fp8"} and "etp" not in data["best"][0]
+    assert "bf16,fp8 (--precision)" in " ".join(invoke([*SMALL, "--precision", "bf16,fp8"]).stdout.split())
+    moe = ["search", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096",
+           "--global-batch", "64", "--tp", "2,4", "--pp", "1", "--cp", "1", "--vp", "1", "--micro-batch", "1",
+           "--zero", "1", "--top", "2"]
+    whole = parse_json(invoke([*moe, "--etp", "1", "--json"]))
+    assert {r["etp"] for r in whole["best"]} == {1}
+    assert "etp1" in invoke([*moe, "--etp", "1"]).stdout
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--etp", "2"], "--etp: '2' must list tp"),
+    (["--precision", "nvfp4"], "the precision constraint (the GPU must run the precision recipe"),
+    (["--precision", "bf16,bf16"], "listed twice"),
+    (["--precision", "fp4"], "precision"),
+])
+def test_bad_precision_and_etp_flags_are_one_line(args: list[str], needle: str) -> None:
+    assert needle in user_error(invoke([*SMALL, *args]))
+
+
+def test_etp_is_a_training_flag() -> None:
+    args = ["search", "--serve", "-m", "llama-2-7b", "-H", "h100", "--gpus", "8", "--slo-ttft-p99", "1", "--etp", "1"]
+    assert "--etp applies to a training search" in user_error(invoke(args))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 
@@ -58,13 +58,18 @@ def search(
     pp: str | None = typer.Option(None, "--pp", help="Pipeline degrees (default: divisors of the GPUs <= layers)."),
     cp: str | None = typer.Option(None, "--cp", help="Context-parallel degrees (default 1,2,4,...,32)."),
     ep: str | None = typer.Option(None, "--ep", help="Expert-parallel degrees (default: divisors of the experts)."),
+    etp: str | None = typer.Option(None, "--etp", help="Expert tensor parallelism: tp (experts split like the MLP) "
+                                                       "and/or 1 (whole experts, EP over TP x CP x DP); default "
+                                                       "tp,1 for MoE models."),
     vp: str | None = typer.Option(None, "--vp", help="Virtual stages per pipeline rank (default 1-8)."),
     micro_batch: str | None = typer.Option(None, "--micro-batch", help="Micro-batch sizes (default 1,2,4,8)."),
     recompute: str | None = typer.Option(None, "--recompute", help="Recompute modes (default none,selective,full)."),
     zero: str | None = typer.Option(None, "--zero", help="ZeRO stages (default 0,1,2,3)."),
-    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 | fp8-cs | fp8-block | mxfp8 | "
-                                                              "nvfp4 (training searches price mixed-precision "
-                                                              "plans; bf16 whatever the checkpoint)."),
+    precision: str = typer.Option("bf16", "--precision", help="Recipes to try, e.g. bf16,fp8: bf16 | fp16 | fp8 | "
+                                                              "fp8-cs | fp8-block | mxfp8 | nvfp4 (training "
+                                                              "searches price mixed-precision plans; bf16 whatever "
+                                                              "the checkpoint; those the GPU cannot run are "
+                                                              "pruned)."),
     sp: bool = typer.Option(True, "--sp/--no-sp", help="Sequence parallelism wherever tp > 1."),
     tp_overlap: bool = typer.Option(True, "--tp-overlap/--no-tp-overlap", help="Overlap TP collectives with GEMMs."),
     even_stages: bool = typer.Option(False, "--even-stages", help="Require pp*vp to divide the layers."),
@@ -93,7 +98,8 @@ def search(
     serving_defaults = {"--schedulers": (schedulers, "vllm,sarathi"), "--chunk-sizes": (chunk_sizes, "512,2048"),
                         "--max-num-seqs": (max_num_seqs, "64,256"), "--requests-per-replica": (requests_per_replica,
                                                                                                100)}
-    _one_kind_of_flags(serve, {"--pp": pp, "--cp": cp, "--ep": ep, "--vp": vp, "--micro-batch": micro_batch,
+    _one_kind_of_flags(serve, {"--pp": pp, "--cp": cp, "--ep": ep, "--etp": etp, "--vp": vp,
+                               "--micro-batch": micro_batch,
                                "--recompute": recompute, "--zero": zero, "--global-batch": global_batch,
                                "--price-per-gpu-hour": price},
                        {"--hardware": hardware, "--slo-ttft-p99": slo_ttft, "--slo-tpot-p99": slo_tpot,
@@ -106,7 +112,7 @@ def search(
                       tps=_ints("--tp", tp))
     else:
         space = _space(model=model, cluster=cluster, counts=counts, seq_len=seq_len, global_batch=global_batch, tp=tp,
-                       pp=pp, cp=cp, ep=ep, vp=vp, micro_batch=micro_batch, recompute=recompute, zero=zero,
+                       pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, micro_batch=micro_batch, recompute=recompute, zero=zero,
                        precision=precision, sp=sp, tp_overlap=tp_overlap, even_stages=even_stages,
                        max_memory_fraction=max_memory_fraction)
         data = _training_search(space, objective, top, backend, price)
@@ -124,7 +130,8 @@ def search(
 
 @dataclass(frozen=True)
 class TrainingSearchReport:
-    """What ``perfcast search --json`` reports for training plans: the search's keys and the precision searched."""
+    """What ``perfcast search --json`` reports for training plans: the search's keys and the precision recipes
+    searched (as the flag takes them: ``bf16``, ``bf16,fp8``)."""
 
     result: SearchResult = field(metadata=json_field(flatten=True))
     precision: str
@@ -144,7 +151,8 @@ def _serving_budget(gpus: str, counts: tuple[int, ...], hardware: str | None) ->
 
 
 def _space(*, model: str, cluster: str | None, counts: tuple[int, ...], seq_len: int, global_batch: int | None,
-           tp: str | None, pp: str | None, cp: str | None, ep: str | None, vp: str | None, micro_batch: str | None,
+           tp: str | None, pp: str | None, cp: str | None, ep: str | None, etp: str | None, vp: str | None,
+           micro_batch: str | None,
            recompute: str | None, zero: str | None, precision: str, sp: bool, tp_overlap: bool, even_stages: bool,
            max_memory_fraction: float) -> SearchSpace:
     """The training search space of the flags (lists of degrees as comma lists), refused in one line."""
@@ -159,9 +167,9 @@ def _space(*, model: str, cluster: str | None, counts: tuple[int, ...], seq_len:
     try:
         return SearchSpace(model=model, cluster=cluster, gpus=counts, seq_len=seq_len, global_batch=global_batch,
                            tp=_ints("--tp", tp), pp=_ints("--pp", pp), cp=_ints("--cp", cp), ep=_ints("--ep", ep),
-                           vp=_ints("--vp", vp), micro_batch=_ints("--micro-batch", micro_batch),
+                           etp=_etps(etp), vp=_ints("--vp", vp), micro_batch=_ints("--micro-batch", micro_batch),
                            recompute=_words(recompute) or ("none", "selective", "full"),  # type: ignore[arg-type]
-                           zero=_ints_zero(zero), precision=precision,  # type: ignore[arg-type]
+                           zero=_ints_zero(zero), precision=_words(precision) or "bf16",  # type: ignore[arg-type]
                            sp=sp, tp_comm_overlap=tp_overlap, uneven_stages=not even_stages,
                            max_memory_frac=max_memory_fraction)
     except ValidationError as exc:
@@ -178,7 +186,7 @@ def _training_search(space: SearchSpace, objective: str, top: int, backend: str,
     if price is not None and price <= 0:
         raise ConfigError(f"--price-per-gpu-hour must be positive (got {price})")
     result = search_training(space, objective=objective, top=top, backend=backend, price_per_gpu_hour_usd=price)
-    return dict(to_json(TrainingSearchReport(result, space.precision)))
+    return dict(to_json(TrainingSearchReport(result, space.precision_text)))
 
 
 def _one_kind_of_flags(serve: bool, training: dict[str, object], serving: dict[str, object]) -> None:
@@ -188,6 +196,16 @@ def _one_kind_of_flags(serve: bool, training: dict[str, object], serving: dict[s
         kind = "a training search (without --serve)" if serve else "a serving search (--serve)"
         raise ConfigError(f"{', '.join(wrong)} {'applies' if len(wrong) == 1 else 'apply'} to {kind} only; drop "
                           f"{'it' if len(wrong) == 1 else 'them'} or {'drop' if serve else 'add'} --serve")
+
+
+def _etps(text: str | None) -> tuple[Literal["tp", 1], ...] | None:
+    """``--etp``: ``tp`` and/or ``1``."""
+    words = _words(text)
+    if words is None:
+        return None
+    if any(w not in ("tp", "1") for w in words):
+        raise ConfigError(f"--etp: {text!r} must list tp (experts split like the MLP) and/or 1 (whole experts)")
+    return tuple(1 if w == "1" else "tp" for w in words)
 
 
 def _ints_zero(text: str | None) -> tuple[int, ...]:
@@ -269,6 +287,8 @@ def _print_training(d: dict[str, Any]) -> None:
     def plan(r: dict[str, Any]) -> str:
         words = ([f"{r['gpus']} GPUs"] if many else []) + [f"tp{r['tp']} pp{r['pp']} dp{r['dp']} cp{r['cp']}"]
         words += [f"ep{r['ep']}"] if r["ep"] > 1 else []
+        words += [f"etp{r['etp']}"] if r.get("etp") == 1 else []
+        words += [r["precision"]] if "precision" in r else []
         words += [f"vp{r['vp']} mb{r['micro_batch']} {r['recompute']} z{r['zero']}"]
         return " ".join(words)
 

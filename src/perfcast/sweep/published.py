@@ -12,6 +12,7 @@ from perfcast.catalog.models import ModelConfig
 from perfcast.datafiles import data_path
 from perfcast.errors import CatalogError
 from perfcast.sweep.space import SearchSpace
+from perfcast.workload.precision import RecipeName
 from perfcast.yamlio import load_model_file
 
 __all__ = ["PublishedPlan", "find_published", "load_published"]
@@ -33,9 +34,11 @@ class PublishedPlan(BaseModel):
     pp: int = Field(ge=1)
     dp: int = Field(ge=1)
     ep: int = Field(default=1, ge=1)
+    etp: Literal["tp", 1] = Field(default="tp", description="expert tensor parallelism (ParallelPlan.etp)")
     micro_batch: int = Field(default=1, ge=1)
     zero: Literal[0, 1, 2, 3] = 1
     recompute: Literal["none", "selective", "full"] = "none"
+    precision: RecipeName = Field(default="bf16", description="the run's training precision recipe")
     tflops_per_gpu: float = Field(gt=0, description="model TFLOP/s per GPU the source reports")
 
 
@@ -58,8 +61,9 @@ def load_published() -> tuple[str, tuple[PublishedPlan, ...]]:
 
 
 def find_published(space: SearchSpace, cfg: ModelConfig, gpu_id: str) -> list[PublishedPlan]:
-    """Published runs of this model on this GPU with one of the space's GPU counts, its sequence length
-    and its global batch."""
+    """Published runs of this model on this GPU with one of the space's GPU counts, its sequence length, its
+    global batch and one of its precision recipes (the run is predicted in its own)."""
     _, plans = load_published()
     return [p for p in plans if p.model == cfg.id and p.gpu == gpu_id and p.gpus in space.gpus
-            and p.seq_len == space.seq_len and p.global_batch == space.global_batch]
+            and p.seq_len == space.seq_len and p.global_batch == space.global_batch
+            and p.precision in space.precisions]

@@ -1,7 +1,9 @@
 """Design-space search of training plans: enumerate, price in arrays, prune, rank, re-rank exactly.
 
-1. :func:`~perfcast.sweep.space.enumerate_plans` builds the space and removes
-   the plans ``check_plan`` refuses, counting each constraint's removals.
+1. :func:`~perfcast.sweep.space.enumerate_plans` builds the space (the
+   parallel degrees, expert tensor parallelism, micro-batch, recompute, ZeRO
+   and precision recipe) and removes the plans ``check_plan`` refuses and the
+   recipes the GPU cannot run, counting each constraint's removals.
 2. :func:`~perfcast.sweep.evaluate.evaluate_plans` predicts every remaining
    plan at once (locally, or in chunks on Ray with ``backend="ray"``); plans
    that need more than ``max_memory_frac`` of the GPU's memory are dropped.
@@ -31,7 +33,16 @@ import numpy as np
 from perfcast.errors import ConfigError
 from perfcast.sweep.evaluate import PlanScores, Pricer, evaluate_plans
 from perfcast.sweep.published import PublishedPlan, find_published, load_published
-from perfcast.sweep.space import CONSTRAINTS, RECOMPUTE, PlanArrays, SearchSpace, enumerate_plans
+from perfcast.sweep.space import (
+    CONSTRAINTS,
+    ETP,
+    PRECISIONS,
+    RECOMPUTE,
+    PlanArrays,
+    SearchSpace,
+    enumerate_plans,
+    recipe_refusal,
+)
 from perfcast.sweep.summary import ExactFigures, PlanRowSummary, ReferenceSummary, TrainingSearchSummary
 from perfcast.system.plan import check_plan
 from perfcast.system.training import TrainingResult, simulate_training
@@ -54,6 +65,7 @@ class PlanRow:
     tokens_per_step: int
     price_per_gpu_hour_usd: float | None
     exact: TrainingResult | None = None
+    axes: tuple[str, ...] = ()  # the searched axes reported beside the degrees: "etp" (MoE), "precision" (several)
 
     @property
     def gpu_hours_per_step(self) -> float:
@@ -70,7 +82,9 @@ class PlanRow:
             exact_cost_usd_per_step=None if price is None else p["gpus"] * e.step_time_s / 3600.0 * price)
         return PlanRowSummary(
             gpus=p["gpus"], tp=p["tp"], pp=p["pp"], dp=p["dp"], cp=p["cp"], ep=p["ep"], vp=p["vp"],
-            micro_batch=p["mb"], recompute=RECOMPUTE[p["rc"]], zero=p["zero"], tflops_per_gpu=self.tflops_per_gpu,
+            micro_batch=p["mb"], recompute=RECOMPUTE[p["rc"]], zero=p["zero"],
+            etp=ETP[p["etp"]] if "etp" in self.axes else None,
+            precision=PRECISIONS[p["prec"]] if "precision" in self.axes else None, tflops_per_gpu=self.tflops_per_gpu,
             step_time_s=self.step_time_s, memory_per_gpu_gib=self.memory_per_gpu_bytes / _GIB,
             gpu_hours_per_step=self.gpu_hours_per_step,
             gpu_hours_per_million_tokens=self.gpu_hours_per_step * 1e6 / self.tokens_per_step,
@@ -191,7 +205,8 @@ def search_training(space: SearchSpace, *, objective: str = "tflops", top: int =
         pricer.cluster_for(g)  # a GPU count must be whole nodes
     plans, rejected, total = enumerate_plans(space, pricer.cfg, pricer.cluster)
     if len(plans) == 0:
-        raise _no_feasible(total, rejected)
+        refused = [r for r in (recipe_refusal(name, pricer.hw) for name in space.precisions) if r]
+        raise _no_feasible(total, rejected, detail=f" ({'; '.join(refused)})" if rejected.get("precision") else "")
     t1 = time.perf_counter()
     scores = _evaluate(pricer, plans, backend)
     evaluate_s = time.perf_counter() - t1
@@ -202,17 +217,18 @@ def search_training(space: SearchSpace, *, objective: str = "tflops", top: int =
         least = int(np.argmin(scores.memory_bytes))
         raise _no_feasible(total, rejected, detail=(
             f" (the least memory any plan needs is {scores.memory_bytes[least] / _GIB:.1f} GiB per GPU, "
-            f"{_plan_text(plans.row(least))}, vs {limit / _GIB:.1f} GiB allowed)"))
+            f"{_plan_text(plans.row(least), _reported_axes(space, pricer))}, vs {limit / _GIB:.1f} GiB allowed)"))
     feasible = np.flatnonzero(fits)
     tokens = _tokens(space, pricer)
     key = _keys(objective, scores.step_time_s, scores.tflops_per_gpu, plans.gpus.astype(float))
+    axes = _reported_axes(space, pricer)
 
     def row(i: int, exact: bool) -> PlanRow:
         r = plans.row(i)
         res = (simulate_training(pricer.cfg, pricer.cluster, plans.plan(i, space), calibration=pricer.calibration)
                if exact else None)
         return PlanRow(r, float(scores.step_time_s[i]), float(scores.tflops_per_gpu[i]),
-                       float(scores.memory_bytes[i]), tokens, price_per_gpu_hour_usd, res)
+                       float(scores.memory_bytes[i]), tokens, price_per_gpu_hour_usd, res, axes)
 
     order = feasible[np.lexsort((feasible, scores.memory_bytes[feasible], key[feasible]))]
     n_exact = exact_candidates if exact_candidates is not None else max(3 * top, 30)
@@ -227,16 +243,25 @@ def search_training(space: SearchSpace, *, objective: str = "tflops", top: int =
     result = SearchResult(space=space, objective=objective, backend=backend, plans_enumerated=total,
                           plans_evaluated=len(plans), plans_feasible=int(fits.sum()), rejected=rejected, best=best,
                           pareto=front, evaluate_time_s=evaluate_s)
-    result.references = _references(space, pricer, plans, scores, key, fits, best, tokens, price_per_gpu_hour_usd)
+    result.references = _references(space, pricer, plans, scores, key, fits, best, tokens, price_per_gpu_hour_usd,
+                                    axes)
     checked = candidates + front + [r.row for r in result.references]
     result.agreement = _agreement(checked, candidates, ranked)
     result.search_time_s = time.perf_counter() - t0
     return result
 
 
-def _plan_text(r: dict[str, int]) -> str:
-    return (f"tp {r['tp']} pp {r['pp']} dp {r['dp']} cp {r['cp']} ep {r['ep']} vp {r['vp']} micro-batch {r['mb']} "
-            f"recompute {RECOMPUTE[r['rc']]} zero {r['zero']}")
+def _reported_axes(space: SearchSpace, pricer: Pricer) -> tuple[str, ...]:
+    """The axes beyond the degrees a row reports: ``etp`` for an MoE model, ``precision`` when several recipes
+    are searched (one recipe is the search's, reported once)."""
+    return (("etp",) if pricer.cfg.moe is not None else ()) + (("precision",) if len(space.precisions) > 1 else ())
+
+
+def _plan_text(r: dict[str, int], axes: tuple[str, ...] = ()) -> str:
+    extra = (f" etp {ETP[r['etp']]}" if "etp" in axes else "") + (
+        f" {PRECISIONS[r['prec']]}" if "precision" in axes else "")
+    return (f"tp {r['tp']} pp {r['pp']} dp {r['dp']} cp {r['cp']} ep {r['ep']}{extra} vp {r['vp']} micro-batch "
+            f"{r['mb']} recompute {RECOMPUTE[r['rc']]} zero {r['zero']}")
 
 
 def _agreement(checked: list[PlanRow], candidates: list[PlanRow], ranked: list[PlanRow]) -> dict[str, float]:
@@ -252,17 +277,21 @@ def _agreement(checked: list[PlanRow], candidates: list[PlanRow], ranked: list[P
 
 
 def _references(space: SearchSpace, pricer: Pricer, plans: PlanArrays, scores: PlanScores, key: np.ndarray,
-                fits: np.ndarray, best: list[PlanRow], tokens: int, price: float | None) -> list[Reference]:
+                fits: np.ndarray, best: list[PlanRow], tokens: int, price: float | None,
+                axes: tuple[str, ...]) -> list[Reference]:
     found = find_published(space, pricer.cfg, pricer.hw.id)
     if not found or not best or best[0].exact is None:
         return []
     source, _ = load_published()
     out = []
     for pub in found:
+        if recipe_refusal(pub.precision, pricer.hw) is not None:  # the searched plans in it were pruned too
+            continue
         rows = []
         for vp in sorted(set(space.vp or range(1, 9))):
             r = {"gpus": pub.gpus, "tp": pub.tp, "pp": pub.pp, "dp": pub.dp, "cp": pub.cp, "ep": pub.ep, "vp": vp,
-                 "mb": pub.micro_batch, "rc": RECOMPUTE.index(pub.recompute), "zero": pub.zero}
+                 "mb": pub.micro_batch, "rc": RECOMPUTE.index(pub.recompute), "zero": pub.zero,
+                 "etp": ETP.index(pub.etp), "prec": PRECISIONS.index(pub.precision)}
             one = PlanArrays.from_rows([r])
             plan = one.plan(0, space)
             try:
@@ -272,7 +301,7 @@ def _references(space: SearchSpace, pricer: Pricer, plans: PlanArrays, scores: P
             sc = evaluate_plans(pricer, one)
             exact = simulate_training(pricer.cfg, pricer.cluster, plan, calibration=pricer.calibration)
             rows.append(PlanRow(r, float(sc.step_time_s[0]), float(sc.tflops_per_gpu[0]),
-                                float(sc.memory_bytes[0]), tokens, price, exact))
+                                float(sc.memory_bytes[0]), tokens, price, exact, axes))
         if not rows:
             continue
         ref = max(rows, key=lambda x: x.exact.tflops_per_gpu if x.exact else 0.0)

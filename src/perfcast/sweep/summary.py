@@ -28,8 +28,9 @@ class ExactFigures:
 
 @dataclass(frozen=True, slots=True)
 class PlanRowSummary:
-    """One searched plan: its degrees, the vectorized figures (memory in GiB), the cost when priced, and the exact
-    figures when re-predicted (their keys ``exact_*`` in the row)."""
+    """One searched plan: its degrees (with ``etp`` for an MoE model and the ``precision`` recipe when a search
+    tries several), the vectorized figures (memory in GiB), the cost when priced, and the exact figures when
+    re-predicted (their keys ``exact_*`` in the row)."""
 
     gpus: int
     tp: int
@@ -41,6 +42,8 @@ class PlanRowSummary:
     micro_batch: int
     recompute: str
     zero: int
+    etp: str | int | None = field(metadata=json_field(omit_none=True))  # "tp" or 1; reported for MoE models
+    precision: str | None = field(metadata=json_field(omit_none=True))  # reported when several are searched
     tflops_per_gpu: float
     step_time_s: float
     memory_per_gpu_gib: float

@@ -79,7 +79,7 @@ def memory_parts_bytes(*, params: Values, trainable: Values, quantized_elements:
                        max_layer_params: Values, saved_activation_bytes: Values, checkpoint_bytes: Values,
                        max_layer_activation_bytes: Values, in_flight: Values, full_recompute: Values, zero: Values,
                        shards: Values, weight_bytes_per_param: float, grad_bytes: float,
-                       optimizer_bytes_per_param: float, weight_copy_bytes_per_param: float,
+                       optimizer_bytes_per_param: float, weight_copy_bytes_per_param: Values,
                        expert_trainable: Values = 0.0,
                        expert_shards: Values = 1) -> tuple[np.ndarray, ...]:
     """Weights, gradients, optimizer states and activations one pipeline rank's GPU holds, bytes.
@@ -104,8 +104,9 @@ def memory_parts_bytes(*, params: Values, trainable: Values, quantized_elements:
     dense = par - qe - ex  # what ZeRO shards over `shards`; the experts over `expert_shards`
     weights = np.where(z3, dense * we / s + ex * we / es + qb / s + 2.0 * np.asarray(max_layer_params) * we,
                        (par - qe) * we + qb)
-    if weight_copy_bytes_per_param:  # the quantized weight copies cached across micro-batches
-        weights = weights + np.where(z3, dense / s + ex / es, par - qe) * weight_copy_bytes_per_param
+    copy = np.asarray(weight_copy_bytes_per_param, dtype=float)  # one value, or one per plan (a search)
+    if copy.any():  # the quantized weight copies cached across micro-batches
+        weights = weights + np.where(z3, dense / s + ex / es, par - qe) * copy
     dense_trn = trn - ex
     grads = np.where(z >= 2, dense_trn / s + ex / es, trn) * grad_bytes
     optimizer = np.where(z >= 1, dense_trn / s + ex / es, trn) * optimizer_bytes_per_param

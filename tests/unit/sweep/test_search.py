@@ -77,3 +77,39 @@ def test_gpus_must_fill_nodes() -> None:
     space = SMALL.model_copy(update={"gpus": (12,)})
     with pytest.raises(ConfigError, match="use a multiple of 8"):
         search_training(space)
+
+
+MOE = SearchSpace(model="mixtral-8x7b", cluster="dgx-h100", gpus=(16,), seq_len=4096, global_batch=64,
+                  tp=(1, 2, 4), pp=(1, 2), cp=(1,), vp=(1, 2), micro_batch=(1, 2), zero=(1, 3),
+                  precision=("bf16", "fp8"))
+
+
+def test_an_moe_search_over_etp_and_precision_agrees_with_the_exact_predictor() -> None:
+    res = search_training(MOE, top=5)
+    assert res.rejected["precision"] == 0 and res.rejected["experts"] > 0
+    assert res.agreement["memory_max_abs_err_frac"] < 1e-9
+    assert res.agreement["step_time_median_abs_err_frac"] < 0.01 and res.agreement["step_time_max_abs_err_frac"] < 0.1
+    row = to_json(res.best[0])
+    assert row["precision"] in ("bf16", "fp8") and row["etp"] in ("tp", 1)
+    assert res.best[0].exact.plan.precision == row["precision"] and res.best[0].exact.plan.etp == row["etp"]
+    # both recipes and both expert layouts reach the exactly re-predicted plans
+    seen = {(r.exact.plan.precision, r.exact.plan.etp) for r in res.best + res.pareto}
+    assert {p for p, _ in seen} == {"bf16", "fp8"} and {e for _, e in seen} == {"tp", 1}
+    dense = to_json(search_training(SMALL, top=1).best[0])
+    assert "precision" not in dense and "etp" not in dense  # one recipe, a dense model: the rows as before
+
+
+def test_a_recipe_the_gpu_cannot_run_is_named_when_it_empties_the_space() -> None:
+    with pytest.raises(ConfigError, match=r"the precision constraint \(the GPU must run the precision recipe"):
+        search_training(SMALL.model_copy(update={"precision": "nvfp4"}))
+    res = search_training(SMALL.model_copy(update={"precision": ("bf16", "mxfp8")}), top=1)
+    assert res.rejected["precision"] == res.plans_evaluated  # as many mxfp8 plans pruned as bf16 ones priced
+
+
+def test_the_published_plan_is_compared_in_its_own_precision() -> None:
+    space = SearchSpace(model="llama-3-405b", cluster="dgx-h100", gpus=(16384,), seq_len=8192, global_batch=2048,
+                        tp=(8,), pp=(16,), cp=(1,), vp=(1, 2), micro_batch=(1,), recompute=("none",), zero=(1,))
+    assert not search_training(space.model_copy(update={"precision": "fp8"}), top=1).references  # a bf16 run
+    both = search_training(space.model_copy(update={"precision": ("fp8", "bf16")}), top=1)
+    ref = both.references[0]
+    assert ref.row.exact.plan.precision == "bf16" and to_json(ref.row)["precision"] == "bf16"
