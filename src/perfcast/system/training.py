@@ -45,6 +45,7 @@ from perfcast.coefficients.collectives import CollectiveCoefficients
 from perfcast.coefficients.kernel import Coefficients
 from perfcast.coefficients.training import TrainingCoefficients
 from perfcast.compose.interval import interval_for
+from perfcast.digest import content_digest
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
 from perfcast.kernel.energy import ENERGY_STATUS, power_model, step_energy_J
@@ -213,6 +214,8 @@ class LayerComm:
 
         t = price_collective(op, size_bytes, group, self.cluster, self.collectives,
                              gpus_per_node=self.per_node(stride, group)).time_s
+        if len(self._memo) > 4096:
+            self._memo.clear()
         self._memo[key] = t
         return t
 
@@ -221,6 +224,21 @@ class LayerComm:
         if calls <= 0:
             return 0.0
         return calls * self.time(op, size_bytes / calls, group, stride)
+
+
+_COMMS: dict[tuple[str, str], LayerComm] = {}  # (cluster content, coefficients content) -> its priced collectives
+
+
+def layer_comm(cluster: Cluster, collectives: CollectiveCoefficients) -> LayerComm:
+    """The :class:`LayerComm` of ``cluster`` under ``collectives``, one per content, so the collectives priced
+    for one prediction are not priced again by the next on the same cluster (a search, a sweep of batches)."""
+    key = (content_digest(cluster), content_digest(collectives))
+    hit = _COMMS.get(key)
+    if hit is None:
+        if len(_COMMS) > 64:
+            _COMMS.clear()
+        hit = _COMMS[key] = LayerComm(cluster, collectives)
+    return hit
 
 
 @dataclass
@@ -537,7 +555,7 @@ def simulate_training(model: str | ModelConfig, cluster: str | Cluster, plan: Pa
     cal = resolve_calibration(calibration)
     co, cc, tc = cal.kernel, cal.compose, cal.training
     costs = micro_batch_costs(cfg, plan, hw, co, cc, forward=forward)
-    comm = LayerComm(cl, cal.collectives)
+    comm = layer_comm(cl, cal.collectives)
     grad_bytes = 4.0 if plan.grad_reduce_dtype == "fp32" else 2.0
     times = {part.label: layer_time(part, plan, comm, tc, grad_bytes=grad_bytes) for part in costs.parts}
     stages = _stages(costs, times, plan)
