@@ -94,6 +94,7 @@ def test_train_lora_reports_mfu_on_the_flops_it_executes() -> None:
     (["--zero", "4"], "--zero"),
     (["--model", "llama-9"], "unknown model"),
     (["--cluster", "dgx-h10"], "closest known: dgx-h100"),
+    (["--etp", "2"], "accepted: tp, 1"),
 ])
 def test_train_bad_input_is_one_error_line(args: list[str], fragment: str) -> None:
     line = user_error(invoke(with_flags(["train"], SMALL[1:], args)))
@@ -162,3 +163,20 @@ def test_train_says_when_the_config_names_no_dtype() -> None:
     res = invoke(["train", "-m", "gpt3-2.7b", "-c", "dgx-a100", "--seq-len", "512", "--global-batch", "8"])
     assert "the config names no torch_dtype" in " ".join(res.stdout.replace("│", " ").split())
     assert "checkpoint's" not in res.stdout
+
+
+def test_train_moe_a2a_overlap_without_experts_is_one_error_line() -> None:
+    assert "needs ep > 1" in user_error(invoke([*SMALL, "--moe-a2a-overlap"]))
+
+
+def test_train_moe_a2a_overlap_hides_expert_parallel_traffic() -> None:
+    # Qwen3-30B-A3B with EP 16 over two DGX-H100 nodes: half of each dispatch crosses the network
+    args = ["train", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--nodes", "2", "--ep", "16", "--seq-len",
+            "4096", "--global-batch", "256", "--precision", "fp8", "--zero", "1", "--json"]
+    plain, hidden = (json.loads(invoke(a).stdout) for a in (args, [*args, "--moe-a2a-overlap"]))
+    assert hidden["breakdown_s"]["compute_s"] == pytest.approx(plain["breakdown_s"]["compute_s"], rel=1e-9)
+    assert 0 < hidden["breakdown_s"]["ep_comm_s"] < 0.5 * plain["breakdown_s"]["ep_comm_s"]
+    assert hidden["step_time_s"] < plain["step_time_s"]
+    assert hidden["comm_total_s"]["ep_comm_s"] == pytest.approx(plain["comm_total_s"]["ep_comm_s"], rel=1e-9)
+    folded = json.loads(invoke([*args[:-1], "--etp", "1", "--json"]).stdout)
+    assert folded["plan"]["etp"] == 1 and plain["plan"]["etp"] == "tp"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 
@@ -21,6 +21,15 @@ __all__ = ["train"]
 
 def _gib(x: float) -> str:
     return f"{x / 2**30:.1f} GiB"
+
+
+def _etp(value: str) -> Literal["tp", 1]:
+    """``--etp``: ``tp`` or ``1``."""
+    if value.strip() == "tp":
+        return "tp"
+    if value.strip() == "1":
+        return 1
+    raise ConfigError(f"--etp {value!r} is not an expert tensor parallelism; accepted: tp, 1")
 
 
 def _time(x: float) -> str:
@@ -45,6 +54,12 @@ def train(
     cp: int = typer.Option(1, "--cp", help="Context-parallel degree."),
     cp_kind: str = typer.Option("ring", "--cp-kind", help="ring (ring attention) | ulysses (all-to-all)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE models)."),
+    etp: str = typer.Option("tp", "--etp", help="Expert tensor parallelism: tp (experts split like the MLP, EP over "
+                                                "dp*cp) | 1 (whole experts, EP folded over tp*cp*dp: Megatron's "
+                                                "MoE parallel folding)."),
+    moe_a2a_overlap: bool = typer.Option(False, "--moe-a2a-overlap",
+                                         help="Overlap expert-parallel dispatch/combine with another micro-batch's "
+                                              "compute (Megatron's overlap_moe_expert_parallel_comm)."),
     vp: int = typer.Option(1, "--vp", help="Virtual pipeline stages per rank (interleaved 1F1B)."),
     sp: bool = typer.Option(False, "--sp", help="Sequence parallelism with TP."),
     tp_overlap: bool = typer.Option(False, "--tp-overlap", help="Overlap TP collectives with GEMMs."),
@@ -103,7 +118,8 @@ def train(
         seq_len=2048 if seq_len is None else seq_len, precision=precision,
         schedule="interleaved" if vp > 1 and schedule == "1f1b" else schedule, uneven_stages=uneven_stages,
         lora_rank=lora_rank, lora_targets=tuple(t.strip() for t in lora_targets.split(",") if t.strip()),
-        qlora=qlora, moe_skew=moe_skew, moe_capacity_factor=capacity_factor, framework=framework,
+        qlora=qlora, moe_skew=moe_skew, moe_capacity_factor=capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
+        etp=_etp(etp), framework=framework,
         fused_kernels=fused_kernels))
     result = _simulate(model, captured, cl, plan, nodes=nodes, trace=trace)
     if as_json:

@@ -63,6 +63,10 @@ class ParallelPlan(BaseModel):
     moe_capacity_factor: float | None = Field(default=None, gt=0,
                                               description="expert capacity factor (None = dropless)")
     moe_skew: float = Field(default=0.0, ge=0, description="the busiest expert gets (1 + skew) x the mean load")
+    moe_a2a_overlap: bool = Field(
+        default=False, description="the expert-parallel dispatch and combine of one micro-batch overlap the compute "
+                                   "of another (Megatron's overlap_moe_expert_parallel_comm, DeepSeek-V3's "
+                                   "DualPipe-style pairing of a forward with a backward)")
     framework: Literal["eager", "compiled", "graph"] = Field(
         default="eager", description="kernel launch: eager PyTorch, torch.compile, or CUDA graphs")
     fused_kernels: bool = Field(
@@ -212,6 +216,9 @@ def _check_settings_apply(plan: ParallelPlan, cfg: ModelConfig) -> None:
     if plan.lora_targets != defaults["lora_targets"].default and plan.lora_rank == 0:
         raise ConfigError(f"LoRA targets {','.join(plan.lora_targets)} need LoRA: give a lora rank > 0 (rank 0 "
                           "trains every weight)")
+    if plan.moe_a2a_overlap and plan.ep == 1:
+        raise ConfigError("moe_a2a_overlap hides the expert-parallel all-to-alls: it needs ep > 1 (with ep=1 there "
+                          "are none)")
     if cfg.moe is None and (plan.moe_skew != defaults["moe_skew"].default or plan.moe_capacity_factor is not None):
         what = "moe_skew" if plan.moe_skew else "the expert capacity factor"
         raise ConfigError(f"{what} applies to mixture-of-experts models; {cfg.id} is dense")

@@ -288,8 +288,13 @@ def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: Trainin
     for phase, book in (("fwd", part.fwd_comm), ("bwd", part.bwd_comm)):
         gemm = part.fwd_gemm_s if phase == "fwd" else part.bwd_gemm_s
         attn = part.attention_fwd_s if phase == "fwd" else part.attention_bwd_s
+        other = bwd if phase == "fwd" else fwd  # what the paired micro-batch computes meanwhile
         for kind, (size, calls) in book.items():
             name, t, e = _layer_comm_s(kind, size, calls, plan, comm, tc, gemm, attn)
+            if kind == "ep_all_to_all" and plan.moe_a2a_overlap:
+                # a forward's dispatch/combine run beside another micro-batch's backward of the layer, and the
+                # backward's beside a forward: exposed is what that compute cannot cover, plus its interference
+                e = float(overlapped_s(t, other, tc.overlap_interference))
             add(name, t, e)
             if phase == "fwd":
                 extra_f += e
