@@ -65,6 +65,10 @@ def train(
     tp_overlap: bool = typer.Option(False, "--tp-overlap", help="Overlap TP collectives with GEMMs."),
     zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3 (3 = FSDP full shard)."),
     recompute: str = typer.Option("none", "--recompute", help="none | selective | full."),
+    recompute_modules: str = typer.Option("core_attn", "--recompute-modules",
+                                          help="What --recompute selective re-runs (Megatron's names, comma-"
+                                               "separated): core_attn, layernorm, moe_act, shared_experts, mlp, "
+                                               "moe."),
     micro_batch: int = typer.Option(None, "--micro-batch", help="Sequences per micro-batch per data-parallel rank "
                                                                "(default 1; a captured workload's batch)."),
     global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per step (default micro x dp)."),
@@ -114,6 +118,7 @@ def train(
     plan = _plan(dict(
         tp=tp, pp=pp, dp=_default_dp(cl.gpus_per_node, cl.id, nodes, tp * pp * cp) if dp is None else dp, cp=cp,
         cp_kind=cp_kind, ep=ep, vp=vp, sp=sp, tp_comm_overlap=tp_overlap, zero=zero, recompute=recompute,
+        recompute_modules=tuple(m.strip() for m in recompute_modules.split(",") if m.strip()),
         micro_batch=1 if micro_batch is None else micro_batch, global_batch=global_batch,
         seq_len=2048 if seq_len is None else seq_len, precision=precision,
         schedule="interleaved" if vp > 1 and schedule == "1f1b" else schedule, uneven_stages=uneven_stages,

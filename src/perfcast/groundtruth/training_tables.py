@@ -66,7 +66,9 @@ convention.
 Every published run fitted in its GPUs' memory. A row whose recompute the source
 did not publish (an empty cell: NVIDIA's NeMo and Megatron-Bridge performance
 tables) is predicted without recompute when that fits, and otherwise with the
-least of selective, then full, that fits; its status names the recompute assumed.
+least that fits of Megatron's selective modules (core attention; then the norms
+and the experts' activation; then the whole MLP or MoE block), then full; its
+status names the recompute assumed.
 A published recompute is never changed.
 
 Rows whose plan the source did not publish (NeMo's "without CP" best configs,
@@ -90,7 +92,8 @@ from perfcast.system.plan import ParallelPlan
 from perfcast.system.training import TrainingResult, simulate_training
 
 __all__ = ["TRAINING_TARGETS", "cluster_for_gpu", "counts_causal", "counts_recompute", "model_for_row", "plan_for_row",
-           "predict_row", "predict_training_rows", "recompute_published", "row_tflops", "source_label"]
+           "predict_row", "predict_training_rows", "recompute_label", "recompute_published", "row_tflops",
+           "source_label"]
 
 TRAINING_TARGETS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu", "step_time_s")
 
@@ -260,7 +263,8 @@ def predict_row(row: dict[str, str], calibration: Calibration | None = None) -> 
 
     A published run fitted in its GPUs' memory. When the source did not publish its recompute (Megatron-Bridge's
     and NeMo's performance tables) and the plan does not fit without recompute, the row is predicted with the least
-    recompute that fits, none -> selective -> full (Megatron's granularities; its time includes that recompute); if
+    recompute that fits (:func:`_recompute_ladder`: none, then Megatron's selective modules from core attention up to
+    the whole MLP or MoE block, then full; its time includes that recompute); if
     none fits, the plan without recompute is returned (and reported out of memory). A published recompute is never
     changed.
     """
@@ -270,12 +274,30 @@ def predict_row(row: dict[str, str], calibration: Calibration | None = None) -> 
     res = simulate_training(cfg, cluster, plan, calibration=calibration)
     if res.fits or recompute_published(row) or plan.recompute != "none":
         return res
-    for recompute in ("selective", "full"):
-        alt = simulate_training(cfg, cluster, plan.model_copy(update={"recompute": recompute}),
-                                calibration=calibration)
+    for update in _recompute_ladder(cfg):
+        alt = simulate_training(cfg, cluster, plan.model_copy(update=update), calibration=calibration)
         if alt.fits:
             return alt
     return res
+
+
+def _recompute_ladder(cfg: ModelConfig) -> list[dict[str, object]]:
+    """Megatron's recompute settings from the least re-run work to the most: selective core attention; then the
+    norms and the experts' activation (an MoE model) or the norms (a dense one); then the whole MoE block or
+    dense MLP as well; then full recompute."""
+    block = "moe" if cfg.moe is not None else "mlp"
+    middle = ("core_attn", "layernorm", "moe_act") if cfg.moe is not None else ("core_attn", "layernorm")
+    return [{"recompute": "selective"}, {"recompute": "selective", "recompute_modules": middle},
+            {"recompute": "selective", "recompute_modules": ("core_attn", "layernorm", block)},
+            {"recompute": "full"}]
+
+
+def recompute_label(plan: ParallelPlan) -> str:
+    """The recompute a plan runs, as a status names it: ``none``, ``full``, ``selective`` (core attention) or
+    ``selective (core_attn, layernorm, moe)``."""
+    if plan.recompute == "selective" and plan.recompute_modules != ("core_attn",):
+        return f"selective ({', '.join(plan.recompute_modules)})"
+    return plan.recompute
 
 
 def predict_training_rows(rows: list[dict[str, str]], calibration: Calibration,
@@ -295,7 +317,7 @@ def predict_training_rows(rows: list[dict[str, str]], calibration: Calibration,
             status[i] = (f"ok (predicted out of memory: {res.memory.total_bytes / 2**30:.1f} of "
                          f"{res.memory.capacity_bytes / 2**30:.0f} GiB)")
         elif res.plan.recompute != "none" and not recompute_published(row):
-            status[i] = f"ok (recompute not published: {res.plan.recompute} assumed, the least that fits)"
+            status[i] = f"ok (recompute not published: {recompute_label(res.plan)} assumed, the least that fits)"
         pred["tokens_per_s_per_gpu"][i] = res.tokens_per_s_per_gpu
         pred["tflops_per_gpu"][i] = row_tflops(row, res)
         pred["mfu"][i] = res.mfu

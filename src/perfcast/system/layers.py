@@ -73,6 +73,10 @@ class LayerCost:
     attention_bwd_s: float = 0.0
     activation_bytes: float = 0.0
     input_bytes: float = 0.0
+    # Megatron's selective recompute modules (``recompute_modules``): forward seconds each re-runs and saved bytes
+    # each drops, per layer (:func:`_recompute_modules`; combined by :meth:`selective_fwd_s` / ``_dropped_bytes``)
+    module_fwd_s: dict[str, float] = field(default_factory=dict)
+    module_saved_bytes: dict[str, float] = field(default_factory=dict)
     fwd_matrix_s: float = 0.0
     bwd_matrix_s: float = 0.0
     fwd_matrix_J: float = 0.0
@@ -80,6 +84,22 @@ class LayerCost:
     bwd_matrix_J: float = 0.0
     bwd_other_J: float = 0.0
     attention_fwd_J: float = 0.0
+
+
+    def _modules(self, modules: tuple[str, ...]) -> set[str]:
+        chosen = set(modules)
+        if "moe" in chosen:  # the whole MoE block holds its activation and shared experts
+            chosen -= {"moe_act", "shared_experts"}
+        return chosen
+
+    def selective_fwd_s(self, modules: tuple[str, ...]) -> float:
+        """Kernel seconds per layer that selective recompute of ``modules`` re-runs, core attention excepted
+        (priced with the training attention scale by the step model)."""
+        return sum(self.module_fwd_s.get(m, 0.0) for m in self._modules(modules) if m != "core_attn")
+
+    def selective_dropped_bytes(self, modules: tuple[str, ...]) -> float:
+        """Saved activation bytes per layer that selective recompute of ``modules`` does not keep."""
+        return sum(self.module_saved_bytes.get(m, 0.0) for m in self._modules(modules))
 
 
 @dataclass
@@ -306,6 +326,8 @@ def _sum_parts(ops: list[Op], kernels: list[KernelTime], plan: ParallelPlan,
             layer_counts[label] = min(layer_counts.get(label, op.count), op.count)
     it = iter(kernels)
     saved = SavedActivations(sequence_parallel=plan.tp if plan.sp else 1)
+    moe_scopes = {op.name.rsplit(".router.", 1)[0] for op in ops if ".router." in op.name}
+    previous: Op | None = None
     for op in ops:
         label = _label(op)
         n = 1 if label in ("embed", "head") else layer_counts.get(label, op.count)
@@ -322,10 +344,60 @@ def _sum_parts(ops: list[Op], kernels: list[KernelTime], plan: ParallelPlan,
             continue
         kt = next(it)
         if fwd:
+            before = part.activation_bytes
             _add_forward(part, op, kt.time_s * per, kt.dynamic_J * per, per, launch_s, saved)
+            if label not in ("embed", "head") and op.op not in _PRECISION_KERNELS:
+                _recompute_modules(part, op, previous, moe_scopes, kt.time_s * per, part.activation_bytes - before)
+                previous = op
         else:
             _add_backward(part, op, kt.time_s * per, kt.dynamic_J * per, per, launch_s)
     return parts
+
+
+_PRECISION_KERNELS = ("cast", "amax", "quantize")  # a recipe's kernels before a GEMM re-run with it, not on their own
+_ACTIVATIONS = ("silu", "gelu", "relu", "relu2", "tanh", "sigmoid")  # alone or gated (``silu_mul``)
+_LAYER_NORMS = ("input_layernorm", "post_attention_layernorm", "pre_mlp_layernorm", "pre_feedforward_layernorm")
+_BLOCK_EDGES = _LAYER_NORMS + ("residual",)  # a block's norm runs before it, its residual add after it
+
+
+def _recompute_modules(part: LayerCost, op: Op, previous: Op | None, moe_scopes: set[str], t: float,
+                       saved_bytes: float) -> None:
+    """Book forward op ``op`` (``t`` s per layer, keeping ``saved_bytes``) under Megatron's selective
+    recompute modules (``--recompute-modules``), as they re-run it and drop what it keeps:
+
+    - ``core_attn``: the attention kernel (FlashAttention keeps q, k and v, the module's checkpoint: no bytes);
+    - ``layernorm``: the layers' input / pre-MLP norms; the linear after one keeps their output, dropped;
+    - ``moe_act``: the experts' activation; the expert GEMM after it keeps its output, dropped;
+    - ``shared_experts``, ``mlp`` (a dense MLP), ``moe`` (the MoE block: router, permutation, experts, shared
+      experts): every op of the block re-runs, and all it keeps but the block's input is dropped.
+    """
+    leaf = op.name.rsplit(".", 1)[-1]
+
+    def book(module: str, seconds: float, dropped: float) -> None:
+        part.module_fwd_s[module] = part.module_fwd_s.get(module, 0.0) + seconds
+        part.module_saved_bytes[module] = part.module_saved_bytes.get(module, 0.0) + dropped
+
+    prev_leaf = previous.name.rsplit(".", 1)[-1] if previous is not None else ""
+    if op.kind is OpKind.ATTENTION:
+        book("core_attn", t, 0.0)
+    elif op.kind is OpKind.VECTOR and leaf in _LAYER_NORMS:
+        book("layernorm", t, 0.0)
+    if op.kind is OpKind.GEMM and prev_leaf in _LAYER_NORMS:
+        book("layernorm", 0.0, saved_bytes)
+    if ".experts." in op.name and op.kind is OpKind.VECTOR and op.op.removesuffix("_mul") in _ACTIVATIONS:
+        book("moe_act", t, 0.0)
+    elif (".experts." in op.name and op.kind is OpKind.GEMM and previous is not None
+          and ".experts." in previous.name and previous.op.removesuffix("_mul") in _ACTIVATIONS):
+        book("moe_act", 0.0, saved_bytes)
+    if leaf in _BLOCK_EDGES:
+        return
+    scope = next((s for s in moe_scopes if op.name.startswith(s + ".")), None)
+    block = "moe" if scope is not None else "mlp" if ".mlp." in op.name else ""
+    for module, inside in ((block, bool(block)), ("shared_experts", ".shared_expert" in op.name)):
+        if not inside:
+            continue
+        first = module not in part.module_fwd_s  # the block's first op keeps its input: the checkpoint
+        book(module, t, 0.0 if first else saved_bytes)
 
 
 def _add_forward(part: LayerCost, op: Op, t: float, joules: float, per: float, launch_s: float,

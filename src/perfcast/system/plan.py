@@ -23,6 +23,9 @@ from perfcast.workload.sharding import check_tp
 __all__ = ["ParallelPlan", "check_plan", "divisors"]
 
 
+RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "shared_experts", "mlp", "moe"]
+
+
 class ParallelPlan(BaseModel):
     """One training configuration (batch sizes in sequences, lengths in tokens)."""
 
@@ -44,6 +47,9 @@ class ParallelPlan(BaseModel):
     tp_comm_overlap: bool = Field(default=False, description="TP collectives overlapped with GEMMs (userbuffers)")
     zero: Literal[0, 1, 2, 3] = Field(default=0, description="ZeRO stage; 3 = FSDP full shard")
     recompute: Literal["none", "selective", "full"] = "none"
+    recompute_modules: tuple[RecomputeModule, ...] = Field(
+        default=("core_attn",), description="what selective recompute re-runs (Megatron's --recompute-modules): "
+                                            "core_attn, layernorm, moe_act, shared_experts, mlp, moe")
     micro_batch: int = Field(default=1, ge=1)
     global_batch: int | None = Field(default=None, ge=1, description="sequences per step (default micro x dp)")
     seq_len: int = Field(default=2048, ge=1)
@@ -216,6 +222,15 @@ def _check_settings_apply(plan: ParallelPlan, cfg: ModelConfig) -> None:
     if plan.lora_targets != defaults["lora_targets"].default and plan.lora_rank == 0:
         raise ConfigError(f"LoRA targets {','.join(plan.lora_targets)} need LoRA: give a lora rank > 0 (rank 0 "
                           "trains every weight)")
+    if plan.recompute_modules != defaults["recompute_modules"].default and plan.recompute != "selective":
+        raise ConfigError(f"recompute modules {','.join(plan.recompute_modules)} are what selective recompute "
+                          f"re-runs: they need recompute selective (not {plan.recompute})")
+    if not plan.recompute_modules:
+        raise ConfigError("recompute_modules is empty: give at least one of core_attn, layernorm, moe_act, "
+                          "shared_experts, mlp, moe")
+    if cfg.moe is None and {"moe_act", "shared_experts", "moe"} & set(plan.recompute_modules):
+        raise ConfigError(f"recompute modules moe_act, shared_experts and moe are parts of mixture-of-experts "
+                          f"layers; {cfg.id} is dense")
     if plan.moe_a2a_overlap and plan.ep == 1:
         raise ConfigError("moe_a2a_overlap hides the expert-parallel all-to-alls: it needs ep > 1 (with ep=1 there "
                           "are none)")

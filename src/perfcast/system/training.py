@@ -276,7 +276,9 @@ def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: Trainin
         if plan.recompute == "full":
             recompute = fwd
         elif plan.recompute == "selective":
-            recompute = part.attention_fwd_s * tc.attention_time_scale / tc.compute_efficiency
+            attention = part.attention_fwd_s * tc.attention_time_scale if "core_attn" in plan.recompute_modules \
+                else 0.0
+            recompute = (attention + part.selective_fwd_s(plan.recompute_modules)) / tc.compute_efficiency
     exposed: dict[str, float] = {}
     total: dict[str, float] = {}
 
@@ -395,8 +397,12 @@ class _Stage:
     exposed: dict[str, float] = field(default_factory=dict)
     total: dict[str, float] = field(default_factory=dict)
 
-    def add(self, part: LayerCost, lt: LayerTime, n: int = 1, recompute: str = "none") -> None:
-        matrix_s, other_s, matrix_J, other_J = _part_kernels(part, recompute)
+    def add(self, part: LayerCost, lt: LayerTime, n: int = 1, recompute: str = "none",
+            modules: tuple[str, ...] = ("core_attn",)) -> None:
+        matrix_s, other_s, matrix_J, other_J = _part_kernels(part, recompute, modules)
+        kept = part.activation_bytes
+        if recompute == "selective" and part.label not in ("embed", "head"):
+            kept -= part.selective_dropped_bytes(modules)
         self.matrix_kernel_s += matrix_s * n
         self.other_kernel_s += other_s * n
         self.matrix_J += matrix_J * n
@@ -411,9 +417,9 @@ class _Stage:
         self.weight_elements += part.weight_elements * n
         self.quantized_bytes += part.quantized_weight_bytes * n
         self.quantized_elements += part.quantized_elements * n
-        self.activation_bytes += part.activation_bytes * n
+        self.activation_bytes += kept * n
         self.checkpoint_bytes += part.input_bytes * n
-        self.max_layer_activation = max(self.max_layer_activation, part.activation_bytes)
+        self.max_layer_activation = max(self.max_layer_activation, kept)
         self.max_layer_params = max(self.max_layer_params, part.params)
         if part.label not in ("embed", "head"):
             self.layers += n
@@ -432,7 +438,7 @@ def _stages(costs: MicroBatchCosts, times: dict[str, LayerTime], plan: ParallelP
     stages = [_Stage() for _ in range(n_virtual)]
     embed, head = costs.part("embed"), costs.part("head")
     if embed is not None:
-        stages[0].add(embed, times["embed"], recompute=plan.recompute)
+        stages[0].add(embed, times["embed"], recompute=plan.recompute, modules=plan.recompute_modules)
     pos = 0
     for s, c in enumerate(counts):
         # runs of the same layer kind are added at once
@@ -441,11 +447,11 @@ def _stages(costs: MicroBatchCosts, times: dict[str, LayerTime], plan: ParallelP
             j = i
             while j < pos + c and sequence[j] is sequence[i]:
                 j += 1
-            stages[s].add(sequence[i], times[sequence[i].label], j - i, plan.recompute)
+            stages[s].add(sequence[i], times[sequence[i].label], j - i, plan.recompute, plan.recompute_modules)
             i = j
         pos += c
     if head is not None:
-        stages[-1].add(head, times["head"], recompute=plan.recompute)
+        stages[-1].add(head, times["head"], recompute=plan.recompute, modules=plan.recompute_modules)
     return stages
 
 
@@ -495,9 +501,11 @@ def _memory(stages: list[_Stage], rank: int, plan: ParallelPlan, hw: Hardware, m
 _COMM_PARTS = ("tp_comm_s", "cp_comm_s", "ep_comm_s", "fsdp_comm_s", "dp_comm_s", "pp_send_s")
 
 
-def _part_kernels(part: LayerCost, recompute: str) -> tuple[float, float, float, float]:
+def _part_kernels(part: LayerCost, recompute: str, modules: tuple[str, ...] = ("core_attn",)
+                  ) -> tuple[float, float, float, float]:
     """Kernel seconds and dynamic joules of one micro-batch of ``part``, matrix ops and the others, its
-    recomputed forward (full) or attention (selective) included."""
+    recomputed forward (full) or selective modules (attention on the matrix units, the rest counted with the
+    other kernels) included."""
     matrix_s = part.fwd_matrix_s + part.bwd_matrix_s
     other_s = part.fwd_s + part.bwd_s - matrix_s
     matrix_J = part.fwd_matrix_J + part.bwd_matrix_J
@@ -507,7 +515,9 @@ def _part_kernels(part: LayerCost, recompute: str) -> tuple[float, float, float,
             matrix_s, other_s = matrix_s + part.fwd_matrix_s, other_s + part.fwd_s - part.fwd_matrix_s
             matrix_J, other_J = matrix_J + part.fwd_matrix_J, other_J + part.fwd_other_J
         elif recompute == "selective":
-            matrix_s, matrix_J = matrix_s + part.attention_fwd_s, matrix_J + part.attention_fwd_J
+            if "core_attn" in modules:
+                matrix_s, matrix_J = matrix_s + part.attention_fwd_s, matrix_J + part.attention_fwd_J
+            other_s += part.selective_fwd_s(modules)
     return matrix_s, other_s, matrix_J, other_J
 
 

@@ -275,3 +275,37 @@ def test_kept_activations_per_layer_follow_korthikanti(tp: int, sp: bool, per_la
                               load_compose_coefficients())
     (layer,) = costs.layers
     assert layer.activation_bytes == pytest.approx(per_layer_sbh * s * b * cfg.hidden_size, rel=1e-12)
+
+
+def test_megatron_recompute_modules_trade_memory_for_time_in_order() -> None:
+    # Qwen3-30B-A3B, EP 8 on one DGX-H100: each rung of Megatron's selective modules keeps less and re-runs more
+    kw = dict(dp=8, ep=8, seq_len=4096, micro_batch=1, global_batch=64, zero=1)
+    ladder = [dict(recompute="none"), dict(recompute="selective"),
+              dict(recompute="selective", recompute_modules=("core_attn", "layernorm", "moe_act")),
+              dict(recompute="selective", recompute_modules=("core_attn", "layernorm", "moe")),
+              dict(recompute="full")]
+    runs = [_run("qwen3-30b-a3b", "dgx-h100", **kw, **rung) for rung in ladder]
+    acts = [r.memory.activations_bytes for r in runs]
+    # selective core attention keeps what FlashAttention keeps anyway (q, k, v): no saving
+    assert acts[1] == pytest.approx(acts[0], rel=1e-12)
+    assert acts[1] > acts[2] > acts[3] > acts[4]
+    recomputed = [r.breakdown_s["recompute_s"] for r in runs]
+    assert recomputed[0] == 0 < recomputed[1] < recomputed[2] < recomputed[3] < recomputed[4]
+
+
+def test_moe_act_recompute_drops_the_expert_activations_output() -> None:
+    # the experts' activation re-runs in the backward, so the GEMM after it no longer keeps its input: that input
+    # is each routed token's SwiGLU output, tokens x top-k x moe_intermediate x 1 byte (FP8 recipe, 48 layers)
+    kw = dict(dp=8, ep=8, seq_len=4096, micro_batch=1, global_batch=64, zero=1, precision="fp8", recompute="selective")
+    base = _run("qwen3-30b-a3b", "dgx-h100", **kw)
+    act = _run("qwen3-30b-a3b", "dgx-h100", **kw, recompute_modules=("core_attn", "moe_act"))
+    tokens, top_k, ffn, layers = 4096, 8, 768, 48
+    dropped = base.memory.activations_bytes - act.memory.activations_bytes
+    assert dropped == pytest.approx(tokens * top_k * ffn * 1 * layers, rel=0.02)
+
+
+def test_recompute_modules_need_selective_and_moe_modules_an_moe_model() -> None:
+    with pytest.raises(ConfigError, match="need recompute selective"):
+        _run("qwen3-30b-a3b", "dgx-h100", dp=8, ep=8, recompute_modules=("moe",))
+    with pytest.raises(ConfigError, match="is dense"):
+        _run("llama-2-7b", "dgx-h100", dp=8, recompute="selective", recompute_modules=("moe_act",))
