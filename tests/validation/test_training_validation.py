@@ -140,6 +140,21 @@ def predict_batch_row(row: dict[str, str]) -> float:
     return float(predict_published_training([row], Calibration.shipped()).pred["tflops_per_gpu"][0])
 
 
+def test_each_source_runs_its_own_attention_kernels() -> None:
+    # torchtitan calls PyTorch SDPA (FlashAttention-2), llm-foundry the flash-attn 2 package; NVIDIA's stacks run
+    # Transformer Engine's cuDNN attention
+    checked = 0
+    for row in _rows():
+        try:
+            plan = plan_for_row(row, 8)
+        except ConfigError:
+            continue  # a plan its source did not publish
+        checked += 1
+        fa2 = "torchtitan" in row["framework"] or "llm-foundry" in row["framework"]
+        assert plan.attention_kernels == ("fa2" if fa2 else "native"), row["framework"]
+    assert checked > 200
+
+
 def test_torchtitan_pipelines_split_the_local_batch_per_stage() -> None:
     rows = [r for r in _rows() if "torchtitan" in r["framework"] and r["pp"] and int(r["pp"]) > 1 and r["seq_len"]]
     assert rows

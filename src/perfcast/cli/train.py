@@ -90,6 +90,9 @@ def train(
     fused_kernels: bool = typer.Option(True, "--fused-kernels/--plain-pytorch",
                                        help="Eager runs use fused norm/RoPE/activation kernels (Megatron, TE) or "
                                             "plain PyTorch ops, one kernel each (torchtitan, HF)."),
+    attention_kernels: str = typer.Option("native", "--attention-kernels",
+                                          help="native (cuDNN / FlashAttention-3 on Hopper, Megatron and NeMo) | "
+                                               "fa2 (FlashAttention-2: PyTorch SDPA, torchtitan)."),
     trace_out: Path | None = typer.Option(None, "--trace-out", help="Write a Chrome trace JSON of the step "
                                                                     "(Perfetto)."),
     trace_alias: Path | None = typer.Option(None, "--trace", hidden=True,
@@ -124,7 +127,7 @@ def train(
         schedule="interleaved" if vp > 1 and schedule == "1f1b" else schedule, uneven_stages=uneven_stages,
         lora_rank=lora_rank, lora_targets=tuple(t.strip() for t in lora_targets.split(",") if t.strip()),
         qlora=qlora, moe_skew=moe_skew, moe_capacity_factor=capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
-        etp=_etp(etp), framework=framework,
+        etp=_etp(etp), framework=framework, attention_kernels=attention_kernels,
         fused_kernels=fused_kernels))
     result = _simulate(model, captured, cl, plan, nodes=nodes, trace=trace)
     if as_json:

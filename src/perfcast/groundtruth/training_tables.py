@@ -36,6 +36,10 @@ framework runs by default, and said here:
   configs: ``optim.grad_sync_dtype: bf16``), so Megatron's gradient buffer holds
   2 bytes per parameter; Megatron-LM's own runs keep FP32 gradients
   (``--bf16`` turns ``accumulate_allreduce_grads_in_fp32`` on);
+- attention: torchtitan's runs call PyTorch SDPA, whose flash backend is
+  FlashAttention-2, and llm-foundry's MPTs the flash-attn 2 package; Megatron,
+  NeMo and Megatron-Bridge run Transformer Engine's cuDNN fused attention, native
+  to Hopper (``ParallelPlan.attention_kernels``);
 - torch.compile rows launch compiled kernels; torchtitan's model code is plain
   PyTorch, so its eager rows run one kernel per norm/RoPE/SwiGLU operation
   (Megatron, NeMo and llm-foundry use fused kernels);
@@ -173,6 +177,7 @@ def plan_for_row(row: dict[str, str], gpus_per_node: int) -> ParallelPlan:
         schedule="interleaved" if vp > 1 else "1f1b",
         framework="compiled" if compiled else "eager",
         fused_kernels="torchtitan" not in framework,
+        attention_kernels="fa2" if "torchtitan" in framework or "llm-foundry" in framework else "native",
         grad_reduce_dtype="bf16" if "MP mode PURE" in note or framework.startswith(("NeMo", "Megatron-Bridge"))
         else "fp32",
     )

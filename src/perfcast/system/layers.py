@@ -12,7 +12,7 @@ GPU count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig
@@ -33,6 +33,10 @@ from perfcast.workload.types import Mode, Op, OpKind, Phase
 
 __all__ = ["LayerCost", "MicroBatchCosts", "micro_batch_costs"]
 
+# FlashAttention-2 issues Ampere's mma.sync: on Hopper only the warpgroup wgmma instructions reach the tensor
+# peak, mma.sync about two thirds of it (Shah et al. 2024, FlashAttention-3, Sec. 1; FA2 runs at ~35 % of an
+# H100's peak where FA3 and cuDNN reach 60-75 %), so its kernels take 1.5x what the GPU's native ones take
+FA2_LEGACY_MMA_SLOWDOWN = 1.5
 _LOW_PRECISION = (DType.FP8, DType.FP4)  # GEMM datapaths the fitted fp8_gemm_efficiency applies to
 
 
@@ -224,7 +228,7 @@ def micro_batch_costs(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs
     key = (content_digest(cfg), content_digest(hw), content_digest(coeffs), content_digest(compose), plan.tp,
            plan.cp, plan.cp_kind, plan.ep, plan.etp, plan.sp, plan.micro_batch, plan.seq_len, plan.precision,
            plan.lora_rank, plan.lora_targets, plan.qlora, plan.moe_skew, plan.moe_capacity_factor, plan.framework,
-           plan.fused_kernels)
+           plan.fused_kernels, plan.attention_kernels)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
@@ -294,7 +298,11 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
     ops = shard_tp(ops, plan.tp)
     if plan.sp and plan.tp > 1:
         ops = _sequence_parallel(ops, plan.tp)
-    kernels = price_ops([o for o in ops if o.kind is not OpKind.COMM], hw, coeffs)
+    priced = [o for o in ops if o.kind is not OpKind.COMM]
+    kernels = price_ops(priced, hw, coeffs)
+    if plan.attention_kernels == "fa2" and (hw.compute_capability or 0.0) >= 9.0:
+        kernels = [replace(kt, time_s=kt.time_s * FA2_LEGACY_MMA_SLOWDOWN) if op.kind is OpKind.ATTENTION else kt
+                   for op, kt in zip(priced, kernels, strict=True)]
     host = compose.host
     launch_s = {"eager": host.autograd_op_s, "compiled": host.compiled_op_s, "graph": 0.0}[plan.framework]
     parts = _sum_parts(ops, kernels, plan, launch_s)

@@ -79,6 +79,11 @@ class ParallelPlan(BaseModel):
         default=True, description="eager runs use hand-fused norm/RoPE/activation kernels (Megatron, Transformer "
                                   "Engine, Apex); False = plain PyTorch ops, one kernel per operation (eager "
                                   "torchtitan, Hugging Face); torch.compile fuses them either way")
+    attention_kernels: Literal["native", "fa2"] = Field(
+        default="native", description="the training attention kernels: native to the GPU (Transformer Engine's "
+                                      "cuDNN fused attention, FlashAttention-3 on Hopper) or FlashAttention-2 "
+                                      "(PyTorch SDPA's flash backend, the flash-attn 2 package), whose Ampere MMA "
+                                      "instructions reach about 2/3 of the tensor peak of Hopper and later GPUs")
     grad_reduce_dtype: Literal["fp32", "bf16"] = Field(default="fp32", description="dtype of gradient reductions")
     dp_overlap: bool = Field(default=True, description="gradient reduction / parameter gathers overlap compute")
 

@@ -309,3 +309,18 @@ def test_recompute_modules_need_selective_and_moe_modules_an_moe_model() -> None
         _run("qwen3-30b-a3b", "dgx-h100", dp=8, ep=8, recompute_modules=("moe",))
     with pytest.raises(ConfigError, match="is dense"):
         _run("llama-2-7b", "dgx-h100", dp=8, recompute="selective", recompute_modules=("moe_act",))
+
+
+def test_flashattention2_runs_slower_on_hopper_only() -> None:
+    # FA2's mma.sync reaches ~2/3 of Hopper's tensor peak: its attention kernels take 1.5x the native ones on an
+    # H100 and the same on an A100 (FA2 is the A100's native kernel)
+    from perfcast.system.layers import FA2_LEGACY_MMA_SLOWDOWN
+
+    kw = dict(dp=8, seq_len=16384, micro_batch=1, global_batch=8, zero=1)
+    for cluster, slowdown in (("dgx-h100", FA2_LEGACY_MMA_SLOWDOWN), ("dgx-a100", 1.0)):
+        native = _run("llama-3.1-8b", cluster, **kw)
+        fa2 = _run("llama-3.1-8b", cluster, attention_kernels="fa2", **kw)
+        if slowdown == 1.0:
+            assert fa2.step_time_s == pytest.approx(native.step_time_s, rel=1e-12)
+        else:
+            assert fa2.step_time_s > 1.1 * native.step_time_s  # attention is most of a 16k-token step
