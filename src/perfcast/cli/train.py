@@ -57,6 +57,9 @@ def train(
     etp: str = typer.Option("tp", "--etp", help="Expert tensor parallelism: tp (experts split like the MLP, EP over "
                                                 "dp*cp) | 1 (whole experts, EP folded over tp*cp*dp: Megatron's "
                                                 "MoE parallel folding)."),
+    moe_dispatcher: str = typer.Option("alltoall", "--moe-dispatcher",
+                                       help="alltoall (a copy per token and chosen expert) | deepep (a copy per "
+                                            "destination node, forwarded over NVLink)."),
     moe_a2a_overlap: bool = typer.Option(False, "--moe-a2a-overlap",
                                          help="Overlap expert-parallel dispatch/combine with another micro-batch's "
                                               "compute (Megatron's overlap_moe_expert_parallel_comm)."),
@@ -127,6 +130,7 @@ def train(
         schedule="interleaved" if vp > 1 and schedule == "1f1b" else schedule, uneven_stages=uneven_stages,
         lora_rank=lora_rank, lora_targets=tuple(t.strip() for t in lora_targets.split(",") if t.strip()),
         qlora=qlora, moe_skew=moe_skew, moe_capacity_factor=capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
+        moe_dispatcher=moe_dispatcher,
         etp=_etp(etp), framework=framework, attention_kernels=attention_kernels,
         fused_kernels=fused_kernels))
     result = _simulate(model, captured, cl, plan, nodes=nodes, trace=trace)

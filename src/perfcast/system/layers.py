@@ -77,6 +77,8 @@ class LayerCost:
     attention_bwd_s: float = 0.0
     activation_bytes: float = 0.0
     input_bytes: float = 0.0
+    routed_experts: int = 0  # an MoE layer's experts and the experts each token is routed to (for dispatch)
+    experts_per_token: int = 0
     # Megatron's selective recompute modules (``recompute_modules``): forward seconds each re-runs and saved bytes
     # each drops, per layer (:func:`_recompute_modules`; combined by :meth:`selective_fwd_s` / ``_dropped_bytes``)
     module_fwd_s: dict[str, float] = field(default_factory=dict)
@@ -477,6 +479,7 @@ def _add_parallel_comm(ordered: list[LayerCost], cfg: ModelConfig, plan: Paralle
             if part.label.startswith("moe_layers"):
                 part.fwd_comm["ep_all_to_all"] = [2.0 * routed, 2.0]
                 part.bwd_comm["ep_all_to_all"] = [2.0 * routed, 2.0]
+                part.routed_experts, part.experts_per_token = cfg.moe.num_experts, cfg.moe.experts_per_token
     # CP: ring attention passes K/V blocks (forward) and K/V + their gradients (backward) cp-1 times;
     # Ulysses regroups q, k, v and the output by all-to-all
     if plan.cp > 1:

@@ -69,6 +69,10 @@ class ParallelPlan(BaseModel):
     moe_capacity_factor: float | None = Field(default=None, gt=0,
                                               description="expert capacity factor (None = dropless)")
     moe_skew: float = Field(default=0.0, ge=0, description="the busiest expert gets (1 + skew) x the mean load")
+    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
+        default="alltoall", description="how routed tokens travel: alltoall (Megatron's all-to-all dispatcher, one "
+                                        "copy per token and chosen expert) or deepep (DeepEP's kernels, one copy "
+                                        "per destination node over the network, forwarded over NVLink inside it)")
     moe_a2a_overlap: bool = Field(
         default=False, description="the expert-parallel dispatch and combine of one micro-batch overlap the compute "
                                    "of another (Megatron's overlap_moe_expert_parallel_comm, DeepSeek-V3's "
@@ -236,6 +240,9 @@ def _check_settings_apply(plan: ParallelPlan, cfg: ModelConfig) -> None:
     if cfg.moe is None and {"moe_act", "shared_experts", "moe"} & set(plan.recompute_modules):
         raise ConfigError(f"recompute modules moe_act, shared_experts and moe are parts of mixture-of-experts "
                           f"layers; {cfg.id} is dense")
+    if plan.moe_dispatcher != defaults["moe_dispatcher"].default and plan.ep == 1:
+        raise ConfigError(f"the {plan.moe_dispatcher} dispatcher moves tokens between expert-parallel ranks: it "
+                          "needs ep > 1")
     if plan.moe_a2a_overlap and plan.ep == 1:
         raise ConfigError("moe_a2a_overlap hides the expert-parallel all-to-alls: it needs ep > 1 (with ep=1 there "
                           "are none)")

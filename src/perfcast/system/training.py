@@ -260,6 +260,26 @@ def _device_s(kernel_s: float, fp8_s: float, kernels: float, tc: TrainingCoeffic
         kernels * tc.kernel_gap_s
 
 
+def deepep_share(experts: int, top_k: int, ep: int, per_domain: int) -> float:
+    """Bytes DeepEP's dispatch (and combine) moves per byte an all-to-all dispatcher moves, under uniform routing.
+
+    The all-to-all dispatcher sends one copy of a token per chosen expert. DeepEP sends one copy per destination
+    node over the network and forwards it over NVLink to the GPUs there (its internode kernels), one per
+    destination GPU inside a node (intranode). A token picks ``top_k`` of ``experts`` spread evenly over ``ep``
+    ranks, ``per_domain`` of them per node; a group of ``m`` experts is hit with probability
+    ``1 - C(E - m, k) / C(E, k)``. Across nodes the share is the expected nodes hit over ``k``; within one node,
+    the expected ranks hit over ``k``.
+    """
+    if experts <= 0 or top_k <= 0 or ep <= 1:
+        return 1.0
+    groups = ep // per_domain if per_domain < ep else ep  # the network's destinations, else the node's GPUs
+    per_group = experts / groups
+    miss = 1.0
+    for i in range(top_k):
+        miss *= max(0.0, (experts - per_group - i) / (experts - i))
+    return min(1.0, groups * (1.0 - miss) / top_k)
+
+
 def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: TrainingCoefficients, *,
                 grad_bytes: float) -> LayerTime:
     """Seconds of one layer kind's forward and backward under ``plan`` (compute, recompute and the TP/CP/EP
@@ -292,6 +312,9 @@ def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: Trainin
         attn = part.attention_fwd_s if phase == "fwd" else part.attention_bwd_s
         other = bwd if phase == "fwd" else fwd  # what the paired micro-batch computes meanwhile
         for kind, (size, calls) in book.items():
+            if kind == "ep_all_to_all" and plan.moe_dispatcher == "deepep":
+                size *= deepep_share(part.routed_experts, part.experts_per_token, plan.ep,
+                                     comm.per_node(1 if plan.etp == 1 else tp * cp, plan.ep))
             name, t, e = _layer_comm_s(kind, size, calls, plan, comm, tc, gemm, attn)
             if kind == "ep_all_to_all" and plan.moe_a2a_overlap:
                 # a forward's dispatch/combine run beside another micro-batch's backward of the layer, and the

@@ -324,3 +324,21 @@ def test_flashattention2_runs_slower_on_hopper_only() -> None:
             assert fa2.step_time_s == pytest.approx(native.step_time_s, rel=1e-12)
         else:
             assert fa2.step_time_s > 1.1 * native.step_time_s  # attention is most of a 16k-token step
+
+
+def test_deepep_sends_a_token_once_per_destination() -> None:
+    from perfcast.system.training import deepep_share
+
+    # 4 experts over 2 nodes, top-2: a token misses a node with probability (2/4)(1/3) = 1/6, so it crosses to
+    # 2 x 5/6 nodes on average where the all-to-all dispatcher sends 2 copies
+    assert deepep_share(4, 2, 2, 1) == pytest.approx(2 * (5 / 6) / 2)
+    assert deepep_share(128, 8, 1, 8) == 1.0 and deepep_share(8, 1, 8, 8) == pytest.approx(1.0)
+    kw = dict(tp=2, dp=16, ep=32, etp=1, sp=True, seq_len=4096, micro_batch=1, global_batch=256, zero=1,
+              precision="fp8", recompute="full")
+    a2a = _run("qwen3-235b-a22b", "dgx-h100", pp=8, vp=4, uneven_stages=True, **kw)
+    deepep = _run("qwen3-235b-a22b", "dgx-h100", pp=8, vp=4, uneven_stages=True, moe_dispatcher="deepep", **kw)
+    # EP 32 over 4 nodes: 8 of 128 experts hit 3.6 of the 4 nodes, 45 % of the all-to-all's copies
+    assert deepep.comm_total_s["ep_comm_s"] == pytest.approx(a2a.comm_total_s["ep_comm_s"] * 0.45, rel=0.15)
+    assert deepep.step_time_s < a2a.step_time_s
+    with pytest.raises(ConfigError, match="needs ep > 1"):
+        _run("qwen3-30b-a3b", "dgx-h100", dp=8, moe_dispatcher="deepep")
