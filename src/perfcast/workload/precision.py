@@ -236,9 +236,9 @@ def to_recipe(ops: list[Op] | tuple[Op, ...], recipe: PrecisionRecipe) -> list[O
         if not _quantized(op):
             out.append(op)
             continue
-        _, m, k, _ = op.dims
+        b, m, k, _ = op.dims
         e = op.dtype.bytes
-        act = m * k
+        act = b * m * k  # a grouped GEMM (MoE experts) quantizes every group's input
         if recipe.amax_pass and per_tensor:
             out.append(_kernel(op, "amax_fp8", "amax", act, act * e, 4.0, float(act), _input_split(op),
                                Phase.FORWARD, op.dtype))
@@ -274,7 +274,7 @@ def recipe_backward_ops(forward: list[Op] | tuple[Op, ...], recipe: PrecisionRec
         if not (op.kind is OpKind.GEMM and op.op == "linear" and op.dtype is recipe.fprop and _in_blocks(op)
                 and recipe.scaling not in (Scaling.DELAYED, Scaling.CURRENT) and ".router." not in op.name):
             continue
-        _, m, _, n = op.dims
-        out.extend(_quantize_kernels(recipe, op, "grad_output", m * n, recipe.activation_dtype, _output_split(op),
+        b, m, _, n = op.dims
+        out.extend(_quantize_kernels(recipe, op, "grad_output", b * m * n, recipe.activation_dtype, _output_split(op),
                                      Phase.BACKWARD))
     return out
