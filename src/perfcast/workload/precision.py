@@ -236,9 +236,9 @@ def to_recipe(ops: list[Op] | tuple[Op, ...], recipe: PrecisionRecipe) -> list[O
         if not _quantized(op):
             out.append(op)
             continue
-        b, m, k, _ = op.dims
+        _, m, k, _ = op.dims
         e = op.dtype.bytes
-        act = b * m * k  # a grouped GEMM (MoE experts) quantizes every group's input
+        act = m * k
         if recipe.amax_pass and per_tensor:
             out.append(_kernel(op, "amax_fp8", "amax", act, act * e, 4.0, float(act), _input_split(op),
                                Phase.FORWARD, op.dtype))

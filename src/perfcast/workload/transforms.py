@@ -270,7 +270,9 @@ def route_experts(ops: list[Op] | tuple[Op, ...], num_experts: int, top_k: int, 
 
     The router gains its load-balancing loss (a reduction over the tokens' ``E`` scores in FP32: Megatron's
     ``switch_load_balancing_loss_func``), and the token permutation becomes a ``permute`` kernel whose
-    backward scatters the gradient back (``unpermute``).
+    backward scatters the gradient back (``unpermute``); with ``ep`` > 1 and several local experts the received
+    tokens are also regrouped by local expert before the experts and back after them (``sort_chunks``,
+    ``unsort_chunks``).
     ``token_split``: each rank dispatches ``1/token_split`` of the router's tokens (the sequence-parallel
     share of a TP rank whose experts are whole, Megatron's expert_tensor_parallel_size 1); the expert ops are
     then left unsplit by tensor parallelism (``tp_split`` none).
@@ -296,6 +298,14 @@ def route_experts(ops: list[Op] | tuple[Op, ...], num_experts: int, top_k: int, 
             continue
         if op.name == f"{scope}.permute":
             out.append(op.with_(op="permute"))
+            if ep > 1 and local > 1:
+                out.append(_sort_chunks(op, f"{scope}.sort_chunks", router, num_experts, top_k, ep, skew,
+                                        capacity_factor, token_split))
+            continue
+        if op.name == f"{scope}.unpermute_weighted_sum" and ep > 1 and local > 1:
+            out.append(_sort_chunks(op, f"{scope}.unsort_chunks", router, num_experts, top_k, ep, skew,
+                                    capacity_factor, token_split))
+            out.append(op)
             continue
         if not op.name.startswith(f"{scope}.experts."):
             out.append(op)
@@ -345,6 +355,22 @@ def _group(op: Op, groups: int, layers: int) -> Op:
     rows, cols = op.dims
     return op.with_(dims=(rows, cols * groups),
                     fused_bytes=None if op.fused_bytes is None else op.fused_bytes * groups, **scaled)
+
+
+def _sort_chunks(near: Op, name: str, router: Op, num_experts: int, top_k: int, ep: int, skew: float,
+                 capacity_factor: float | None, token_split: int) -> Op:
+    """The regrouping of the tokens an all-to-all brings from ``ep`` ranks into local-expert order (before the
+    experts, ``sort_chunks``) or back into rank order (after them, ``unsort_chunks``): Megatron-Core's
+    all-to-all dispatcher with several local experts (``sort_chunks_by_idxs``), a gather of every received
+    hidden vector."""
+    local = max(1, num_experts // ep)
+    received = _expert_load(router.dims[1] / token_split, num_experts, top_k, ep, skew, capacity_factor) * local
+    h = router.dims[2]
+    e = near.dtype.bytes
+    numel = received * h
+    return Op(name=name, op="permute", kind=OpKind.VECTOR, dims=(1, numel), dtype=near.dtype, flops=0.0,
+              bytes_read=numel * e + received * 8.0, bytes_written=float(numel * e), count=near.count,
+              phase=near.phase, group=near.group, tp_split="none", meta=(("inputs", 1), ("outputs", 1)))
 
 
 def _aux_loss(scores: Op, scope: str) -> Op:

@@ -291,8 +291,9 @@ def test_route_experts_holds_e_over_ep_experts_with_ep_times_the_tokens(ep: int)
     assert new["act_and_mul"].flops == pytest.approx(old["act_and_mul"].flops * tokens / old["down_proj"].dims[1])
     # each GPU processes tokens * k expert-token pairs whatever ep is: per-GPU expert FLOPs do not change
     assert sum(o.flops * o.count for o in new.values()) == pytest.approx(sum(o.flops * o.count for o in old.values()))
-    # non-expert ops are untouched but for the router's aux loss and the permutation kernel
-    assert [o for o in out if ".experts." not in o.name and not o.name.endswith((".aux_loss", ".permute"))] == \
+    # non-expert ops are untouched but for the router's aux loss and the permutation kernels
+    moved = (".aux_loss", ".permute", ".sort_chunks", ".unsort_chunks")
+    assert [o for o in out if ".experts." not in o.name and not o.name.endswith(moved)] == \
         [o for o in fwd if ".experts." not in o.name and not o.name.endswith(".permute")]
 
 
@@ -361,3 +362,17 @@ def test_route_experts_prices_the_busiest_gpu(ep: int, skew: float, capacity: fl
 def test_route_experts_leaves_dense_models_alone() -> None:
     fwd = _forward("llama-2-7b")
     assert route_experts(fwd, 8, 2, ep=2, skew=0.5) == fwd
+
+
+@pytest.mark.parametrize("ep", [1, 2, 4, 8])
+def test_route_experts_regroups_received_tokens_with_several_local_experts(ep: int) -> None:
+    out = {o.name: o for o in route_experts(_forward("mixtral-8x7b"), MIX_E, MIX_K, ep=ep)}
+    names = ("moe_layers.mlp.sort_chunks", "moe_layers.mlp.unsort_chunks")
+    if ep in (1, MIX_E):  # nothing to regroup: no all-to-all, or one expert per GPU
+        assert not set(names) & set(out)
+        return
+    received = MIX_TOKENS * MIX_K  # (E/ep) local experts x tokens*k*ep/E tokens each, no skew
+    for name in names:
+        op = out[name]
+        assert op.op == "permute" and op.dims == (1, received * 4096) and op.count == MIX_LAYERS
+        assert op.bytes_written == received * 4096 * 2
