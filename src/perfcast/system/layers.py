@@ -265,10 +265,12 @@ def mtp_layers(cfg: ModelConfig, plan: ParallelPlan) -> int:
 
 
 def _sequence_parallel(ops: list[Op], tp: int) -> list[Op]:
-    """Sequence parallelism: the replicated norm / dropout / residual kernels run on ``1/tp`` of the tokens."""
+    """Sequence parallelism: the replicated norm / dropout / residual kernels run on ``1/tp`` of the tokens (in
+    the layers, and in the MTP modules' blocks the head part carries)."""
     out = []
     for op in ops:
-        if op.kind is OpKind.VECTOR and op.tp_split == "none" and _label(op) != "head":
+        mtp_block = op.name.startswith("head.mtp.") and not op.name.startswith("head.mtp.loss.")
+        if op.kind is OpKind.VECTOR and op.tp_split == "none" and (_label(op) != "head" or mtp_block):
             f = 1.0 / tp
             rows, cols = op.dims
             dims = (max(1, rows // tp), cols) if rows > 1 else (rows, max(1, cols // tp))

@@ -142,3 +142,17 @@ def test_mtp_modules_are_built_for_training_only() -> None:
                                      "head.mtp.loss.log_softmax"}
     with pytest.raises(UnsupportedError, match="multi-token-prediction"):
         build_workload("deepseek-v3", WorkloadSpec(Mode.PREFILL, 1, 512, dtype="bf16", mtp_layers=1))
+
+
+def test_sequence_parallelism_splits_the_mtp_block_like_a_layer() -> None:
+    _, plain = _costs("deepseek-v3", tp=8, mtp_layers=0)
+    _, sp = _costs("deepseek-v3", tp=8, sp=True, mtp_layers=0)
+    _, plain_mtp = _costs("deepseek-v3", tp=8)
+    _, sp_mtp = _costs("deepseek-v3", tp=8, sp=True)
+    heads = [c.part("head") for c in (plain, sp, plain_mtp, sp_mtp)]
+    assert all(h is not None for h in heads)
+    h0, h1, h2, h3 = heads
+    mtp_flops = h2.fwd_flops - h0.fwd_flops  # type: ignore[union-attr]
+    mtp_flops_sp = h3.fwd_flops - h1.fwd_flops  # type: ignore[union-attr]
+    # the MTP block's replicated norms and residuals run on 1/tp of the tokens: fewer FLOPs with SP
+    assert mtp_flops_sp < mtp_flops
