@@ -26,12 +26,13 @@ from perfcast.kernel.types import KernelTime
 from perfcast.system.plan import ParallelPlan
 from perfcast.workload.backward import SavedActivations, backward_ops
 from perfcast.workload.build import WorkloadSpec, build_workload
+from perfcast.workload.models.decoder import num_mtp_layers
 from perfcast.workload.precision import check_recipe_hardware, get_recipe, recipe_backward_ops, to_recipe
 from perfcast.workload.sharding import shard_tp
 from perfcast.workload.transforms import apply_lora, route_experts, shard_context
 from perfcast.workload.types import Mode, Op, OpKind, Phase
 
-__all__ = ["LayerCost", "MicroBatchCosts", "micro_batch_costs"]
+__all__ = ["LayerCost", "MicroBatchCosts", "micro_batch_costs", "mtp_layers"]
 
 # FlashAttention-2 issues Ampere's mma.sync: on Hopper only the warpgroup wgmma instructions reach the tensor
 # peak, mma.sync about two thirds of it (Shah et al. 2024, FlashAttention-3, Sec. 1; FA2 runs at ~35 % of an
@@ -90,6 +91,8 @@ class LayerCost:
     bwd_matrix_J: float = 0.0
     bwd_other_J: float = 0.0
     attention_fwd_J: float = 0.0
+    moe_blocks: float = 0.0  # MoE blocks (routers) per instance: 1 in an MoE layer, the MTP's in the head
+    attention_blocks: float = 0.0  # fused attention kernels per instance (forward)
 
 
     def _modules(self, modules: tuple[str, ...]) -> set[str]:
@@ -229,8 +232,8 @@ def micro_batch_costs(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs
         return _price(cfg, plan, hw, coeffs, compose, forward)
     key = (content_digest(cfg), content_digest(hw), content_digest(coeffs), content_digest(compose), plan.tp,
            plan.cp, plan.cp_kind, plan.ep, plan.etp, plan.sp, plan.micro_batch, plan.seq_len, plan.precision,
-           plan.lora_rank, plan.lora_targets, plan.qlora, plan.moe_skew, plan.moe_capacity_factor, plan.framework,
-           plan.fused_kernels, plan.attention_kernels)
+           plan.lora_rank, plan.lora_targets, plan.qlora, plan.moe_skew, plan.moe_capacity_factor,
+           plan.moe_grouped_gemm, plan.mtp_layers, plan.framework, plan.fused_kernels, plan.attention_kernels)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
@@ -254,7 +257,7 @@ def _forward_ops(cfg: ModelConfig, plan: ParallelPlan,
     # activation (the Hugging Face layout); fused kernels or a compiler run them as one kernel each
     style = "hf" if plan.framework == "eager" and not plan.fused_kernels else "engine"
     spec = WorkloadSpec(Mode.TRAINING, plan.micro_batch, local_seq, dtype=recipe.activation_dtype,
-                        style=style, attention="flash", optimizer="none", loss=True)
+                        style=style, attention="flash", optimizer="none", loss=True, mtp_layers=mtp_layers(cfg, plan))
     wl = build_workload(cfg, spec)
     forward = list(wl.phase(Phase.FORWARD))
     forward = shard_context(forward, plan.cp)
@@ -271,16 +274,29 @@ def _forward_ops(cfg: ModelConfig, plan: ParallelPlan,
         whole = plan.etp == 1 and plan.tp > 1  # whole experts: each TP rank routes its sequence-parallel share
         forward = route_experts(forward, cfg.moe.num_experts, cfg.moe.experts_per_token, ep=plan.ep,
                                 skew=plan.moe_skew, capacity_factor=plan.moe_capacity_factor,
-                                token_split=plan.tp if whole else 1)
+                                token_split=plan.tp if whole else 1, grouped=plan.moe_grouped_gemm)
     # a CNN's seq_len is its image side: its FLOPs and throughput count images, not tokens
     return forward, convention, plan.micro_batch * (1 if cfg.kind == "cnn" else local_seq)
 
 
+def mtp_layers(cfg: ModelConfig, plan: ParallelPlan) -> int:
+    """Multi-token-prediction layers the plan trains: its ``mtp_layers``, else the config's
+    ``num_nextn_predict_layers`` (attention decoders only; a model the generic decoder builder does not build
+    trains none unless asked, which is refused)."""
+    if plan.mtp_layers is not None:
+        return plan.mtp_layers
+    if cfg.kind != "decoder" or cfg.ssm is not None or cfg.linear_attention is not None:
+        return 0
+    return num_mtp_layers(cfg)
+
+
 def _sequence_parallel(ops: list[Op], tp: int) -> list[Op]:
-    """Sequence parallelism: the replicated norm / dropout / residual kernels run on ``1/tp`` of the tokens."""
+    """Sequence parallelism: the replicated norm / dropout / residual kernels run on ``1/tp`` of the tokens (in
+    the layers, and in the MTP modules' blocks the head part carries)."""
     out = []
     for op in ops:
-        if op.kind is OpKind.VECTOR and op.tp_split == "none" and _label(op) != "head":
+        mtp_block = op.name.startswith("head.mtp.") and not op.name.startswith("head.mtp.loss.")
+        if op.kind is OpKind.VECTOR and op.tp_split == "none" and (_label(op) != "head" or mtp_block):
             f = 1.0 / tp
             rows, cols = op.dims
             dims = (max(1, rows // tp), cols) if rows > 1 else (rows, max(1, cols // tp))
@@ -430,10 +446,13 @@ def _add_forward(part: LayerCost, op: Op, t: float, joules: float, per: float, l
     if op.kind is OpKind.ATTENTION:
         part.attention_fwd_s += t
         part.attention_fwd_J += joules
+        part.attention_blocks += per
+    if op.name.endswith(".router.gate"):
+        part.moe_blocks += per
     part.activation_bytes += saved.add(op) * per
     if op.kind is OpKind.GEMM and op.op == "linear" and not op.get("tied", False):
-        _, _, k, nn = op.dims
-        stored = k * nn + (nn if op.get("bias", False) else 0)
+        groups, _, k, nn = op.dims  # a grouped GEMM (MoE experts) holds one weight per group
+        stored = groups * (k * nn + (nn if op.get("bias", False) else 0))
         part.weight_elements += stored * per
         part.params += stored * per
     elif op.kind is OpKind.EMBEDDING:
@@ -472,25 +491,28 @@ def _add_backward(part: LayerCost, op: Op, t: float, joules: float, per: float, 
 def _add_parallel_comm(ordered: list[LayerCost], cfg: ModelConfig, plan: ParallelPlan, tokens: int,
                        e: float) -> None:
     """The expert- and context-parallel traffic of each layer part (bytes, calls; ``e`` bytes per element)."""
-    # EP all-to-all: dispatch and combine per MoE layer, the tokens x top-k hidden vectors
+    # EP all-to-all: dispatch and combine per MoE block (an MoE layer's, the MTP layers' in the head), the
+    # tokens x top-k hidden vectors
     if cfg.moe is not None and plan.ep > 1:
         routed = tokens * cfg.moe.experts_per_token * cfg.hidden_size * e / (plan.tp if plan.sp else 1)
         for part in ordered:
-            if part.label.startswith("moe_layers"):
-                part.fwd_comm["ep_all_to_all"] = [2.0 * routed, 2.0]
-                part.bwd_comm["ep_all_to_all"] = [2.0 * routed, 2.0]
+            if part.moe_blocks:
+                n = part.moe_blocks
+                part.fwd_comm["ep_all_to_all"] = [2.0 * routed * n, 2.0 * n]
+                part.bwd_comm["ep_all_to_all"] = [2.0 * routed * n, 2.0 * n]
                 part.routed_experts, part.experts_per_token = cfg.moe.num_experts, cfg.moe.experts_per_token
     # CP: ring attention passes K/V blocks (forward) and K/V + their gradients (backward) cp-1 times;
-    # Ulysses regroups q, k, v and the output by all-to-all
+    # Ulysses regroups q, k, v and the output by all-to-all; per layer, and per MTP layer in the head
     if plan.cp > 1:
         kv = tokens * 2 * cfg.num_kv_heads * cfg.head_dim * e / plan.tp
         qo = tokens * 2 * cfg.num_heads * cfg.head_dim * e / plan.tp
         for part in ordered:
-            if part.label in ("embed", "head"):
+            if part.label == "embed" or (part.label == "head" and not part.attention_blocks):
                 continue
+            n = part.attention_blocks if part.label == "head" else 1.0
             if plan.cp_kind == "ring":
-                part.fwd_comm["cp_ring_send_recv"] = [kv * (plan.cp - 1), plan.cp - 1.0]
-                part.bwd_comm["cp_ring_send_recv"] = [2 * kv * (plan.cp - 1), plan.cp - 1.0]
+                part.fwd_comm["cp_ring_send_recv"] = [kv * (plan.cp - 1) * n, (plan.cp - 1.0) * n]
+                part.bwd_comm["cp_ring_send_recv"] = [2 * kv * (plan.cp - 1) * n, (plan.cp - 1.0) * n]
             else:
-                part.fwd_comm["cp_all_to_all"] = [kv + qo, 4.0]
-                part.bwd_comm["cp_all_to_all"] = [kv + qo, 4.0]
+                part.fwd_comm["cp_all_to_all"] = [(kv + qo) * n, 4.0 * n]
+                part.bwd_comm["cp_all_to_all"] = [(kv + qo) * n, 4.0 * n]

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from perfcast.catalog.models import ModelConfig, check_context
-from perfcast.errors import ConfigError
+from perfcast.errors import ConfigError, UnsupportedError
 from perfcast.system.cluster import Cluster
 from perfcast.workload.precision import RecipeName
 from perfcast.workload.sharding import check_tp
@@ -77,6 +77,14 @@ class ParallelPlan(BaseModel):
         default=False, description="the expert-parallel dispatch and combine of one micro-batch overlap the compute "
                                    "of another (Megatron's overlap_moe_expert_parallel_comm, DeepSeek-V3's "
                                    "DualPipe-style pairing of a forward with a backward)")
+    moe_grouped_gemm: bool = Field(
+        default=True, description="each expert projection of a layer runs as one grouped GEMM over the GPU's "
+                                  "experts (Megatron-Core's moe_grouped_gemm, TE GroupedLinear); False = one GEMM "
+                                  "kernel per expert")
+    mtp_layers: int | None = Field(
+        default=None, ge=0, description="multi-token-prediction layers trained on the last pipeline stage "
+                                        "(Megatron's mtp_num_layers); None = the model config's "
+                                        "num_nextn_predict_layers, 0 = none")
     framework: Literal["eager", "compiled", "graph"] = Field(
         default="eager", description="kernel launch: eager PyTorch, torch.compile, or CUDA graphs")
     fused_kernels: bool = Field(
@@ -246,6 +254,11 @@ def _check_settings_apply(plan: ParallelPlan, cfg: ModelConfig) -> None:
     if plan.moe_a2a_overlap and plan.ep == 1:
         raise ConfigError("moe_a2a_overlap hides the expert-parallel all-to-alls: it needs ep > 1 (with ep=1 there "
                           "are none)")
+    if cfg.moe is None and not plan.moe_grouped_gemm:
+        raise ConfigError(f"moe_grouped_gemm=False runs experts one GEMM each; {cfg.id} is dense (no experts)")
+    if plan.mtp_layers and (cfg.kind != "decoder" or cfg.ssm is not None or cfg.linear_attention is not None):
+        raise UnsupportedError(f"multi-token-prediction layers (mtp_layers={plan.mtp_layers}) are modelled for "
+                               f"attention decoders (DeepSeek-V3, GLM-4.5), not {cfg.id}")
     if cfg.moe is None and (plan.moe_skew != defaults["moe_skew"].default or plan.moe_capacity_factor is not None):
         what = "moe_skew" if plan.moe_skew else "the expert capacity factor"
         raise ConfigError(f"{what} applies to mixture-of-experts models; {cfg.id} is dense")

@@ -44,6 +44,9 @@ _POINTWISE_BWD: dict[str, tuple[tuple[str, int, int], ...]] = {
     "silu_mul": (("silu_mul_backward", 3, 2),), "rope": (("rope", 1, 1),),
     "where": (("where", 1, 1),), "max": (("where", 1, 1), ("where", 1, 1), ("sum", 1, 0)),
     "copy": (), "dropout": (("dropout_backward", 1, 1),), "cast": (("cast", 1, 1),),
+    # MoE token permutation (a gather of each token's hidden vector once per chosen expert): its gradient is
+    # scattered back to the token order by an unpermute kernel of the same size
+    "permute": (("unpermute", 1, 1),),
     "cross_entropy": (("cross_entropy_backward", 1, 1),),
     # training BatchNorm: reduces grad and saved input per channel (weight/bias grads), then writes dX
     "batchnorm": (("batchnorm_backward", 4, 1),),
@@ -65,7 +68,7 @@ _SAVED_INPUTS = {"layernorm": 1, "rmsnorm": 1, "batchnorm": 1, "gelu": 1, "silu"
 _SAVED_OUTPUTS = {"softmax", "tanh", "sigmoid", "relu"}
 _BINARY = {"mul", "div"}  # products of two tensors: each operand's gradient reads the other
 _SAVE_NOTHING = _NO_GRAD | {"add", "addu", "sub", "subu", "mulu", "divu", "scale", "copy", "cat", "cast", "rope",
-                            "where", "cross_entropy", "mean", "sum", "dequantize", "index_add"}
+                            "where", "cross_entropy", "mean", "sum", "dequantize", "index_add", "permute"}
 
 
 class SavedActivations:
@@ -222,11 +225,12 @@ def _gemm_backward(op: Op) -> list[Op]:
         outs.append(_bwd(op, "grad_other", "bmm", OpKind.GEMM, (b, k, m, n), flops,
                          b * (k * m + m * n) * e, b * k * n * e))
     elif not frozen:
-        outs.append(_bwd(op, "grad_weight", "linear", OpKind.GEMM, (1, n, m, k), flops,
-                         (m * n + m * k) * e, n * k * e, meta=(("bias", False),), tp_split=weight_split))
+        # a grouped GEMM (b > 1: MoE experts) has one weight, and one weight gradient, per group
+        outs.append(_bwd(op, "grad_weight", "linear", OpKind.GEMM, (b, n, m, k), flops,
+                         b * (m * n + m * k) * e, b * n * k * e, meta=(("bias", False),), tp_split=weight_split))
         if op.get("bias", False):
-            outs.append(_bwd(op, "grad_bias", "sum", OpKind.VECTOR, (m, n), float(m * n), m * n * e, n * e,
-                             meta=(("inputs", 1), ("outputs", 1), ("reduce", True))))
+            outs.append(_bwd(op, "grad_bias", "sum", OpKind.VECTOR, (b * m, n), float(b * m * n), b * m * n * e,
+                             b * n * e, meta=(("inputs", 1), ("outputs", 1), ("reduce", True))))
     return outs
 
 

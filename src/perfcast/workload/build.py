@@ -67,6 +67,7 @@ class WorkloadSpec:
     accumulate_grads: bool = False
     quantization: str | Quantization = "auto"
     check_context: bool = True
+    mtp_layers: int = 0  # training: multi-token-prediction modules after the LM head (decoder-only attention models)
 
     @property
     def resolved_style(self) -> str:
@@ -102,6 +103,13 @@ def _check(cfg: ModelConfig, spec: WorkloadSpec) -> None:
         raise UnsupportedError(f"{cfg.id}: training a model with linear-attention (Gated DeltaNet) layers is not "
                                "modelled (the gated delta rule's backward has no op yet); use an inference, prefill "
                                "or decode mode")
+    if spec.mtp_layers < 0:
+        raise ConfigError(f"mtp_layers must be 0 or more (got {spec.mtp_layers})")
+    if spec.mtp_layers and (spec.mode is not Mode.TRAINING or cfg.kind != "decoder" or cfg.ssm is not None
+                            or cfg.linear_attention is not None
+                            or (spec.resolved_style == "hf" and cfg.model_type in _HF_BUILDERS)):
+        raise UnsupportedError(f"{cfg.id}: multi-token-prediction layers (mtp_layers={spec.mtp_layers}) are modelled "
+                               "in training of attention decoders built by the generic decoder builder only")
     if spec.mode in (Mode.PREFILL, Mode.DECODE) and cfg.kind != "decoder":
         raise UnsupportedError(
             f"{cfg.id} is {'an' if cfg.kind[0] in 'aeiou' else 'a'} {cfg.kind} model; prefill/decode modes need a "
@@ -164,7 +172,11 @@ def _build(cfg: ModelConfig, spec: WorkloadSpec) -> Workload:
         build = build_ssm_decoder if cfg.ssm is not None else build_decoder
         if cfg.linear_attention is not None:
             build = build_delta_net_decoder
-        build(g, cfg, shape, style=style, attention=attention, kv_cache=spec.mode in (Mode.PREFILL, Mode.DECODE))
+        if spec.mtp_layers:  # _check admits it for attention decoders in training only
+            build_decoder(g, cfg, shape, style=style, attention=attention, mtp_layers=spec.mtp_layers)
+        else:
+            build(g, cfg, shape, style=style, attention=attention,
+                  kv_cache=spec.mode in (Mode.PREFILL, Mode.DECODE))
     forward = list(g.ops)
     if training:
         label = "none"

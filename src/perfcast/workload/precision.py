@@ -274,7 +274,7 @@ def recipe_backward_ops(forward: list[Op] | tuple[Op, ...], recipe: PrecisionRec
         if not (op.kind is OpKind.GEMM and op.op == "linear" and op.dtype is recipe.fprop and _in_blocks(op)
                 and recipe.scaling not in (Scaling.DELAYED, Scaling.CURRENT) and ".router." not in op.name):
             continue
-        _, m, _, n = op.dims
-        out.extend(_quantize_kernels(recipe, op, "grad_output", m * n, recipe.activation_dtype, _output_split(op),
+        b, m, _, n = op.dims
+        out.extend(_quantize_kernels(recipe, op, "grad_output", b * m * n, recipe.activation_dtype, _output_split(op),
                                      Phase.BACKWARD))
     return out

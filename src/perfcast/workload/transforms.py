@@ -250,50 +250,138 @@ def shard_context(ops: list[Op] | tuple[Op, ...], cp: int) -> list[Op]:
 
 
 def route_experts(ops: list[Op] | tuple[Op, ...], num_experts: int, top_k: int, *, ep: int = 1,
-                  skew: float = 0.0, capacity_factor: float | None = None, token_split: int = 1) -> list[Op]:
-    """Expert ops for expert parallelism ``ep`` with the busiest expert's load.
+                  skew: float = 0.0, capacity_factor: float | None = None, token_split: int = 1,
+                  grouped: bool = True) -> list[Op]:
+    """A training GPU's MoE ops under expert parallelism ``ep``, routing skew and the capacity factor.
 
-    The graph builder emits the expert MLP once per active expert (``count`` =
-    layers x active experts) on ``tokens * k / active`` tokens each. Here a GPU
-    holds ``E/ep`` experts and each receives ``tokens * k * ep / E`` tokens from
-    the ``ep`` ranks on average; the slowest expert sets the pace, so every
-    local expert is priced at the busiest one's load ``(1 + skew)`` x the mean
-    (at most ``capacity_factor`` x the mean when tokens beyond capacity drop).
+    The graph builder emits the expert MLP once per active expert (``count`` = layers x active experts) on
+    ``tokens * k / active`` tokens each. Here a GPU holds ``E/ep`` local experts, each receiving ``mean =
+    tokens * k * ep / E`` tokens from the ``ep`` ranks on average. The busiest GPU paces the layer: it holds
+    the busiest expert, with ``(1 + skew)`` x the mean, and ``E/ep - 1`` experts at the mean, every expert
+    capped at ``capacity_factor`` x the mean when tokens beyond capacity drop, and in all no more than the
+    tokens the ``ep`` ranks route (with ``ep`` 1 the skew moves tokens between the GPU's own experts and
+    the total stays ``tokens * k``). Each local expert is priced at that GPU's average per-expert load.
+
+    ``grouped`` (Megatron-Core's ``moe_grouped_gemm``, TE's GroupedLinear / cuBLAS grouped GEMM): each
+    projection of a layer is one kernel over all local experts, dims ``(E/ep, tokens per expert, k, n)``
+    (the kernel model prices every expert's tiles and weights, so small per-expert GEMMs stay inefficient)
+    with ``count`` = layers, and each pointwise kernel covers every local expert's tokens. Otherwise one
+    kernel per local expert and projection (``count`` = layers x ``E/ep``), as a loop over experts runs.
+
+    The router gains its load-balancing loss (a reduction over the tokens' ``E`` scores in FP32: Megatron's
+    ``switch_load_balancing_loss_func``), and the token permutation becomes a ``permute`` kernel whose
+    backward scatters the gradient back (``unpermute``); with ``ep`` > 1 and several local experts the received
+    tokens are also regrouped by local expert before the experts and back after them (``sort_chunks``,
+    ``unsort_chunks``).
     ``token_split``: each rank dispatches ``1/token_split`` of the router's tokens (the sequence-parallel
     share of a TP rank whose experts are whole, Megatron's expert_tensor_parallel_size 1); the expert ops are
     then left unsplit by tensor parallelism (``tp_split`` none).
     """
-    gate_counts = [op.count for op in ops if op.name.endswith("router.gate")]
-    if not gate_counts:
+    routers = {op.name.removesuffix(".router.gate"): op for op in ops if op.name.endswith(".router.gate")}
+    if not routers:
         return list(ops)
-    layers = gate_counts[0]
-    router = next(op for op in ops if op.name.endswith("router.gate"))
-    tokens = router.dims[1] / token_split
     local = max(1, num_experts // ep)
-    mean = tokens * top_k * ep / num_experts
-    load = mean * (1.0 + skew)
-    if capacity_factor is not None:
-        load = min(load, mean * capacity_factor)
-    new_tokens = max(1, round(load))
     out: list[Op] = []
     for op in ops:
-        if ".experts." not in op.name:
+        scope = _moe_scope(op, routers)
+        if scope is None:
             out.append(op)
             continue
-        old_tokens = op.dims[1] if op.kind is OpKind.GEMM else None
-        count = layers * local
+        router = routers[scope]
+        layers = router.count
+        if op is router:
+            out.append(op)
+            continue
+        if op.name == f"{scope}.router.topk_softmax":
+            out.append(op)
+            out.append(_aux_loss(op, scope))
+            continue
+        if op.name == f"{scope}.permute":
+            out.append(op.with_(op="permute"))
+            if ep > 1 and local > 1:
+                out.append(_sort_chunks(op, f"{scope}.sort_chunks", router, num_experts, top_k, ep, skew,
+                                        capacity_factor, token_split))
+            continue
+        if op.name == f"{scope}.unpermute_weighted_sum" and ep > 1 and local > 1:
+            out.append(_sort_chunks(op, f"{scope}.unsort_chunks", router, num_experts, top_k, ep, skew,
+                                    capacity_factor, token_split))
+            out.append(op)
+            continue
+        if not op.name.startswith(f"{scope}.experts."):
+            out.append(op)
+            continue
+        new_tokens = _expert_load(router.dims[1] / token_split, num_experts, top_k, ep, skew, capacity_factor)
         if token_split > 1:
             op = op.with_(tp_split="none")
-        if op.kind is OpKind.GEMM and old_tokens:
-            out.append(_retoken_gemm(op, new_tokens).with_(count=count))
+        if op.kind is OpKind.GEMM:
+            op = _retoken_gemm(op, new_tokens)
         else:
             ratio = new_tokens / max(1, _expert_tokens(ops, op))
             rows, cols = op.dims
-            out.append(replace(op, dims=(rows, max(1, round(cols * ratio))), flops=op.flops * ratio,
-                               bytes_read=op.bytes_read * ratio, bytes_written=op.bytes_written * ratio,
-                               fused_bytes=None if op.fused_bytes is None else op.fused_bytes * ratio,
-                               count=count))
+            op = replace(op, dims=(rows, max(1, round(cols * ratio))), flops=op.flops * ratio,
+                         bytes_read=op.bytes_read * ratio, bytes_written=op.bytes_written * ratio,
+                         fused_bytes=None if op.fused_bytes is None else op.fused_bytes * ratio)
+        out.append(_group(op, local, layers) if grouped else op.with_(count=layers * local))
     return out
+
+
+def _moe_scope(op: Op, routers: dict[str, Op]) -> str | None:
+    """The MoE block (``moe_layers.mlp``) ``op`` belongs to, if any."""
+    for scope in routers:
+        if op.name.startswith(f"{scope}."):
+            return scope
+    return None
+
+
+def _expert_load(tokens: float, num_experts: int, top_k: int, ep: int, skew: float,
+                 capacity_factor: float | None) -> int:
+    """Tokens per local expert on the busiest of ``ep`` GPUs (see :func:`route_experts`)."""
+    local = max(1, num_experts // ep)
+    mean = tokens * top_k * ep / num_experts
+    cap = float("inf") if capacity_factor is None else mean * capacity_factor
+    busiest, others = min(mean * (1.0 + skew), cap), min(mean, cap)
+    on_gpu = min(busiest + (local - 1) * others, ep * local * others)  # ep ranks route ep * local * mean pairs
+    return max(1, round(on_gpu / local))
+
+
+def _group(op: Op, groups: int, layers: int) -> Op:
+    """One kernel per layer for ``groups`` local experts' copies of expert op ``op`` (a grouped GEMM, or a
+    pointwise kernel over all their tokens)."""
+    scaled = dict(flops=op.flops * groups, bytes_read=op.bytes_read * groups,
+                  bytes_written=op.bytes_written * groups, params=op.params * groups, count=layers)
+    if op.kind is OpKind.GEMM:
+        _, m, k, n = op.dims
+        return op.with_(dims=(groups, m, k, n), weight_bytes=op.weight_bytes * groups, **scaled)
+    rows, cols = op.dims
+    return op.with_(dims=(rows, cols * groups),
+                    fused_bytes=None if op.fused_bytes is None else op.fused_bytes * groups, **scaled)
+
+
+def _sort_chunks(near: Op, name: str, router: Op, num_experts: int, top_k: int, ep: int, skew: float,
+                 capacity_factor: float | None, token_split: int) -> Op:
+    """The regrouping of the tokens an all-to-all brings from ``ep`` ranks into local-expert order (before the
+    experts, ``sort_chunks``) or back into rank order (after them, ``unsort_chunks``): Megatron-Core's
+    all-to-all dispatcher with several local experts (``sort_chunks_by_idxs``), a gather of every received
+    hidden vector."""
+    local = max(1, num_experts // ep)
+    received = _expert_load(router.dims[1] / token_split, num_experts, top_k, ep, skew, capacity_factor) * local
+    h = router.dims[2]
+    e = near.dtype.bytes
+    numel = received * h
+    return Op(name=name, op="permute", kind=OpKind.VECTOR, dims=(1, numel), dtype=near.dtype, flops=0.0,
+              bytes_read=numel * e + received * 8.0, bytes_written=float(numel * e), count=near.count,
+              phase=near.phase, group=near.group, tp_split="none", meta=(("inputs", 1), ("outputs", 1)))
+
+
+def _aux_loss(scores: Op, scope: str) -> Op:
+    """The router's load-balancing loss: the FP32 routing probabilities summed per expert over the tokens (and
+    the tokens per expert counted), times the expert fractions; one reduction over ``tokens x E``."""
+    tokens, experts = scores.dims
+    f32 = DType.FP32.bytes
+    return Op(name=f"{scope}.router.aux_loss", op="sum", kind=OpKind.VECTOR, dims=(tokens, experts),
+              dtype=DType.FP32, flops=2.0 * tokens * experts, bytes_read=tokens * experts * f32 + tokens * 8.0,
+              bytes_written=experts * f32, count=scores.count, phase=scores.phase, group=scores.group,
+              tp_split="none", meta=(("inputs", 1), ("outputs", 1), ("reduce", True)))
 
 
 def _expert_tokens(ops: list[Op] | tuple[Op, ...], op: Op) -> int:

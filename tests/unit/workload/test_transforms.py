@@ -276,7 +276,7 @@ def test_mixtral_graph_has_one_expert_mlp_per_active_expert() -> None:
 @pytest.mark.parametrize("ep", [1, 2, 4, 8])
 def test_route_experts_holds_e_over_ep_experts_with_ep_times_the_tokens(ep: int) -> None:
     fwd = _forward("mixtral-8x7b")
-    out = route_experts(fwd, MIX_E, MIX_K, ep=ep)
+    out = route_experts(fwd, MIX_E, MIX_K, ep=ep, grouped=False)
     old, new = _experts(fwd), _experts(out)
     tokens = MIX_TOKENS * MIX_K * ep // MIX_E
     for op in new.values():
@@ -291,25 +291,88 @@ def test_route_experts_holds_e_over_ep_experts_with_ep_times_the_tokens(ep: int)
     assert new["act_and_mul"].flops == pytest.approx(old["act_and_mul"].flops * tokens / old["down_proj"].dims[1])
     # each GPU processes tokens * k expert-token pairs whatever ep is: per-GPU expert FLOPs do not change
     assert sum(o.flops * o.count for o in new.values()) == pytest.approx(sum(o.flops * o.count for o in old.values()))
-    # non-expert ops are untouched
-    assert [o for o in out if ".experts." not in o.name] == [o for o in fwd if ".experts." not in o.name]
+    # non-expert ops are untouched but for the router's aux loss and the permutation kernels
+    moved = (".aux_loss", ".permute", ".sort_chunks", ".unsort_chunks")
+    assert [o for o in out if ".experts." not in o.name and not o.name.endswith(moved)] == \
+        [o for o in fwd if ".experts." not in o.name and not o.name.endswith(".permute")]
+
+
+@pytest.mark.parametrize("ep", [1, 2, 4, 8])
+def test_grouped_experts_are_one_kernel_per_projection_and_layer(ep: int) -> None:
+    fwd = _forward("mixtral-8x7b")
+    loop, grouped = (_experts(route_experts(fwd, MIX_E, MIX_K, ep=ep, grouped=g)) for g in (False, True))
+    local = MIX_E // ep
+    tokens = MIX_TOKENS * MIX_K * ep // MIX_E
+    # launches per step: (gate_up, act, down) x layers, not x layers x local experts
+    assert sum(o.count for o in grouped.values()) == 3 * MIX_LAYERS
+    assert sum(o.count for o in loop.values()) == 3 * MIX_LAYERS * local
+    for name in ("gate_up_proj", "down_proj"):
+        g, one = grouped[name], loop[name]
+        assert g.dims == (local, tokens, *one.dims[2:])  # each group keeps its expert's tokens (its own M)
+        for field in ("flops", "bytes_read", "bytes_written", "weight_bytes", "params"):
+            assert getattr(g, field) == pytest.approx(getattr(one, field) * local)
+    assert grouped["act_and_mul"].dims == (1, tokens * 14336 * local)
+    assert sum(o.flops * o.count for o in grouped.values()) == pytest.approx(
+        sum(o.flops * o.count for o in loop.values()))
+
+
+def test_grouped_expert_backward_has_a_weight_gradient_per_expert() -> None:
+    up = _experts(route_experts(_forward("mixtral-8x7b"), MIX_E, MIX_K, ep=2))["gate_up_proj"]
+    b, m, k, n = up.dims
+    grads = {o.name.rsplit(".", 1)[1]: o for o in backward_ops([up])}
+    assert grads["grad_input"].dims == (b, m, n, k)
+    assert grads["grad_weight"].dims == (b, n, m, k)
+    assert grads["grad_weight"].bytes_written == b * n * k * 2  # bf16 weight gradients of every local expert
+    assert grads["grad_weight"].flops == pytest.approx(2.0 * b * m * k * n)
+
+
+def test_route_experts_adds_the_aux_loss_and_a_permute_with_a_backward() -> None:
+    fwd = _forward("mixtral-8x7b")
+    out = {o.name: o for o in route_experts(fwd, MIX_E, MIX_K, ep=1)}
+    aux = out["moe_layers.mlp.router.aux_loss"]
+    assert aux.dims == (MIX_TOKENS, MIX_E) and aux.count == MIX_LAYERS
+    assert aux.bytes_read == MIX_TOKENS * MIX_E * 4 + MIX_TOKENS * 8  # FP32 probabilities and the expert ids
+    permute = out["moe_layers.mlp.permute"]
+    assert permute.op == "permute"
+    (grad,) = backward_ops([permute])
+    assert grad.op == "unpermute" and grad.bytes == permute.bytes_written * 2  # reads and writes tokens*k*h
 
 
 @pytest.mark.parametrize("ep", [1, 2, 4, 8])
 @pytest.mark.parametrize(("skew", "capacity", "factor"), [
     (0.5, None, 1.5), (0.5, 1.25, 1.25), (0.5, 2.0, 1.5), (1.0, 1.0, 1.0), (0.0, 0.5, 0.5),
 ])
-def test_route_experts_prices_the_busiest_expert(ep: int, skew: float, capacity: float | None,
-                                                 factor: float) -> None:
+def test_route_experts_prices_the_busiest_gpu(ep: int, skew: float, capacity: float | None, factor: float) -> None:
     out = _experts(route_experts(_forward("mixtral-8x7b"), MIX_E, MIX_K, ep=ep, skew=skew,
                                  capacity_factor=capacity))
     mean = MIX_TOKENS * MIX_K * ep / MIX_E
+    local = MIX_E // ep
     assert factor == min(1 + skew, capacity or float("inf"))
-    assert out["gate_up_proj"].dims[1] == round(mean * factor)
-    assert out["down_proj"].dims[1] == round(mean * factor)
-    assert out["gate_up_proj"].count == MIX_LAYERS * MIX_E // ep
+    others = mean * min(1.0, capacity or float("inf"))
+    # the busiest GPU: its busiest expert at factor x the mean, the others at the mean (both capped); with
+    # ep = 1 the GPU holds every expert and sees exactly the routed tokens (fewer when they drop)
+    on_gpu = others * local if ep == 1 else mean * factor + (local - 1) * others
+    assert out["gate_up_proj"].dims[:2] == (local, round(on_gpu / local))
+    assert out["down_proj"].dims[:2] == (local, round(on_gpu / local))
+    assert out["gate_up_proj"].count == MIX_LAYERS
+    if ep == MIX_E:  # one expert per GPU: the busiest expert's load
+        assert out["gate_up_proj"].dims[1] == round(mean * factor)
 
 
 def test_route_experts_leaves_dense_models_alone() -> None:
     fwd = _forward("llama-2-7b")
     assert route_experts(fwd, 8, 2, ep=2, skew=0.5) == fwd
+
+
+@pytest.mark.parametrize("ep", [1, 2, 4, 8])
+def test_route_experts_regroups_received_tokens_with_several_local_experts(ep: int) -> None:
+    out = {o.name: o for o in route_experts(_forward("mixtral-8x7b"), MIX_E, MIX_K, ep=ep)}
+    names = ("moe_layers.mlp.sort_chunks", "moe_layers.mlp.unsort_chunks")
+    if ep in (1, MIX_E):  # nothing to regroup: no all-to-all, or one expert per GPU
+        assert not set(names) & set(out)
+        return
+    received = MIX_TOKENS * MIX_K  # (E/ep) local experts x tokens*k*ep/E tokens each, no skew
+    for name in names:
+        op = out[name]
+        assert op.op == "permute" and op.dims == (1, received * 4096) and op.count == MIX_LAYERS
+        assert op.bytes_written == received * 4096 * 2

@@ -31,7 +31,7 @@ from perfcast.catalog.models import ModelConfig
 from perfcast.workload.graph import Graph
 from perfcast.workload.models.common import activation, python_rmsnorm
 
-__all__ = ["DecoderShape", "build_decoder"]
+__all__ = ["DecoderShape", "build_decoder", "num_mtp_layers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +55,9 @@ class DecoderShape:
 
 
 def build_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str = "engine",
-                  attention: str = "flash", kv_cache: bool = False) -> None:
-    """Emit one decoder forward. ``kv_cache``: new K/V are written to a (paged) cache."""
+                  attention: str = "flash", kv_cache: bool = False, mtp_layers: int = 0) -> None:
+    """Emit one decoder forward. ``kv_cache``: new K/V are written to a (paged) cache. ``mtp_layers``:
+    multi-token-prediction modules trained after the LM head (:func:`_mtp`; training only)."""
     t = shape.tokens
     h = cfg.hidden_size
     with g.scope("embed", group="embedding"):
@@ -80,6 +81,44 @@ def build_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str
         g.linear("lm_head", shape.logits_tokens, h, cfg.vocab_size, bias=False, tp_split="vocab",
                  tied=cfg.tie_word_embeddings)
         _logits_epilogue(g, cfg, shape.logits_tokens * cfg.vocab_size)
+        if mtp_layers:
+            _mtp(g, cfg, shape, mtp_layers, style=style, attention=attention)
+
+
+def num_mtp_layers(cfg: ModelConfig) -> int:
+    """The multi-token-prediction modules a config declares (``num_nextn_predict_layers``: DeepSeek-V3, GLM-4.5;
+    0 when it declares none). Transformers builds none of them: they exist in training (and as a speculative
+    draft in serving)."""
+    return int(cfg.hf_config.get("num_nextn_predict_layers") or 0)
+
+
+def _mtp(g: Graph, cfg: ModelConfig, shape: DecoderShape, depth: int, *, style: str, attention: str) -> None:
+    """``depth`` sequential multi-token-prediction modules (DeepSeek-V3 technical report, arXiv:2412.19437,
+    Sec. 2.2; Megatron-Core ``transformer/multi_token_prediction.py``), under the ``head`` scope: they run on
+    the last pipeline stage, after the main model's output.
+
+    Module k predicts token i+k+1: the embedding of the shifted tokens (the main model's table, shared: a
+    gather, no parameters of its own) and the previous depth's hidden state are normalized (``enorm``,
+    ``hnorm``), concatenated and projected back to the hidden size (``eh_proj``, 2h -> h), pass through one
+    transformer block like the main model's next layer (an MoE layer for DeepSeek-V3), then the output norm,
+    the shared LM head (tied: the main head's weight, its gradient accumulated there) and a cross-entropy
+    loss. The gather's gradient (an index-add into the shared table) is left out.
+    """
+    t, h = shape.tokens, cfg.hidden_size
+    sparse = cfg.moe is not None and cfg.moe.is_moe_layer(cfg.num_layers)
+    with g.scope("mtp", count=depth, group="mtp"):
+        g.pointwise("embed_tokens", "copy", t * h, extra_read_bytes=t * 8, tp_split="none")
+        _norm(g, cfg, "enorm", t, h, style)
+        _norm(g, cfg, "hnorm", t, h, style)
+        g.pointwise("concat", "cat", 2 * t * h, tp_split="none")
+        g.linear("eh_proj", t, 2 * h, h, bias=False)
+        _block(g, cfg, shape, sparse=sparse, style=style, attention=attention, kv_cache=False, window=None)
+        _norm(g, cfg, "norm", t, h, style)
+        g.linear("lm_head", shape.logits_tokens, h, cfg.vocab_size, bias=False, tp_split="vocab", tied=True)
+        _logits_epilogue(g, cfg, shape.logits_tokens * cfg.vocab_size)
+        with g.scope("loss", group="loss"):
+            g.reduction("log_softmax", "softmax", shape.logits_tokens, cfg.vocab_size, tp_split="column")
+            g.pointwise("nll", "cross_entropy", shape.logits_tokens, inputs=1)
 
 
 def _layer_groups(cfg: ModelConfig) -> dict[tuple[bool, int | None, int | None], int]:
