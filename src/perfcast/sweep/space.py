@@ -53,7 +53,7 @@ CONSTRAINTS: dict[str, str] = {
     "sequence": "cp must divide the sequence (2*cp for ring attention)",
     "experts": "ep > 1 and etp 1 need an MoE model; ep must divide its experts and dp*cp (etp tp: experts split "
                "like the MLP) or tp*dp*cp (etp 1: whole experts, which beside tp > 1 need sequence parallelism; at "
-               "tp 1 and cp 1, etp 1 is etp tp and is not enumerated twice); the EP group (ranks tp*cp apart with "
+               "tp 1 and cp 1, etp 1 is etp tp and is not enumerated twice); the EP group (ranks tp apart with "
                "etp tp) must fit the GPUs",
     "precision": "the GPU must run the precision recipe (FP8 needs an FP8 peak, MXFP8 and NVFP4 compute capability "
                  ">= 10)",
@@ -329,11 +329,11 @@ def _expert_mask(g: dict[str, np.ndarray], space: SearchSpace, cfg: ModelConfig,
         bad |= (ep > 1) & whole & (tp > 1)
     if ETP.index("tp") in axes.etp:  # at tp 1 and cp 1 whole experts are split ones: the same plan, priced alike
         bad |= whole & (tp == 1) & (cp == 1)
-    # the all-to-all of a plan's EP group, as system.training places it (ranks tp*cp apart with experts split
-    # like the MLP, 1 apart folded): a group of ep ranks tp*cp apart may span more GPUs than the plan has
+    # the all-to-all of a plan's EP group, as system.training places it (ranks tp apart with experts split like the
+    # MLP, 1 apart folded: system.training.ep_stride): a group the cluster cannot place is pruned
     live = (ep > 1) & ~bad
     if live.any():
-        stride = np.where(whole, 1, tp * cp)
+        stride = np.where(whole, 1, tp)
         groups, inverse = np.unique(np.stack([g["gpus"][live], ep[live], stride[live]]), axis=1, return_inverse=True)
         unplaced = np.array([not _ep_group_fits(cluster, *(int(x) for x in col)) for col in groups.T])
         bad[live] = unplaced[inverse.ravel()]

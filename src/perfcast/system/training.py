@@ -260,6 +260,13 @@ def _device_s(kernel_s: float, fp8_s: float, kernels: float, tc: TrainingCoeffic
         kernels * tc.kernel_gap_s
 
 
+def ep_stride(plan: ParallelPlan) -> int:
+    """Ranks between consecutive members of an expert-parallel group: ``tp`` with experts split like the MLP
+    (Megatron-Core's expert grid, tp-ep-dp: EP carved from the CP x DP ranks), 1 with whole experts folded over
+    TP x CP x DP."""
+    return 1 if plan.etp == 1 else plan.tp
+
+
 def deepep_share(experts: int, top_k: int, ep: int, per_domain: int) -> float:
     """Bytes DeepEP's dispatch (and combine) moves per byte an all-to-all dispatcher moves, under uniform routing.
 
@@ -314,7 +321,7 @@ def layer_time(part: LayerCost, plan: ParallelPlan, comm: LayerComm, tc: Trainin
         for kind, (size, calls) in book.items():
             if kind == "ep_all_to_all" and plan.moe_dispatcher == "deepep":
                 size *= deepep_share(part.routed_experts, part.experts_per_token, plan.ep,
-                                     comm.per_node(1 if plan.etp == 1 else tp * cp, plan.ep))
+                                     comm.per_node(ep_stride(plan), plan.ep))
             name, t, e = _layer_comm_s(kind, size, calls, plan, comm, tc, gemm, attn)
             if kind == "ep_all_to_all" and plan.moe_a2a_overlap:
                 # a forward's dispatch/combine run beside another micro-batch's backward of the layer, and the
@@ -360,9 +367,10 @@ def _layer_comm_s(kind: str, size: float, calls: float, plan: ParallelPlan, comm
         t = comm.calls("all_to_all", size, calls, cp, tp)
         return "cp_comm_s", t, t
     if kind == "ep_all_to_all":
-        # EP ranks sit tp * cp apart when experts split like the MLP; folded over TP x CP x DP (whole experts)
-        # they are consecutive ranks, so an EP group of up to a node's GPUs stays on its NVLink
-        t = comm.calls("all_to_all", size, calls, plan.ep, 1 if plan.etp == 1 else tp * cp)
+        # EP ranks sit tp apart when experts split like the MLP (Megatron-Core's expert grid, etp x ep x edp: EP
+        # is carved from the cp x dp ranks, which is why ep need only divide dp * cp); folded over TP x CP x DP
+        # (whole experts) they are consecutive ranks, so an EP group of up to a node's GPUs stays on its NVLink
+        t = comm.calls("all_to_all", size, calls, plan.ep, ep_stride(plan))
         return "ep_comm_s", t, t
     raise ValueError(f"unknown layer collective {kind!r}")  # layers.py produces only the kinds above
 

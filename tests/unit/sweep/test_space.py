@@ -21,7 +21,7 @@ from perfcast.sweep.space import (
     resolve_axes,
 )
 from perfcast.system.cluster import load_cluster
-from perfcast.system.plan import check_plan
+from perfcast.system.plan import ParallelPlan, check_plan
 from perfcast.system.training import simulate_training
 
 SPACE = SearchSpace(model="llama-2-13b", cluster="dgx-a100", gpus=(16, 32), seq_len=4096, global_batch=64,
@@ -109,7 +109,8 @@ def test_the_expert_masks_agree_with_check_plan_on_every_point(sp: bool) -> None
             assert accepted == (not bad[twin]), every.row(int(i))
         seen["refused"] += not accepted
         seen["etp 1, ep > dp*cp"] += accepted and plan.etp == 1 and plan.ep > plan.dp * plan.cp
-    assert seen["refused"] > 100 and 0 < seen["EP group unplaced"] < 100
+    # EP ranks sit tp apart (Megatron-Core's expert grid): an EP group dividing dp*cp always places
+    assert seen["refused"] > 100 and seen["EP group unplaced"] == 0
     # EP folded over TP x CP x DP (ep > dp*cp) needs whole experts beside TP, which need sequence parallelism
     assert seen["etp 1, ep > dp*cp"] > 20 if sp else seen["etp 1, ep > dp*cp"] == 0
 
@@ -159,3 +160,12 @@ def test_the_etp_axis_collapses_for_a_dense_model() -> None:
     cfg, cl = load_model(MOE.model), load_cluster(MOE.cluster)
     assert resolve_axes(MOE, cfg, cl).etp == (ETP.index("tp"), ETP.index(1))
     assert resolve_axes(SPACE, load_model(SPACE.model), cl).etp == (ETP.index("tp"),)
+
+
+def test_an_ep_group_carved_from_cp_and_dp_ranks_places_and_prices() -> None:
+    # ep 8 over cp 2 x dp 4 with experts split like the MLP (tp 2): Megatron-Core's expert grid puts EP ranks tp
+    # apart, so the group spans 16 GPUs (two nodes), not 32
+    cfg, cl = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100")
+    plan = ParallelPlan(tp=2, cp=2, dp=4, ep=8, sp=True, seq_len=8192, micro_batch=1, global_batch=16, zero=1)
+    res = simulate_training(cfg, cl, plan)
+    assert res.comm_total_s["ep_comm_s"] > 0 and res.fits
