@@ -77,9 +77,7 @@ def build_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style: str
             _block(g, cfg, shape, sparse=sparse, style=style, attention=attention, kv_cache=kv_cache,
                    window=window, chunk=chunk)
     with g.scope("head", group="lm_head"):
-        _norm(g, cfg, "norm", t, h, style)
-        g.linear("lm_head", shape.logits_tokens, h, cfg.vocab_size, bias=False, tp_split="vocab",
-                 tied=cfg.tie_word_embeddings)
+        _lm_head(g, cfg, shape, "norm", style)
         _logits_epilogue(g, cfg, shape.logits_tokens * cfg.vocab_size)
         if mtp_layers:
             _mtp(g, cfg, shape, mtp_layers, style=style, attention=attention)
@@ -195,6 +193,24 @@ def _block(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, sparse: bool, sty
         if placement != "pre":
             _norm(g, cfg, "post_feedforward_layernorm", t, h, style)
         _residual(g, cfg, t * h, inputs=3 if cfg.parallel_block else 2)
+
+
+def _lm_head(g: Graph, cfg: ModelConfig, shape: DecoderShape, norm: str, style: str) -> None:
+    """The final norm (named ``norm``) and the LM head over the tokens whose logits are needed."""
+    _norm(g, cfg, norm, shape.tokens, cfg.hidden_size, style)
+    g.linear("lm_head", shape.logits_tokens, cfg.hidden_size, cfg.vocab_size, bias=False, tp_split="vocab",
+             tied=cfg.tie_word_embeddings)
+
+
+def _ffn(g: Graph, cfg: ModelConfig, t: int, norm: str, *, sparse: bool, style: str) -> None:
+    """A pre-norm feed-forward branch of ``t`` tokens: the norm (named ``norm``), the MoE block or the dense MLP,
+    and the residual add."""
+    _norm(g, cfg, norm, t, cfg.hidden_size, style)
+    if sparse:
+        _moe(g, cfg, t, style=style)
+    else:
+        _mlp(g, cfg, t, cfg.intermediate_size, style=style)
+    _residual(g, cfg, t * cfg.hidden_size, inputs=2)
 
 
 def _residual(g: Graph, cfg: ModelConfig, numel: int, *, inputs: int) -> None:

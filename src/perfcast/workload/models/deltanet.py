@@ -28,7 +28,7 @@ from perfcast.catalog.linear_attention import GatedDeltaNetConfig
 from perfcast.catalog.models import ModelConfig
 from perfcast.workload.graph import Graph
 from perfcast.workload.models.common import layer_groups
-from perfcast.workload.models.decoder import DecoderShape, _attention, _mlp, _moe, _norm, _residual
+from perfcast.workload.models.decoder import DecoderShape, _attention, _ffn, _lm_head, _norm, _residual
 from perfcast.workload.types import OpKind
 
 __all__ = ["build_delta_net_decoder", "delta_rule_cost"]
@@ -119,13 +119,6 @@ def build_delta_net_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, 
                     _attention(g, cfg, shape, style=style, attention=attention, kv_cache=kv_cache, window=None)
                 _residual(g, cfg, t * h, inputs=2)
             with g.scope("mlp", group="moe" if sparse else "mlp"):
-                _norm(g, cfg, "post_attention_layernorm", t, h, style)
-                if sparse:
-                    _moe(g, cfg, t, style=style)
-                else:
-                    _mlp(g, cfg, t, cfg.intermediate_size, style=style)
-                _residual(g, cfg, t * h, inputs=2)
+                _ffn(g, cfg, t, "post_attention_layernorm", sparse=sparse, style=style)
     with g.scope("head", group="lm_head"):
-        _norm(g, cfg, "norm", t, h, style)
-        g.linear("lm_head", shape.logits_tokens, h, cfg.vocab_size, bias=False, tp_split="vocab",
-                 tied=cfg.tie_word_embeddings)
+        _lm_head(g, cfg, shape, "norm", style)

@@ -29,7 +29,16 @@ from perfcast.catalog.architecture import SSMConfig
 from perfcast.catalog.models import ModelConfig
 from perfcast.workload.graph import Graph
 from perfcast.workload.models.common import layer_groups
-from perfcast.workload.models.decoder import DecoderShape, _attention, _mlp, _moe, _norm, _residual
+from perfcast.workload.models.decoder import (
+    DecoderShape,
+    _attention,
+    _ffn,
+    _lm_head,
+    _mlp,
+    _moe,
+    _norm,
+    _residual,
+)
 from perfcast.workload.types import OpKind
 
 __all__ = ["build_ssm_decoder", "scan_cost"]
@@ -137,13 +146,6 @@ def build_ssm_decoder(g: Graph, cfg: ModelConfig, shape: DecoderShape, *, style:
                 _residual(g, cfg, t * h, inputs=2)
             if ssm.ffn_per_layer:
                 with g.scope("ffn", group="moe" if sparse else "mlp"):
-                    _norm(g, cfg, "pre_ff_layernorm", t, h, style)
-                    if sparse:
-                        _moe(g, cfg, t, style=style)
-                    else:
-                        _mlp(g, cfg, t, cfg.intermediate_size, style=style)
-                    _residual(g, cfg, t * h, inputs=2)
+                    _ffn(g, cfg, t, "pre_ff_layernorm", sparse=sparse, style=style)
     with g.scope("head", group="lm_head"):
-        _norm(g, cfg, "norm_f", t, h, style)
-        g.linear("lm_head", shape.logits_tokens, h, cfg.vocab_size, bias=False, tp_split="vocab",
-                 tied=cfg.tie_word_embeddings)
+        _lm_head(g, cfg, shape, "norm_f", style)
