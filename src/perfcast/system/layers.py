@@ -13,6 +13,7 @@ GPU count.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig
@@ -116,7 +117,7 @@ class MicroBatchCosts:
     """Per-part costs in model order (``embed``, layer kinds, ``head``) and the model-FLOP convention.
 
     ``forward_flops_per_token`` is the forward's share of the model FLOPs (what a full recompute runs again);
-    ``causal_flops_per_token`` the model FLOPs as Megatron-LM's current count has them (:func:`_causal_flops`)."""
+    ``causal_flops_per_token`` the model FLOPs as Megatron-LM's current count has them (:func:`_model_flops`)."""
 
     parts: list[LayerCost]
     tokens: int
@@ -146,66 +147,60 @@ def _label(op: Op) -> str:
     return first
 
 
-def _model_flops(forward: list[Op], tokens: int) -> tuple[float, float, float]:
-    """Model FLOPs per token, its attention part, and the forward's (what a full recompute adds).
+class ModelFlops(NamedTuple):
+    """A micro-batch's FLOP counts per token (see :func:`_model_flops`)."""
 
-    Megatron's convention: 3 x (matmul FLOPs + non-causal attention FLOPs) of the forward (forward, input
-    gradient, weight gradient). Convolutions count as matmuls, so a CNN's model FLOPs are the usual 3 x
+    model: float  # Megatron's 2021 convention: 3 x (matmuls + attention over the whole score matrix)
+    attention: float  # its attention part
+    forward: float  # the forward's share (what a full recompute runs again)
+    causal: float  # Megatron-LM's current count (Megatron-Bridge's TFLOP/s)
+
+
+def _model_flops(forward: list[Op], tokens: int, seq_len: int, swiglu: bool) -> ModelFlops:
+    """Model FLOPs per token in two conventions, in one walk over the forward's ops.
+
+    ``model``: Megatron's convention: 3 x (matmul FLOPs + non-causal attention FLOPs) of the forward (forward,
+    input gradient, weight gradient). Convolutions count as matmuls, so a CNN's model FLOPs are the usual 3 x
     forward FLOPs per image. A frozen weight (LoRA's base) gets no weight gradient, so its matmuls count
     2 x their forward FLOPs (the adapters, trainable, 3 x): the convention of litgpt's ``estimate_flops``
     (Lightning-AI/litgpt ``litgpt/utils.py``: trainable parameters 3 x, frozen ones 2 x), which is the
-    matmul FLOPs a LoRA step executes."""
-    matmul = 0.0
-    frozen = 0.0
-    attention = 0.0
+    matmul FLOPs a LoRA step executes.
+
+    ``causal``: Megatron-LM's ``num_floating_point_operations`` since 2025 (the count of Megatron-Bridge's
+    "Model TFLOP/sec/GPU"): 3 x the forward's matmuls, and attention over the whole sequence (``seq_len``)
+    with the causal mask's half of the score matrix (``/ 2  # causal mask``), sliding windows ignored; a gated
+    MLP counts its gate only when it is a SwiGLU (``gated_linear_multiplier = 3/2 if args.swiglu else 1``),
+    so a GLU of another activation counts as a two-matrix MLP. On the published Megatron-Bridge rows this
+    reproduces the ratio of TFLOP/s to tokens/s to 0.5% (Llama 3, Qwen3 MoE, GPT-OSS)."""
+    matmul = frozen = bmm = scores = causal_scores = ungated = 0.0
     for op in forward:
-        if op.kind is OpKind.GEMM and op.op == "linear" and op.get("frozen", False):
+        if op.kind is OpKind.GEMM and op.op == "linear":
             b, m, k, n = op.dims
-            frozen += 2.0 * b * m * k * n * op.count
-        elif op.kind is OpKind.GEMM and op.op == "linear":
-            b, m, k, n = op.dims
-            matmul += 2.0 * b * m * k * n * op.count
+            flops = 2.0 * b * m * k * n * op.count
+            if op.get("frozen", False):
+                frozen += flops
+            else:
+                matmul += flops
+            leaf = op.name.rsplit(".", 1)[-1]
+            if not swiglu and leaf in ("gate_proj", "gate_up_proj"):  # the gate Megatron does not count
+                ungated += flops if leaf == "gate_proj" else 0.5 * flops
         elif op.kind is OpKind.CONV:  # a convolution is a matmul over its im2col view
             matmul += op.flops * op.count
         elif op.kind is OpKind.GEMM and op.op == "bmm":
             b, m, k, n = op.dims
-            attention += 2.0 * b * m * k * n * op.count
+            bmm += 2.0 * b * m * k * n * op.count
         elif op.kind is OpKind.ATTENTION:
             b, h, _, q, kv, d, _ = op.dims
             vd = float(op.get("v_head_dim", d) or d)  # type: ignore[arg-type]
-            attention += 2.0 * b * h * q * kv * (d + vd) * op.count
+            scores += 2.0 * b * h * q * kv * (d + vd) * op.count
+            causal_scores += 2.0 * b * h * q * (seq_len / 2.0) * (d + vd) * op.count
+    attention = bmm + scores
+    causal = 3.0 * (matmul + frozen - ungated + bmm + causal_scores) / tokens
     if frozen:
-        return ((3.0 * (matmul + attention) + 2.0 * frozen) / tokens, 3.0 * attention / tokens,
-                (matmul + frozen + attention) / tokens)
+        return ModelFlops((3.0 * (matmul + attention) + 2.0 * frozen) / tokens, 3.0 * attention / tokens,
+                          (matmul + frozen + attention) / tokens, causal)
     mf = 3.0 * (matmul + attention) / tokens
-    return mf, 3.0 * attention / tokens, mf / 3.0
-
-
-def _causal_flops(forward: list[Op], tokens: int, seq_len: int, swiglu: bool) -> float:
-    """Model FLOPs per token as Megatron-LM's ``num_floating_point_operations`` counts them since 2025 (the
-    count of Megatron-Bridge's "Model TFLOP/sec/GPU"): 3 x the forward's matmuls, and attention over the
-    whole sequence with the causal mask's half of the score matrix (``/ 2  # causal mask``), sliding
-    windows ignored; a gated MLP counts its gate only when it is a SwiGLU (``gated_linear_multiplier = 3/2
-    if args.swiglu else 1``), so a GLU of another activation counts as a two-matrix MLP. On the published
-    Megatron-Bridge rows this reproduces the ratio of TFLOP/s to tokens/s to 0.5% (Llama 3, Qwen3 MoE,
-    GPT-OSS)."""
-    total = 0.0
-    for op in forward:
-        if op.kind is OpKind.GEMM and op.op == "linear":
-            b, m, k, n = op.dims
-            leaf = op.name.rsplit(".", 1)[-1]
-            share = 0.0 if leaf == "gate_proj" and not swiglu else 0.5 if leaf == "gate_up_proj" and not swiglu else 1.0
-            total += 2.0 * b * m * k * n * op.count * share
-        elif op.kind is OpKind.CONV:
-            total += op.flops * op.count
-        elif op.kind is OpKind.GEMM and op.op == "bmm":
-            b, m, k, n = op.dims
-            total += 2.0 * b * m * k * n * op.count
-        elif op.kind is OpKind.ATTENTION:
-            b, h, _, q, _, d, _ = op.dims
-            vd = float(op.get("v_head_dim", d) or d)  # type: ignore[arg-type]
-            total += 2.0 * b * h * q * (seq_len / 2.0) * (d + vd) * op.count
-    return 3.0 * total / tokens
+    return ModelFlops(mf, 3.0 * attention / tokens, mf / 3.0, causal)
 
 
 def _swiglu(cfg: ModelConfig) -> bool:
@@ -311,7 +306,7 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
            compose: ComposeCoefficients, given: tuple[Op, ...] | None = None) -> MicroBatchCosts:
     """One micro-batch's forward and backward ops after the plan's rewrites, priced and summed per part."""
     forward, convention, tokens = _forward_ops(cfg, plan, given)
-    mf, af, ff = _model_flops(convention, tokens)
+    flops = _model_flops(convention, tokens, plan.seq_len, _swiglu(cfg))
     ops = forward + backward_ops(forward) + recipe_backward_ops(forward, get_recipe(plan.precision))
     ops = shard_tp(ops, plan.tp)
     if plan.sp and plan.tp > 1:
@@ -334,9 +329,9 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
     if "head" in parts:
         ordered.append(parts["head"])
     _add_parallel_comm(ordered, cfg, plan, tokens, e)
-    causal = _causal_flops(convention, tokens, plan.seq_len, _swiglu(cfg))
-    return MicroBatchCosts(parts=ordered, tokens=tokens, model_flops_per_token=mf, attention_flops_per_token=af,
-                           hidden_bytes=hidden, forward_flops_per_token=ff, causal_flops_per_token=causal)
+    return MicroBatchCosts(parts=ordered, tokens=tokens, model_flops_per_token=flops.model,
+                           attention_flops_per_token=flops.attention, hidden_bytes=hidden,
+                           forward_flops_per_token=flops.forward, causal_flops_per_token=flops.causal)
 
 
 def _sum_parts(ops: list[Op], kernels: list[KernelTime], plan: ParallelPlan,
