@@ -8,33 +8,46 @@ import pytest
 
 from perfcast.sweep.evaluate import PlanScores, Pricer, evaluate_plans
 from perfcast.sweep.space import ETP, PRECISIONS, PlanArrays, SearchSpace, enumerate_plans
-from perfcast.system.training import simulate_training
+from perfcast.system.training import TrainingResult, simulate_training
 
 SPACE = SearchSpace(model="llama-3-8b", cluster="dgx-h100", gpus=(16, 64), seq_len=4096, global_batch=128,
                     cp=(1, 2), vp=(1, 2, 4), micro_batch=(1, 2))
 
 
-@pytest.fixture(scope="module")
-def evaluated() -> tuple[Pricer, object, object]:
-    pricer = Pricer(SPACE)
-    plans, _, _ = enumerate_plans(SPACE, pricer.cfg, pricer.cluster)
+def _evaluate(space: SearchSpace) -> tuple[Pricer, PlanArrays, PlanScores]:
+    pricer = Pricer(space)
+    plans, _, _ = enumerate_plans(space, pricer.cfg, pricer.cluster)
     return pricer, plans, evaluate_plans(pricer, plans)
 
 
-def test_memory_matches_the_exact_predictor_and_step_time_is_close(evaluated) -> None:
+def _agrees_with_exact(space: SearchSpace, evaluated: tuple[Pricer, PlanArrays, PlanScores],
+                       seed: int) -> list[tuple[int, TrainingResult]]:
+    """60 random plans priced exactly: memory identical, step time identical without a pipeline schedule and
+    close with one; returns the (plan index, exact result) pairs."""
     pricer, plans, scores = evaluated
-    rng = np.random.default_rng(7)
-    step_err, mem_err = [], []
-    for i in rng.choice(len(plans), 60, replace=False):
-        exact = simulate_training(pricer.cfg, pricer.cluster, plans.plan(int(i), SPACE))
-        mem_err.append(abs(scores.memory_bytes[i] / exact.memory.total_bytes - 1))
-        step_err.append(abs(scores.step_time_s[i] / exact.step_time_s - 1))
-        assert scores.tflops_per_gpu[i] * scores.step_time_s[i] == pytest.approx(
-            exact.tflops_per_gpu * exact.step_time_s, rel=1e-9)  # same FLOP convention
+    rng = np.random.default_rng(seed)
+    pairs = [(int(i), simulate_training(pricer.cfg, pricer.cluster, plans.plan(int(i), space)))
+             for i in rng.choice(len(plans), 60, replace=False)]
+    mem_err = [abs(scores.memory_bytes[i] / exact.memory.total_bytes - 1) for i, exact in pairs]
+    step_err = [abs(scores.step_time_s[i] / exact.step_time_s - 1) for i, exact in pairs]
+    for (i, _), err in zip(pairs, step_err, strict=True):
         if plans.pp[i] == 1:  # no pipeline schedule: the same arithmetic
-            assert step_err[-1] < 1e-9, plans.row(int(i))
+            assert err < 1e-9, plans.row(i)
     assert max(mem_err) < 1e-9
     assert np.median(step_err) < 0.01 and max(step_err) < 0.10
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def evaluated() -> tuple[Pricer, PlanArrays, PlanScores]:
+    return _evaluate(SPACE)
+
+
+def test_memory_matches_the_exact_predictor_and_step_time_is_close(evaluated) -> None:
+    _, _, scores = evaluated
+    for i, exact in _agrees_with_exact(SPACE, evaluated, 7):
+        assert scores.tflops_per_gpu[i] * scores.step_time_s[i] == pytest.approx(
+            exact.tflops_per_gpu * exact.step_time_s, rel=1e-9)  # same FLOP convention
 
 
 def test_chunks_evaluate_to_the_same_numbers(evaluated) -> None:
@@ -69,24 +82,13 @@ MOE = SearchSpace(model="qwen3-30b-a3b", cluster="dgx-h100", gpus=(16, 32), seq_
 
 @pytest.fixture(scope="module")
 def moe() -> tuple[Pricer, PlanArrays, PlanScores]:
-    pricer = Pricer(MOE)
-    plans, _, _ = enumerate_plans(MOE, pricer.cfg, pricer.cluster)
-    return pricer, plans, evaluate_plans(pricer, plans)
+    return _evaluate(MOE)
 
 
 def test_moe_plans_with_both_etp_and_recipes_match_the_exact_predictor(moe) -> None:
-    pricer, plans, scores = moe
+    _, plans, _ = moe
     assert set(plans.etp.tolist()) == {0, 1} and set(plans.prec.tolist()) == {0, 2}  # bf16 and fp8 codes
-    rng = np.random.default_rng(11)
-    step_err, mem_err = [], []
-    for i in rng.choice(len(plans), 60, replace=False):
-        exact = simulate_training(pricer.cfg, pricer.cluster, plans.plan(int(i), MOE))
-        mem_err.append(abs(scores.memory_bytes[i] / exact.memory.total_bytes - 1))
-        step_err.append(abs(scores.step_time_s[i] / exact.step_time_s - 1))
-        if plans.pp[i] == 1:
-            assert step_err[-1] < 1e-9, plans.row(int(i))
-    assert max(mem_err) < 1e-9
-    assert np.median(step_err) < 0.01 and max(step_err) < 0.10
+    _agrees_with_exact(MOE, moe, 11)
 
 
 def _same_plan_but(plans: PlanArrays, i: int, **change: int) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfcast.catalog.models import load_model
+from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.errors import ConfigError
 from perfcast.sweep.space import (
     CONSTRAINTS,
@@ -20,12 +20,21 @@ from perfcast.sweep.space import (
     recipe_refusal,
     resolve_axes,
 )
-from perfcast.system.cluster import load_cluster
+from perfcast.system.cluster import Cluster, load_cluster
 from perfcast.system.plan import ParallelPlan, check_plan
 from perfcast.system.training import simulate_training
 
 SPACE = SearchSpace(model="llama-2-13b", cluster="dgx-a100", gpus=(16, 32), seq_len=4096, global_batch=64,
                     tp=(1, 2, 4, 8, 16), pp=(1, 2, 4, 8, 40, 64), cp=(1, 2, 3), vp=(1, 2, 3), micro_batch=(1, 2, 4))
+
+
+def _accepted(plan: ParallelPlan, cfg: ModelConfig, cl: Cluster, gpus: int) -> bool:
+    """Whether check_plan accepts ``plan`` on ``gpus`` GPUs of the 8-GPU-node cluster ``cl``."""
+    try:
+        check_plan(plan, cfg, cl.with_nodes(gpus // 8), num_gpus=gpus)
+    except ConfigError:
+        return False
+    return True
 
 
 def test_the_masks_agree_with_check_plan_on_every_point() -> None:
@@ -42,13 +51,7 @@ def test_the_masks_agree_with_check_plan_on_every_point() -> None:
     for i in points:
         if g["dp"][i] == 0:  # no integer dp: check_plan cannot even be asked
             continue
-        plan = every.plan(int(i), SPACE)
-        gpus = int(g["gpus"][i])
-        try:
-            check_plan(plan, cfg, cl.with_nodes(gpus // 8), num_gpus=gpus)
-            accepted = True
-        except ConfigError:
-            accepted = False
+        accepted = _accepted(every.plan(int(i), SPACE), cfg, cl, int(g["gpus"][i]))
         assert accepted == (not bad[i]), every.row(int(i))
 
 
@@ -93,12 +96,7 @@ def test_the_expert_masks_agree_with_check_plan_on_every_point(sp: bool) -> None
     seen = {"etp 1, ep > dp*cp": 0, "refused": 0, "EP group unplaced": 0}
     for i in np.flatnonzero((g["dp"] > 0) & (g["prec"] == 0)):
         plan = every.plan(int(i), space)
-        gpus = int(g["gpus"][i])
-        try:
-            check_plan(plan, cfg, cl.with_nodes(gpus // 8), num_gpus=gpus)
-            accepted = True
-        except ConfigError:
-            accepted = False
+        accepted = _accepted(plan, cfg, cl, int(g["gpus"][i]))
         twin = i - etp_stride if duplicate[i] else i  # a duplicate is judged by its etp tp twin's verdict
         assert g["etp"][twin] == ETP.index("tp") or not duplicate[i]
         if accepted and bad[twin]:  # check_plan accepts it, but the training module cannot place its EP group
