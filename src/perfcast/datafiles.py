@@ -16,6 +16,7 @@ DATA_KINDS: tuple[str, ...] = (
     "accelerators",  # spatial accelerator architectures and their mappings (perfcast.accel)
     "clusters",  # multi-GPU systems: nodes, fabrics, NICs (perfcast.system.cluster)
     "coefficients",  # fitted or stated model coefficients, versioned JSON (kernel, compose, system, serving)
+    "engines",  # serving-engine profiles: scheduling defaults and their sources (perfcast.serving.engines)
     "defaults",  # values filled in where an input leaves them out (Hugging Face config-class defaults)
     "hardware",  # one device per file (perfcast.catalog.hardware)
     "models",  # Hugging Face config.json plus a sidecar naming its source (perfcast.catalog.models)

@@ -18,9 +18,11 @@ from perfcast.coefficients.bundle import Calibration
 from perfcast.compose.types import MemoryBreakdown
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.groundtruth.files import ROW_ERRORS, row_status
+from perfcast.groundtruth.online_columns import ONLINE_TARGETS as ONLINE_TARGET_COLUMNS
 
 __all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_e2e", "predict_published_collectives",
-           "predict_published_inference", "predict_published_training", "predict_table", "predict_vidur_network",
+           "predict_published_inference", "predict_published_training", "predict_serving_online", "predict_table",
+           "predict_vidur_network",
            "recognize", "target_columns"]
 
 
@@ -338,6 +340,20 @@ def predict_published_inference(rows: list[dict[str, str]], cal: Calibration) ->
     return out
 
 
+# -- online serving benchmarks ---------------------------------------------------------------------
+def predict_serving_online(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
+    """Online serving benchmarks: every measured throughput and latency column, each row's closed loop
+    simulated (grouped by GPU and engine)."""
+    from perfcast.groundtruth.online_tables import predict_online_rows
+
+    out = _empty(len(rows), ONLINE_TARGET_COLUMNS)
+    pred, status, groups = predict_online_rows(rows, cal)
+    out.status, out.groups = status, groups
+    out.pred.update(pred)
+    _apply_interval(out, "serving", cal, inverse={t for t in ONLINE_TARGET_COLUMNS if "tput" in t})
+    return out
+
+
 TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("neusight_e2e", frozenset({"device", "model", "mode", "batch_size", "seq_len", "measured_ms"}),
               ("measured_ms", "measured_fw_ms", "measured_bw_ms"), "step", predict_e2e),
@@ -360,6 +376,9 @@ TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("published_training", frozenset({"tflops_per_gpu", "tokens_per_s_per_gpu", "num_gpus"}),
               ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu", "step_time_s"), "training",
               predict_published_training),
+    TableKind("serving_online", frozenset({"framework", "gpu_id", "tp", "max_concurrency", "input_len",
+                                           "output_len", "total_tput_tok_s_per_gpu"}),
+              ONLINE_TARGET_COLUMNS, "serving", predict_serving_online),
     TableKind("published_inference", frozenset({"metric", "value", "input_len", "output_len"}),
               ("value",), "serving", predict_published_inference),
     # the same schema naming MLPerf workloads (mlperf:<benchmark>:<scenario>) instead of lengths

@@ -41,7 +41,7 @@ PRECISION_QUANTIZATION: dict[str, str] = {"fp16": "none", "bf16": "none", "fp8":
 
 
 # the flag that sets a field, where the two names differ beyond - and _
-_FLAGS = {"burstiness_cv": "--burstiness", "kv_transfer_bandwidth_Bps": "--kv-transfer-bandwidth",
+_FLAGS = {"burstiness_cv": "--burstiness", "length_range_ratio": "--random-range-ratio", "kv_transfer_bandwidth_Bps": "--kv-transfer-bandwidth",
           "retrieval_latency_s": "--retrieval-latency"}
 
 
@@ -73,6 +73,9 @@ class WorkloadConfig(BaseModel):
     trace: str | None = Field(default=None, description="a shipped trace name or a CSV path (lengths, arrivals)")
     prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     output_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    length_range_ratio: float = Field(default=1.0, gt=0, le=1, description="with prompt_tokens/output_tokens: "
+                                      "each request's lengths uniform in the integers [floor(r * L), L] (a "
+                                      "benchmark client's --random-range-ratio; 1 = every request at L)")
     shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS, description="tokens of a system prompt "
                                       "requests share")
     num_prefixes: int = Field(default=1, ge=1, le=MAX_REQUESTS, description="distinct shared prefixes (requests "
@@ -99,6 +102,8 @@ class WorkloadConfig(BaseModel):
                        "--shared-prefix-tokens N")
         _refuse_unused(self, "retrieval_latency_cv", self.retrieval_latency_s > 0, "spreads the retrieval stage's "
                        "time; add --retrieval-latency S")
+        _refuse_unused(self, "length_range_ratio", self.prompt_tokens is not None, "spreads the lengths "
+                       "--prompt-tokens and --output-tokens give; add them")
         if self.arrival == "trace" and self.trace is None:
             raise ConfigError("--arrival trace takes the arrival times of a trace: give --trace (a shipped trace "
                               "with arrival times, or a CSV path with an arrival column)")
@@ -177,9 +182,9 @@ class ServingConfig(BaseModel):
             raise ConfigError("--num-speculative-tokens needs --speculative-model (the draft model)")
         _refuse_unused(self, "spec_acceptance_rate", self.speculative_model is not None,
                        "applies to speculative decoding; add --speculative-model and --num-speculative-tokens")
-        chunked = self.scheduler == "sarathi" or (self.scheduler == "vllm" and self.enable_chunked_prefill)
+        chunked = self.scheduler in ("sarathi", "sglang") or (self.scheduler == "vllm" and self.enable_chunked_prefill)
         _refuse_unused(self, "chunk_size", chunked, f"is the token budget of chunked prefill, which scheduler "
-                       f"{self.scheduler} does not run here; use --scheduler sarathi or --enable-chunked-prefill "
+                       f"{self.scheduler} does not run here; use --scheduler sarathi or sglang, or --enable-chunked-prefill "
                        "(vllm), or --max-num-batched-tokens")
         if self.enable_chunked_prefill and self.scheduler not in ("vllm", "sarathi"):
             raise ConfigError(f"--enable-chunked-prefill turns vllm's scheduler into chunked prefill; scheduler "

@@ -156,7 +156,7 @@ def build_deployment(cfg: ServingConfig, calibration: Calibration, *, memory_fra
                                "(each sequence's encoder output, cached for its decoder), which perfcast's serving "
                                "simulator does not model; price a forward pass with perfcast predict --mode inference")
     max_len = max_model_len(cfg, model_cfg)
-    budget = cfg.max_num_batched_tokens or (cfg.chunk_size if policy == "sarathi" else max(max_len, 2048))
+    budget = cfg.max_num_batched_tokens or (cfg.chunk_size if policy in ("sarathi", "sglang") else max(max_len, 2048))
     if policy == "static":
         budget = max(budget, max_len * cfg.max_num_seqs)
     dtype = serving_dtype(cfg, model_cfg)

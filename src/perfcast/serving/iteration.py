@@ -74,7 +74,9 @@ from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, UnsupportedError
 from perfcast.kernel.attention import attention_rates
 from perfcast.kernel.predict import price_ops
+from perfcast.serving.engines import load_engine
 from perfcast.serving.kv.layout import KVLayout, kv_layout
+from perfcast.serving.stack import custom_allreduce_times, stack_hardware
 from perfcast.system.cluster import Cluster, cluster_for_gpu
 from perfcast.system.collectives import collective_times
 from perfcast.workload.build import WorkloadSpec, build_workload
@@ -191,8 +193,12 @@ class IterationModel:
         self.hw = self.hardware if isinstance(self.hardware, Hardware) else load_hardware(self.hardware)
         self.cal = resolve_calibration(self.calibration)
         self.co, self.sc = self.cal.kernel, self.cal.serving
-        if self.engine not in self.sc.engines:
-            raise ConfigError(f"unknown engine {self.engine!r}; use one of {', '.join(sorted(self.sc.engines))}")
+        self.profile = load_engine(self.engine)
+        if self.profile.id not in self.sc.engines:
+            raise ConfigError(f"engine {self.engine!r} has no fitted CPU overhead in the serving coefficients; "
+                              f"those have {', '.join(sorted(self.sc.engines))}")
+        self.datasheet = self.hw
+        self.hw = stack_hardware(self.hw, self.sc.stack(self.hw.vendor))
         if self.quantization not in QUANTIZATION_CHOICES:
             raise ConfigError(f"unknown quantization {self.quantization!r}; use one of "
                               f"{', '.join(QUANTIZATION_CHOICES)}")
@@ -262,8 +268,9 @@ class IterationModel:
         self._comm = self._comm_table(grid, dense, comm_bytes, comm_calls)
         self._head, self._head_J = self._head_table(head_ops)
         self._scan_tables(grid, dense)
-        eng = self.sc.engines[self.engine]
+        eng = self.sc.engines[self.profile.id]
         self._cpu_fixed = eng.iteration_overhead_s
+        self.request_overhead_s = eng.request_overhead_s
         self._cpu_per_seq = eng.per_sequence_overhead_s
         self.kv_bytes_per_token = self._kv_bytes_per_token()
         self._attention_constants()
@@ -346,6 +353,9 @@ class IterationModel:
         elif self.tp > 1 and comm_calls:
             ct = collective_times("all_reduce", comm_bytes, self.tp, self.cl, coeffs=self.cal.collectives,
                                   shared_nics=False)
+            if self.profile.custom_allreduce:
+                ct = np.minimum(ct, custom_allreduce_times(comm_bytes, self.tp, self.cl, self.sc.custom_allreduce,
+                                                           self.profile.custom_allreduce_max_bytes))
             table = np.interp(dense, grid.astype(float), ct * comm_calls)
         else:
             table = np.zeros_like(dense)
@@ -478,9 +488,9 @@ class IterationModel:
 
     @property
     def fp8_context_attention(self) -> bool:
-        """Whether prefill attention runs TensorRT-LLM's FP8 context FMHA (module docstring): the ``trtllm``
-        engine, an FP8 KV cache and FP8 tensor cores on the GPU."""
-        return (self.engine == "trtllm" and self.kv is DType.FP8 and self.dtype.bytes == 2
+        """Whether prefill attention runs TensorRT-LLM's FP8 context FMHA (module docstring): an engine whose
+        profile runs it (``trtllm``), an FP8 KV cache and FP8 tensor cores on the GPU."""
+        return (self.profile.fp8_context_attention and self.kv is DType.FP8 and self.dtype.bytes == 2
                 and bool(self.hw.peak_flops_per_s.fp8))
 
     def _weight_bytes(self) -> float:

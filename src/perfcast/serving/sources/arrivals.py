@@ -20,7 +20,10 @@ as in Vidur's request generators; the ``num_requests - 1`` gaps follow):
 Lengths (prompt and output tokens):
 
 * ``prompt_tokens`` and ``output_tokens`` given: every request has those lengths (with a trace they
-  override the trace's lengths; give both or neither).
+  override the trace's lengths; give both or neither). With ``range_ratio`` r < 1 each request's lengths are
+  drawn instead, uniformly from the integers in [floor(r * L), L] for each nominal length L (a benchmark
+  client's ``--dataset-name random --random-range-ratio r``, as InferenceMAX runs it), prompts first, then
+  outputs, from the lengths stream.
 * otherwise from ``trace``: with ``arrival="trace"`` row ``i % n`` (rows in order, cycling with the
   replays above, so each request keeps its own row's length and time); with any other arrival process
   row indices are drawn uniformly with replacement, so any ``num_requests`` works and a trace without
@@ -94,15 +97,25 @@ def generate_requests(
     prompt_tokens: int | None = None,
     output_tokens: int | None = None,
     max_tokens: int | None = None,
+    range_ratio: float = 1.0,
 ) -> RequestStream:
     """Build ``num_requests`` requests; see the module docstring for the processes, cycling and draw order."""
     _check_arguments(num_requests, arrival, qps, burstiness_cv, trace, prompt_tokens, output_tokens, max_tokens)
+    if not (isinstance(range_ratio, (int, float)) and 0 < range_ratio <= 1):
+        raise ConfigError(f"range_ratio={range_ratio!r} must be in (0, 1] (1: every request at the nominal lengths)")
     rng_lengths, rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
 
     # (1) lengths: fixed, trace rows in order (arrival="trace"), or rows sampled with the rng.
     prompt: np.ndarray
     output: np.ndarray
-    if prompt_tokens is not None and output_tokens is not None:
+    if prompt_tokens is not None and output_tokens is not None and range_ratio < 1:
+        prompt = rng_lengths.integers(math.floor(range_ratio * prompt_tokens), prompt_tokens + 1,
+                                      size=num_requests, dtype=np.int64)
+        output = rng_lengths.integers(math.floor(range_ratio * output_tokens), output_tokens + 1,
+                                      size=num_requests, dtype=np.int64)
+        np.maximum(prompt, 1, out=prompt)
+        np.maximum(output, 1, out=output)
+    elif prompt_tokens is not None and output_tokens is not None:
         prompt = np.full(num_requests, prompt_tokens, dtype=np.int64)
         output = np.full(num_requests, output_tokens, dtype=np.int64)
     else:

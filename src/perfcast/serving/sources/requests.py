@@ -37,7 +37,8 @@ def request_stream(cfg: ServingConfig) -> RequestStream:
         arrival, qps = "fixed", 1e12  # no rate: every request arrives at once (an offline run)
     return generate_requests(num_requests=w.num_requests, seed=w.seed, arrival=arrival,
                              qps=None if arrival == "trace" else qps, burstiness_cv=w.burstiness_cv, trace=trace,
-                             prompt_tokens=w.prompt_tokens, output_tokens=w.output_tokens)
+                             prompt_tokens=w.prompt_tokens, output_tokens=w.output_tokens,
+                             range_ratio=w.length_range_ratio)
 
 
 @dataclass(frozen=True)

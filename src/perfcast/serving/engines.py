@@ -1,0 +1,128 @@
+"""Serving engines as data: one profile per engine and version (``data/engines/<id>.yaml``).
+
+vLLM, SGLang and TensorRT-LLM schedule differently (which requests share an iteration, whether prompts are
+chunked, the token and sequence budgets), capture CUDA graphs up to different batch sizes, overlap their CPU
+work with the GPU or not, and reduce small tensor-parallel messages with their own all-reduce kernels rather
+than NCCL. A profile states those settings with their sources; the scheduler plug-ins
+(:mod:`perfcast.serving.schedulers`) stay the mechanism and the profile names the one to use and its limits.
+What a profile cannot state, the CPU time an iteration exposes, is a fitted coefficient per engine
+(:class:`perfcast.coefficients.serving.ServingCoefficients`), keyed by the profile's ``id``.
+
+:func:`engine_settings` turns a profile into :class:`~perfcast.serving.config.ServingConfig` fields for one
+GPU; ``perfcast serve --engine`` and a table's ``framework`` column select a profile, and what the user sets
+explicitly wins over it.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from perfcast.datafiles import data_dir
+from perfcast.errors import ConfigError, UnknownNameError
+from perfcast.yamlio import read_yaml, validation_message
+
+__all__ = ["EngineProfile", "engine_names", "engine_settings", "load_engine"]
+
+
+class EngineProfile(BaseModel):
+    """One serving engine's defaults (vLLM's flag names; base units) and where they come from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    name: str
+    version: str = Field(description="the release line the defaults describe")
+    aliases: list[str] = []
+    scheduler: str = Field(description="the scheduler plug-in that runs its policy")
+    enable_chunked_prefill: bool
+    max_num_seqs: int = Field(ge=1)
+    max_num_batched_tokens: int = Field(ge=1, description="token budget per iteration (the chunk size when "
+                                        "prefill is chunked)")
+    large_gpu_memory_bytes: float | None = Field(default=None, gt=0, description="GPUs with at least this memory "
+                                                 "take the large_gpu_* budgets")
+    large_gpu_max_num_seqs: int | None = Field(default=None, ge=1)
+    large_gpu_max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    gpu_memory_utilization: float = Field(gt=0, le=1)
+    kv_fraction_of_free_memory: bool = Field(default=False, description="gpu_memory_utilization is a share of the "
+                                             "memory the weights leave free (TensorRT-LLM), not of the GPU (vLLM)")
+    cuda_graph_max_batch: int = Field(ge=0, description="largest decode batch replayed from a captured graph")
+    overlap_cpu: bool = Field(description="the CPU schedules the next iteration while the GPU runs this one")
+    custom_allreduce: bool = Field(description="small tensor-parallel all-reduces run the engine's one-shot / "
+                                   "two-shot kernels over the GPUs' direct links, not NCCL")
+    custom_allreduce_max_bytes: float = Field(ge=0)
+    fp8_context_attention: bool = Field(description="prefill attention in FP8 with an FP8 KV cache on GPUs with "
+                                        "FP8 tensor cores")
+    source: list[str]
+    notes: str = ""
+
+    def budgets(self, gpu_memory_bytes: float) -> tuple[int, int]:
+        """``(max_num_seqs, max_num_batched_tokens)`` the engine defaults to on a GPU of that memory (bytes)."""
+        if self.large_gpu_memory_bytes is not None and gpu_memory_bytes >= self.large_gpu_memory_bytes:
+            return (self.large_gpu_max_num_seqs or self.max_num_seqs,
+                    self.large_gpu_max_num_batched_tokens or self.max_num_batched_tokens)
+        return self.max_num_seqs, self.max_num_batched_tokens
+
+
+def _load_file(path: Path) -> EngineProfile:
+    raw = read_yaml(path, what="an engine profile", error=ConfigError)
+    try:
+        return EngineProfile.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {validation_message(exc, EngineProfile)}") from None
+
+
+@cache
+def _profiles() -> dict[str, EngineProfile]:
+    out: dict[str, EngineProfile] = {}
+    for path in sorted(data_dir("engines").glob("*.yaml")):
+        prof = _load_file(path)
+        if prof.id != path.stem:
+            raise ConfigError(f"{path}: id {prof.id!r} differs from the file name")
+        out[prof.id] = prof
+    return out
+
+
+def _names() -> dict[str, str]:
+    names: dict[str, str] = {}
+    for prof in _profiles().values():
+        for n in (prof.id, *prof.aliases):
+            names[n.lower()] = prof.id
+    return names
+
+
+def engine_names() -> list[str]:
+    """The shipped engine profiles' ids."""
+    return sorted(_profiles())
+
+
+def load_engine(name: str | Path) -> EngineProfile:
+    """The profile of engine ``name`` (an id or alias, any case; or a YAML path)."""
+    if isinstance(name, Path) or str(name).endswith((".yaml", ".yml")):
+        return _load_file(Path(name))
+    key = str(name).strip().lower()
+    found = _names().get(key)
+    if found is None:
+        raise UnknownNameError("engine", str(name), engine_names(),
+                               hint="an engine profile is data/engines/<id>.yaml (vLLM's flag names)")
+    return _profiles()[found]
+
+
+def engine_settings(profile: EngineProfile, gpu_memory_bytes: float) -> dict[str, Any]:
+    """:class:`~perfcast.serving.config.ServingConfig` fields the profile sets on a GPU of that memory (bytes):
+    the engine, its scheduler and chunking, budgets and memory share (a TensorRT-LLM share of free memory is
+    left to the caller, which knows the weights)."""
+    seqs, tokens = profile.budgets(gpu_memory_bytes)
+    chunked = profile.enable_chunked_prefill
+    out: dict[str, Any] = {"engine": profile.id, "max_num_seqs": seqs,
+                           "gpu_memory_utilization": profile.gpu_memory_utilization}
+    if profile.scheduler == "vllm" and chunked or profile.scheduler == "sarathi":
+        out.update(scheduler="sarathi", chunk_size=tokens)
+    elif profile.scheduler == "sglang":
+        out.update(scheduler="sglang", chunk_size=tokens)
+    else:
+        out.update(scheduler=profile.scheduler, max_num_batched_tokens=tokens)
+    return out
