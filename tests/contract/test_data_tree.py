@@ -32,6 +32,7 @@ from perfcast.coefficients.training import load_training_coefficients
 from perfcast.datafiles import DATA_KINDS, data_dir, data_path
 from perfcast.errors import UnsupportedError
 from perfcast.scenarios.schema import load_scenario
+from perfcast.serving.engines import load_engine
 from perfcast.serving.sources.mlperf import benchmark_names, load_benchmark
 from perfcast.serving.sources.traces import load_trace, shipped_traces
 from perfcast.sweep.published import load_published
@@ -139,6 +140,13 @@ def _heads(path: Path) -> list[str]:
     return _sources(sc21_heads().source)
 
 
+def _engine(path: Path) -> list[str]:
+    profile = load_engine(path)
+    assert profile.id == path.stem and load_engine(path.stem) == profile
+    assert profile.id in load_serving_coefficients().engines, f"{profile.id}: no CPU overhead coefficients"
+    return _sources(profile.source)
+
+
 def _doc(path: Path) -> None:
     assert path.read_text(encoding="utf-8").strip()
 
@@ -154,6 +162,7 @@ KINDS: dict[str, list[tuple[str, Loader]]] = {
     "traces": [("index.yaml", _trace_index), ("*.csv.gz", _trace), ("README.md", _doc)],
     "presets": [("mlperf.yaml", _mlperf), ("published_plans.yaml", _published)],
     "scenarios": [("*.yaml", _scenario)],
+    "engines": [("*.yaml", _engine)],
     "coefficients": [("kernel.json", _fitted(load_coefficients)),
                      ("compose.json", _fitted(load_compose_coefficients)),
                      ("collectives.json", _fitted(load_collective_coefficients)),

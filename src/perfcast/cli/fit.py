@@ -1,4 +1,4 @@
-"""``perfcast fit``: fit the kernel (and host, collective, training) coefficients and write them as JSON."""
+"""``perfcast fit``: fit the kernel (and host, collective, training, serving) coefficients and write them as JSON."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def fit(
                                     "tables), host "
                                     "(host time per eager kernel, from end-to-end rows of your own machine) and "
                                     "collectives (VIDUR network and published collective tables), training "
-                                    "(published training runs); "
+                                    "(published training runs), serving (online serving benchmarks, with one "
+                                    "fit per held-out GPU); "
                                     "none = keep the current coefficients (e.g. to recompute --intervals-out)."),
     intervals: Path = typer.Option(None, "--intervals-out", help="Also write prediction intervals to this JSON."),
     compose_output: Path = typer.Option(None, "--compose-out",
@@ -33,6 +34,8 @@ def fit(
                                             help="Where the collectives stage writes its coefficients."),
     training_output: Path = typer.Option(None, "--training-out",
                                          help="Where the training stage writes its coefficients."),
+    serving_output: Path = typer.Option(None, "--serving-out",
+                                        help="Where the serving stage writes its coefficients."),
     intervals_old: Path = typer.Option(None, "--intervals", hidden=True),  # the README's earlier spellings
     compose_old: Path = typer.Option(None, "--compose-output", hidden=True),
     collectives_old: Path = typer.Option(None, "--collectives-output", hidden=True),
@@ -48,11 +51,12 @@ def fit(
     compose_output = one_of("--compose-out", compose_output, "--compose-output", compose_old)
     collectives_output = one_of("--collectives-out", collectives_output, "--collectives-output", collectives_old)
     training_output = one_of("--training-out", training_output, "--training-output", training_old)
-    check_output_paths(output, intervals, compose_output, collectives_output, training_output, force=force)
-    chosen = _chosen_stages(stages, compose_output, collectives_output, training_output)
+    check_output_paths(output, intervals, compose_output, collectives_output, training_output, serving_output,
+                       force=force)
+    chosen = _chosen_stages(stages, compose_output, collectives_output, training_output, serving_output)
     lines: list[str] = []
     logger = lines.append if as_json else _console(stderr=True).print  # the log is not the result
-    kernel_stages = [s for s in chosen if s not in ("host", "collectives", "training")]
+    kernel_stages = [s for s in chosen if s not in ("host", "collectives", "training", "serving")]
     cal = Calibration.shipped()
     co = fit_coefficients(stages=kernel_stages, log=logger) if kernel_stages else cal.kernel
     cal = cal.with_kernel(co)
@@ -69,6 +73,12 @@ def fit(
     trc = None
     if "training" in chosen and training_output is not None:
         trc = _fit_training(cal, training_output, logger)
+    svc = None
+    if "serving" in chosen and serving_output is not None:
+        from perfcast.validate.fit_serving import fit_serving
+
+        svc = fit_serving(cal, log=logger)
+        serving_output.write_text(svc.to_json(), encoding="utf-8")
     iv = None
     if intervals is not None:
         iv = fit_intervals(cal if cc is None else cal.with_collectives(cc))
@@ -77,18 +87,19 @@ def fit(
         emit_json({"coefficients": co.model_dump(mode="json"), "log": lines, "intervals": iv,
                    "collectives": cc.model_dump(mode="json") if cc is not None else None,
                    "training": trc.model_dump(mode="json") if trc is not None else None,
+                   "serving": svc.model_dump(mode="json") if svc is not None else None,
                    "output": str(output) if output else None})
     elif output is None and kernel_stages:
         _console().print(co.to_json())
 
 
 def _chosen_stages(stages: str, compose_output: Path | None, collectives_output: Path | None,
-                   training_output: Path | None) -> list[str]:
+                   training_output: Path | None, serving_output: Path | None) -> list[str]:
     """The stages ``--stages`` names (``none``: no stage), each known and with the output file it writes."""
     from perfcast.errors import ConfigError
 
     chosen = [s.strip() for s in stages.split(",") if s.strip() and s.strip() != "none"]
-    known = {"vector", "gemm", "conv", "tensor", "attention", "host", "collectives", "training"}
+    known = {"vector", "gemm", "conv", "tensor", "attention", "host", "collectives", "training", "serving"}
     if set(chosen) - known or (not chosen and stages.strip() != "none"):
         raise ConfigError(f"unknown fit stages {sorted(set(chosen) - known) or chosen}; use {', '.join(sorted(known))}")
     if "host" in chosen and compose_output is None:
@@ -97,6 +108,8 @@ def _chosen_stages(stages: str, compose_output: Path | None, collectives_output:
         raise ConfigError("the collectives stage needs --collectives-out PATH for the collective coefficients")
     if "training" in chosen and training_output is None:
         raise ConfigError("the training stage needs --training-out PATH for the training coefficients")
+    if "serving" in chosen and serving_output is None:
+        raise ConfigError("the serving stage needs --serving-out PATH for the serving coefficients")
     return chosen
 
 

@@ -40,9 +40,13 @@ def serve(
     kv_transfer_bandwidth: float = typer.Option(50.0, "--kv-transfer-bandwidth",
                                                 help="Prefill-to-decode KV link per GPU (GB/s)."),
     cluster: str | None = typer.Option(None, "--cluster", help="Cluster for TP collectives (default: the GPU's)."),
-    scheduler: str = typer.Option("vllm", "--scheduler", help="vllm | sarathi | orca | lightllm | static."),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="vllm | sarathi | sglang | orca | lightllm | "
+                                         "static (default: the --engine profile's, else vllm)."),
     router: str = typer.Option("round_robin", "--router", help="round_robin | least_outstanding | shortest_queue."),
-    engine: str = typer.Option("vllm", "--engine", help="CPU-overhead preset: vllm | trtllm."),
+    engine: str | None = typer.Option(None, "--engine", help="Engine profile: vllm | sglang | trtllm (data/engines): "
+                                      "its scheduler, budgets, memory share, all-reduce and fitted CPU overheads; "
+                                      "flags given explicitly win. Default: vllm's CPU overheads with the flags' "
+                                      "own defaults."),
     dtype: str = typer.Option("auto", "--dtype", help="auto | fp16 | bf16 (auto: the checkpoint's torch_dtype, "
                                                       "fp32 checkpoints in fp16, as vLLM)."),
     quantization: str = typer.Option("auto", "--quantization", "-q",
@@ -52,15 +56,19 @@ def serve(
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype",
                                        help="auto | fp16 | bf16 | fp8 (auto: the activation dtype, as vLLM; fp8 with "
                                             "--quantization fp8 or fp4, as TensorRT-LLM's FP8 checkpoints ship)."),
-    max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Sequences per iteration at most."),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Sequences per iteration at most "
+                                            "(default: the engine's, else 256)."),
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
                                                       help="Tokens per iteration at most (default per scheduler)."),
     max_model_len: int | None = typer.Option(None, "--max-model-len", help="Context limit (default: the model's)."),
     enable_chunked_prefill: bool = typer.Option(False, "--enable-chunked-prefill",
                                                 help="vllm with chunked prefill (the sarathi policy)."),
-    chunk_size: int = typer.Option(512, "--chunk-size", help="Token budget per iteration for chunked prefill."),
+    chunk_size: int | None = typer.Option(None, "--chunk-size", help="Token budget per iteration for chunked "
+                                          "prefill (default: the engine's, else 512)."),
     block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block."),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="Fraction of GPU memory."),
+    gpu_memory_utilization: float | None = typer.Option(None, "--gpu-memory-utilization",
+                                                        help="Fraction of GPU memory (default: the engine's, "
+                                                             "else 0.9)."),
     swap_space: float = typer.Option(4.0, "--swap-space", help="CPU swap space per GPU (GiB)."),
     preemption_mode: str = typer.Option("recompute", "--preemption-mode", help="recompute | swap."),
     enable_prefix_caching: bool = typer.Option(False, "--enable-prefix-caching", help="Automatic prefix caching."),
@@ -88,6 +96,9 @@ def serve(
                                                           "splitwise_conv, or a CSV path."),
     prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="Fixed prompt length."),
     output_tokens: int | None = typer.Option(None, "--output-tokens", help="Fixed output length."),
+    random_range_ratio: float = typer.Option(1.0, "--random-range-ratio",
+                                             help="Lengths uniform in [floor(r x L), L] for the --prompt-tokens and "
+                                                  "--output-tokens L (a benchmark client's random dataset)."),
     shared_prefix_tokens: int = typer.Option(0, "--shared-prefix-tokens", help="Tokens of a shared system prompt."),
     num_prefixes: int = typer.Option(1, "--num-prefixes", help="Distinct shared prefixes."),
     images_per_request: int = typer.Option(0, "--images-per-request", help="Images per prompt (multimodal models)."),
@@ -125,7 +136,8 @@ def serve(
     work: dict[str, Any] = dict(
         num_requests=200 if num_requests is None else num_requests, seed=seed, arrival=arrival, qps=qps,
         burstiness_cv=burstiness, concurrency=max_concurrency, trace=trace, prompt_tokens=prompt_tokens,
-        output_tokens=output_tokens, shared_prefix_tokens=shared_prefix_tokens, num_prefixes=num_prefixes,
+        output_tokens=output_tokens, length_range_ratio=random_range_ratio,
+        shared_prefix_tokens=shared_prefix_tokens, num_prefixes=num_prefixes,
         images_per_request=images_per_request, retrieval_latency_s=retrieval_latency,
         retrieval_latency_cv=retrieval_latency_cv, retrieved_tokens=retrieved_tokens,
         **({} if beam_width is None else {"num_beams": beam_width}))
@@ -134,10 +146,12 @@ def serve(
         pipeline_parallel_size=pipeline_parallel_size, num_replicas=num_replicas, cluster=cluster,
         expert_parallel_size=expert_parallel_size, attention_data_parallel=enable_attention_dp,
         num_prefill_replicas=num_prefill_replicas, kv_transfer_bandwidth_Bps=kv_transfer_bandwidth * 1e9,
-        scheduler=scheduler, router=router, engine=engine, dtype=dtype, quantization=quantization,
-        kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len, enable_chunked_prefill=enable_chunked_prefill, chunk_size=chunk_size,
-        block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, swap_space=swap_space * 2**30,
+        router=router, dtype=dtype, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
+        max_model_len=max_model_len, block_size=block_size, swap_space=swap_space * 2**30,
+        **_engine_fields(engine, model, hardware, tensor_parallel_size, quantization, {
+            "scheduler": scheduler, "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+            "enable_chunked_prefill": enable_chunked_prefill or None, "chunk_size": chunk_size,
+            "gpu_memory_utilization": gpu_memory_utilization}),
         preemption_mode=preemption_mode, enable_prefix_caching=enable_prefix_caching,
         speculative_model=speculative_model, num_speculative_tokens=num_speculative_tokens,
         spec_acceptance_rate=spec_acceptance_rate, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot))
@@ -172,6 +186,46 @@ def _preset_defaults(workload: str, model: str | None, hardware: str, quantizati
     if quantization == "auto":
         quantization = default_quantization(bench, hardware)
     return model or bench.model, quantization
+
+
+# the scheduling flags' defaults without --engine
+_FLAG_DEFAULTS: dict[str, Any] = {"engine": "vllm", "scheduler": "vllm", "max_num_seqs": 256, "chunk_size": 512,
+                                  "gpu_memory_utilization": 0.9, "enable_chunked_prefill": False,
+                                  "max_num_batched_tokens": None}
+
+
+def _engine_fields(engine: str | None, model: str, hardware: str, tp: int, quantization: str,
+                   given: dict[str, Any]) -> dict[str, Any]:
+    """The scheduling fields: the flags' defaults, the engine profile's settings over them, the flags given over
+    both. A scheduler given explicitly takes the profile's token budget as its own kind of budget."""
+    from perfcast.catalog.hardware import load_hardware
+    from perfcast.dtypes import DType
+    from perfcast.errors import PerfcastError
+    from perfcast.serving.engines import engine_settings, load_engine
+    from perfcast.serving.iteration import weight_bytes_per_gpu
+
+    fields = dict(_FLAG_DEFAULTS)
+    if engine is not None:
+        profile = load_engine(engine)
+        memory = float(load_hardware(hardware).memory_bytes)
+        weights = None
+        if profile.kv_fraction_of_free_memory:
+            try:
+                weights = weight_bytes_per_gpu(model, tp=tp, dtype=DType.FP16, quantization=quantization)
+            except PerfcastError:
+                weights = None  # the simulation reports what is wrong with the model
+        fields.update(engine_settings(profile, memory, weights))
+    explicit = {k: v for k, v in given.items() if v is not None}
+    if "scheduler" in explicit or "enable_chunked_prefill" in explicit:
+        budget = fields.pop("chunk_size", None) if fields.get("scheduler") in ("sarathi", "sglang") else None
+        budget = budget if budget is not None and engine is not None else fields.get("max_num_batched_tokens")
+        fields["chunk_size"] = _FLAG_DEFAULTS["chunk_size"]
+        fields["max_num_batched_tokens"] = None
+        chunked = explicit.get("scheduler") in ("sarathi", "sglang") or explicit.get("enable_chunked_prefill")
+        if budget is not None and engine is not None:
+            fields["chunk_size" if chunked else "max_num_batched_tokens"] = budget
+    fields.update(explicit)
+    return fields
 
 
 def _config(work: dict[str, Any], fields: dict[str, Any]) -> ServingConfig:

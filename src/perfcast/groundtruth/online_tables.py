@@ -36,7 +36,7 @@ from perfcast.catalog.hardware import load_hardware
 from perfcast.coefficients.bundle import Calibration
 from perfcast.errors import ConfigError
 from perfcast.groundtruth.files import ROW_ERRORS, row_status
-from perfcast.groundtruth.online_columns import LATENCIES, ONLINE_TARGETS, STATS
+from perfcast.groundtruth.online_columns import ONLINE_TARGETS, STATS
 from perfcast.serving.config import ServingConfig, WorkloadConfig
 from perfcast.serving.engines import engine_settings, load_engine
 from perfcast.serving.experiments.run import Simulation, run_experiment

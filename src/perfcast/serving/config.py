@@ -41,8 +41,8 @@ PRECISION_QUANTIZATION: dict[str, str] = {"fp16": "none", "bf16": "none", "fp8":
 
 
 # the flag that sets a field, where the two names differ beyond - and _
-_FLAGS = {"burstiness_cv": "--burstiness", "length_range_ratio": "--random-range-ratio", "kv_transfer_bandwidth_Bps": "--kv-transfer-bandwidth",
-          "retrieval_latency_s": "--retrieval-latency"}
+_FLAGS = {"burstiness_cv": "--burstiness", "length_range_ratio": "--random-range-ratio",
+          "kv_transfer_bandwidth_Bps": "--kv-transfer-bandwidth", "retrieval_latency_s": "--retrieval-latency"}
 
 
 def _refuse_unused(config: BaseModel, name: str, applies: bool, why: str) -> None:
@@ -184,8 +184,8 @@ class ServingConfig(BaseModel):
                        "applies to speculative decoding; add --speculative-model and --num-speculative-tokens")
         chunked = self.scheduler in ("sarathi", "sglang") or (self.scheduler == "vllm" and self.enable_chunked_prefill)
         _refuse_unused(self, "chunk_size", chunked, f"is the token budget of chunked prefill, which scheduler "
-                       f"{self.scheduler} does not run here; use --scheduler sarathi or sglang, or --enable-chunked-prefill "
-                       "(vllm), or --max-num-batched-tokens")
+                       f"{self.scheduler} does not run here; use --scheduler sarathi or sglang, or "
+                       "--enable-chunked-prefill (vllm), or --max-num-batched-tokens")
         if self.enable_chunked_prefill and self.scheduler not in ("vllm", "sarathi"):
             raise ConfigError(f"--enable-chunked-prefill turns vllm's scheduler into chunked prefill; scheduler "
                               f"{self.scheduler} has its own policy (drop the flag, or use --scheduler vllm)")

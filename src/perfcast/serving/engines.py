@@ -111,14 +111,19 @@ def load_engine(name: str | Path) -> EngineProfile:
     return _profiles()[found]
 
 
-def engine_settings(profile: EngineProfile, gpu_memory_bytes: float) -> dict[str, Any]:
+def engine_settings(profile: EngineProfile, gpu_memory_bytes: float,
+                    weight_bytes_per_gpu: float | None = None) -> dict[str, Any]:
     """:class:`~perfcast.serving.config.ServingConfig` fields the profile sets on a GPU of that memory (bytes):
-    the engine, its scheduler and chunking, budgets and memory share (a TensorRT-LLM share of free memory is
-    left to the caller, which knows the weights)."""
+    the engine, its scheduler and chunking, budgets and memory share. A profile whose share is of the memory
+    the weights leave free (TensorRT-LLM) needs ``weight_bytes_per_gpu`` to state it as a share of the GPU
+    (without it, the share is taken of the whole GPU)."""
     seqs, tokens = profile.budgets(gpu_memory_bytes)
     chunked = profile.enable_chunked_prefill
-    out: dict[str, Any] = {"engine": profile.id, "max_num_seqs": seqs,
-                           "gpu_memory_utilization": profile.gpu_memory_utilization}
+    share = profile.gpu_memory_utilization
+    if profile.kv_fraction_of_free_memory and weight_bytes_per_gpu is not None and gpu_memory_bytes > 0:
+        free = max(gpu_memory_bytes - weight_bytes_per_gpu, 0.0)
+        share = min(1.0, max(0.5 * share, (weight_bytes_per_gpu + share * free) / gpu_memory_bytes))
+    out: dict[str, Any] = {"engine": profile.id, "max_num_seqs": seqs, "gpu_memory_utilization": share}
     if profile.scheduler == "vllm" and chunked or profile.scheduler == "sarathi":
         out.update(scheduler="sarathi", chunk_size=tokens)
     elif profile.scheduler == "sglang":

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,6 @@ from perfcast.catalog.models import ModelConfig
 from perfcast.coefficients.bundle import Calibration
 from perfcast.coefficients.training import TRAINING_SCHEMA_VERSION, TrainingCoefficients
 from perfcast.errors import PerfcastError
-from perfcast.groundtruth.files import find_groundtruth
 from perfcast.groundtruth.training_tables import (
     cluster_for_gpu,
     model_for_row,
@@ -45,6 +43,7 @@ from perfcast.groundtruth.training_tables import (
 from perfcast.system.cluster import Cluster
 from perfcast.system.plan import ParallelPlan
 from perfcast.system.training import TrainingResult, simulate_training
+from perfcast.validate.mamf import mamf_efficiencies
 from perfcast.validate.optimize import fit_least_squares
 
 __all__ = ["TrainingCase", "fit_deferred", "fit_training", "fp8_recipe_unmodeled", "logo_training", "training_cases"]
@@ -149,18 +148,9 @@ def fp8_prior(groundtruth: Path | None = None) -> tuple[float, str]:
     ``published/gemm.csv`` measures in both FP8 and BF16 (MAMF, the best shape of a brute-force search), of
     the FP8 efficiency over the BF16 efficiency (each measured TFLOP/s over that datapath's peak): how much
     less of its peak the FP8 datapath sustains than the BF16 one the kernel model was fitted on."""
-    root = groundtruth or find_groundtruth(required=False)
-    path = root / "published" / "gemm.csv" if root is not None else None
-    if path is None or not path.is_file():
+    eff = mamf_efficiencies(groundtruth)
+    if not eff:
         return _X0[2], "default 0.9: published/gemm.csv not found"
-    with path.open(newline="", encoding="utf-8") as fh:
-        rows = [r for r in csv.DictReader(fh) if "MAMF" in (r.get("note") or "")]
-    eff: dict[tuple[str, str], float] = {}
-    for r in rows:
-        m = re.search(r"efficiency ([\d.]+)%", r["note"])
-        kind = "fp8" if r["dtype"].startswith("fp8") else r["dtype"]
-        if m and kind in ("fp8", "bf16"):
-            eff[(r["gpu_id"], kind)] = float(m.group(1)) / 100.0
     ratios = {g: eff[(g, "fp8")] / eff[(g, "bf16")] for g, k in eff if k == "fp8" and (g, "bf16") in eff}
     if not ratios:
         return _X0[2], "default 0.9: published/gemm.csv has no GPU measured in both FP8 and BF16"

@@ -125,7 +125,8 @@ def default_tables(root: Path) -> list[Path]:
     out += sorted((root / "vidur" / "compute").glob("*/*/mlp.csv*"))
     out += sorted((root / "vidur" / "legacy" / "compute").glob("*/attention_*.csv*"))
     out += [root / "published" / "gemm.csv", root / "published" / "training.csv",
-            root / "published" / "inference.csv", root / "published" / "collectives.csv"]
+            root / "published" / "inference.csv", root / "published" / "collectives.csv",
+            root / "serving_online" / "serving_online.csv"]
     out += sorted((root / "vidur" / "network").glob("*/*.csv"))
     return [p for p in out if p.exists()]
 
@@ -301,6 +302,43 @@ def _collective_loco(paths: list[Path], root: Path, name: Callable[[Path], str],
     return reports
 
 
+# the serving_online targets validate prints (predict-batch writes every one): the fitted three in-sample,
+# these leave-one-GPU-out
+ONLINE_REPORTED = ("total_tput_tok_s_per_gpu", "output_tput_tok_s_per_gpu", "ttft_ms_mean", "ttft_ms_median",
+                   "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_median", "tpot_ms_p99", "itl_ms_mean", "e2el_ms_mean",
+                   "e2el_ms_median", "e2el_ms_p99")
+
+
+def _only(res: BatchResult, targets: tuple[str, ...]) -> BatchResult:
+    return type(res)(res.kind, res.header, res.rows, [t for t in res.targets if t in targets], res.prediction)
+
+
+def _online_reports(res: BatchResult, name: str, cal: Calibration) -> list[TableReport]:
+    """Online serving benchmarks: in-sample for the fitted figures, then leave-one-GPU-out (each GPU's rows
+    predicted with the serving coefficients fitted without them, ``held_out`` in the shipped file), by GPU and
+    engine."""
+    from perfcast.groundtruth.tables import predict_serving_online
+    from perfcast.validate.fit_serving import FIT_TARGETS
+
+    sc = cal.serving
+    reports = _reports(_only(res, FIT_TARGETS), f"{name} [in-sample]",
+                       "in-sample: the engines' CPU and front-end times, the custom all-reduce latency and ROCm's "
+                       "kernel efficiency are fitted on these rows")
+    labels = sorted(set(res.prediction.groups))
+    held = [lab for lab in labels if lab.split(" ")[0] in sc.held_out]
+
+    def predict_group(label: str, part: list[dict[str, str]]) -> TablePrediction:
+        return predict_serving_online(part, cal.with_serving(sc.without(label.split(" ")[0])))
+
+    gpus = sorted(sc.held_out)
+    note = (f"each GPU predicted with serving coefficients fitted on the other GPUs' rows ({', '.join(gpus)})"
+            if held else "no held-out fits in the serving coefficients: run perfcast fit --stages serving")
+    if held:
+        reports += _held_out_reports(_only(res, ONLINE_REPORTED), held, predict_group,
+                                     f"{name} [leave-one-GPU-out]", note)
+    return reports
+
+
 def _training_logo(paths: list[Path], name: Callable[[Path], str], cal: Calibration,
                    log: Callable[[str], None]) -> list[TableReport]:
     """Published training tables predicted leave-one-GPU-out (refits on the other GPUs' rows)."""
@@ -351,6 +389,10 @@ def run_validation(tables: list[Path] | None = None, *, calibration: Calibration
         progress(str(p))
         res = predict_batch(p, cal)
         name = table_name(p)
+        if res.kind.name == "serving_online":
+            progress(f"{name} (leave-one-GPU-out)")
+            reports += _online_reports(res, name, cal)
+            continue
         if res.kind.name in _COLLECTIVE_KINDS:
             collective_paths.append(p)
         if res.kind.name == "published_training":

@@ -30,7 +30,7 @@ def _assert_conserved(res) -> None:  # type: ignore[no-untyped-def]
     assert 0.0 <= res.kv_utilization_mean_frac <= res.kv_utilization_max_frac <= 1.0
 
 
-@pytest.mark.parametrize("scheduler", ["vllm", "sarathi", "orca", "lightllm", "static"])
+@pytest.mark.parametrize("scheduler", ["vllm", "sarathi", "sglang", "orca", "lightllm", "static"])
 def test_every_request_completes_with_all_its_tokens(scheduler: str) -> None:
     res = simulate_serving(_cfg(scheduler))
     _assert_conserved(res)

@@ -6,5 +6,5 @@ from perfcast.serving.schedulers import lightllm, orca, sarathi, sglang, static,
 from perfcast.serving.schedulers.base import Batch, ReplicaScheduler, SchedulerLimits
 from perfcast.serving.schedulers.registry import SCHEDULERS
 
-__all__ = ["SCHEDULERS", "Batch", "ReplicaScheduler", "SchedulerLimits", "lightllm", "orca", "sarathi", "sglang", "static",
-           "vllm"]
+__all__ = ["SCHEDULERS", "Batch", "ReplicaScheduler", "SchedulerLimits", "lightllm", "orca", "sarathi", "sglang",
+           "static", "vllm"]
