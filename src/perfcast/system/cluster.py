@@ -202,8 +202,8 @@ def cluster_for_gpu(gpu_id: str | Hardware) -> Cluster:
     in place of its own GPU."""
     hw = load_hardware(gpu_id)
     clusters = list_clusters()
-    base = base_hardware_id(hw.id)  # a GPU with a memory override sits in its catalog entry's clusters
-    same = [c for c in clusters if c.gpu in (hw.id, base)]
+    entry = base_hardware_id(hw.id)  # a GPU with a memory override sits in its catalog entry's clusters
+    same = [c for c in clusters if c.gpu in (hw.id, entry)]
     if same:
         # a full node of the GPU (DGX/HGX) before pairs or rack-scale domains
         best = min(same, key=lambda c: (c.gpu != hw.id, c.domain != c.gpus_per_node, -c.gpus_per_node,
