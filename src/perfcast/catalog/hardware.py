@@ -175,6 +175,8 @@ def _read_yaml(path: Path) -> Hardware:
     if MEMORY_OVERRIDE_SEP in hw.id:
         raise CatalogError(f"{path}: id {hw.id!r} carries a memory override ('{MEMORY_OVERRIDE_SEP}...'); a hardware "
                            "file describes one device under a plain id (a-z, 0-9, '.', '-')")
+    if any(MEMORY_OVERRIDE_SEP in a for a in hw.aliases):
+        raise CatalogError(f"{path}: an alias may not contain '{MEMORY_OVERRIDE_SEP}' (it starts a memory override)")
     return hw
 
 

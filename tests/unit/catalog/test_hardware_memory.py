@@ -74,6 +74,14 @@ def test_a_hardware_file_cannot_carry_an_override_in_its_id(tmp_path: Path) -> N
         load_hardware(path)
 
 
+def test_a_hardware_file_cannot_carry_an_override_in_an_alias(tmp_path: Path) -> None:
+    data = load_hardware("h100").model_dump(mode="json")
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({**data, "id": "mine", "aliases": ["mine@94gb"]}))
+    with pytest.raises(CatalogError, match="an alias may not contain '@'"):
+        load_hardware(path)
+
+
 def test_an_override_applies_to_a_hardware_file(tmp_path: Path) -> None:
     data = load_hardware("h100").model_dump(mode="json")
     path = tmp_path / "mine.yaml"

@@ -6,7 +6,9 @@ import pytest
 
 from perfcast.catalog.hardware import load_hardware
 from perfcast.errors import ConfigError
+from perfcast.groundtruth.files import find_groundtruth, read_rows
 from perfcast.groundtruth.gpus import row_gpu_id
+from perfcast.groundtruth.training_tables import predict_row
 
 
 @pytest.mark.parametrize(("row", "expected"), [
@@ -44,3 +46,13 @@ def test_a_bad_row_is_refused(row: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError) as info:
         row_gpu_id(row)
     assert str(info.value) == message
+
+
+@pytest.mark.skipif(find_groundtruth(required=False) is None, reason="ground truth not found")
+def test_a_training_row_that_states_its_memory_is_priced_with_it() -> None:
+    root = find_groundtruth()
+    assert root is not None
+    rows = list(read_rows(root / "published" / "training.csv"))
+    row = next(r for r in rows if r["gpu_id"] == "h100-sxm-80gb" and r["seq_len"] and r["precision"])
+    assert predict_row(row).memory.capacity_bytes == 80 * 2**30
+    assert predict_row({**row, "gpu_memory_gib": "94"}).memory.capacity_bytes == 94 * 2**30
