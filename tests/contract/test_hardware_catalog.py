@@ -31,6 +31,8 @@ GENERIC_ALIASES = {
     "v100": "v100-sxm2-32gb",
     "mi250": "mi250",
     "h200": "h200-sxm-141gb",
+    "gh200": "gh200-96gb",
+    "a800": "a800-sxm-80gb",
     "b200": "b200-sxm-180gb",
 }
 

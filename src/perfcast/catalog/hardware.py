@@ -3,11 +3,23 @@
 All values are base SI units (bytes, bytes/s, FLOP/s, Hz, W); peaks are *dense*
 (no structured sparsity) unless named otherwise. Nothing in the code names a
 device: a new GPU is one YAML file.
+
+Memory variants. Each memory variant a vendor sells with its own bandwidth, clocks or
+power (H100 PCIe 80 GB vs H100 NVL 94 GB, GH200 96 GB HBM3 vs 144 GB HBM3e, ...) is a
+catalog entry of its own. Any other memory size is an explicit override: a hardware name
+followed by ``@<size>gb`` (``h100-sxm-80gb@94gb``, ``gh200@144gb``, ``mi300x@128gib``)
+is the named entry with only ``memory_bytes`` replaced and the suffix kept in its id, so
+the id reads back to the same device wherever a hardware name is accepted. The size is the
+vendor's label: like every catalog entry, "94 GB" is read as 94 GiB (HBM stacks come in
+binary sizes; an H100's "80 GB" is 80 GiB), and ``gib`` says the same explicitly. An
+override to the entry's own memory is the entry itself.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
@@ -21,7 +33,15 @@ from perfcast.dtypes import DType
 from perfcast.errors import CatalogError, ConfigError, UnknownNameError, UnsupportedError
 from perfcast.yamlio import load_model_file
 
-__all__ = ["Fabric", "Hardware", "Interconnect", "PeakFlops", "list_hardware", "load_hardware"]
+__all__ = ["MEMORY_OVERRIDE_SEP", "Fabric", "Hardware", "Interconnect", "PeakFlops", "base_hardware_id",
+           "list_hardware", "load_hardware", "with_memory"]
+
+MEMORY_OVERRIDE_SEP = "@"  # "h100-sxm-80gb@94gb": the entry with 94 GiB of memory
+_MEMORY_SIZE = re.compile(r"^(?P<value>[0-9]+(?:\.[0-9]+)?)(?P<unit>gb|gib)$")
+_MEMORY_OVERRIDE_HELP = ("give the GPU memory after '@' as a positive number of GB, e.g. h100-sxm-80gb@94gb or "
+                         "gh200-96gb@144gb (the vendor's GB label, read as GiB like every catalog entry; 'gib' "
+                         "also accepted)")
+_MIN_MEMORY_BYTES = 2**20  # an override of less than 1 MiB is a typo, and its id could not say it
 
 
 class _Frozen(BaseModel):
@@ -71,7 +91,8 @@ class Interconnect(_Frozen):
 class Hardware(_Frozen):
     """One device as PyTorch sees it (a multi-die board is described per die, see ``dies_per_board``)."""
 
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    # a catalog id, or one with an explicit memory override ("h100-sxm-80gb@94gb", see the module docstring)
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*(@[0-9]+(\.[0-9]+)?gb)?$")
     name: str
     vendor: Literal["nvidia", "amd", "intel", "google", "cpu", "other"]
     kind: Literal["gpu", "cpu", "accelerator"] = "gpu"
@@ -151,6 +172,11 @@ class Hardware(_Frozen):
 
 def _read_yaml(path: Path) -> Hardware:
     hw: Hardware = load_model_file(path, Hardware, what="hardware file", error=CatalogError)
+    if MEMORY_OVERRIDE_SEP in hw.id:
+        raise CatalogError(f"{path}: id {hw.id!r} carries a memory override ('{MEMORY_OVERRIDE_SEP}...'); a hardware "
+                           "file describes one device under a plain id (a-z, 0-9, '.', '-')")
+    if any(MEMORY_OVERRIDE_SEP in a for a in hw.aliases):
+        raise CatalogError(f"{path}: an alias may not contain '{MEMORY_OVERRIDE_SEP}' (it starts a memory override)")
     return hw
 
 
@@ -189,11 +215,49 @@ def list_hardware() -> list[Hardware]:
     return [by_id[k] for k in sorted(by_id)]
 
 
+def base_hardware_id(hardware_id: str) -> str:
+    """The catalog id under an id with a memory override ("h100-sxm-80gb@94gb" -> "h100-sxm-80gb");
+    any other id unchanged."""
+    return hardware_id.split(MEMORY_OVERRIDE_SEP, 1)[0]
+
+
+def with_memory(hardware: str | Path | Hardware, memory_bytes: float) -> Hardware:
+    """``hardware`` with ``memory_bytes`` of GPU memory and nothing else changed (bandwidth, clocks, peaks and
+    power stay the entry's); its id carries the size as an override suffix, ``<id>@<GiB>gb``. The entry itself
+    when its memory already is ``memory_bytes``."""
+    hw = load_hardware(hardware)
+    if not (math.isfinite(memory_bytes) and memory_bytes >= _MIN_MEMORY_BYTES):
+        raise ConfigError(f"GPU memory must be at least 1 MiB (got {memory_bytes} bytes)")
+    if memory_bytes == hw.memory_bytes:
+        return hw
+    base = base_hardware_id(hw.id)
+    size_gib = f"{memory_bytes / 2**30:.6f}".rstrip("0").rstrip(".")  # plain decimals: the id pattern has no "e"
+    override = f"{base}{MEMORY_OVERRIDE_SEP}{size_gib}gb"
+    note = f"Memory overridden to {size_gib} GiB ({override}); every other value is {base}'s."
+    return Hardware.model_validate({
+        **hw.model_dump(), "id": override, "name": f"{hw.name} ({size_gib} GB)", "aliases": (),
+        "memory_bytes": memory_bytes, "notes": f"{hw.notes} {note}".strip()})
+
+
+def _memory_override(text: str) -> Hardware:
+    """``<hardware>@<size>gb``: the hardware with that memory (see the module docstring)."""
+    base, _, size = text.rpartition(MEMORY_OVERRIDE_SEP)
+    match = _MEMORY_SIZE.match(size.strip().lower().replace(" ", ""))
+    if (not base.strip() or MEMORY_OVERRIDE_SEP in base or match is None
+            or float(match["value"]) * 2**30 < _MIN_MEMORY_BYTES):
+        raise ConfigError(f"bad memory override {text!r}: {_MEMORY_OVERRIDE_HELP}")
+    # rounded as the id writes it, so the id reads back to the same bytes
+    return with_memory(load_hardware(base.strip()), round(float(match["value"]), 6) * 2**30)
+
+
 def load_hardware(name: str | Path | Hardware) -> Hardware:
-    """Look up a device by id, alias (case-insensitive) or path to a YAML file."""
+    """Look up a device by id, alias (case-insensitive) or path to a YAML file, each optionally followed by a
+    memory override ``@<size>gb`` (see the module docstring)."""
     if isinstance(name, Hardware):
         return name
     text = str(name)
+    if MEMORY_OVERRIDE_SEP in text and not text.endswith((".yaml", ".yml")):
+        return _memory_override(text)
     if text.endswith((".yaml", ".yml")):
         path = Path(text)
         if not path.is_file():

@@ -96,6 +96,7 @@ from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.coefficients.bundle import Calibration
 from perfcast.errors import ConfigError
 from perfcast.groundtruth.files import ROW_ERRORS, row_status
+from perfcast.groundtruth.gpus import row_gpu_id
 from perfcast.system.cluster import cluster_for_gpu
 from perfcast.system.plan import ParallelPlan
 from perfcast.system.training import TrainingResult, simulate_training
@@ -279,7 +280,7 @@ def predict_row(row: dict[str, str], calibration: Calibration | None = None) -> 
     none fits, the plan without recompute is returned (and reported out of memory). A published recompute is never
     changed.
     """
-    cluster = cluster_for_gpu(row["gpu_id"])
+    cluster = cluster_for_gpu(row_gpu_id(row))  # with the row's GPU memory where it states one
     plan = plan_for_row(row, cluster.gpus_per_node)
     cfg = model_for_row(row, plan.seq_len)
     res = simulate_training(cfg, cluster, plan, calibration=calibration)

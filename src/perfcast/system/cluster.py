@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from perfcast.catalog.hardware import Hardware, load_hardware
+from perfcast.catalog.hardware import Hardware, base_hardware_id, load_hardware
 from perfcast.catalog.paths import normalize_name
 from perfcast.datafiles import data_dir
 from perfcast.errors import CatalogError, UnknownNameError
@@ -197,15 +197,18 @@ def load_cluster(name: str | Path | Cluster, *, nodes: int | None = None) -> Clu
 
 
 def cluster_for_gpu(gpu_id: str | Hardware) -> Cluster:
-    """A catalog cluster of this GPU (a full DGX/HGX-style node first), or a cluster of the same
-    generation (compute capability) carrying it in place of its own GPU."""
+    """A catalog cluster of this GPU (a full DGX/HGX-style node first; for a GPU with a memory override, its
+    catalog entry's cluster carrying it), or a cluster of the same generation (compute capability) carrying it
+    in place of its own GPU."""
     hw = load_hardware(gpu_id)
     clusters = list_clusters()
-    same = [c for c in clusters if c.gpu == hw.id]
+    entry = base_hardware_id(hw.id)  # a GPU with a memory override sits in its catalog entry's clusters
+    same = [c for c in clusters if c.gpu in (hw.id, entry)]
     if same:
         # a full node of the GPU (DGX/HGX) before pairs or rack-scale domains
-        return min(same, key=lambda c: (c.domain != c.gpus_per_node, -c.gpus_per_node,
+        best = min(same, key=lambda c: (c.gpu != hw.id, c.domain != c.gpus_per_node, -c.gpus_per_node,
                                         not c.id.startswith(("dgx-", "hgx-")), c.id))
+        return best if best.gpu == hw.id else best.model_copy(update={"gpu": hw.id, "id": f"{best.id}+{hw.id}"})
     scale_up = _has_scale_up(hw)
     kin = [c for c in clusters if load_hardware(c.gpu).compute_capability == hw.compute_capability
            and c.domain == c.gpus_per_node and _has_scale_up(load_hardware(c.gpu)) == scale_up]

@@ -33,6 +33,7 @@ from perfcast.catalog.models import ModelConfig
 from perfcast.coefficients.bundle import Calibration
 from perfcast.coefficients.training import TRAINING_SCHEMA_VERSION, TrainingCoefficients
 from perfcast.errors import PerfcastError
+from perfcast.groundtruth.gpus import row_gpu_id
 from perfcast.groundtruth.training_tables import (
     cluster_for_gpu,
     model_for_row,
@@ -106,7 +107,7 @@ def training_cases(path: Path) -> list[TrainingCase]:
             continue
         try:
             measured = float(row[target])
-            cluster = cluster_for_gpu(row["gpu_id"])
+            cluster = cluster_for_gpu(row_gpu_id(row))
             plan = plan_for_row(row, cluster.gpus_per_node)
             cfg = model_for_row(row, plan.seq_len)
         except (PerfcastError, ValueError, KeyError):
