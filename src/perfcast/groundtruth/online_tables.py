@@ -36,6 +36,7 @@ from perfcast.catalog.hardware import load_hardware
 from perfcast.coefficients.bundle import Calibration
 from perfcast.errors import ConfigError
 from perfcast.groundtruth.files import ROW_ERRORS, row_status
+from perfcast.groundtruth.gpus import row_gpu_id
 from perfcast.groundtruth.online_columns import ONLINE_TARGETS, STATS
 from perfcast.serving.config import ServingConfig, WorkloadConfig
 from perfcast.serving.engines import engine_settings, load_engine
@@ -75,9 +76,9 @@ def online_config(row: dict[str, str]) -> ServingConfig:
     spec = (row.get("spec_decode") or "none").strip().lower()
     if spec not in ("", "none"):
         raise ConfigError(f"spec_decode {spec!r}: the row's draft model and acceptance are not recorded")
-    gpu = (row.get("gpu_id") or "").strip()
-    if not gpu:
+    if not (row.get("gpu_id") or "").strip():
         raise ConfigError("the row gives no gpu_id")
+    gpu = row_gpu_id(row)  # with the row's GPU memory where it differs from the catalog entry's
     hw = load_hardware(gpu)
     tp = _int(row, "tp")
     num_gpus = _int(row, "num_gpus", tp)

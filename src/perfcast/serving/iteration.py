@@ -65,7 +65,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from perfcast.catalog.hardware import Hardware, load_hardware
+from perfcast.catalog.hardware import Hardware, base_hardware_id, load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.catalog.params import count_params
 from perfcast.catalog.quantization import QuantizationConfig
@@ -213,7 +213,7 @@ class IterationModel:
         layers = self.cfg.num_layers
         if self.pp < 1 or self.pp > layers:
             raise ConfigError(f"pipeline stages ({self.pp}) must be between 1 and the {layers} layers of {self.cfg.id}")
-        if self.cluster is not None and self.cluster.gpu != self.hw.id:
+        if self.cluster is not None and self.cluster.gpu != base_hardware_id(self.hw.id):
             raise ConfigError(f"cluster {self.cluster.id} is a node of {self.cluster.gpu}, not {self.hw.id}: its "
                               f"fabric would price {self.hw.id}'s collectives; give a cluster of {self.hw.id} (or "
                               "drop --cluster for its own node)")
