@@ -37,8 +37,10 @@ def serve(
     num_replicas: int = typer.Option(1, "--num-replicas", help="Replicas behind the router."),
     num_prefill_replicas: int = typer.Option(0, "--num-prefill-replicas",
                                              help="Disaggregated serving: replicas that only prefill."),
-    kv_transfer_bandwidth: float = typer.Option(50.0, "--kv-transfer-bandwidth",
-                                                help="Prefill-to-decode KV link per GPU (GB/s)."),
+    kv_transfer_bandwidth: float | None = typer.Option(None, "--kv-transfer-bandwidth",
+                                                       help="Prefill-to-decode KV link per GPU (GB/s; default: "
+                                                            "the cluster's NVLink when every replica is in one "
+                                                            "scale-up domain, else its NICs)."),
     cluster: str | None = typer.Option(None, "--cluster", help="Cluster for TP collectives (default: the GPU's)."),
     scheduler: str | None = typer.Option(None, "--scheduler", help="vllm | sarathi | sglang | orca | lightllm | "
                                          "static (default: the --engine profile's, else vllm)."),
@@ -145,7 +147,8 @@ def serve(
         model=model, hardware=hardware, tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size, num_replicas=num_replicas, cluster=cluster,
         expert_parallel_size=expert_parallel_size, attention_data_parallel=enable_attention_dp,
-        num_prefill_replicas=num_prefill_replicas, kv_transfer_bandwidth_Bps=kv_transfer_bandwidth * 1e9,
+        num_prefill_replicas=num_prefill_replicas,
+        kv_transfer_bandwidth_Bps=None if kv_transfer_bandwidth is None else kv_transfer_bandwidth * 1e9,
         router=router, dtype=dtype, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
         max_model_len=max_model_len, block_size=block_size, swap_space=swap_space * 2**30,
         **_engine_fields(engine, model, hardware, tensor_parallel_size, quantization, {

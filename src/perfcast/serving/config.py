@@ -158,7 +158,10 @@ class ServingConfig(BaseModel):
     enable_prefix_caching: bool = False
     num_prefill_replicas: int = Field(default=0, ge=0, le=MAX_REPLICAS, description="disaggregated serving: the "
                                       "first N replicas only prefill, then hand the KV cache over")
-    kv_transfer_bandwidth_Bps: float = Field(default=50e9, gt=0, description="per GPU, prefill to decode pool")
+    kv_transfer_bandwidth_Bps: float | None = Field(default=None, gt=0, description="per GPU, prefill to decode "
+                                                    "pool (None: the cluster's: its scale-up links when every "
+                                                    "replica sits in one NVLink domain, else its NICs' share per "
+                                                    "GPU)")
     kv_transfer_latency_s: float = Field(default=100e-6, ge=0)
     speculative_model: str | None = Field(default=None, description="draft model for speculative decoding")
     num_speculative_tokens: int = Field(default=0, ge=0, description="tokens the draft proposes per step")

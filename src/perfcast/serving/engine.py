@@ -90,7 +90,7 @@ from perfcast.serving.client import Client
 from perfcast.serving.clock import ExplainingClock, IterationClock
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.deployment import Deployment, build_deployment
-from perfcast.serving.handover import Handovers
+from perfcast.serving.handover import Handovers, kv_transfer_bandwidth
 from perfcast.serving.kv import prefix_block_hashes
 from perfcast.serving.metrics import summarize_requests
 from perfcast.serving.outcomes import RequestOutcomes, count_reasons
@@ -175,7 +175,8 @@ class Engine:
         self.outstanding = [0] * cfg.num_replicas  # per replica: requests routed, not finished or handed over
         self.router: Router = ROUTERS.get(cfg.router)()
         self.heap: list[tuple[float, int]] = []  # (when an engine's iterations in flight end, engine index)
-        self.handovers = Handovers(cfg, dep.model.kv_bytes_per_token / self.pp)
+        self.kv_transfer_Bps = kv_transfer_bandwidth(cfg, dep.model.cl) if cfg.num_prefill_replicas else 0.0
+        self.handovers = Handovers(cfg, dep.model.kv_bytes_per_token / self.pp, self.kv_transfer_Bps)
         self.disaggregated = cfg.num_prefill_replicas > 0
         self.client = Client(requests.arrival_s.tolist(), cfg.workload.concurrency)
         self.requests = requests
@@ -534,5 +535,6 @@ class Engine:
             gpu_time_s=tally.gpu_time_s, events=tally.events, kv_bytes_per_token=dep.memory.kv_bytes_per_token,
             retrieval_mean_s=float(reqs.retrieval_s.mean()) if reqs.num_requests else 0.0,
             gpu_memory_bytes=float(model.hw.memory_bytes), dtype=dep.dtype.value,
+            kv_transfer_bandwidth_Bps=self.kv_transfer_Bps,
             rejection_counts=count_reasons(out.rejection), memory=dep.memory, breakdown=self.clock.breakdown(),
             energy_counts=self.clock.energy_counts())

@@ -58,6 +58,7 @@ class ServingResult:
     kv_bytes_per_token: float = 0.0  # KV cache bytes of one token on one GPU (every layer its stage holds)
     retrieval_mean_s: float = 0.0  # RAG: mean time of the retrieval stage per request
     gpu_memory_bytes: float = 0.0  # memory of one GPU
+    kv_transfer_bandwidth_Bps: float = 0.0  # disaggregated serving: per GPU, prefill to decode pool (else 0)
     dtype: str = "fp16"  # the dtype that ran (``config.dtype`` resolved; see :func:`serving_dtype`)
     rejection_counts: dict[str, int] = field(default_factory=dict)  # reason -> requests refused for it, most first
     memory: ServingMemory | None = None  # one GPU's memory breakdown (the deployment fits: it ran)
@@ -94,7 +95,7 @@ class ServingResult:
         if not cfg.num_prefill_replicas or not self.prompt_tokens.size:
             return 0.0
         return cfg.kv_transfer_latency_s + float(np.mean(self.prompt_tokens)) * self.kv_bytes_per_token / (
-            cfg.kv_transfer_bandwidth_Bps)
+            self.kv_transfer_bandwidth_Bps)
 
     @property
     def prefix_cache_bytes(self) -> float:

@@ -128,3 +128,23 @@ def test_the_front_end_adds_its_time_to_every_ttft() -> None:
 
     a, b = simulate(cfg, calibration=zero), simulate(cfg, calibration=slow)
     np.testing.assert_allclose(b.first_token_s - b.arrival_s, a.first_token_s - a.arrival_s + 0.05, rtol=1e-9)
+
+
+def test_kv_moves_over_nvlink_inside_one_domain_and_over_nics_beyond_it() -> None:
+    from perfcast.serving.handover import kv_transfer_bandwidth
+
+    nvl72 = cluster_for_gpu("gb200")
+    inside = ServingConfig(model="llama-3.1-70b", hardware="gb200", tensor_parallel_size=4, num_replicas=16,
+                           num_prefill_replicas=6)  # 64 GPUs of one 72-GPU NVLink domain
+    assert kv_transfer_bandwidth(inside, nvl72) == nvl72.intra_node.bandwidth_Bps
+    beyond = inside.model_copy(update={"num_replicas": 20})  # 80 GPUs: two racks
+    assert kv_transfer_bandwidth(beyond, nvl72) == nvl72.inter_bandwidth_per_gpu_Bps
+    assert kv_transfer_bandwidth(inside.model_copy(update={"kv_transfer_bandwidth_Bps": 1e9}), nvl72) == 1e9
+    res = simulate_serving(ServingConfig(model="llama-2-7b", hardware="h100-sxm-80gb", num_replicas=4,
+                                         num_prefill_replicas=1, workload=WorkloadConfig(
+                                             num_requests=20, prompt_tokens=2000, output_tokens=8, qps=5.0)))
+    dgx = cluster_for_gpu("h100-sxm-80gb")
+    assert res.kv_transfer_bandwidth_Bps == dgx.intra_node.bandwidth_Bps  # 4 GPUs of one DGX node
+    assert res.kv_transfer_mean_s == pytest.approx(
+        res.config.kv_transfer_latency_s + res.prompt_tokens.mean() * res.kv_bytes_per_token
+        / dgx.intra_node.bandwidth_Bps)
