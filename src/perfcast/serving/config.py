@@ -163,7 +163,8 @@ class ServingConfig(BaseModel):
                                                     "replica sits in one NVLink domain, else its NICs' share per "
                                                     "GPU)")
     kv_transfer_latency_s: float = Field(default=100e-6, ge=0)
-    speculative_model: str | None = Field(default=None, description="draft model for speculative decoding")
+    speculative_model: str | None = Field(default=None, description="draft model for speculative decoding "
+                                             "(mtp: the target's own multi-token-prediction module)")
     num_speculative_tokens: int = Field(default=0, ge=0, description="tokens the draft proposes per step")
     spec_acceptance_rate: float = Field(default=0.7, gt=0, lt=1,
                                         description="probability the target accepts each proposed token")

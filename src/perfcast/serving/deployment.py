@@ -31,6 +31,7 @@ from perfcast.serving.memory import ServingMemory, memory_breakdown
 from perfcast.serving.schedulers import SchedulerLimits
 from perfcast.serving.sources.requests import request_stream
 from perfcast.system.cluster import load_cluster
+from perfcast.workload.models.decoder import num_mtp_layers
 
 __all__ = ["Deployment", "build_deployment", "max_model_len", "serving_dtype", "serving_memory"]
 
@@ -166,9 +167,10 @@ def build_deployment(cfg: ServingConfig, calibration: Calibration, *, memory_fra
                              calibration=calibration)
     draft = None
     if cfg.speculative_model and cfg.num_speculative_tokens:
+        mtp = cfg.speculative_model == MTP_DRAFT  # the target's own modules: its checkpoint's precision
         draft = _iteration_model(_draft_config(cfg.speculative_model, model_cfg), cfg, dtype=dtype,
-                                 quantization="none", kv_dtype=None, pp=1, max_tokens=min(max(budget, 1), 65536),
-                                 calibration=calibration)
+                                 quantization=cfg.quantization if mtp else "none", kv_dtype=None, pp=1,
+                                 max_tokens=min(max(budget, 1), 65536), calibration=calibration)
     memory = memory_breakdown(model, usable_frac=cfg.gpu_memory_utilization * memory_frac,
                               max_batched_tokens=budget, max_num_seqs=cfg.max_num_seqs, block_size=cfg.block_size,
                               draft=draft)
@@ -204,8 +206,24 @@ def hybrid_cache(layout: KVLayout, num_blocks: int, watermark_frac: float, num_c
 _VOCAB_TOL = 0.01  # a draft's vocabulary within 1% of the target's: the same tokenizer, rows padded differently
 
 
+MTP_DRAFT = "mtp"  # --speculative-model mtp: the target's own multi-token-prediction module drafts
+
+
 def _draft_config(name: str, target: ModelConfig) -> ModelConfig:
-    """The draft model of speculative decoding: a decoder LLM proposing tokens of the target's vocabulary."""
+    """The draft model of speculative decoding: a decoder LLM proposing tokens of the target's vocabulary, or
+    with ``mtp`` the target's own multi-token-prediction module (DeepSeek-V3/R1's ``num_nextn_predict_layers``:
+    vLLM's ``deepseek_mtp`` method, SGLang's EAGLE with the NextN module), priced as one block like the
+    target's MoE layers with the target's embedding and LM head, run once per proposed token. Its ``eh_proj``
+    (2h -> h) and two norms are left out (under 1 % of the block's weights for DeepSeek-V3), and its weights
+    count the embedding and head again though the module shares the target's."""
+    if name == MTP_DRAFT:
+        depth = num_mtp_layers(target)
+        if not depth:
+            raise ConfigError(f"--speculative-model mtp drafts with the target's multi-token-prediction module, and "
+                              f"{target.id} declares none (num_nextn_predict_layers); use a draft model, or a model "
+                              "with one (DeepSeek-V3/R1)")
+        moe = target.moe.model_copy(update={"first_dense_layers": 0}) if target.moe is not None else None
+        return target.model_copy(update={"id": f"{target.id}-mtp", "num_layers": depth, "moe": moe})
     draft = load_model(name)
     if draft.kind != "decoder" or draft.vision is not None:
         kind = "multimodal" if draft.vision is not None else draft.kind

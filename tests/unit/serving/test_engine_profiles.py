@@ -148,3 +148,16 @@ def test_kv_moves_over_nvlink_inside_one_domain_and_over_nics_beyond_it() -> Non
     assert res.kv_transfer_mean_s == pytest.approx(
         res.config.kv_transfer_latency_s + res.prompt_tokens.mean() * res.kv_bytes_per_token
         / dgx.intra_node.bandwidth_Bps)
+
+
+def test_mtp_drafts_with_the_targets_own_module_and_only_where_it_has_one() -> None:
+    work = WorkloadConfig(num_requests=32, prompt_tokens=1000, output_tokens=200, concurrency=8)
+    base = ServingConfig(model="deepseek-v3", hardware="h200-sxm-141gb", tensor_parallel_size=8, workload=work)
+    plain = simulate_serving(base)
+    mtp = simulate_serving(base.model_copy(update={"speculative_model": "mtp", "num_speculative_tokens": 2,
+                                                   "spec_acceptance_rate": 0.8}))
+    assert 1.0 < mtp.spec_tokens_per_step <= 3.0
+    assert mtp.metrics.tpot_s.p50 < plain.metrics.tpot_s.p50  # one MoE block per draft token is cheap
+    with pytest.raises(ConfigError, match="declares none"):
+        simulate_serving(ServingConfig(model="llama-2-7b", hardware="a100-sxm-80gb", speculative_model="mtp",
+                                       num_speculative_tokens=2, workload=work))
