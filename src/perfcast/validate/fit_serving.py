@@ -116,9 +116,9 @@ def _params(rows: Sequence[dict[str, str]], base: ServingCoefficients, rocm_prio
                          lambda r, e=eng: _engine(r) == e))  # type: ignore[misc]
     out.append(Param("custom_allreduce.latency_s", 8e-6, math.log(2.0),
                      lambda r: int(float(r.get("tp") or 1)) > 1))
-    if any(stack_of(_vendor(r)) == "rocm" for r in rows):
-        out.append(Param("stacks.rocm.matrix_flops_frac", rocm_prior, 0.3, lambda r: stack_of(_vendor(r)) == "rocm"))
-        out.append(Param("stacks.rocm.memory_bandwidth_frac", 1.0, 0.2, lambda r: stack_of(_vendor(r)) == "rocm"))
+    # always a coefficient, so that a fold without AMD rows holds it at its prior (not at a previous fit's value)
+    out.append(Param("stacks.rocm.matrix_flops_frac", rocm_prior, 0.3, lambda r: stack_of(_vendor(r)) == "rocm"))
+    out.append(Param("stacks.rocm.memory_bandwidth_frac", 1.0, 0.2, lambda r: stack_of(_vendor(r)) == "rocm"))
     return out
 
 
