@@ -36,7 +36,8 @@ LoadGen's from v4.0 on, as recalled: see :mod:`perfcast.serving.sources.mlperf` 
   of the worst p99 over its limit) crosses zero, then one just across it (within 1.8 %); by halves where the
   ends carry no margins (an overload) or their signs disagree with their verdicts, and after a line that did
   not halve the bracket (regula falsi safeguarded by bisection: TTFT near saturation is far from linear).
-  A load is simulated with at most as many requests as the official run at that rate issues, kept between
+  A load is first simulated with at most as many requests as the official run at that rate issues (twice
+  that when the first run leaves it unsettled, the steady-state rule's one growth), kept between
   ``load_requests_min`` (20,000: a long-output benchmark's official run, deepseek-r1's 4,388 queries, spans
   about as many request lifetimes as the steady-state window alone) and ``max_simulated_requests`` (50,000,
   a bound on the cost): a load whose steady state takes longer to show (near saturation the queue relaxes
