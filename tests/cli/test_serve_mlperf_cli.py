@@ -15,8 +15,12 @@ def test_offline_workload_json_names_the_scenario_figures() -> None:
     assert data["model"] == load_benchmark("gptj").model and data["mlperf_workload"] == "mlperf:gptj:offline"
     for key in ("tokens_per_s_total", "samples_per_s_total", "ttft_ms_p99", "tpot_ms_p99"):
         assert data[f"mlperf_offline_{key}"] > 0
-    assert data["mlperf_offline_tokens_per_s_total"] == data["throughput_tokens_per_s"]
+    # a request count given: the figures are that run's; GPT-J's tokens are LoadGen's inferred 69 per sample
+    assert data["mlperf_offline_samples_per_s_total"] == pytest.approx(data["throughput_requests_per_s"])
+    assert data["mlperf_offline_tokens_per_s_total"] == pytest.approx(
+        data["mlperf_offline_samples_per_s_total"] * load_benchmark("gptj").inferred_tokens_per_sample)
     assert data["requests_completed"] == 120 and data["mlperf_limits_met"] is True
+    assert data["mlperf_official_queries"] == 120
 
 
 def test_gptj_decodes_four_beams_unless_a_beam_width_is_given() -> None:
@@ -34,7 +38,10 @@ def test_server_workload_reports_the_highest_load_meeting_the_limits() -> None:
                               "--scheduler", "orca", "--max-num-seqs", "512", "--num-requests", "400", "--json"]))
     limits = load_benchmark("llama3.1-8b").scenarios["interactive"]
     assert data["mlperf_limits"]["tpot_p99_s"] == limits.tpot_p99_s and data["mlperf_limits_met"] is True
-    assert data["mlperf_interactive_samples_per_s_total"] == data["max_qps"] > 0
+    # LoadGen's completed samples per second: the official run's queries over the time to its last completion
+    n, run_s = data["mlperf_official_queries"], data["mlperf_official_run_s"]
+    assert data["mlperf_interactive_samples_per_s_total"] == pytest.approx(n / run_s)
+    assert n / data["max_qps"] < run_s < n / data["max_qps"] + 60.0
     assert data["mlperf_interactive_tpot_ms_p99"] <= limits.tpot_p99_s * 1e3  # type: ignore[operator]
     # the p99s reported are the steady state's the load was judged on
     tails = {t["metric"]: t["p99_s"] for t in data["steady_state"]["tails"]}

@@ -1,16 +1,37 @@
 """MLPerf Inference datacenter LLM benchmarks as workload presets: ``mlperf:<benchmark>:<scenario>``.
 
-The presets (``data/presets/mlperf.yaml``) give, per benchmark, the catalog model, the data set, a default
-precision and the prompt and output token-length distributions, and per scenario the latency limits of
-the MLPerf rules. Every number in that file states its basis (the rules as recalled, derived from them, or
-an assumption); read it before trusting a figure.
+The presets (``data/presets/mlperf.yaml``) give, per benchmark, the catalog model, the data set and its size,
+the round it entered MLPerf, a default precision and the prompt and output token-length distributions, per
+scenario the latency limits of the MLPerf rules, and the run rules LoadGen applies to every benchmark (minimum
+duration, query counts, p99 and early stopping). Every number in that file states its basis (the rules as
+recalled with the round they apply from, derived from them, or an assumption; "unsure" where the
+recollection is loose); read it before trusting a figure.
+
+The limits (p99, seconds), as shipped: llama2-70b server TTFT 2 / TPOT 0.2 (v4.0+), interactive 0.45 / 0.04
+(v5.0+); mixtral-8x7b server 2 / 0.2 (v4.1+); llama3.1-405b server 6 / 0.175 (v5.0+), interactive 4.5 / 0.08
+(v5.1, unsure); llama3.1-8b server 2 / 0.1 and interactive 0.5 / 0.03 (v5.1, unsure); gptj server a 20 s
+p99 on the whole query (v3.1+); deepseek-r1 server 2 / 0.08 (v5.1, unsure; no interactive scenario is
+recalled for it, none is shipped).
+
+The official run (:func:`official_queries`): a performance run lasts at least ``min_duration_s`` (600 s).
+Offline issues ``offline_slack`` (1.1) times the expected rate times that duration, at least the benchmark's
+``offline_min_queries`` (its data set's size); server issues the Poisson rate times the duration, at least
+``server_min_queries``; LLM benchmarks run in LoadGen's equal-issue mode, which rounds the count up to whole
+passes over the data set. A server run's p99 passes LoadGen's early stopping (:func:`early_stopping_allowed`)
+when at most that many of its queries exceed the limit: a binomial bound at 99 % confidence, so the run of
+``n`` queries must hold the share above the limit below 1 % by a margin (0.89 % at 49,152 queries, 0.75 % at
+8,313).
 
 Lengths: each distribution is a lognormal truncated to ``[min_tokens, max_tokens]`` whose mean is the
 stated ``mean_tokens`` (its log-space spread ``sigma`` is an assumption). A preset is served to the
 simulator as a synthetic length table of ``synthetic_rows`` rows (the distribution's quantiles, rounded to
 whole tokens; output lengths permuted with a fixed seed so they are independent of prompt lengths), under
 the trace name ``mlperf:<benchmark>`` (see :func:`perfcast.serving.sources.traces.load_trace`); a workload then
-draws its requests' rows with its own seed, like any trace without arrival times.
+draws its requests' rows with its own seed, like any trace without arrival times. The output means are the
+reference model's (the accuracy check holds a run's mean output within +-10 % of the reference run's
+``tokens_per_sample``; the system under test generates its own outputs); most prompt means, and every
+``sigma``, are assumptions. An equal-issue run issues each sample equally often; the simulation draws rows
+with replacement instead (over 20,000 draws the means stay within about 1 % of the table's).
 
 How a scenario runs on a deployment and what it reports is
 :mod:`perfcast.serving.experiments.mlperf`'s.
@@ -32,15 +53,14 @@ from perfcast.errors import CatalogError, ConfigError
 from perfcast.serving.config import PRECISION_QUANTIZATION, ServingConfig, WorkloadConfig
 from perfcast.serving.sources.trace import Trace
 
-__all__ = ["PREFIX", "SCENARIOS", "SERVER_DURATION_S", "LengthDistribution", "MLPerfBenchmark", "MLPerfWorkload",
-           "ScenarioLimits", "apply_mlperf", "benchmark_names", "default_quantization", "is_mlperf_name",
-           "load_benchmark", "mlperf_workload", "parse_workload", "preset_trace", "requests_per_instance"]
+__all__ = ["PREFIX", "SCENARIOS", "LengthDistribution", "MLPerfBenchmark", "MLPerfWorkload", "RunRules",
+           "ScenarioLimits", "apply_mlperf", "benchmark_names", "default_quantization", "early_stopping_allowed",
+           "is_mlperf_name", "load_benchmark", "load_requests_min", "max_simulated_requests", "mlperf_workload",
+           "official_queries", "parse_workload", "preset_trace", "requests_per_instance", "run_rules"]
 
 PREFIX = "mlperf"
 SCENARIOS: tuple[str, ...] = ("offline", "server", "interactive")
 """Scenario names, in the order of the MLPerf rules."""
-SERVER_DURATION_S = 600.0
-"""MLPerf's minimum performance-run duration (s): the run the server throughput is stated over."""
 
 _DATA = data_path("presets", "mlperf.yaml")
 _FORM = "mlperf:<benchmark>:<scenario>"
@@ -87,12 +107,37 @@ class ScenarioLimits(_Frozen):
         return {"ttft_p99_s": self.ttft_p99_s, "tpot_p99_s": self.tpot_p99_s, "e2e_p99_s": self.e2e_p99_s}
 
 
+class RunRules(_Frozen):
+    """LoadGen's rules for the length of an official performance run and the judging of its p99s."""
+
+    min_duration_s: float = Field(gt=0, description="shortest performance run (s)")
+    min_duration_basis: str
+    offline_slack: float = Field(ge=1, description="Offline issues this many times rate x min duration samples")
+    offline_slack_basis: str
+    server_min_queries: int = Field(ge=1, description="fewest queries of a server run")
+    server_min_queries_basis: str
+    latency_percentile: float = Field(gt=0, lt=1, description="the percentile the latency limits bound")
+    latency_percentile_basis: str
+    early_stopping_confidence: float = Field(gt=0, lt=1, description="confidence of the early-stopping bound")
+    early_stopping_basis: str
+
+
 class MLPerfBenchmark(_Frozen):
     """One benchmark: the model it runs, its data set, default precision, lengths and scenarios."""
 
     name: str
     model: str = Field(description="catalog model id")
+    introduced: str = Field(description="the MLPerf Inference round the benchmark entered (v4.0, ...)")
     dataset: str
+    dataset_samples: int = Field(ge=1, description="samples in the data set (LoadGen's performance sample count)")
+    offline_min_queries: int = Field(ge=1, description="fewest samples an official Offline run issues")
+    equal_issue: bool = Field(default=True, description="runs issue whole passes over the data set (LoadGen's "
+                                                        "sample_concatenate_permutation)")
+    queries_basis: str = ""
+    inferred_tokens_per_sample: float | None = Field(
+        default=None, gt=0, description="tokens LoadGen counts per sample of a benchmark it does not stream "
+                                        "(GPT-J); None: the tokens generated")
+    inferred_tokens_basis: str = ""
     precision: str = Field(description="default precision when a row gives none (fp16 | fp8 | fp4)")
     precision_basis: str = ""
     input: LengthDistribution
@@ -114,8 +159,18 @@ class MLPerfBenchmark(_Frozen):
 
 
 class _Presets(_Frozen):
+    run_rules: RunRules
     requests_per_instance: dict[str, int]
     synthetic_rows: int = Field(ge=256)
+    load_requests_min: int = Field(ge=1000)
+    max_simulated_requests: int = Field(ge=1000)
+
+    @model_validator(mode="after")
+    def _bounds_ordered(self) -> _Presets:
+        if self.load_requests_min > self.max_simulated_requests:
+            raise ValueError(f"load_requests_min {self.load_requests_min} exceeds max_simulated_requests "
+                             f"{self.max_simulated_requests}")
+        return self
     benchmarks: dict[str, MLPerfBenchmark]
 
 
@@ -215,8 +270,71 @@ def mlperf_workload(name: str, *, num_requests: int | None = None, seed: int = 4
 
 
 def requests_per_instance(scenario: str) -> int:
-    """Requests one instance (replica) of the deployment is given in ``scenario`` by default."""
+    """Requests one instance (replica) of the deployment is given in ``scenario`` by default: offline, the
+    short run that estimates the rate the official run's length follows from; server and interactive, the
+    fewest requests a load is simulated with."""
     return _presets().requests_per_instance[scenario]
+
+
+def max_simulated_requests() -> int:
+    """The most requests one server load is simulated with (a bound on the cost)."""
+    return _presets().max_simulated_requests
+
+
+def load_requests_min() -> int:
+    """The fewest requests a server load may be simulated with, whatever the official run's count."""
+    return _presets().load_requests_min
+
+
+def run_rules() -> RunRules:
+    """LoadGen's run-length and p99 rules (see the module docstring)."""
+    return _presets().run_rules
+
+
+def official_queries(benchmark: MLPerfBenchmark, scenario: str, rate_per_s: float) -> int:
+    """Queries (samples) an official performance run of ``scenario`` issues at ``rate_per_s`` samples/s (the
+    Poisson rate of server and interactive, the expected throughput of offline): the rate times the minimum
+    duration (times the Offline slack), at least the scenario's minimum count, rounded up to whole passes over
+    the data set in equal-issue mode."""
+    if scenario not in SCENARIOS:
+        raise ConfigError(f"unknown MLPerf scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+    if not (math.isfinite(rate_per_s) and rate_per_s >= 0):
+        raise ConfigError(f"an official run needs a finite, non-negative rate; got {rate_per_s!r} samples/s")
+    rules = run_rules()
+    if scenario == "offline":
+        n = max(benchmark.offline_min_queries, math.ceil(rules.offline_slack * rules.min_duration_s * rate_per_s))
+    else:
+        n = max(rules.server_min_queries, math.ceil(rules.min_duration_s * rate_per_s))
+    if benchmark.equal_issue:
+        n = -(-n // benchmark.dataset_samples) * benchmark.dataset_samples
+    return n
+
+
+def early_stopping_allowed(queries: int) -> int | None:
+    """The most of ``queries`` that may exceed a latency limit for LoadGen's early stopping to pass the p99:
+    the largest ``t`` with ``P(Binomial(queries, 1 - percentile) <= t) <= 1 - confidence`` (a run with more
+    above the limit does not show, at that confidence, that the percentile is within it). None when even
+    ``t = 0`` does not pass (too few queries)."""
+    rules = run_rules()
+    tail = 1.0 - rules.latency_percentile
+    alpha = 1.0 - rules.early_stopping_confidence
+    if queries < 1:
+        return None
+    log_alpha = math.log(alpha)
+    log_pmf = queries * math.log1p(-tail)  # P(X = 0)
+    log_cdf = log_pmf
+    if log_cdf > log_alpha:
+        return None
+    t = 0
+    ratio = math.log(tail) - math.log1p(-tail)
+    while t < queries:
+        log_pmf += math.log(queries - t) - math.log(t + 1) + ratio
+        nxt = float(np.logaddexp(log_cdf, log_pmf))
+        if nxt > log_alpha:
+            return t
+        log_cdf = nxt
+        t += 1
+    return t
 
 
 def default_quantization(benchmark: MLPerfBenchmark, hardware: str) -> str:
