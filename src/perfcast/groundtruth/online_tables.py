@@ -16,7 +16,14 @@ the benchmark client of vLLM/SGLang (``benchmark_serving.py``). A row is reprodu
 - **the deployment**: ``tp`` GPUs of one node (the catalog's node of ``gpu_id``), the checkpoint ``model_id``
   with its own quantization (the ``precision`` column is the benchmark's label of it), ``ep`` expert-parallel
   GPUs and attention data parallelism where the row records them; where it does not (the October snapshot),
-  tensor-parallel experts without attention DP (ASSUMPTION, stated per row in the table's README).
+  tensor-parallel experts without attention DP (ASSUMPTION, stated per row in the table's README);
+- **disaggregated rows** (``disagg`` true): ``num_prefill_gpus`` and ``num_decode_gpus`` GPUs as prefill and
+  decode pools of ``tp``-GPU replicas (both counts must be multiples of ``tp``: pools of another parallelism
+  are refused), the KV cache moving over the cluster's links (:func:`perfcast.serving.handover.kv_transfer_bandwidth`);
+- **speculative rows** (``spec_decode`` ``mtp``): the model's own multi-token-prediction module drafting
+  ``MTP_DRAFT_TOKENS`` tokens per step, each accepted with ``MTP_ACCEPTANCE`` (ASSUMPTION: the rows record
+  neither; DeepSeek-V3's report measures 85-90 % acceptance of its one MTP token, and later drafts of a
+  chain are accepted less often).
 
 Every measured column perfcast can derive is predicted from the same simulation: throughput (total, output,
 input tokens/s, per GPU and for the deployment; requests/s) and the TTFT, TPOT and E2E latency mean, median,
@@ -34,6 +41,7 @@ import numpy as np
 
 from perfcast.catalog.hardware import load_hardware
 from perfcast.coefficients.bundle import Calibration
+from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
 from perfcast.groundtruth.files import ROW_ERRORS, row_status
 from perfcast.groundtruth.gpus import row_gpu_id
@@ -41,13 +49,16 @@ from perfcast.groundtruth.online_columns import ONLINE_TARGETS, STATS
 from perfcast.serving.config import ServingConfig, WorkloadConfig
 from perfcast.serving.engines import engine_settings, load_engine
 from perfcast.serving.experiments.run import Simulation, run_experiment
+from perfcast.serving.iteration import weight_bytes_per_gpu
 from perfcast.serving.result import ServingResult
 
-__all__ = ["LENGTH_RANGE_RATIO", "PROMPTS_PER_CONCURRENCY", "online_config", "online_figures",
-           "predict_online_rows"]
+__all__ = ["LENGTH_RANGE_RATIO", "MTP_ACCEPTANCE", "MTP_DRAFT_TOKENS", "PROMPTS_PER_CONCURRENCY", "online_config",
+           "online_figures", "predict_online_rows"]
 
 LENGTH_RANGE_RATIO = 0.8  # the client's --random-range-ratio (the table's length_distribution)
 PROMPTS_PER_CONCURRENCY = 10  # --num-prompts = 10 x concurrency (the launch scripts; not in the result files)
+MTP_DRAFT_TOKENS = 3  # spec_decode mtp: tokens drafted per step (ASSUMPTION, module docstring)
+MTP_ACCEPTANCE = 0.7  # ... and the probability each is accepted (ASSUMPTION)
 def _int(row: dict[str, str], key: str, default: int | None = None) -> int:
     v = (row.get(key) or "").strip()
     if not v:
@@ -70,12 +81,10 @@ def online_config(row: dict[str, str]) -> ServingConfig:
     if not framework:
         raise ConfigError("the row gives no framework (the engine: vllm, sglang or tensorrt-llm)")
     profile = load_engine(framework)
-    if _flag(row, "disagg"):
-        raise ConfigError("disaggregated rows need their prefill and decode GPU counts priced as pools; "
-                          "serving_online rows with disagg=true are not reproduced yet")
     spec = (row.get("spec_decode") or "none").strip().lower()
-    if spec not in ("", "none"):
-        raise ConfigError(f"spec_decode {spec!r}: the row's draft model and acceptance are not recorded")
+    if spec not in ("", "none", "mtp"):
+        raise ConfigError(f"spec_decode {spec!r}: perfcast reproduces mtp rows (the model's own module drafting); "
+                          "this row's draft model and acceptance are not recorded")
     if not (row.get("gpu_id") or "").strip():
         raise ConfigError("the row gives no gpu_id")
     gpu = row_gpu_id(row)  # with the row's GPU memory where it differs from the catalog entry's
@@ -84,18 +93,32 @@ def online_config(row: dict[str, str]) -> ServingConfig:
     num_gpus = _int(row, "num_gpus", tp)
     if num_gpus % tp:
         raise ConfigError(f"num_gpus {num_gpus} is not a multiple of tp {tp}")
+    prefill_replicas = 0
+    if _flag(row, "disagg"):
+        prefill, decode = _int(row, "num_prefill_gpus"), _int(row, "num_decode_gpus")
+        if prefill % tp or decode % tp:
+            raise ConfigError(f"disaggregated pools of {prefill} prefill and {decode} decode GPUs are not whole "
+                              f"replicas of tp {tp}: pools of different parallelism are not modelled")
+        prefill_replicas, num_gpus = prefill // tp, prefill + decode
     concurrency = _int(row, "max_concurrency")
     isl, osl = _int(row, "input_len"), _int(row, "output_len")
-    settings = engine_settings(profile, float(hw.memory_bytes))
+    model = (row.get("model_id") or row.get("base_model_id") or "").strip()
+    weights = None
+    if profile.kv_fraction_of_free_memory:  # TensorRT-LLM: its KV share is of the memory the weights leave
+        weights = weight_bytes_per_gpu(model, tp=tp, dtype=DType.FP16, quantization="auto",
+                                       attention_dp=_flag(row, "dp_attention"))
+    settings = engine_settings(profile, float(hw.memory_bytes), weights)
     if profile.id == "vllm" and hw.vendor == "nvidia":
         settings["max_num_seqs"] = concurrency  # the NVIDIA vLLM launch scripts' --max-num-seqs
     ep = _int(row, "ep", 1)
     dp = _flag(row, "dp_attention")
     prompts = _int(row, "num_prompts", PROMPTS_PER_CONCURRENCY * concurrency)
+    draft = ({"speculative_model": "mtp", "num_speculative_tokens": MTP_DRAFT_TOKENS,
+              "spec_acceptance_rate": MTP_ACCEPTANCE} if spec == "mtp" else {})
     return ServingConfig(
-        model=(row.get("model_id") or row.get("base_model_id") or "").strip(), hardware=gpu,
-        tensor_parallel_size=tp, num_replicas=num_gpus // tp, expert_parallel_size=ep,
-        attention_data_parallel=dp, **settings,
+        model=model, hardware=gpu, tensor_parallel_size=tp, num_replicas=num_gpus // tp,
+        num_prefill_replicas=prefill_replicas, expert_parallel_size=ep, attention_data_parallel=dp, **draft,
+        **settings,
         workload=WorkloadConfig(num_requests=prompts, prompt_tokens=isl, output_tokens=osl,
                                 length_range_ratio=LENGTH_RANGE_RATIO, concurrency=concurrency))
 

@@ -35,11 +35,21 @@ def test_a_row_runs_the_benchmark_client_and_its_engine_profile() -> None:
     assert online_config(ROW | {"num_prompts": "50"}).workload.num_requests == 50
 
 
+def test_disaggregated_and_mtp_rows_run_as_pools_and_the_models_own_draft() -> None:
+    dis = online_config(ROW | {"disagg": "true", "num_prefill_gpus": "4", "num_decode_gpus": "8"})
+    assert (dis.num_replicas, dis.num_prefill_replicas, dis.tensor_parallel_size) == (6, 2, 2)
+    mtp = online_config(ROW | {"model_id": "deepseek-ai/DeepSeek-R1-0528", "tp": "8", "num_gpus": "8",
+                               "spec_decode": "mtp"})
+    assert mtp.speculative_model == "mtp" and mtp.num_speculative_tokens > 0
+    trt = online_config(ROW | {"framework": "tensorrt-llm"})
+    assert trt.scheduler == "orca" and trt.gpu_memory_utilization > 0.9  # 90 % of what the weights leave
+
+
 def test_rows_the_simulator_cannot_reproduce_are_refused_with_a_reason() -> None:
-    with pytest.raises(ConfigError, match="disaggregated"):
-        online_config(ROW | {"disagg": "true"})
-    with pytest.raises(ConfigError, match="spec_decode"):
-        online_config(ROW | {"spec_decode": "mtp"})
+    with pytest.raises(ConfigError, match="not whole replicas of tp 2"):
+        online_config(ROW | {"disagg": "true", "num_prefill_gpus": "3", "num_decode_gpus": "8"})
+    with pytest.raises(ConfigError, match="spec_decode 'eagle'"):
+        online_config(ROW | {"spec_decode": "eagle"})
     with pytest.raises(UnknownNameError, match="known: sglang, trtllm, vllm"):
         online_config(ROW | {"framework": "tgi"})
     with pytest.raises(ConfigError, match="num_gpus 3 is not a multiple of tp 2"):
