@@ -44,6 +44,8 @@ class EngineOverhead(BaseModel):
     per_sequence_overhead_s: float = Field(ge=0)
     request_overhead_s: float = Field(default=0.0, ge=0, description="the engine's front end per request: from "
                                       "the client's send to the scheduler and the first token back (s)")
+    prompt_token_overhead_s: float = Field(default=0.0, ge=0, description="the front end's time per prompt token "
+                                           "(s): tokenizing the prompt's text on the API server's CPU")
 
 
 class CustomAllReduce(BaseModel):

@@ -36,6 +36,7 @@ deviation (per-gap distributions the simulator does not keep) are not predicted.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -113,7 +114,7 @@ def online_config(row: dict[str, str]) -> ServingConfig:
     ep = _int(row, "ep", 1)
     dp = _flag(row, "dp_attention")
     prompts = _int(row, "num_prompts", PROMPTS_PER_CONCURRENCY * concurrency)
-    draft = ({"speculative_model": "mtp", "num_speculative_tokens": MTP_DRAFT_TOKENS,
+    draft: dict[str, Any] = ({"speculative_model": "mtp", "num_speculative_tokens": MTP_DRAFT_TOKENS,
               "spec_acceptance_rate": MTP_ACCEPTANCE} if spec == "mtp" else {})
     return ServingConfig(
         model=model, hardware=gpu, tensor_parallel_size=tp, num_replicas=num_gpus // tp,

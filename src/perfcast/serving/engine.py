@@ -61,8 +61,9 @@ Multimodal prompts: each image adds the vision tower's image tokens to the promp
 and its encoder time to the iteration that starts the request's prefill.
 Retrieval (RAG): a request reaches the engine after its retrieval stage with the
 retrieved tokens in its prompt; its TTFT counts from its arrival, retrieval included. Every request also
-crosses the engine's front end first (its fitted ``request_overhead_s``: tokenizing, the API server's
-hand-off to the scheduler, the first token's way back), which its TTFT counts too.
+crosses the engine's front end first (its fitted ``request_overhead_s``: the API server's hand-off to the
+scheduler and the first token's way back, plus ``prompt_token_overhead_s`` per prompt token: tokenizing its
+text), which its TTFT counts too.
 
 Requests the deployment can never serve are refused at arrival, counted with their reason
 (``rejection_counts``, ``requests_rejected`` and ``rejection_reasons`` in its JSON) and left out of
@@ -196,6 +197,7 @@ class Engine:
         # the engine's front end: a request reaches the scheduler this long after it is sent (tokenizing, the API
         # server's hand-off to the engine core, the first token's way back), counted in its TTFT
         self.front_end_s = dep.model.request_overhead_s
+        self.front_end_per_token_s = dep.model.prompt_token_overhead_s  # tokenizing the prompt's text
         # a decode-only batch may run as a stretch of iterations (not when each iteration is recorded or draws)
         self.stretches = not keep_events and self.spec is None
         # an engine may run ahead of the loop: nothing from outside it (a closed loop's next request, a
@@ -230,7 +232,8 @@ class Engine:
             req.prefix_hashes = prefix_block_hashes(int(prefix_ids[i]), self.cfg.workload.shared_prefix_tokens,
                                                     self.prompt_l[i], self.cfg.block_size, i)
         retrieval_s = self.requests.retrieval_s
-        delay_s = self.front_end_s + (float(retrieval_s[i]) if self.has_retrieval else 0.0)
+        delay_s = (self.front_end_s + self.front_end_per_token_s * self.prompt_l[i]
+                   + (float(retrieval_s[i]) if self.has_retrieval else 0.0))
         if delay_s > 0:  # the retrieval stage and the engine's front end run first
             self.handovers.after_retrieval(req, now + delay_s)
             return

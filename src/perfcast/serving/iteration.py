@@ -271,6 +271,7 @@ class IterationModel:
         eng = self.sc.engines[self.profile.id]
         self._cpu_fixed = eng.iteration_overhead_s
         self.request_overhead_s = eng.request_overhead_s
+        self.prompt_token_overhead_s = eng.prompt_token_overhead_s
         self._cpu_per_seq = eng.per_sequence_overhead_s
         self.kv_bytes_per_token = self._kv_bytes_per_token()
         self._attention_constants()

@@ -13,7 +13,8 @@ apart (no SGLang row, no AMD GPU) leaves it at its prior, and an engine without 
 
 - the CPU time per iteration: 2 ms for vLLM (its Python scheduler, input preparation and sampling between
   steps), 0.5 ms for SGLang and 0.3 ms for TensorRT-LLM (an overlap scheduler or a C++ runtime hides most of
-  theirs), within a factor of three; the front end's time per request: 10 ms, within a factor of three;
+  theirs), within a factor of three; the front end's time per request: 10 ms, and per prompt token (tokenizing
+  its text): 2 us (a fast tokenizer's half a million tokens per second), each within a factor of three;
 - the custom all-reduce latency: 8 us (a flag handshake over NVLink/xGMI plus a launch), within a factor of two;
 - ROCm's matrix rate: the ratio of the median BF16 MAMF efficiency of the AMD GPUs in ``published/gemm.csv`` to
   that of the NVIDIA GPUs there (the best GEMM each stack reaches, measured), within 30%; its memory rate: 1,
@@ -59,7 +60,8 @@ _STEP = 0.1  # finite-difference step in log(coefficient)
 _HUBER = 0.2  # log residuals beyond this weigh linearly, not quadratically (a group the model misses, e.g.
 # DeepSeek-R1 on SGLang/MI300X, must not drag a stack's coefficients off the rows it explains)
 # the priors of the CPU times every engine shares (an engine's own iteration prior is its shipped value)
-REQUEST_OVERHEAD_PRIOR_S = 0.01  # tokenizing, the API server's hand-off and the first token's way back
+REQUEST_OVERHEAD_PRIOR_S = 0.01  # the API server's hand-off to the scheduler and the first token's way back
+PROMPT_TOKEN_PRIOR_S = 2e-6  # tokenizing a prompt's text: a fast (Rust) tokenizer's ~0.5 M tokens/s on one core
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,8 @@ def _params(rows: Sequence[dict[str, str]], base: ServingCoefficients, rocm_prio
         out.append(Param(f"engines.{eng}.iteration_overhead_s", it_prior, math.log(3.0),
                          lambda r, e=eng: _engine(r) == e))  # type: ignore[misc]
         out.append(Param(f"engines.{eng}.request_overhead_s", REQUEST_OVERHEAD_PRIOR_S, math.log(3.0),
+                         lambda r, e=eng: _engine(r) == e))  # type: ignore[misc]
+        out.append(Param(f"engines.{eng}.prompt_token_overhead_s", PROMPT_TOKEN_PRIOR_S, math.log(3.0),
                          lambda r, e=eng: _engine(r) == e))  # type: ignore[misc]
     out.append(Param("custom_allreduce.latency_s", 8e-6, math.log(2.0),
                      lambda r: int(float(r.get("tp") or 1)) > 1))
