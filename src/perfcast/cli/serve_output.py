@@ -196,5 +196,11 @@ def _print_mlperf(d: dict[str, Any]) -> None:
         t.add_row("E2E p99", f"{_ms(d['e2e_s']['p99'])} (limit {lim['e2e_p99_s'] * 1e3:,.0f} ms)")
     if d["mlperf_qps_requests_per_s"] is not None:
         t.add_row("load", f"{d['mlperf_qps_requests_per_s']:.3g} requests/s (Poisson)")
+    if d.get("mlperf_official_queries"):
+        t.add_row("official run", f"{d['mlperf_official_queries']:,} queries in {d['mlperf_official_run_s']:,.0f} s")
+    for es in d.get("mlperf_early_stopping") or []:
+        t.add_row(f"early stopping ({es['metric']})",
+                  f"{100 * es['over_frac']:.2f}% of {es['queries']:,} over {es['limit_s'] * 1e3:,.0f} ms, at most "
+                  f"{es['allowed']:,} allowed: {'passed' if es['passed'] else 'failed'}")
     t.add_row("limits met", "yes" if d["mlperf_limits_met"] else "no")
     _console().print(t)
