@@ -49,8 +49,8 @@ bursts of arrivals that a few hundred requests do not contain. So each load is j
    meets lies at or above it, or one that does not lies at or below it. So the path of step 5 is replayed,
    each load on it answered by a load already simulated when monotonicity decides it and simulated only when
    nothing does; the loads simulated are chosen by the guess: the ends of the final interval the path would
-   reach if the answer were ``guess_frac`` of ``mu`` (the lower end first, its run is shorter, but the upper
-   one while galloping upwards). A guess
+   reach if the answer were ``guess_frac`` of ``mu`` (the lower end first, its run is shorter; galloping
+   upwards, the upper one unless it lies beyond the gallop's bound). A guess
    contradicted by a simulation moves past that load to where that load's tightest p99 extrapolates to its
    bound (:func:`_tail_reach`), and at least by ``rel_tol`` of ``mu``, doubled at each further
    contradiction in the same direction (a gallop; upwards at most a quarter of the way left to ``mu``, where
@@ -606,13 +606,14 @@ def find_max_qps(cfg: ServingConfig, *, start_qps: float | None = None, rel_tol:
 
     start = start_qps if start_qps is not None and 0 < start_qps < mu else 0.5 * mu
     guess = None if guess_frac is None or not math.isfinite(guess_frac) else guess_frac * mu
-    step, direction = rel_tol * mu, 0
+    step, direction, ceiling = rel_tol * mu, 0, mu
     while (end := _walk(mu, start, rel_tol, known)).ask is not None:
         probe = end.ask
         if guess is not None:
             hoped = _walk(mu, start, rel_tol, partial(_hoped, known, guess))
             open_ends = [q for q in (hoped.lo, hoped.hi) if q in hoped.visited and known(q) is None]
-            probe = ((max if direction > 0 else min)(open_ends) if open_ends
+            far = [q for q in open_ends if q <= ceiling] if direction > 0 else []
+            probe = (max(far) if far else min(open_ends) if open_ends
                      else next(q for q in reversed(hoped.visited) if known(q) is None))
         simulate(probe)
         if guess is not None and runs[probe][0].met != (probe <= guess):  # the guess was wrong here
@@ -623,10 +624,8 @@ def find_max_qps(cfg: ServingConfig, *, start_qps: float | None = None, rel_tol:
             step = 2.0 * step if sign == direction else rel_tol * mu  # a gallop
             direction = sign
             reach = _tail_reach(runs[probe][0], mu)  # where its tightest p99 reaches its bound, when it says
-            if sign < 0:
-                guess = probe - max(step, probe - reach)
-            else:
-                guess = probe + min(max(step, reach - probe), 0.25 * (mu - probe))
+            ceiling = probe + 0.25 * (mu - probe)
+            guess = probe - max(step, probe - reach) if sign < 0 else min(probe + max(step, reach - probe), ceiling)
     if end.lo == 0.0:
         last = min(evaluated, key=lambda c: c.qps)
         verdict = (f"no load down to {end.hi:.3g} requests/s meets the SLO (" + ", ".join(
