@@ -89,6 +89,8 @@ def test_serving_search_takes_tp_and_refuses_one_that_does_not_divide() -> None:
     (["-c", "dgx-h100", "--global-batch", "8", "--requests-per-replica", "5"], "--requests-per-replica applies to"),
     (["--serve", "-H", "h100", "--slo-ttft-p99", "1", "--requests-per-replica", "10000000"], "1 to 1,000,000"),
     (["--serve", "-H", "h100", "--slo-ttft-p99", "1", "--max-num-seqs", "64,1000000000"], "at most 65,536"),
+    (["-c", "dgx-h100", "--global-batch", "8", "--workers", "2"], "--workers applies to a serving search"),
+    (["--serve", "-H", "h100", "--slo-ttft-p99", "1", "--workers", "0"], "--workers must be 1 to 256"),
 ])
 def test_a_flag_of_the_other_kind_of_search_is_refused_not_ignored(args: list[str], needle: str) -> None:
     assert needle in user_error(invoke(["search", "-m", "llama-2-7b", "--gpus", "8", *args]))

@@ -88,6 +88,8 @@ def search(
     max_num_seqs: str = typer.Option("64,256", "--max-num-seqs", help="Max batch sizes to try (--serve)."),
     requests_per_replica: int = typer.Option(100, "--requests-per-replica",
                                              help="Requests simulated per replica at each load (--serve)."),
+    workers: int | None = typer.Option(None, "--workers", help="Processes searching deployments (--serve; default: "
+                                                               "one per CPU; the result is the same for any count)."),
     out: Path | None = typer.Option(None, "--out", help="Also write the JSON result to this file."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --out file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -104,12 +106,13 @@ def search(
                                "--price-per-gpu-hour": price},
                        {"--hardware": hardware, "--slo-ttft-p99": slo_ttft, "--slo-tpot-p99": slo_tpot,
                         "--trace": trace, "--prompt-tokens": prompt_tokens, "--output-tokens": output_tokens,
+                        "--workers": workers,
                         **{flag: value for flag, (value, default) in serving_defaults.items() if value != default}})
     if serve:
         hardware = _serving_budget(gpus, counts, hardware)
         data = _serve(model, hardware, counts[0], cluster, slo_ttft, slo_tpot, trace, prompt_tokens, output_tokens,
                       schedulers, chunk_sizes, max_num_seqs, requests_per_replica, top, quiet=as_json,
-                      tps=_ints("--tp", tp))
+                      tps=_ints("--tp", tp), workers=workers)
     else:
         space = _space(model=model, cluster=cluster, counts=counts, seq_len=seq_len, global_batch=global_batch, tp=tp,
                        pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, micro_batch=micro_batch, recompute=recompute, zero=zero,
@@ -223,7 +226,9 @@ def _ints_zero(text: str | None) -> tuple[int, ...]:
 def _serve(model: str, hardware: str, gpus: int, cluster: str | None, slo_ttft: float | None, slo_tpot: float | None,
            trace: str | None, prompt_tokens: int | None, output_tokens: int | None, schedulers: str, chunk_sizes: str,
            max_num_seqs: str, requests_per_replica: int, top: int, quiet: bool = False,
-           tps: tuple[int, ...] | None = None) -> dict[str, Any]:
+           tps: tuple[int, ...] | None = None, workers: int | None = None) -> dict[str, Any]:
+    import os
+
     from pydantic import ValidationError
 
     from perfcast.serving.config import MAX_NUM_SEQS, MAX_REQUESTS, MAX_TOKENS, ServingConfig, WorkloadConfig
@@ -240,6 +245,10 @@ def _serve(model: str, hardware: str, gpus: int, cluster: str | None, slo_ttft: 
                                                                                MAX_TOKENS)):
         if max(_ints(flag, text) or (1,)) > bound:  # the candidates are copies of one config, not validated again
             raise ConfigError(f"{flag} {text}: each value is at most {bound:,}")
+    if workers is not None and not 1 <= workers <= 256:
+        raise ConfigError(f"--workers must be 1 to 256 processes (got {workers})")
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if trace is None and (prompt_tokens is None or output_tokens is None):
         trace = "arxiv_summarization"
     try:
@@ -263,7 +272,7 @@ def _serve(model: str, hardware: str, gpus: int, cluster: str | None, slo_ttft: 
         res = search_serving(base, gpus, tps=tps, schedulers=names,
                              chunk_sizes=_ints("--chunk-sizes", chunk_sizes) or (512,),
                              max_num_seqs=_ints("--max-num-seqs", max_num_seqs) or (256,),
-                             requests_per_replica=requests_per_replica,
+                             requests_per_replica=requests_per_replica, workers=workers,
                              progress=lambda done, total: prog.update(task, completed=done, total=total))
     if not res.feasible:
         reasons = sorted({c.reason for c in res.candidates if c.reason})

@@ -128,3 +128,21 @@ def test_the_saturated_throughput_bounds_every_load() -> None:
     # all at once, the deployment cannot finish faster than its saturated rate allows (within a few %)
     burst = simulate_serving(_at(SMALL, num_requests=400))
     assert burst.metrics.throughput_requests_per_s <= 1.05 * sat.requests_per_s
+
+
+@pytest.mark.parametrize("guess_frac", [0.3, 0.88, 0.95], ids=["low", "close", "high"])
+def test_a_guess_changes_the_loads_simulated_not_the_answer(guess_frac: float) -> None:
+    cfg = SMALL.model_copy(update={"slo_tpot_s": 0.025})
+    sat = saturation(cfg)
+    plain = find_max_qps(cfg, sat=sat)
+    guided = find_max_qps(cfg, sat=sat, guess_frac=guess_frac)
+    assert plain.max_qps > 0
+    assert guided.max_qps == plain.max_qps and guided.check == plain.check
+    assert guided.config == plain.config
+    assert all(c.qps > guided.max_qps for c in guided.evaluated if not c.met)
+    assert all(c.qps <= guided.max_qps for c in guided.evaluated if c.met)
+    # the unguided path's loads around the answer: a guess between them simulates just those two
+    above = min(c.qps for c in plain.evaluated if c.qps > plain.max_qps)
+    if plain.max_qps / sat.requests_per_s < guess_frac < above / sat.requests_per_s:
+        assert sorted(c.qps for c in guided.evaluated) == [plain.max_qps, above]
+        assert len(guided.evaluated) < len(plain.evaluated)

@@ -43,6 +43,24 @@ bursts of arrivals that a few hundred requests do not contain. So each load is j
    bisecting between the highest load that meets and the lowest that does not (``mu`` at first) to
    ``rel_tol`` relative width. With common random numbers (one seed, gaps rescaled) the loads see the
    same bursts, so the verdict is monotone in the load.
+6. Guided search (``guess_frac``, what ``perfcast search --serve`` passes from a deployment searched before).
+   The answer of step 5 is a function of the loads on its path (halving, then bisection; each load's value
+   fixed by the path above it), and a monotone verdict decides every load of that path once one load that
+   meets lies at or above it, or one that does not lies at or below it. So the path of step 5 is replayed,
+   each load on it answered by a load already simulated when monotonicity decides it and simulated only when
+   nothing does; the loads simulated are chosen by the guess: the ends of the final interval the path would
+   reach if the answer were ``guess_frac`` of ``mu`` (the lower end first, its run is shorter; galloping
+   upwards, the upper one unless it lies beyond the gallop's bound). A guess
+   contradicted by a simulation moves past that load to where that load's tightest p99 extrapolates to its
+   bound (:func:`_tail_reach`), and at least by ``rel_tol`` of ``mu``, doubled at each further
+   contradiction in the same direction (a gallop; upwards at most a quarter of the way left to ``mu``, where
+   each load's run is longer than the last); contradicted in both directions, the answer is bracketed and
+   the path's own bisection takes over. The path, hence the
+   answer, is that of step 5 whatever the guess as long as the verdict is monotone in the load (a guess only
+   changes which loads are simulated): a good guess simulates the two ends of the final interval and no
+   other load, where step 5 simulates every load of its path, the ones near saturation the longest. Where a
+   verdict sits within its error bars of the SLO (``unsettled``: a miss) the verdicts of neighbouring loads
+   are not strictly monotone, and a guided search may stop on another load of that band than step 5.
 
 A plain ``perfcast serve --qps`` run is judged by the same rules (:func:`steady_state`): its load against the
 saturated throughput, and its own run, or a steady-state run of that load when its own is too short to tell;
@@ -56,8 +74,10 @@ context, ...) are counted by the simulation and left out of every figure here.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -483,13 +503,83 @@ def _check_searchable(cfg: ServingConfig) -> None:
         raise ConfigError("a QPS search offers open-loop loads; drop --max-concurrency")
 
 
+@dataclass(frozen=True)
+class _PathEnd:
+    """Where :func:`_walk` stops: at a load it has no verdict for (``ask``), or at the answer (``lo``, 0 when no
+    load meets; ``hi``, the lowest load on the path that does not)."""
+
+    ask: float | None
+    lo: float = 0.0
+    hi: float = 0.0
+    visited: tuple[float, ...] = ()
+
+
+def _walk(mu: float, start_qps: float, rel_tol: float, verdict: Callable[[float], bool | None]) -> _PathEnd:
+    """The path of step 5 (module docstring): halving from ``start_qps`` until a load meets, then bisecting to
+    ``rel_tol``, each load's verdict from ``verdict`` (None: not known; the walk stops there and asks it)."""
+    visited: list[float] = []
+    hi, qps = mu, start_qps
+    while True:
+        visited.append(qps)
+        met = verdict(qps)
+        if met is None:
+            return _PathEnd(qps, visited=tuple(visited))
+        if met:
+            break
+        hi = qps
+        qps /= 2.0
+        if qps < mu / 1024:
+            return _PathEnd(None, 0.0, hi, tuple(visited))
+    lo = qps
+    while hi - lo > rel_tol * hi:
+        mid = 0.5 * (lo + hi)
+        visited.append(mid)
+        met = verdict(mid)
+        if met is None:
+            return _PathEnd(mid, visited=tuple(visited))
+        if met:
+            lo = mid
+        else:
+            hi = mid
+    return _PathEnd(None, lo, hi, tuple(visited))
+
+
+def _tail_reach(check: LoadCheck, mu: float) -> float:
+    """The load (requests/s) at which the tightest p99 of ``check`` would reach its bound, extrapolated from that
+    one load as if the latency grew from nothing: TTFT and end-to-end as a queueing delay (as ``rho / (1 - rho)``,
+    ``rho`` the load over the saturated throughput ``mu``), TPOT as the batch's iteration time (as ``rho``).
+    Both grow from a floor (a prefill, one decode step) in fact, so the reach errs towards the load judged.
+    The load judged itself when no p99 was measured (overload)."""
+    rho = check.qps / mu
+    reach = math.inf
+    for t in check.tails:
+        over = t.p99_s / t.slo_s
+        if not (math.isfinite(over) and over > 0):
+            continue
+        if t.metric == "tpot":
+            reach = min(reach, rho / over)
+        else:
+            x = rho / (1.0 - rho) / over
+            reach = min(reach, x / (1.0 + x))
+    return check.qps if math.isinf(reach) else reach * mu
+
+
+def _hoped(known: Callable[[float], bool | None], guess: float, qps: float) -> bool:
+    """The verdict at ``qps`` if known, else whether it is at most the guessed answer ``guess``."""
+    met = known(qps)
+    return qps <= guess if met is None else met
+
+
 def find_max_qps(cfg: ServingConfig, *, start_qps: float | None = None, rel_tol: float = 0.02,
-                 sat: Saturation | None = None) -> QPSSearch:
+                 sat: Saturation | None = None, guess_frac: float | None = None) -> QPSSearch:
     """The highest Poisson (or gamma) load ``cfg``'s deployment sustains within its SLOs (module docstring).
 
     ``sat`` replaces the closed-loop saturation run (e.g. an offline benchmark's throughput as the bound);
-    ``start_qps`` is the first load tried (default: half the saturated throughput). When no load down to
-    1/1024 of the saturated throughput meets the SLOs, ``max_qps`` is 0 and ``verdict`` says why.
+    ``start_qps`` is the first load tried (default: half the saturated throughput). ``guess_frac`` (a
+    fraction of the saturated throughput, e.g. a similar deployment's answer) chooses which loads of the
+    search's path are simulated (step 6): the answer is the same, with fewer simulations when the guess is
+    close. When no load down to 1/1024 of the saturated throughput meets the SLOs, ``max_qps`` is 0 and
+    ``verdict`` says why.
     """
     _check_searchable(cfg)
     sat = sat or saturation(cfg)
@@ -497,35 +587,53 @@ def find_max_qps(cfg: ServingConfig, *, start_qps: float | None = None, rel_tol:
     if not (math.isfinite(mu) and mu > 0):
         raise ConfigError(f"the deployment's saturated throughput is {mu!r} requests/s; no load to search")
     evaluated: list[LoadCheck] = []
-    best: tuple[LoadCheck, ServingResult | None, ServingConfig] | None = None
+    runs: dict[float, tuple[LoadCheck, ServingResult | None, ServingConfig]] = {}
 
-    def ok(qps: float) -> bool:
-        nonlocal best
+    def known(qps: float) -> bool | None:
+        """The verdict at ``qps``: simulated, or decided by a load simulated above (meets) or below (not)."""
+        if qps in runs:
+            return runs[qps][0].met
+        if any(c.met and c.qps >= qps for c in evaluated):
+            return True
+        if any(not c.met and c.qps <= qps for c in evaluated):
+            return False
+        return None
+
+    def simulate(qps: float) -> None:
         found = check_load(cfg, qps, sat)
         evaluated.append(found[0])
-        if found[0].met and (best is None or qps > best[0].qps):
-            best = found
-        return found[0].met
+        runs[qps] = found
 
-    lo, hi = 0.0, mu
-    qps = start_qps if start_qps is not None and 0 < start_qps < mu else 0.5 * mu
-    while not ok(qps):
-        hi = qps
-        qps /= 2.0
-        if qps < mu / 1024:
-            last = evaluated[-1]
-            verdict = (f"no load down to {hi:.3g} requests/s meets the SLO (" + ", ".join(
-                f"{name} p99 <= {slo:g} s" for name, slo in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s),
-                                                            ("e2e", cfg.slo_e2e_s)) if slo is not None)
-                + f"): at {last.qps:.3g} requests/s {last.reason}")
-            return QPSSearch(0.0, _with_load(cfg, qps=hi), evaluated, None, sat, last, verdict)
-    lo = qps
-    while hi - lo > rel_tol * hi:
-        mid = 0.5 * (lo + hi)
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    assert best is not None
-    check, result, load = best
-    return QPSSearch(lo, load, evaluated, result, sat, check)
+    start = start_qps if start_qps is not None and 0 < start_qps < mu else 0.5 * mu
+    guess = None if guess_frac is None or not math.isfinite(guess_frac) else guess_frac * mu
+    step, direction, ceiling = rel_tol * mu, 0, mu
+    while (end := _walk(mu, start, rel_tol, known)).ask is not None:
+        probe = end.ask
+        if guess is not None:
+            hoped = _walk(mu, start, rel_tol, partial(_hoped, known, guess))
+            open_ends = [q for q in (hoped.lo, hoped.hi) if q in hoped.visited and known(q) is None]
+            far = [q for q in open_ends if q <= ceiling] if direction > 0 else []
+            probe = (max(far) if far else min(open_ends) if open_ends
+                     else next(q for q in reversed(hoped.visited) if known(q) is None))
+        simulate(probe)
+        if guess is not None and runs[probe][0].met != (probe <= guess):  # the guess was wrong here
+            sign = 1 if runs[probe][0].met else -1
+            if direction == -sign:  # wrong both ways: the answer is bracketed, the path bisects the bracket
+                guess = None
+                continue
+            step = 2.0 * step if sign == direction else rel_tol * mu  # a gallop
+            direction = sign
+            reach = _tail_reach(runs[probe][0], mu)  # where its tightest p99 reaches its bound, when it says
+            ceiling = probe + 0.25 * (mu - probe)
+            guess = probe - max(step, probe - reach) if sign < 0 else min(probe + max(step, reach - probe), ceiling)
+    if end.lo == 0.0:
+        last = min(evaluated, key=lambda c: c.qps)
+        verdict = (f"no load down to {end.hi:.3g} requests/s meets the SLO (" + ", ".join(
+            f"{name} p99 <= {slo:g} s" for name, slo in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s),
+                                                        ("e2e", cfg.slo_e2e_s)) if slo is not None)
+            + f"): at {last.qps:.3g} requests/s {last.reason}")
+        return QPSSearch(0.0, _with_load(cfg, qps=end.hi), evaluated, None, sat, last, verdict)
+    if end.lo not in runs:  # decided by a load above it that met, off the path: its own run is the answer's
+        simulate(end.lo)
+    check, result, load = runs[end.lo]
+    return QPSSearch(end.lo, load, evaluated, result, sat, check)
