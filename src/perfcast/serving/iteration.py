@@ -249,7 +249,7 @@ class IterationModel:
         trtllm = self.engine == "trtllm"
         ops = quantize_weights(_group_experts(list(build_workload(self.cfg, spec).ops), separate_permute=trtllm),
                                self.quant)
-        return _fuse_expert_quantize(ops) if trtllm else ops
+        return _expert_quantize(ops, fused=trtllm)
 
     def _ops(self, tokens: int) -> tuple[list[Op], list[Op]]:
         """One GPU's ops at ``tokens`` tokens: those priced on the replica's ``tokens`` (every op; under attention
@@ -835,32 +835,52 @@ def _group_experts(ops: list[Op], *, separate_permute: bool = False) -> list[Op]
     return out
 
 
-def _fuse_expert_quantize(ops: list[Op]) -> list[Op]:
-    """TensorRT-LLM's CUTLASS MoE runner quantizes the grouped GEMMs' inputs inside its other kernels: the
-    expand kernel (``permute``) writes every token's top-k rows in the first GEMM's input format and the
-    gated activation writes the second GEMM's, so the experts' own quantize (cast) kernels go and those two
-    kernels write the narrower rows (per element: the dropped cast's output bytes over its input count)."""
-    written: dict[str, float] = {}  # MoE block -> the first GEMM's input bytes per element
-    act_written: dict[str, float] = {}  # ... and the second GEMM's
-    fused: set[int] = set()
-    for i, op in enumerate(ops):
-        if ".experts." in op.name and op.op == "cast" and op.kind is OpKind.VECTOR:
-            block, proj = op.name.split(".experts.", 1)
-            per = op.bytes_written / max(op.flops, 1.0)  # a cast's FLOPs count its elements
-            (act_written if proj.startswith("down_proj") else written)[block] = per
-            fused.add(i)
+def _expert_quantize(ops: list[Op], *, fused: bool) -> list[Op]:
+    """The quantize kernels of a MoE layer's grouped GEMMs (FP8/INT8/FP4 activations), as the engines run them.
+
+    :func:`~perfcast.workload.transforms.quantize_weights` gives each GEMM a cast of its own input as if it
+    were one expert's rows. ``fused`` (TensorRT-LLM's CUTLASS MoE runner) quantizes them inside its other
+    kernels: the expand kernel (``permute``) writes every token's top-k rows in the first GEMM's input format
+    and the gated activation writes the second GEMM's, so the casts go and those two kernels write the
+    narrower rows (per element: the cast's output bytes over its input count). Otherwise (vLLM's fused_moe)
+    the layer's hidden states are quantized once, per token, before the first GEMM gathers its rows from
+    them, and the second GEMM's input (every routed row's intermediate, all experts) is quantized whole.
+    """
+    per_elem: dict[tuple[str, bool], float] = {}  # (MoE block, second GEMM) -> quantized bytes per element
+    tokens: dict[str, tuple[int, int]] = {}  # MoE block -> (tokens, hidden) its router sees
+    gemms = {op.name: op for op in ops if op.kind is OpKind.GEMM}
+    for name, op in gemms.items():
+        if name.endswith(".router.gate"):
+            tokens[name.removesuffix(".router.gate")] = (op.dims[1], op.dims[2])
     out: list[Op] = []
-    for i, op in enumerate(ops):
-        if i in fused:
+    for op in ops:
+        if not (".experts." in op.name and op.op == "cast" and op.kind is OpKind.VECTOR):
+            out.append(op)
             continue
+        block, proj = op.name.split(".experts.", 1)
+        second = proj.startswith("down_proj")
+        per = op.bytes_written / max(op.flops, 1.0)  # a cast's FLOPs count its elements
+        per_elem[(block, second)] = per
+        if fused:
+            continue
+        g, m, k, _ = gemms[op.name.rsplit(".", 1)[0]].dims
+        t, h = tokens.get(block, (g * m, k))
+        elems = g * m * k if second else t * h
+        out.append(op.with_(dims=(1, elems), flops=float(elems), bytes_read=elems * op.bytes_read / max(op.flops, 1.0),
+                            bytes_written=elems * per))
+    if not fused:
+        return out
+    fused_out: list[Op] = []
+    for op in out:
         block = op.name.rsplit(".", 1)[0]
-        if op.name.endswith(".permute") and block in written:
-            op = op.with_(bytes_written=op.bytes_written / op.dtype.bytes * written[block])
-        elif op.name.endswith(".experts.act_and_mul") and op.name.split(".experts.", 1)[0] in act_written:
-            op = op.with_(bytes_written=op.bytes_written / op.dtype.bytes
-                          * act_written[op.name.split(".experts.", 1)[0]])
-        out.append(op)
-    return out
+        if op.name.endswith(".permute") and (block, False) in per_elem:
+            op = op.with_(bytes_written=op.bytes_written / op.dtype.bytes * per_elem[(block, False)])
+        elif op.name.endswith(".experts.act_and_mul"):
+            per = per_elem.get((op.name.split(".experts.", 1)[0], True))
+            if per is not None:
+                op = op.with_(bytes_written=op.bytes_written / op.dtype.bytes * per)
+        fused_out.append(op)
+    return fused_out
 
 
 def _shard(ops: list[Op], tp: int) -> list[Op]:

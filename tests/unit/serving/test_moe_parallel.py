@@ -115,6 +115,12 @@ def test_trtllm_moe_expands_rows_in_a_kernel_of_its_own_with_the_quantize_fused(
     assert permute.bytes_written == pytest.approx(512 * k * h * (0.5 + 1 / 16))  # NVFP4 rows and their scales
     assert "moe_layers.mlp.permute" not in vllm
     assert not [n for n in trt if ".experts." in n and "quantize" in n]
-    assert [n for n in vllm if ".experts." in n and "quantize" in n]
+    # vLLM quantizes the hidden states once per token, then every routed row's intermediate (all the experts')
+    first, second = vllm["moe_layers.mlp.experts.gate_up_proj.quantize_fp4"], vllm[
+        "moe_layers.mlp.experts.down_proj.quantize_fp4"]
+    g, m, width, _ = vllm["moe_layers.mlp.experts.down_proj"].dims
+    assert first.dims == (1, 512 * h)
+    assert second.dims == (1, g * m * width)
+    assert second.bytes_written == pytest.approx(g * m * width * (0.5 + 1 / 16))
     act_trt, act_vllm = trt["moe_layers.mlp.experts.act_and_mul"], vllm["moe_layers.mlp.experts.act_and_mul"]
     assert act_trt.bytes_written == pytest.approx(act_vllm.bytes_written / 2 * (0.5 + 1 / 16))
