@@ -31,6 +31,14 @@ of the ``n`` prefill chunks, each chunk whole on its rank (a prompt is not split
 over ranks, so one long chunk paces every rank); the experts for every token of
 the union. The KV cache of the union is ``tp`` times one GPU's.
 
+A MoE layer's experts run as grouped GEMMs (:func:`_group_experts`) with the kernels around them as each
+engine launches them (:func:`_expert_quantize`): TensorRT-LLM's CUTLASS MoE runner copies every token's
+top-k rows into expert order in an expand kernel of its own, which (with FP8/FP4 GEMMs) writes them
+quantized, as its gated activation writes the second GEMM's input; vLLM's fused_moe gathers the rows inside
+its GEMM, after one per-token quantization of the hidden states. Both are recalled from the engines'
+sources (``moe_kernels.cu``'s expandInputRows / doGatedActivation / finalizeMoeRouting, vLLM's
+``fused_moe.py``), not re-checked against a stored copy.
+
 TensorRT-LLM (``engine="trtllm"``) with an FP8 KV cache on a GPU with FP8 tensor cores
 runs prefill attention as FP8 context FMHA: Q, K and V in FP8 and both attention
 GEMMs on the FP8 tensor cores (TensorRT-LLM's ``use_fp8_context_fmha``, which its
