@@ -884,9 +884,9 @@ def _expert_quantize(ops: list[Op], *, fused: bool) -> list[Op]:
         if op.name.endswith(".permute") and (block, False) in per_elem:
             op = op.with_(bytes_written=op.bytes_written / op.dtype.bytes * per_elem[(block, False)])
         elif op.name.endswith(".experts.act_and_mul"):
-            per = per_elem.get((op.name.split(".experts.", 1)[0], True))
-            if per is not None:
-                op = op.with_(bytes_written=op.bytes_written / op.dtype.bytes * per)
+            act_per = per_elem.get((op.name.split(".experts.", 1)[0], True))
+            if act_per is not None:
+                op = op.with_(bytes_written=op.bytes_written / op.dtype.bytes * act_per)
         fused_out.append(op)
     return fused_out
 
