@@ -254,7 +254,7 @@ class IterationModel:
         # against the context by the engine, not here
         spec = WorkloadSpec(Mode.PREFILL, 1, tokens, dtype=self.dtype, style="engine", attention="flash",
                             quantization="none", check_context=False)
-        trtllm = self.engine == "trtllm"
+        trtllm = self.profile.id == "trtllm"  # its CUTLASS MoE runner (_group_experts, _expert_quantize)
         ops = quantize_weights(_group_experts(list(build_workload(self.cfg, spec).ops), separate_permute=trtllm),
                                self.quant)
         return _expert_quantize(ops, fused=trtllm)
