@@ -23,9 +23,21 @@ and the MoE layers exchange tokens instead of all-reducing them (an all-gather o
 every rank's hidden vectors before the experts and a reduce-scatter of their
 weighted sums after, over the ``tp`` GPUs; dense layers of the model run on each
 GPU's own tokens with no collective). The batch the scheduler forms is the union
-of the ranks' batches, spread evenly: attention, the LM head and the per-sequence
-CPU work are priced for the busiest rank (``ceil(n / tp)`` of ``n`` sequences), the
-experts for every token. The KV cache of the union is ``tp`` times one GPU's.
+of the ranks' batches, spread evenly by sequence: attention, the LM head, the
+per-sequence CPU work and every layer outside the routed experts (projections,
+norms, shared experts, dense MLPs: a table of their own, by a rank's tokens) are
+priced for the busiest rank, ``ceil(n / tp)`` of the ``n`` decoding sequences and
+of the ``n`` prefill chunks, each chunk whole on its rank (a prompt is not split
+over ranks, so one long chunk paces every rank); the experts for every token of
+the union. The KV cache of the union is ``tp`` times one GPU's.
+
+A MoE layer's experts run as grouped GEMMs (:func:`_group_experts`) with the kernels around them as each
+engine launches them (:func:`_expert_quantize`): TensorRT-LLM's CUTLASS MoE runner copies every token's
+top-k rows into expert order in an expand kernel of its own, which (with FP8/FP4 GEMMs) writes them
+quantized, as its gated activation writes the second GEMM's input; vLLM's fused_moe gathers the rows inside
+its GEMM, after one per-token quantization of the hidden states. Both are recalled from the engines'
+sources (``moe_kernels.cu``'s expandInputRows / doGatedActivation / finalizeMoeRouting, vLLM's
+``fused_moe.py``), not re-checked against a stored copy.
 
 TensorRT-LLM (``engine="trtllm"``) with an FP8 KV cache on a GPU with FP8 tensor cores
 runs prefill attention as FP8 context FMHA: Q, K and V in FP8 and both attention
@@ -242,20 +254,23 @@ class IterationModel:
         # against the context by the engine, not here
         spec = WorkloadSpec(Mode.PREFILL, 1, tokens, dtype=self.dtype, style="engine", attention="flash",
                             quantization="none", check_context=False)
-        return quantize_weights(_group_experts(list(build_workload(self.cfg, spec).ops)), self.quant)
+        trtllm = self.profile.id == "trtllm"  # its CUTLASS MoE runner (_group_experts, _expert_quantize)
+        ops = quantize_weights(_group_experts(list(build_workload(self.cfg, spec).ops), separate_permute=trtllm),
+                               self.quant)
+        return _expert_quantize(ops, fused=trtllm)
 
-    def _ops(self, tokens: int) -> list[Op]:
-        """One GPU's ops for an iteration of ``tokens`` tokens (the union of the ranks' under attention DP)."""
+    def _ops(self, tokens: int) -> tuple[list[Op], list[Op]]:
+        """One GPU's ops at ``tokens`` tokens: those priced on the replica's ``tokens`` (every op; under attention
+        DP the routed experts over the union of the ranks' tokens), and under attention DP the ops an attention
+        rank runs unsharded on ``tokens`` tokens of its own (empty otherwise)."""
         if self.ep == 1 and not self.attention_dp:
-            return _shard(self._build(tokens), self.tp)
+            return _shard(self._build(tokens), self.tp), []
         full = self._build(tokens)
         experts = [_expert_share(o, self.ep) for o in _shard(full, self.tp // self.ep)
                    if _is_routed_expert(o) and o.kind is not OpKind.COMM]
         if self.attention_dp:  # each rank runs everything else on its own tokens, unsharded
-            rest = [o for o in self._build(-(-tokens // self.dp)) if not _is_routed_expert(o)]
-        else:
-            rest = [o for o in _shard(full, self.tp) if not _is_routed_expert(o)]
-        return rest + experts
+            return experts, [o for o in full if not _is_routed_expert(o)]
+        return [o for o in _shard(full, self.tp) if not _is_routed_expert(o)] + experts, []
 
     def _tables(self) -> None:
         """Tabulate what an iteration costs besides attention, and attention's per-layer constants."""
@@ -265,6 +280,10 @@ class IterationModel:
         self.weight_bytes = self._weight_bytes()
         dense = np.arange(self.max_tokens + 1, dtype=float)
         self._linear, self._linear_J = self._linear_table(grid, dense, lin_ops, owner)
+        self._rank_l: list[float] = [0.0]
+        self._rank_J_l: list[float] = [0.0]
+        if self._rank_ops[0]:  # attention DP: one rank's own ops, by its own tokens
+            self._rank_l, self._rank_J_l = (t.tolist() for t in self._linear_table(grid, dense, *self._rank_ops))
         self._comm = self._comm_table(grid, dense, comm_bytes, comm_calls)
         self._head, self._head_J = self._head_table(head_ops)
         self._scan_tables(grid, dense)
@@ -285,7 +304,8 @@ class IterationModel:
         """One GPU's ops at every grid size, sorted: the token-parallel ops (and the grid point each belongs
         to), the bytes each grid point's layer all-reduces carry and their calls per iteration, and the
         attention and LM-head ops of the smallest size (priced elsewhere). A state-space model's scans and
-        conv1d (which read and write each sequence's state) go to ``self._scan_prefill_ops`` instead."""
+        conv1d (which read and write each sequence's state) go to ``self._scan_prefill_ops`` instead, and under
+        attention DP the token-parallel ops a rank runs on its own tokens to ``self._rank_ops``."""
         lin_ops: list[Op] = []
         owner: list[int] = []
         comm_bytes = np.zeros(len(grid))
@@ -293,8 +313,10 @@ class IterationModel:
         head_ops: list[Op] = []
         ssm = self.cfg.ssm is not None
         self._scan_prefill_ops: tuple[list[Op], list[int]] = ([], [])
+        self._rank_ops: tuple[list[Op], list[int]] = ([], [])
         for i, t in enumerate(grid):
-            for op in self._ops(int(t)):
+            replica, rank = self._ops(int(t))
+            for own, op in [(False, o) for o in replica] + [(True, o) for o in rank]:
                 if op.kind is OpKind.COMM:
                     if ssm and "layers" in op.name.split(".", 1)[0]:
                         # a hybrid's layer all-reduces as the IR emits them (a Mamba mixer's out_proj, an
@@ -316,6 +338,10 @@ class IterationModel:
                 if ssm and _is_state_op(op):
                     self._scan_prefill_ops[0].append(op)
                     self._scan_prefill_ops[1].append(i)
+                    continue
+                if own:
+                    self._rank_ops[0].append(op)
+                    self._rank_ops[1].append(i)
                     continue
                 lin_ops.append(op)
                 owner.append(i)
@@ -555,6 +581,9 @@ class IterationModel:
                 r = -(-n_decode // dp)
                 decode_kv, n_decode = int(math.ceil(decode_kv * r / n_decode)), r
             logits = -(-logits // dp)
+            # ... whose own tokens run the layers outside the routed experts: its prefill chunks and decodes
+            linear += self._lookup(self._rank_l, q + n_decode)
+            dynamic += self._lookup(self._rank_J_l, q + n_decode)
         # the LM head runs on the last stage only, which then paces the pipeline: a stage here is that
         # slowest one (its layers and the head), so pp stages of it are a micro-batch's time in steady state
         head = self._lookup(self._head_l, logits)
@@ -605,7 +634,8 @@ class IterationModel:
         lookup = self._lookup
         r = -(-n // self.dp) if self.dp > 1 else n  # sequences of the busiest attention rank
         share = r / n if n else 1.0  # ... and its share of the cached tokens
-        fixed = (lookup(self._linear_l, n) + lookup(self._comm_l, n) + lookup(self._head_l, r)
+        fixed = (lookup(self._linear_l, n) + lookup(self._rank_l, r if self.dp > 1 else 0)
+                 + lookup(self._comm_l, n) + lookup(self._head_l, r)
                  + self._cpu_fixed + self._cpu_per_seq * r + (att.fixed_s + att.per_sequence_s * r) * layers)
         if self._has_scan:
             fixed += lookup(self._scan_d_l, n)
@@ -643,9 +673,10 @@ class IterationModel:
         scan_s, scan_J = (lookup(self._scan_d_l, n), lookup(self._scan_d_J_l, n)) if self._has_scan else (0.0, 0.0)
         local = self._local_layers
         full = layers - local
-        return (lookup(self._linear_l, n) + scan_s, lookup(self._comm_l, n), lookup(self._head_l, r),
-                self._cpu_fixed + self._cpu_per_seq * r,
-                lookup(self._linear_J_l, n) + lookup(self._head_J_l, r) + scan_J,
+        rank = r if self.dp > 1 else 0  # attention DP: the busiest rank's own tokens (rank tables)
+        return (lookup(self._linear_l, n) + lookup(self._rank_l, rank) + scan_s, lookup(self._comm_l, n),
+                lookup(self._head_l, r), self._cpu_fixed + self._cpu_per_seq * r,
+                lookup(self._linear_J_l, n) + lookup(self._rank_J_l, rank) + lookup(self._head_J_l, r) + scan_J,
                 self._dec_flop_per_pair * full * share, (self._dec_q_bytes + self._dec_o_bytes * r) * layers,
                 self._dec_kv_bytes_per_ctx * full * share, self._dec_flop_per_pair * local * share,
                 self._dec_kv_bytes_per_ctx * local * share, float(n * (self.local_window or 1)))
@@ -769,15 +800,18 @@ def _routed_expert_params(cfg: ModelConfig, *, biases: bool = True) -> float:
     return float(per * moe.num_experts * sum(moe.is_moe_layer(i) for i in range(cfg.num_layers)))
 
 
-def _group_experts(ops: list[Op]) -> list[Op]:
+def _group_experts(ops: list[Op], *, separate_permute: bool = False) -> list[Op]:
     """Serving engines run a MoE layer's experts as grouped kernels (vLLM's fused_moe, TensorRT-LLM's MoE
     plugin): one GEMM launch per projection covers every active expert, each with its own weights and tokens.
 
     The builders emit one op per active expert (``count`` = layers x experts); here each becomes one op per
     layer whose leading GEMM dimension is the expert group (dims ``(experts, tokens, k, n)``: the kernel model
     prices tiles and weight traffic per group), and the pointwise kernels cover every expert's tokens at once.
-    The token permutation is a gather inside the grouped GEMM, not a pass of its own; the weighted sum of
-    the experts' outputs stays one.
+    The weighted sum of the experts' outputs stays one kernel. The token permutation is a gather inside the
+    grouped GEMM in vLLM's fused_moe (its Triton kernel reads each expert's rows through the sorted token
+    ids), so it is dropped; TensorRT-LLM's CUTLASS MoE runner (``separate_permute``) copies every token's
+    top-k rows into expert order in a kernel of its own (``expandInputRowsKernel``, which also quantizes
+    them for FP8/FP4 GEMMs) before the first grouped GEMM, so the builder's ``permute`` stays.
     """
     layers: dict[str, int] = {}
     for op in ops:
@@ -785,7 +819,7 @@ def _group_experts(ops: list[Op]) -> list[Op]:
             layers[op.name.split(".router.")[0]] = op.count
     out: list[Op] = []
     for op in ops:
-        if op.name.endswith(".permute") and op.name.rsplit(".", 1)[0] in layers:
+        if op.name.endswith(".permute") and op.name.rsplit(".", 1)[0] in layers and not separate_permute:
             continue
         if ".experts." not in op.name:
             out.append(op)
@@ -808,6 +842,54 @@ def _group_experts(ops: list[Op]) -> list[Op]:
         else:
             out.append(op)
     return out
+
+
+def _expert_quantize(ops: list[Op], *, fused: bool) -> list[Op]:
+    """The quantize kernels of a MoE layer's grouped GEMMs (FP8/INT8/FP4 activations), as the engines run them.
+
+    :func:`~perfcast.workload.transforms.quantize_weights` gives each GEMM a cast of its own input as if it
+    were one expert's rows. ``fused`` (TensorRT-LLM's CUTLASS MoE runner) quantizes them inside its other
+    kernels: the expand kernel (``permute``) writes every token's top-k rows in the first GEMM's input format
+    and the gated activation writes the second GEMM's, so the casts go and those two kernels write the
+    narrower rows (per element: the cast's output bytes over its input count). Otherwise (vLLM's fused_moe)
+    the layer's hidden states are quantized once, per token, before the first GEMM gathers its rows from
+    them, and the second GEMM's input (every routed row's intermediate, all experts) is quantized whole.
+    """
+    per_elem: dict[tuple[str, bool], float] = {}  # (MoE block, second GEMM) -> quantized bytes per element
+    tokens: dict[str, tuple[int, int]] = {}  # MoE block -> (tokens, hidden) its router sees
+    gemms = {op.name: op for op in ops if op.kind is OpKind.GEMM}
+    for name, op in gemms.items():
+        if name.endswith(".router.gate"):
+            tokens[name.removesuffix(".router.gate")] = (op.dims[1], op.dims[2])
+    out: list[Op] = []
+    for op in ops:
+        if not (".experts." in op.name and op.op == "cast" and op.kind is OpKind.VECTOR):
+            out.append(op)
+            continue
+        block, proj = op.name.split(".experts.", 1)
+        second = proj.startswith("down_proj")
+        per = op.bytes_written / max(op.flops, 1.0)  # a cast's FLOPs count its elements
+        per_elem[(block, second)] = per
+        if fused:
+            continue
+        g, m, k, _ = gemms[op.name.rsplit(".", 1)[0]].dims
+        t, h = tokens.get(block, (g * m, k))
+        elems = g * m * k if second else t * h
+        out.append(op.with_(dims=(1, elems), flops=float(elems), bytes_read=elems * op.bytes_read / max(op.flops, 1.0),
+                            bytes_written=elems * per))
+    if not fused:
+        return out
+    fused_out: list[Op] = []
+    for op in out:
+        block = op.name.rsplit(".", 1)[0]
+        if op.name.endswith(".permute") and (block, False) in per_elem:
+            op = op.with_(bytes_written=op.bytes_written / op.dtype.bytes * per_elem[(block, False)])
+        elif op.name.endswith(".experts.act_and_mul"):
+            act_per = per_elem.get((op.name.split(".experts.", 1)[0], True))
+            if act_per is not None:
+                op = op.with_(bytes_written=op.bytes_written / op.dtype.bytes * act_per)
+        fused_out.append(op)
+    return fused_out
 
 
 def _shard(ops: list[Op], tp: int) -> list[Op]:

@@ -9,7 +9,7 @@ from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
 from perfcast.serving.config import ServingConfig, WorkloadConfig
 from perfcast.serving.engine import simulate_serving
-from perfcast.serving.iteration import IterationModel, weight_bytes_per_gpu
+from perfcast.serving.iteration import IterationModel, PrefillChunk, weight_bytes_per_gpu
 from perfcast.system.collectives import collective_times
 
 QWEN = "Qwen/Qwen3-30B-A3B"  # 128 experts, top-8, 4 KV heads
@@ -87,3 +87,40 @@ def test_bad_parallel_options() -> None:
         _model(2, dp=True, model="meta-llama/Llama-2-7b-hf", hw=RTX)
     with pytest.raises(ConfigError, match="must divide"):
         IterationModel(QWEN, RTX, tp=4, ep=3)
+
+
+def test_attention_dp_rank_runs_its_whole_prefill_chunk() -> None:
+    """A prefill chunk belongs to one attention rank: that rank runs the layers outside the routed experts on
+    all of its tokens while the experts see the union's; one 1600-token chunk costs more than four chunks of
+    400 (the same tokens, one per rank), and the difference is the rank's own layers, not the experts'."""
+    m = _model(4, dp=True)
+    one = m.breakdown((PrefillChunk(1600, 1600),), 64, 64 * 500)
+    four = m.breakdown(tuple(PrefillChunk(400, 400) for _ in range(4)), 64, 64 * 500)
+    assert one.linear_s > four.linear_s
+    assert one.tp_comm_s == pytest.approx(four.tp_comm_s)  # the MoE collectives carry the union either way
+    rank, union = m._rank_l, m._linear_l
+    assert one.linear_s - four.linear_s == pytest.approx(rank[1600 + 16] - rank[400 + 16], rel=1e-9)
+    assert union[1664] > 0 and rank[1664] > 0
+
+
+def test_trtllm_moe_expands_rows_in_a_kernel_of_its_own_with_the_quantize_fused() -> None:
+    """TensorRT-LLM's CUTLASS MoE copies every token's top-k rows into expert order (quantized for the FP4
+    GEMM) before the first grouped GEMM; vLLM's fused_moe gathers them inside the GEMM."""
+    trt = {o.name: o for o in _model(1)._ops(512)[0]}
+    vllm_model = IterationModel(QWEN, RTX, tp=1, dtype=DType.FP16, quantization="fp4", max_tokens=2048,
+                                max_seqs=512, engine="vllm")
+    vllm = {o.name: o for o in vllm_model._ops(512)[0]}
+    permute = trt["moe_layers.mlp.permute"]
+    k, h = 8, 2048  # Qwen3-30B-A3B: top-8 experts, hidden 2048
+    assert permute.bytes_written == pytest.approx(512 * k * h * (0.5 + 1 / 16))  # NVFP4 rows and their scales
+    assert "moe_layers.mlp.permute" not in vllm
+    assert not [n for n in trt if ".experts." in n and "quantize" in n]
+    # vLLM quantizes the hidden states once per token, then every routed row's intermediate (all the experts')
+    first, second = vllm["moe_layers.mlp.experts.gate_up_proj.quantize_fp4"], vllm[
+        "moe_layers.mlp.experts.down_proj.quantize_fp4"]
+    g, m, width, _ = vllm["moe_layers.mlp.experts.down_proj"].dims
+    assert first.dims == (1, 512 * h)
+    assert second.dims == (1, g * m * width)
+    assert second.bytes_written == pytest.approx(g * m * width * (0.5 + 1 / 16))
+    act_trt, act_vllm = trt["moe_layers.mlp.experts.act_and_mul"], vllm["moe_layers.mlp.experts.act_and_mul"]
+    assert act_trt.bytes_written == pytest.approx(act_vllm.bytes_written / 2 * (0.5 + 1 / 16))
