@@ -67,6 +67,7 @@ from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.groundtruth.files import ROW_ERRORS, row_status
 from perfcast.serving.config import PRECISION_QUANTIZATION, ServingConfig, WorkloadConfig
+from perfcast.serving.engines import load_engine
 from perfcast.serving.experiments.mlperf import MLPerfResult
 from perfcast.serving.experiments.run import MLPerfScenario, Simulation, run_experiment
 from perfcast.serving.iteration import weight_bytes_per_gpu
@@ -78,9 +79,12 @@ __all__ = ["KV_FREE_MEMORY_FRAC", "MAX_BATCH", "MAX_NUM_TOKENS", "METRICS", "MLP
            "attention_dp_default", "inference_config", "predict_inference_rows", "row_value"]
 
 NUM_REQUESTS = 1000
-MAX_BATCH = 2048
-MAX_NUM_TOKENS = 8192
-KV_FREE_MEMORY_FRAC = 0.9  # TensorRT-LLM's kv_cache_free_gpu_mem_fraction default: of the memory left after the weights
+# TensorRT-LLM's defaults, from its engine profile (data/engines/trtllm.yaml): max_batch_size, max_num_tokens and
+# kv_cache_free_gpu_mem_fraction (of the memory left after the weights)
+_TRTLLM = load_engine("trtllm")
+MAX_BATCH = _TRTLLM.max_num_seqs
+MAX_NUM_TOKENS = _TRTLLM.max_num_batched_tokens
+KV_FREE_MEMORY_FRAC = _TRTLLM.gpu_memory_utilization
 MLPERF_WEIGHT_FRAC = 0.6  # an MLPerf row without tp: the smallest tp whose weights take at most this share of a GPU
 _TOTALS = ("throughput_tokens_per_s", "output_throughput_tokens_per_s_total", "output_tokens_per_s_total")
 # metric -> (ServingMetrics field, distribution statistic or "", scale to the row's unit)
@@ -131,7 +135,7 @@ def inference_config(row: dict[str, str], *, num_requests: int | None = None) ->
     return ServingConfig(
         model=model, hardware=row["gpu_id"], tensor_parallel_size=tp, pipeline_parallel_size=_int(row, "pp"),
         expert_parallel_size=tp if dp else 1, attention_data_parallel=dp, scheduler="orca",
-        engine="trtllm", dtype="fp16", quantization=quant,  # type: ignore[arg-type]
+        engine=_TRTLLM.id, dtype="fp16", quantization=quant,  # type: ignore[arg-type]
         # under attention DP each rank has its own scheduler with these limits
         max_num_seqs=MAX_BATCH * (tp if dp else 1), max_num_batched_tokens=MAX_NUM_TOKENS * (tp if dp else 1),
         max_model_len=isl + osl, allow_long_max_model_len=isl + osl > load_model(model).max_positions,
@@ -177,7 +181,7 @@ def _mlperf_config(row: dict[str, str], workload: str, metric: str, num_requests
     max_len = bench.input.max_tokens + bench.output.max_tokens
     cfg = ServingConfig(
         model=model, hardware=gpu, tensor_parallel_size=tp, pipeline_parallel_size=pp, num_replicas=replicas,
-        expert_parallel_size=tp if dp else 1, attention_data_parallel=dp, scheduler="orca", engine="trtllm",
+        expert_parallel_size=tp if dp else 1, attention_data_parallel=dp, scheduler="orca", engine=_TRTLLM.id,
         dtype="fp16", quantization=quant,  # type: ignore[arg-type]
         max_num_seqs=MAX_BATCH * (tp if dp else 1), max_num_batched_tokens=MAX_NUM_TOKENS * (tp if dp else 1),
         max_model_len=max_len, gpu_memory_utilization=_memory_frac(model, gpu, tp, pp, quant, dp))
