@@ -257,6 +257,32 @@ class ReplicaScheduler:
         batch.num_decode, batch.decode_context_tokens = self.decoding.totals()
         return batch if batch.num_decode or batch.prefill else None
 
+    def _fill_chunks(self, batch: Batch, budget: int, *, decode_arrivals: bool) -> None:
+        """Fill ``budget`` tokens of ``batch`` with prompt chunks (chunked-prefill policies): the prompts in flight
+        first, oldest first, then new admissions FCFS while a seat, the KV cache and the budget allow (none while
+        requests are swapped out). An admission whose KV arrived from a prefill pool has nothing to prefill: with
+        ``decode_arrivals`` it decodes in this iteration (its beams count against the budget), else it waits for
+        the next decode batch."""
+        for req in self.prefilling:
+            if budget <= 0:
+                break
+            n = min(budget, req.prefill_target - req.computed_tokens)
+            batch.prefill.append((req, n))
+            budget -= n
+        while budget > 0 and self.waiting and not self.swapped and self._has_seat(self.waiting[0]):
+            req = self.waiting[0]
+            if not self._can_admit(req):
+                break
+            self.waiting.popleft()
+            self._admit(req)
+            n = min(budget, req.remaining_prefill)
+            if n:
+                batch.prefill.append((req, n))
+            elif decode_arrivals:
+                self._reserve_slot(batch, req)
+                n = req.num_beams
+            budget -= n
+
     def _swap_in(self, batch: Batch) -> None:
         while self.swapped and self._has_seat(self.swapped[0]):
             req = self.swapped[0]

@@ -31,24 +31,5 @@ class SarathiScheduler(ReplicaScheduler):
         if self.swapped:
             self._swap_in(batch)
         self._reserve_decode_step(batch)
-        budget = self.limits.chunk_size - len(self.decoding)
-        for req in self.prefilling:  # prompts in flight, oldest first
-            if budget <= 0:
-                break
-            n = min(budget, req.prefill_target - req.computed_tokens)
-            batch.prefill.append((req, n))
-            budget -= n
-        while budget > 0 and self.waiting and not self.swapped and self._has_seat(self.waiting[0]):
-            req = self.waiting[0]
-            if not self._can_admit(req):
-                break
-            self.waiting.popleft()
-            self._admit(req)
-            n = min(budget, req.remaining_prefill)
-            if n:
-                batch.prefill.append((req, n))
-            else:  # its KV arrived from a prefill pool: it decodes in this iteration
-                self._reserve_slot(batch, req)
-                n = req.num_beams
-            budget -= n
+        self._fill_chunks(batch, self.limits.chunk_size - len(self.decoding), decode_arrivals=True)
         return self._close(batch)

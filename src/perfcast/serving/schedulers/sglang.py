@@ -32,25 +32,8 @@ class SGLangScheduler(ReplicaScheduler):
         batch = Batch()
         if self.swapped:
             self._swap_in(batch)
-        if not self.swapped:
-            budget = self.limits.chunk_size
-            for req in self.prefilling:  # the prompt being chunked goes on first
-                if budget <= 0:
-                    break
-                n = min(budget, req.prefill_target - req.computed_tokens)
-                if n > 0:
-                    batch.prefill.append((req, n))
-                    budget -= n
-            while budget > 0 and self.waiting and self._has_seat(self.waiting[0]):
-                req = self.waiting[0]
-                if not self._can_admit(req):
-                    break
-                self.waiting.popleft()
-                self._admit(req)
-                n = min(budget, req.remaining_prefill)
-                if n:
-                    batch.prefill.append((req, n))
-                    budget -= n
+        if not self.swapped:  # a prefill batch of its own: KV arriving from a prefill pool waits for the decodes
+            self._fill_chunks(batch, self.limits.chunk_size, decode_arrivals=False)
             if batch.prefill:
                 return batch
         self._reserve_decode_step(batch)
