@@ -290,3 +290,21 @@ def test_explain_breaks_the_iterations_time_down_by_part() -> None:
 
 def test_explain_does_not_combine_with_a_colocated_model() -> None:
     assert "--explain" in user_error(invoke([*BASE, "--explain", "--colocate-model", "llama-2-7b"]))
+
+
+def test_engine_profile_sets_the_scheduling_flags_and_explicit_flags_win() -> None:
+    from perfcast.cli.serve import _engine_fields
+
+    unset = dict.fromkeys(("scheduler", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+                           "chunk_size", "gpu_memory_utilization"))
+    sg = _engine_fields("sglang", "llama-3.1-8b", "h100-sxm-80gb", 1, "auto", unset)
+    assert (sg["engine"], sg["scheduler"], sg["chunk_size"]) == ("sglang", "sglang", 8192)
+    # a scheduler given explicitly takes the profile's token budget as its own kind of budget
+    v0 = _engine_fields("sglang", "llama-3.1-8b", "h100-sxm-80gb", 1, "auto", unset | {"scheduler": "vllm"})
+    assert (v0["scheduler"], v0["max_num_batched_tokens"], v0["chunk_size"]) == ("vllm", 8192, 512)
+    mine = _engine_fields("vllm", "llama-3.1-8b", "h100-sxm-80gb", 1, "auto", unset | {"chunk_size": 1024,
+                                                                                        "max_num_seqs": 64})
+    assert (mine["chunk_size"], mine["max_num_seqs"]) == (1024, 64)
+    plain = _engine_fields(None, "llama-3.1-8b", "h100-sxm-80gb", 1, "auto", unset)
+    assert (plain["engine"], plain["scheduler"], plain["chunk_size"], plain["max_num_seqs"]) == ("vllm", "vllm", 512,
+                                                                                                 256)

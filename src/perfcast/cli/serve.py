@@ -219,13 +219,12 @@ def _engine_fields(engine: str | None, model: str, hardware: str, tp: int, quant
                 weights = None  # the simulation reports what is wrong with the model
         fields.update(engine_settings(profile, memory, weights))
     explicit = {k: v for k, v in given.items() if v is not None}
-    if "scheduler" in explicit or "enable_chunked_prefill" in explicit:
-        budget = fields.pop("chunk_size", None) if fields.get("scheduler") in ("sarathi", "sglang") else None
-        budget = budget if budget is not None and engine is not None else fields.get("max_num_batched_tokens")
-        fields["chunk_size"] = _FLAG_DEFAULTS["chunk_size"]
-        fields["max_num_batched_tokens"] = None
+    if engine is not None and ("scheduler" in explicit or "enable_chunked_prefill" in explicit):
+        chunked_profile = fields["scheduler"] in ("sarathi", "sglang")
+        budget = fields["chunk_size"] if chunked_profile else fields["max_num_batched_tokens"]
+        fields["chunk_size"], fields["max_num_batched_tokens"] = _FLAG_DEFAULTS["chunk_size"], None
         chunked = explicit.get("scheduler") in ("sarathi", "sglang") or explicit.get("enable_chunked_prefill")
-        if budget is not None and engine is not None:
+        if budget is not None:
             fields["chunk_size" if chunked else "max_num_batched_tokens"] = budget
     fields.update(explicit)
     return fields

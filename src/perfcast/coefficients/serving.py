@@ -101,13 +101,15 @@ class ServingCoefficients(ServingFit, CanonicalJson):
         """The efficiency of the stack GPUs of ``vendor`` serve with (identity for CUDA)."""
         return self.stacks.get(stack_of(vendor), StackEfficiency())
 
+    def with_fit(self, fit: ServingFit) -> ServingCoefficients:
+        """These coefficients with ``fit``'s in place of their own (the rest, ``held_out`` included, kept)."""
+        return self.model_copy(update={"engines": fit.engines, "custom_allreduce": fit.custom_allreduce,
+                                       "stacks": fit.stacks})
+
     def without(self, gpu: str) -> ServingCoefficients:
         """These coefficients as fitted without ``gpu``'s rows (themselves when no such fit is stored)."""
         fold = self.held_out.get(gpu)
-        if fold is None:
-            return self
-        return self.model_copy(update={"engines": fold.engines, "custom_allreduce": fold.custom_allreduce,
-                                       "stacks": fold.stacks})
+        return self if fold is None else self.with_fit(fold)
 
 
 _LOAD = versioned_loader(data_path("coefficients", "serving.json"), ServingCoefficients,

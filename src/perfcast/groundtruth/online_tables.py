@@ -51,6 +51,7 @@ from perfcast.serving.config import ServingConfig, WorkloadConfig
 from perfcast.serving.engines import engine_settings, load_engine
 from perfcast.serving.experiments.run import Simulation, run_experiment
 from perfcast.serving.iteration import weight_bytes_per_gpu
+from perfcast.serving.outcomes import RequestStatus
 from perfcast.serving.result import ServingResult
 
 __all__ = ["LENGTH_RANGE_RATIO", "MTP_ACCEPTANCE", "MTP_DRAFT_TOKENS", "PROMPTS_PER_CONCURRENCY", "online_config",
@@ -135,8 +136,7 @@ def _stats(values: np.ndarray, prefix: str) -> dict[str, float]:
 def online_figures(res: ServingResult, num_gpus: int) -> dict[str, float]:
     """Every target of :data:`ONLINE_TARGETS` from one finished simulation of ``num_gpus`` GPUs."""
     m = res.metrics
-    done = np.array([s == "completed" for s in res.status], dtype=bool) if res.status else np.isfinite(
-        res.finish_s)
+    done = np.array([s == RequestStatus.COMPLETED for s in res.status], dtype=bool)
     arrival, first, finish = res.arrival_s[done], res.first_token_s[done], res.finish_s[done]
     out_tok = res.output_tokens[done]
     decodes = out_tok >= 2

@@ -86,6 +86,7 @@ def _profiles() -> dict[str, EngineProfile]:
     return out
 
 
+@cache
 def _names() -> dict[str, str]:
     names: dict[str, str] = {}
     for prof in _profiles().values():

@@ -209,7 +209,6 @@ class IterationModel:
         if self.profile.id not in self.sc.engines:
             raise ConfigError(f"engine {self.engine!r} has no fitted CPU overhead in the serving coefficients; "
                               f"those have {', '.join(sorted(self.sc.engines))}")
-        self.datasheet = self.hw
         self.hw = stack_hardware(self.hw, self.sc.stack(self.hw.vendor))
         if self.quantization not in QUANTIZATION_CHOICES:
             raise ConfigError(f"unknown quantization {self.quantization!r}; use one of "

@@ -143,11 +143,6 @@ def _fit_of(base: ServingCoefficients, params: Sequence[Param], values: Sequence
                       stacks={k: StackEfficiency(**v) for k, v in stacks.items()})
 
 
-def _with_fit(base: ServingCoefficients, fit: ServingFit) -> ServingCoefficients:
-    return base.model_copy(update={"engines": fit.engines, "custom_allreduce": fit.custom_allreduce,
-                                   "stacks": fit.stacks})
-
-
 def _residuals(rows: Sequence[dict[str, str]], cal: Calibration) -> np.ndarray:
     """Per row, the log ratio predicted / measured of each of :data:`FIT_TARGETS` (0 where either is missing)."""
     out = np.zeros((len(rows), len(FIT_TARGETS)))
@@ -178,7 +173,7 @@ def fit_serving_rows(rows: Sequence[dict[str, str]], cal: Calibration, *, iterat
     x = prior_x.copy()
 
     def cal_at(xx: np.ndarray) -> Calibration:
-        return cal.with_serving(_with_fit(base, _fit_of(base, params, np.exp(xx).tolist())))
+        return cal.with_serving(base.with_fit(_fit_of(base, params, np.exp(xx).tolist())))
 
     def huber(r: np.ndarray) -> np.ndarray:
         a = np.abs(r)
