@@ -56,6 +56,11 @@ class EngineProfile(BaseModel):
     custom_allreduce_max_bytes: float = Field(ge=0)
     fp8_context_attention: bool = Field(description="prefill attention in FP8 with an FP8 KV cache on GPUs with "
                                         "FP8 tensor cores")
+    moe_expand_kernel: bool = Field(default=False, description="MoE: every token's top-k rows are copied into "
+                                    "expert order by a kernel of their own that writes them quantized, and the "
+                                    "gated activation writes the second grouped GEMM's quantized input "
+                                    "(TensorRT-LLM's CUTLASS MoE runner); false: the grouped GEMM gathers its rows "
+                                    "after one per-token quantize (vLLM's and SGLang's fused_moe)")
     source: list[str]
     notes: str = ""
 

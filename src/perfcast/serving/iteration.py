@@ -253,10 +253,10 @@ class IterationModel:
         # against the context by the engine, not here
         spec = WorkloadSpec(Mode.PREFILL, 1, tokens, dtype=self.dtype, style="engine", attention="flash",
                             quantization="none", check_context=False)
-        trtllm = self.profile.id == "trtllm"  # its CUTLASS MoE runner (_group_experts, _expert_quantize)
-        ops = quantize_weights(_group_experts(list(build_workload(self.cfg, spec).ops), separate_permute=trtllm),
+        expand = self.profile.moe_expand_kernel  # TensorRT-LLM's CUTLASS MoE runner (_group_experts, _expert_quantize)
+        ops = quantize_weights(_group_experts(list(build_workload(self.cfg, spec).ops), separate_permute=expand),
                                self.quant)
-        return _expert_quantize(ops, fused=trtllm)
+        return _expert_quantize(ops, fused=expand)
 
     def _ops(self, tokens: int) -> tuple[list[Op], list[Op]]:
         """One GPU's ops at ``tokens`` tokens: those priced on the replica's ``tokens`` (every op; under attention
