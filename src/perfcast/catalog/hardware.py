@@ -13,6 +13,12 @@ the id reads back to the same device wherever a hardware name is accepted. The s
 vendor's label: like every catalog entry, "94 GB" is read as 94 GiB (HBM stacks come in
 binary sizes; an H100's "80 GB" is 80 GiB), and ``gib`` says the same explicitly. An
 override to the entry's own memory is the entry itself.
+
+Power limits. A board runs under a power limit its owner sets (``nvidia-smi -pl``), TDP by default.
+``@<watts>w`` after a hardware name (``a100-sxm-40gb@250w``, ``h100-sxm-80gb@94gb@400w``: after a memory
+override) is the entry with ``power_limit_W`` set and the suffix kept in its id: the clocks a saturated
+datapath sustains and every op's energy are capped at the limit, while the static power and the datapaths'
+energy stay the board's (they do not change with the limit). A limit equal to the TDP is the entry itself.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from perfcast.errors import CatalogError, ConfigError, UnknownNameError, Unsuppo
 from perfcast.yamlio import load_model_file
 
 __all__ = ["MEMORY_OVERRIDE_SEP", "Fabric", "Hardware", "Interconnect", "PeakFlops", "base_hardware_id",
-           "list_hardware", "load_hardware", "with_memory"]
+           "list_hardware", "load_hardware", "with_memory", "with_power_limit"]
 
 MEMORY_OVERRIDE_SEP = "@"  # "h100-sxm-80gb@94gb": the entry with 94 GiB of memory
 _MEMORY_SIZE = re.compile(r"^(?P<value>[0-9]+(?:\.[0-9]+)?)(?P<unit>gb|gib)$")
@@ -42,6 +48,9 @@ _MEMORY_OVERRIDE_HELP = ("give the GPU memory after '@' as a positive number of 
                          "gh200-96gb@144gb (the vendor's GB label, read as GiB like every catalog entry; 'gib' "
                          "also accepted)")
 _MIN_MEMORY_BYTES = 2**20  # an override of less than 1 MiB is a typo, and its id could not say it
+_POWER_LIMIT = re.compile(r"^(?P<value>[0-9]+(?:\.[0-9]+)?)w$")
+_POWER_LIMIT_HELP = ("give the power limit after '@' in watts, e.g. a100-sxm-40gb@250w or h100-sxm-80gb@94gb@400w "
+                     "(between 5 % of the board's TDP and twice it)")
 
 
 class _Frozen(BaseModel):
@@ -91,8 +100,13 @@ class Interconnect(_Frozen):
 class Hardware(_Frozen):
     """One device as PyTorch sees it (a multi-die board is described per die, see ``dies_per_board``)."""
 
+    @property
+    def power_cap_W(self) -> float:
+        """The power the board may draw, watts: its power limit, else its TDP."""
+        return self.power_limit_W if self.power_limit_W is not None else self.tdp_W
+
     # a catalog id, or one with an explicit memory override ("h100-sxm-80gb@94gb", see the module docstring)
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*(@[0-9]+(\.[0-9]+)?gb)?$")
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*(@[0-9]+(\.[0-9]+)?gb)?(@[0-9]+(\.[0-9]+)?w)?$")
     name: str
     vendor: Literal["nvidia", "amd", "intel", "google", "cpu", "other"]
     kind: Literal["gpu", "cpu", "accelerator"] = "gpu"
@@ -119,6 +133,8 @@ class Hardware(_Frozen):
                                   description="speedup of 2:4 structured sparsity on matrix formats")
     interconnect: Interconnect = Interconnect()
     tdp_W: float = Field(gt=0)
+    power_limit_W: float | None = Field(default=None, gt=0, description="the board's power limit when it is not "
+                                        "the TDP (an override, @<watts>w; see the module docstring)")
     dies_per_board: int = Field(default=1, ge=1)
     cpu: CpuEfficiency | None = Field(default=None, description="fitted CPU cost model (`perfcast calibrate`); "
                                       "a device with one is priced by perfcast.kernel.cpu")
@@ -216,8 +232,8 @@ def list_hardware() -> list[Hardware]:
 
 
 def base_hardware_id(hardware_id: str) -> str:
-    """The catalog id under an id with a memory override ("h100-sxm-80gb@94gb" -> "h100-sxm-80gb");
-    any other id unchanged."""
+    """The catalog id under an id with a memory or power override ("h100-sxm-80gb@94gb@400w" ->
+    "h100-sxm-80gb"); any other id unchanged."""
     return hardware_id.split(MEMORY_OVERRIDE_SEP, 1)[0]
 
 
@@ -231,23 +247,60 @@ def with_memory(hardware: str | Path | Hardware, memory_bytes: float) -> Hardwar
     if memory_bytes == hw.memory_bytes:
         return hw
     base = base_hardware_id(hw.id)
-    size_gib = f"{memory_bytes / 2**30:.6f}".rstrip("0").rstrip(".")  # plain decimals: the id pattern has no "e"
+    size_gib = _plain(memory_bytes / 2**30)
     override = f"{base}{MEMORY_OVERRIDE_SEP}{size_gib}gb"
     note = f"Memory overridden to {size_gib} GiB ({override}); every other value is {base}'s."
-    return Hardware.model_validate({
+    out = Hardware.model_validate({
         **hw.model_dump(), "id": override, "name": f"{hw.name} ({size_gib} GB)", "aliases": (),
-        "memory_bytes": memory_bytes, "notes": f"{hw.notes} {note}".strip()})
+        "memory_bytes": memory_bytes, "power_limit_W": None, "notes": f"{hw.notes} {note}".strip()})
+    return out if hw.power_limit_W is None else with_power_limit(out, hw.power_limit_W)
+
+
+def with_power_limit(hardware: str | Path | Hardware, power_limit_W: float) -> Hardware:
+    """``hardware`` under a power limit of ``power_limit_W`` watts (see the module docstring); its id carries the
+    limit as a suffix, ``<id>@<W>w``. The entry without a limit when ``power_limit_W`` is its TDP."""
+    hw = load_hardware(hardware)
+    if not (math.isfinite(power_limit_W) and 0.05 * hw.tdp_W <= power_limit_W <= 2.0 * hw.tdp_W):
+        raise ConfigError(f"power limit {power_limit_W:g} W of {hw.id}: {_POWER_LIMIT_HELP}")
+    base, *suffixes = hw.id.split(MEMORY_OVERRIDE_SEP)
+    unlimited = MEMORY_OVERRIDE_SEP.join([base, *(p for p in suffixes if p.endswith("gb"))])
+    if power_limit_W == hw.tdp_W:
+        return hw if hw.power_limit_W is None else hw.model_copy(update={"id": unlimited, "power_limit_W": None})
+    watts = _plain(power_limit_W)
+    override = f"{unlimited}{MEMORY_OVERRIDE_SEP}{watts}w"
+    note = f"Power limit {watts} W ({override}); TDP {hw.tdp_W:g} W."
+    return Hardware.model_validate({
+        **hw.model_dump(), "id": override, "name": f"{hw.name} at {watts} W", "aliases": (),
+        "power_limit_W": round(power_limit_W, 6), "notes": f"{hw.notes} {note}".strip()})
+
+
+def _plain(value: float) -> str:
+    """``value`` as plain decimals (the id pattern has no exponent)."""
+    return f"{value:.6f}".rstrip("0").rstrip(".")
 
 
 def _memory_override(text: str) -> Hardware:
-    """``<hardware>@<size>gb``: the hardware with that memory (see the module docstring)."""
-    base, _, size = text.rpartition(MEMORY_OVERRIDE_SEP)
-    match = _MEMORY_SIZE.match(size.strip().lower().replace(" ", ""))
-    if (not base.strip() or MEMORY_OVERRIDE_SEP in base or match is None
-            or float(match["value"]) * 2**30 < _MIN_MEMORY_BYTES):
-        raise ConfigError(f"bad memory override {text!r}: {_MEMORY_OVERRIDE_HELP}")
-    # rounded as the id writes it, so the id reads back to the same bytes
-    return with_memory(load_hardware(base.strip()), round(float(match["value"]), 6) * 2**30)
+    """``<hardware>@<size>gb[@<watts>w]``: the hardware with that memory and power limit (see the module
+    docstring)."""
+    base, *suffixes = text.split(MEMORY_OVERRIDE_SEP)
+    if not base.strip() or not suffixes or len(suffixes) > 2:
+        raise ConfigError(f"bad hardware override {text!r}: {_MEMORY_OVERRIDE_HELP}; or {_POWER_LIMIT_HELP}")
+    hw = load_hardware(base.strip())
+    seen: set[str] = set()
+    for raw in suffixes:
+        size = raw.strip().lower().replace(" ", "")
+        power = _POWER_LIMIT.match(size)
+        if power is not None and "w" not in seen and (len(suffixes) == 1 or raw is suffixes[-1]):
+            seen.add("w")
+            hw = with_power_limit(hw, round(float(power["value"]), 6))
+            continue
+        match = _MEMORY_SIZE.match(size)
+        if match is None or "gb" in seen or float(match["value"]) * 2**30 < _MIN_MEMORY_BYTES:
+            raise ConfigError(f"bad hardware override {text!r}: {_MEMORY_OVERRIDE_HELP}; or {_POWER_LIMIT_HELP}")
+        seen.add("gb")
+        # rounded as the id writes it, so the id reads back to the same bytes
+        hw = with_memory(hw, round(float(match["value"]), 6) * 2**30)
+    return hw
 
 
 def load_hardware(name: str | Path | Hardware) -> Hardware:

@@ -10,7 +10,8 @@ a share of TDP for leakage and I/O. The DRAM traffic that feeds the math units
 adds interface power (energy per bit of the memory kind, from the literature)
 in proportion to the FLOP rate; it does not depend on the peak bandwidth, so
 more bandwidth never slows a device down. The device runs at the
-largest ``x <= 1`` with ``P(x) <= TDP``. Every input is a datasheet figure
+largest ``x <= 1`` with ``P(x) <= `` its power cap (the board's power limit, TDP by default;
+``P_static`` stays the board's share of TDP under a lower limit). Every input is a datasheet figure
 (TDP, process, peak) or a global fitted coefficient.
 """
 
@@ -92,7 +93,7 @@ def _sustained(hw: Hardware, path: str, coeffs: Coefficients) -> float:
     # DRAM traffic of a compute-bound kernel follows its FLOP rate (not the device's peak bandwidth),
     # so its interface power is a per-FLOP cost at the memory's energy per bit
     memory_full = full_power_peak(hw, path) * dram_energy_per_byte_J(hw, coeffs) / pc.flop_per_dram_byte
-    budget = hw.tdp_W - static_power_W(hw, coeffs)
+    budget = hw.power_cap_W - static_power_W(hw, coeffs)
 
     def power(x: float) -> float:
         v = voltage_frac(x, coeffs)
