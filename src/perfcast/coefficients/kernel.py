@@ -36,6 +36,9 @@ class PowerCoefficients(_Model):
     flop_per_dram_byte: float = Field(description="FLOPs per DRAM byte of a compute-bound GEMM: sets the DRAM "
                                       "traffic (and its interface power) that goes with the math units' rate")
     vmin_frac: float = Field(description="voltage at zero clock as a fraction of the boost voltage")
+    idle_frac: float | None = Field(default=None, ge=0.0, le=1.0, description="energy model only: share of "
+                                    "TDP a GPU draws while it is held with no kernel running (host gaps, "
+                                    "an engine's CPU work, bubbles); None: leakage_frac")
     active_frac: float = Field(default=0.2, ge=0.0, le=1.0,
                                description="energy model only (a prior, no power measurements to fit): share of "
                                "the dynamic budget (TDP minus static power) drawn while any kernel runs at boost "

@@ -83,9 +83,10 @@ class PowerModel:
     """One device's power terms (watts, joules per FLOP and per byte at boost voltage)."""
 
     hardware_id: str
-    tdp_W: float
+    tdp_W: float  # the power cap: the board's power limit, TDP by default
     static_W: float
     active_W: float
+    idle_W: float  # held with no kernel running (host gaps, bubbles, an engine's CPU work)
     dram_J_per_byte: float
     flop_per_dram_byte: float
     coeffs: Coefficients = field(repr=False, compare=False)
@@ -93,11 +94,6 @@ class PowerModel:
     def voltage_frac(self, clock_frac: float) -> float:
         """Voltage at ``clock_frac`` of boost, as a fraction of the boost voltage (the clock model's DVFS law)."""
         return voltage_frac(clock_frac, self.coeffs)
-
-    @property
-    def idle_W(self) -> float:
-        """Power between kernels (host gaps, bubbles, an engine with nothing to run), watts."""
-        return self.static_W
 
     @property
     def comm_W(self) -> float:
@@ -141,10 +137,11 @@ def power_model(hw: Hardware, co: Coefficients) -> PowerModel:
     if hit is not None:
         return hit
     static = static_power_W(hw, co)
-    pm = PowerModel(hardware_id=hw.id, tdp_W=hw.tdp_W, static_W=static,
+    idle = static if co.power.idle_frac is None else co.power.idle_frac * hw.tdp_W
+    pm = PowerModel(hardware_id=hw.id, tdp_W=hw.power_cap_W, static_W=static,
                     active_W=co.power.active_frac * max(0.0, hw.tdp_W - static),
                     dram_J_per_byte=dram_energy_per_byte_J(hw, co), flop_per_dram_byte=co.power.flop_per_dram_byte,
-                    coeffs=co)
+                    coeffs=co, idle_W=min(idle, hw.power_cap_W))
     if len(_MODELS) > 256:
         _MODELS.clear()
     _MODELS[key] = pm
@@ -227,9 +224,13 @@ def dynamic_energy_J(kernels: Sequence[KernelTime], counts: Sequence[float]) -> 
     return total
 
 
-def step_energy_J(pm: PowerModel, *, wall_s: float, dynamic_J: float, comm_s: float, devices: float = 1.0) -> float:
+def step_energy_J(pm: PowerModel, *, wall_s: float, dynamic_J: float, comm_s: float, devices: float = 1.0,
+                  idle_s: float = 0.0) -> float:
     """Energy of ``devices`` over ``wall_s`` seconds (joules): static power throughout (host gaps, bubbles and
-    waits included), the priced ops' ``dynamic_J`` (:func:`dynamic_energy_J`), active power during ``comm_s``
-    of exposed communication per device; capped at TDP."""
-    total = devices * pm.static_W * wall_s + dynamic_J + devices * pm.active_W * comm_s
+    waits included) but for ``idle_s`` seconds per device known to run no kernel, at idle power; the priced ops'
+    ``dynamic_J`` (:func:`dynamic_energy_J`), active power during ``comm_s`` of exposed communication per device;
+    capped at the power limit."""
+    idle_s = min(max(idle_s, 0.0), wall_s)
+    total = (devices * (pm.static_W * (wall_s - idle_s) + pm.idle_W * idle_s) + dynamic_J
+             + devices * pm.active_W * comm_s)
     return min(total, devices * pm.tdp_W * wall_s)

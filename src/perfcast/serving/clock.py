@@ -50,6 +50,7 @@ class IterationClock:
         self.prefill_s = self.prefill_flops = self.prefill_bytes = 0.0
         self.decode_s = self.decode_flops = self.decode_bytes = 0.0
         self.comm_s = 0.0
+        self.cpu_s = 0.0  # the engine's CPU work between kernels: the GPUs idle
         self.vision_J = 0.0  # the vision tower's, which runs once, not per stage
 
     def stage_s(self, q: int, pairs: float, ctx: int, n_prefill: int, n_decode: int, dec_ctx: int,
@@ -82,6 +83,7 @@ class IterationClock:
         self.decode_flops += d_flops
         self.decode_bytes += d_bytes
         self.comm_s += comm
+        self.cpu_s += cpu
         return linear + att_p + att_d + head + comm + cpu  # IterationBreakdown.time_s's order: bit-identical
 
     def _decode_step(self, num: int) -> tuple[tuple[float, float, float, float], DecodeTerms]:
@@ -111,6 +113,7 @@ class IterationClock:
             self.decode_flops += lflops * local_ctx
             self.decode_bytes += lbytes * local_ctx
         self.comm_s += comm * k
+        self.cpu_s += cpu * k
 
     def vision_s(self, images: int) -> float:
         """The vision tower over ``images`` images (s), its energy summed."""
@@ -190,7 +193,7 @@ class IterationClock:
                             prefill_attention_s=self.prefill_s * f, prefill_attention_flops=self.prefill_flops * f,
                             prefill_attention_bytes=self.prefill_bytes * f, decode_attention_s=self.decode_s * f,
                             decode_attention_flops=self.decode_flops * f, decode_attention_bytes=self.decode_bytes * f,
-                            comm_s=self.comm_s * f)
+                            comm_s=self.comm_s * f, cpu_s=self.cpu_s * f)
 
     def breakdown(self) -> TimeBreakdown | None:
         """The run's time by part (an :class:`ExplainingClock`'s; None here)."""

@@ -8,9 +8,11 @@ tensor-parallel rank through every pipeline stage, that energy and the attention
 dynamic energy is priced once from those sums (prefill compute-bound, decode memory-bound: the energy of a kernel
 is linear in its time, FLOPs and bytes below the TDP cap), every tensor-parallel GPU of an iteration adds its
 share, and :func:`~perfcast.kernel.energy.step_energy_J` gives the run's energy: every GPU of the deployment at
-its static power from time 0 to the last finish, the priced ops' dynamic energy, active power during the
-communication, capped at TDP. The busy part is static power over the GPU seconds of the iterations plus
-everything dynamic; the idle part static power over the rest. A prior model: :data:`ENERGY_STATUS`.
+its static power while its kernels run and its idle power for the rest of the time from 0 to the last finish
+(waiting for work, and the engine's CPU work inside each iteration), the priced ops' dynamic energy, active
+power during the communication, capped at the power limit. The busy part is static power over the GPU seconds
+of the iterations' kernels plus everything dynamic; the idle part idle power over the rest. How settled the
+model is: :data:`ENERGY_STATUS`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class EnergyCounts:
     decode_attention_flops: float
     decode_attention_bytes: float
     comm_s: float  # tensor-parallel collectives
+    cpu_s: float = 0.0  # the engine's CPU work inside iterations, the GPU idle
 
     def attention_dynamic_J(self) -> float:
         """Dynamic energy of the attention calls (J, one GPU): prefill priced compute-bound, decode memory-bound,
@@ -89,18 +92,31 @@ class ServingEnergy:
     duration_s: float
     output_tokens: int
     power_limited: bool = field(metadata=json_field(key="energy_power_limited"))
-    static_J: float = 0.0  # every GPU's static power over the run
+    static_J: float = 0.0  # every GPU's static power while it runs kernels
     dynamic_J: float = 0.0  # the priced ops' dynamic energy, every GPU
     comm_J: float = 0.0  # active power during the tensor-parallel collectives, every GPU
 
     # to_json: the totals, per token and per GPU, and the model's status (the parts stay in Python)
-    JSON_ORDER: ClassVar[tuple[str, ...]] = ("energy_J", "energy_per_output_token_J", "avg_power_per_gpu_W",
+    requests: int = 0  # requests finished in the run
+
+    JSON_ORDER: ClassVar[tuple[str, ...]] = ("energy_J", "energy_per_output_token_J", "energy_per_request_J",
+                                             "avg_power_W", "avg_power_per_gpu_W",
                                              "busy_energy_J", "idle_energy_J", "power_limited", "energy_model")
 
     @property
     def energy_per_output_token_J(self) -> float:
         """Joules per generated token (all GPUs, idle time included)."""
         return self.energy_J / self.output_tokens if self.output_tokens else 0.0
+
+    @property
+    def energy_per_request_J(self) -> float:
+        """Joules per finished request (all GPUs, idle time included)."""
+        return self.energy_J / self.requests if self.requests else 0.0
+
+    @property
+    def avg_power_W(self) -> float:
+        """Mean power of the deployment's GPUs together over the run, watts."""
+        return self.energy_J / self.duration_s if self.duration_s > 0 else 0.0
 
     @property
     def avg_power_per_gpu_W(self) -> float:
@@ -121,16 +137,19 @@ def serving_energy(result: RunCounts) -> ServingEnergy:
     finished = np.isfinite(result.finish_s)
     span = float(np.max(result.finish_s[finished])) if finished.any() else 0.0
     out_tokens = int(result.generated_tokens.sum())
+    requests = int(finished.sum())
     counts = result.energy_counts
     if counts is None:
-        return ServingEnergy(0.0, 0.0, 0.0, gpus, span, out_tokens, False)
+        return ServingEnergy(0.0, 0.0, 0.0, gpus, span, out_tokens, False, requests=requests)
     pm = power_model(counts.hardware, counts.coeffs)
-    busy_s = min(result.gpu_time_s * tp, gpus * span)  # GPU seconds: an iteration holds its tensor-parallel GPUs
+    # GPU seconds of kernels: an iteration holds its tensor-parallel GPUs, idle during its CPU work
+    busy_s = min(max(result.gpu_time_s - counts.cpu_s, 0.0) * tp, gpus * span)
     dynamic = (counts.dynamic_J + counts.attention_dynamic_J()) * tp
     comm_s = counts.comm_s * tp / gpus if gpus else 0.0  # per GPU of the deployment
-    energy = step_energy_J(pm, wall_s=span, dynamic_J=dynamic, comm_s=comm_s, devices=gpus)
-    static, comm = gpus * pm.static_W * span, gpus * pm.active_W * comm_s
+    idle_s = (gpus * span - busy_s) / gpus if gpus else 0.0  # per GPU: held with no kernel running
+    energy = step_energy_J(pm, wall_s=span, dynamic_J=dynamic, comm_s=comm_s, devices=gpus, idle_s=idle_s)
+    static, comm = pm.static_W * busy_s, gpus * pm.active_W * comm_s
     idle = pm.idle_W * (gpus * span - busy_s)
     return ServingEnergy(energy_J=energy, busy_energy_J=energy - idle, idle_energy_J=idle, num_gpus=gpus,
                          duration_s=span, output_tokens=out_tokens, power_limited=energy < static + dynamic + comm,
-                         static_J=static, dynamic_J=dynamic, comm_J=comm)
+                         static_J=static, dynamic_J=dynamic, comm_J=comm, requests=requests)
