@@ -81,6 +81,19 @@ def emit_json(obj: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(_clean(obj), sort_keys=False) + "\n")
 
 
+POWER_LIMIT_HELP = ("The GPUs' power limit in watts (nvidia-smi -pl; default: TDP): clocks and energy are capped at "
+                    "it (the hardware id gets an @<W>w suffix).")
+
+
+def power_limited(hardware: str, power_limit_W: float | None) -> str:
+    """``hardware`` under ``power_limit_W`` watts (its id with an ``@<W>w`` suffix; itself when None)."""
+    if power_limit_W is None:
+        return hardware
+    from perfcast.catalog.hardware import with_power_limit
+
+    return with_power_limit(hardware, power_limit_W).id
+
+
 def one_of(new_flag: str, new: Any, old_flag: str, old: Any) -> Any:
     """The value of an option given under its current name or under its older (hidden) spelling, not both."""
     from perfcast.errors import ConfigError

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from perfcast.cli.app import _console, app, does_not_fit, emit_json, handled
+from perfcast.cli.app import POWER_LIMIT_HELP, _console, app, does_not_fit, emit_json, handled, power_limited
 
 __all__ = ["predict"]
 
@@ -17,6 +17,7 @@ __all__ = ["predict"]
 def predict(
     model: str = typer.Option(None, "--model", "-m", help="Model id, alias, HF repo id or config.json path."),
     hardware: str = typer.Option(..., "--hardware", "-H", help="Device id, alias or hardware YAML path."),
+    power_limit_W: float | None = typer.Option(None, "--power-limit-W", "--power-limit-w", help=POWER_LIMIT_HELP),
     workload: Path = typer.Option(None, "--workload", "-w", help="A captured workload JSON (`perfcast capture`) "
                                                                  "instead of --model."),
     mode: str = typer.Option("inference", "--mode", help="inference | training | prefill | decode"),
@@ -50,6 +51,7 @@ def predict(
     if (model is None) == (workload is None):
         raise ConfigError("give either --model (a catalog model) or --workload (a captured workload JSON)")
     parallelism = _with_tp(parallelism, tp)
+    hardware = power_limited(hardware, power_limit_W)
     _check_node(parallelism, hardware)
     if optimizer != "adam" and mode_v is not Mode.TRAINING:
         raise ConfigError(f"--optimizer {optimizer} is the optimizer step of --mode training; --mode {mode} has none")

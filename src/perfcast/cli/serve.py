@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from perfcast.cli.app import app, does_not_fit, emit_json, flag_error, handled
+from perfcast.cli.app import POWER_LIMIT_HELP, app, does_not_fit, emit_json, flag_error, handled, power_limited
 from perfcast.cli.output_paths import refuse_overwrite
 from perfcast.cli.serve_output import print_memory, print_serving
 from perfcast.cli.serve_run import ServeReport, ServeRequest, run_serve
@@ -27,6 +27,7 @@ def serve(
     model: str | None = typer.Option(None, "--model", "-m", help="Model id, alias, HF repo id or config.json path "
                                                                 "(with --workload: the benchmark's by default)."),
     hardware: str = typer.Option(..., "--hardware", "-H", help="GPU id or alias."),
+    power_limit_W: float | None = typer.Option(None, "--power-limit-W", "--power-limit-w", help=POWER_LIMIT_HELP),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", "-tp",
                                              help="GPUs per pipeline stage."),
     pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages."),
@@ -127,6 +128,7 @@ def serve(
 ) -> None:
     """Simulate LLM serving under load: TTFT, TPOT, E2E, throughput, goodput, KV use, preemptions."""
     refuse_overwrite(trace_out, requests_out, force=force)
+    hardware = power_limited(hardware, power_limit_W)
     if workload is not None:
         model, quantization = _preset_defaults(workload, model, hardware, quantization, qps, {
             "--trace": trace, "--prompt-tokens": prompt_tokens, "--output-tokens": output_tokens,

@@ -8,7 +8,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 
-from perfcast.cli.app import _console, _table, app, does_not_fit, emit_json, flag_error, handled
+from perfcast.cli.app import (
+    POWER_LIMIT_HELP,
+    _console,
+    _table,
+    app,
+    does_not_fit,
+    emit_json,
+    flag_error,
+    handled,
+    power_limited,
+)
 from perfcast.cli.output_paths import refuse_overwrite
 from perfcast.errors import ConfigError
 from perfcast.results.serialize import json_field, to_json
@@ -45,6 +55,7 @@ def train(
                                                                  "its repeated layers, tp when its layers have "
                                                                  "Megatron column/row pairs."),
     cluster: str = typer.Option(..., "--cluster", "-c", help="Cluster id or cluster YAML path."),
+    power_limit_W: float | None = typer.Option(None, "--power-limit-W", "--power-limit-w", help=POWER_LIMIT_HELP),
     nodes: int | None = typer.Option(None, "--nodes", help="Nodes (default: what tp*pp*dp*cp needs; with --dp "
                                                            "left out, the fewest whole nodes that hold tp*pp*cp)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
@@ -113,6 +124,8 @@ def train(
     if (model is None) == (workload is None):
         raise ConfigError("give either --model (a catalog model) or --workload (a captured workload JSON)")
     cl = load_cluster(cluster, nodes=nodes)
+    if power_limit_W is not None:
+        cl = cl.model_copy(update={"gpu": power_limited(cl.gpu, power_limit_W)})
     defaults = [name for name, value in (("dp", dp), ("precision", precision)) if value is None]
     captured = None
     precision_note = "the captured model's"
