@@ -76,6 +76,11 @@ class WorkloadConfig(BaseModel):
     length_range_ratio: float = Field(default=1.0, gt=0, le=1, description="with prompt_tokens/output_tokens: "
                                       "each request's lengths uniform in the integers [floor(r * L), L] (a "
                                       "benchmark client's --random-range-ratio; 1 = every request at L)")
+    output_tokens_mean: float | None = Field(default=None, gt=1, le=MAX_TOKENS, description="with a data set "
+                                             "preset (trace dataset:<name>): the mean of the output lengths "
+                                             "(tokens; the model's own answers), the preset's spread kept")
+    output_tokens_max: int | None = Field(default=None, ge=2, le=MAX_TOKENS, description="with a data set "
+                                          "preset: the longest output (tokens; the request's max_tokens)")
     shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS, description="tokens of a system prompt "
                                       "requests share")
     num_prefixes: int = Field(default=1, ge=1, le=MAX_REQUESTS, description="distinct shared prefixes (requests "
@@ -104,6 +109,10 @@ class WorkloadConfig(BaseModel):
                        "time; add --retrieval-latency S")
         _refuse_unused(self, "length_range_ratio", self.prompt_tokens is not None, "spreads the lengths "
                        "--prompt-tokens and --output-tokens give; add them")
+        preset = self.trace is not None and self.trace.startswith("dataset:")
+        for name in ("output_tokens_mean", "output_tokens_max"):
+            _refuse_unused(self, name, preset, "sets the output lengths of a data set preset; give --trace "
+                           "dataset:<name>")
         if self.arrival == "trace" and self.trace is None:
             raise ConfigError("--arrival trace takes the arrival times of a trace: give --trace (a shipped trace "
                               "with arrival times, or a CSV path with an arrival column)")

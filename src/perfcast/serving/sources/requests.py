@@ -16,6 +16,7 @@ import numpy as np
 from perfcast.errors import ConfigError
 from perfcast.serving.config import ServingConfig
 from perfcast.serving.sources.arrivals import RequestStream, generate_requests
+from perfcast.serving.sources.datasets import dataset_trace
 from perfcast.serving.sources.traces import load_trace
 
 __all__ = ["RunRequests", "request_stream", "run_requests"]
@@ -25,6 +26,8 @@ def request_stream(cfg: ServingConfig) -> RequestStream:
     """The arrival times and lengths ``cfg.workload`` asks for (no rate: every request at time 0)."""
     w = cfg.workload
     trace = load_trace(w.trace) if w.trace else None
+    if w.trace and (w.output_tokens_mean is not None or w.output_tokens_max is not None):
+        trace = dataset_trace(w.trace, output_mean_tokens=w.output_tokens_mean, output_max_tokens=w.output_tokens_max)
     lengths = (w.prompt_tokens, w.output_tokens)
     if trace is None and None in lengths:
         raise ConfigError("the workload needs request lengths: a trace (--trace) or both --prompt-tokens and "

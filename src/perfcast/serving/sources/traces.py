@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from perfcast.datafiles import data_dir, data_path
 from perfcast.errors import CatalogError, ConfigError, UnknownNameError
+from perfcast.serving.sources.datasets import dataset_trace, is_dataset_name
 from perfcast.serving.sources.mlperf import is_mlperf_name, preset_trace
 from perfcast.serving.sources.trace import Trace
 from perfcast.yamlio import load_model_file
@@ -86,11 +87,14 @@ _ARRIVAL_COLUMNS = ("arrived_at", "arrival_s", "arrival_time_s")
 
 def load_trace(name_or_path: str | Path) -> Trace:
     """Load a shipped trace by short name (see ``TRACE_NAMES``), an MLPerf preset's synthetic lengths
-    (``mlperf:<benchmark>``, see :mod:`perfcast.serving.sources.mlperf`) or a user CSV / CSV.gz by path."""
+    (``mlperf:<benchmark>``, see :mod:`perfcast.serving.sources.mlperf`), a data set preset's
+    (``dataset:<name>``, :mod:`perfcast.serving.sources.datasets`) or a user CSV / CSV.gz by path."""
     if isinstance(name_or_path, str) and name_or_path in shipped_traces():
         return _load_shipped(name_or_path)
     if isinstance(name_or_path, str) and is_mlperf_name(name_or_path):
         return preset_trace(name_or_path)
+    if isinstance(name_or_path, str) and is_dataset_name(name_or_path):
+        return dataset_trace(name_or_path)
     path = Path(name_or_path)
     if path.is_file():
         return _read_trace(path, name=_stem(path), source=str(path))
