@@ -46,6 +46,10 @@ class EngineOverhead(BaseModel):
                                       "the client's send to the scheduler and the first token back (s)")
     prompt_token_overhead_s: float = Field(default=0.0, ge=0, description="the front end's time per prompt token "
                                            "(s): tokenizing the prompt's text on the API server's CPU")
+    tp_sync_per_layer_s: float = Field(default=0.0, ge=0, description="under tensor parallelism, the CPU time per "
+                                       "layer an iteration exposes (s): every rank's worker process launches the "
+                                       "layer's kernels and all must reach its all-reduce, so the slowest paces "
+                                       "(engines whose ranks replay captured graphs from one process: 0)")
 
 
 class CustomAllReduce(BaseModel):

@@ -25,7 +25,7 @@ from perfcast.datafiles import data_dir
 from perfcast.errors import ConfigError, UnknownNameError
 from perfcast.yamlio import read_yaml, validation_message
 
-__all__ = ["EngineProfile", "engine_names", "engine_settings", "load_engine"]
+__all__ = ["EngineProfile", "engine_for_version", "engine_names", "engine_settings", "load_engine"]
 
 
 class EngineProfile(BaseModel):
@@ -36,6 +36,10 @@ class EngineProfile(BaseModel):
     id: str
     name: str
     version: str = Field(description="the release line the defaults describe")
+    family: str = Field(default="", description="the engine this is a version of (the id when empty)")
+    since_version: str = Field(default="0", pattern=r"^[0-9]+(\.[0-9]+)*$", description="the first release the "
+                               "profile describes: engine_for_version picks, of a family, the newest profile "
+                               "since a release at or before the one asked")
     aliases: list[str] = []
     scheduler: str = Field(description="the scheduler plug-in that runs its policy")
     enable_chunked_prefill: bool
@@ -137,3 +141,27 @@ def engine_settings(profile: EngineProfile, gpu_memory_bytes: float,
     else:
         out.update(scheduler=profile.scheduler, max_num_batched_tokens=tokens)
     return out
+
+
+def _release(text: str) -> tuple[int, ...]:
+    parts = []
+    for p in text.strip().lstrip("v").split("."):
+        digits = "".join(ch for ch in p if ch.isdigit()) if p else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def engine_for_version(family: str, version: str) -> EngineProfile:
+    """The profile of engine ``family`` (a profile id or alias, any case) that describes release ``version``
+    (``"0.5.4"``): of the family's profiles, the one with the newest ``since_version`` at or before it."""
+    fam = load_engine(family)
+    key = fam.family or fam.id
+    release = _release(version)
+    if not release:
+        raise ConfigError(f"engine version {version!r} is not a release number (e.g. 0.5.4)")
+    found = [p for p in _profiles().values() if (p.family or p.id) == key and _release(p.since_version) <= release]
+    if not found:
+        raise ConfigError(f"no {key} profile describes release {version} (data/engines/*.yaml since_version)")
+    return max(found, key=lambda p: _release(p.since_version))
