@@ -25,7 +25,9 @@ def fit(
                                     "(host time per eager kernel, from end-to-end rows of your own machine) and "
                                     "collectives (VIDUR network and published collective tables), training "
                                     "(published training runs), serving (online serving benchmarks, with one "
-                                    "fit per held-out GPU); "
+                                    "fit per held-out GPU), energy (measured GPU energy: the vLLM 0.5 engine's "
+                                    "CPU time and the power model's idle and active shares, with one fit per "
+                                    "held-out GPU; writes -o, --serving-out and --energy-out); "
                                     "none = keep the current coefficients (e.g. to recompute --intervals-out)."),
     intervals: Path = typer.Option(None, "--intervals-out", help="Also write prediction intervals to this JSON."),
     compose_output: Path = typer.Option(None, "--compose-out",
@@ -36,6 +38,8 @@ def fit(
                                          help="Where the training stage writes its coefficients."),
     serving_output: Path = typer.Option(None, "--serving-out",
                                         help="Where the serving stage writes its coefficients."),
+    energy_output: Path = typer.Option(None, "--energy-out",
+                                       help="Where the energy stage writes the energy coefficients."),
     intervals_old: Path = typer.Option(None, "--intervals", hidden=True),  # the README's earlier spellings
     compose_old: Path = typer.Option(None, "--compose-output", hidden=True),
     collectives_old: Path = typer.Option(None, "--collectives-output", hidden=True),
@@ -52,11 +56,12 @@ def fit(
     collectives_output = one_of("--collectives-out", collectives_output, "--collectives-output", collectives_old)
     training_output = one_of("--training-out", training_output, "--training-output", training_old)
     check_output_paths(output, intervals, compose_output, collectives_output, training_output, serving_output,
-                       force=force)
+                       energy_output, force=force)
     chosen = _chosen_stages(stages, compose_output, collectives_output, training_output, serving_output)
+    _check_energy_stage(chosen, output, serving_output, energy_output)
     lines: list[str] = []
     logger = lines.append if as_json else _console(stderr=True).print  # the log is not the result
-    kernel_stages = [s for s in chosen if s not in ("host", "collectives", "training", "serving")]
+    kernel_stages = [s for s in chosen if s not in ("host", "collectives", "training", "serving", "energy")]
     cal = Calibration.shipped()
     co = fit_coefficients(stages=kernel_stages, log=logger) if kernel_stages else cal.kernel
     cal = cal.with_kernel(co)
@@ -79,6 +84,16 @@ def fit(
 
         svc = fit_serving(cal, log=logger)
         serving_output.write_text(svc.to_json(), encoding="utf-8")
+    enc = None
+    if "energy" in chosen:
+        from perfcast.validate.fit_energy import fit_energy
+
+        assert output is not None and serving_output is not None and energy_output is not None
+        cal, enc = fit_energy(cal, log=logger)
+        co, svc = cal.kernel, cal.serving
+        output.write_text(co.to_json(), encoding="utf-8")
+        serving_output.write_text(svc.to_json(), encoding="utf-8")
+        energy_output.write_text(enc.to_json(), encoding="utf-8")
     iv = None
     if intervals is not None:
         iv = fit_intervals(cal if cc is None else cal.with_collectives(cc))
@@ -88,6 +103,7 @@ def fit(
                    "collectives": cc.model_dump(mode="json") if cc is not None else None,
                    "training": trc.model_dump(mode="json") if trc is not None else None,
                    "serving": svc.model_dump(mode="json") if svc is not None else None,
+                   "energy": enc.model_dump(mode="json") if enc is not None else None,
                    "output": str(output) if output else None})
     elif output is None and kernel_stages:
         _console().print(co.to_json())
@@ -99,7 +115,7 @@ def _chosen_stages(stages: str, compose_output: Path | None, collectives_output:
     from perfcast.errors import ConfigError
 
     chosen = [s.strip() for s in stages.split(",") if s.strip() and s.strip() != "none"]
-    known = {"vector", "gemm", "conv", "tensor", "attention", "host", "collectives", "training", "serving"}
+    known = {"vector", "gemm", "conv", "tensor", "attention", "host", "collectives", "training", "serving", "energy"}
     if set(chosen) - known or (not chosen and stages.strip() != "none"):
         raise ConfigError(f"unknown fit stages {sorted(set(chosen) - known) or chosen}; use {', '.join(sorted(known))}")
     if "host" in chosen and compose_output is None:
@@ -111,6 +127,21 @@ def _chosen_stages(stages: str, compose_output: Path | None, collectives_output:
     if "serving" in chosen and serving_output is None:
         raise ConfigError("the serving stage needs --serving-out PATH for the serving coefficients")
     return chosen
+
+
+def _check_energy_stage(chosen: list[str], output: Path | None, serving_output: Path | None,
+                        energy_output: Path | None) -> None:
+    """The energy stage writes the kernel (-o), serving and energy coefficients, and runs without the serving
+    stage (both would write --serving-out)."""
+    from perfcast.errors import ConfigError
+
+    if "energy" not in chosen:
+        return
+    if "serving" in chosen:
+        raise ConfigError("run the energy stage after the serving stage, not with it: both write --serving-out")
+    if output is None or serving_output is None or energy_output is None:
+        raise ConfigError("the energy stage needs -o PATH (kernel coefficients: its power block), --serving-out PATH "
+                          "(the vllm-0.5 engine) and --energy-out PATH (the energy coefficients)")
 
 
 def _fit_training(cal: Any, training_output: Path, logger: Callable[[str], Any]) -> Any:

@@ -17,11 +17,13 @@ import numpy as np
 from perfcast.coefficients.bundle import Calibration
 from perfcast.compose.types import MemoryBreakdown
 from perfcast.errors import ConfigError, PerfcastError
+from perfcast.groundtruth.energy_columns import ENERGY_REQUIRED, ENERGY_TARGETS
 from perfcast.groundtruth.files import ROW_ERRORS, row_status
 from perfcast.groundtruth.online_columns import ONLINE_TARGETS as ONLINE_TARGET_COLUMNS
 
 __all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_e2e", "predict_published_collectives",
-           "predict_published_inference", "predict_published_training", "predict_serving_online", "predict_table",
+           "predict_published_inference", "predict_published_training", "predict_serving_energy",
+           "predict_serving_online", "predict_table",
            "predict_vidur_network",
            "recognize", "target_columns"]
 
@@ -354,6 +356,20 @@ def predict_serving_online(rows: list[dict[str, str]], cal: Calibration) -> Tabl
     return out
 
 
+# -- measured serving energy (ML.ENERGY) ---------------------------------------------------------------------
+def predict_serving_energy(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
+    """ML.ENERGY serving runs: energy per token and request, power, throughput, mean batch and TPOT of each row's
+    steady state, simulated (grouped by GPU)."""
+    from perfcast.groundtruth.energy_tables import predict_energy_rows
+
+    out = _empty(len(rows), ENERGY_TARGETS)
+    pred, status, groups = predict_energy_rows(rows, cal)
+    out.status, out.groups = status, groups
+    out.pred.update(pred)
+    _apply_interval(out, "serving", cal, inverse={"output_throughput_tok_per_s", "request_throughput_req_per_s"})
+    return out
+
+
 TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("neusight_e2e", frozenset({"device", "model", "mode", "batch_size", "seq_len", "measured_ms"}),
               ("measured_ms", "measured_fw_ms", "measured_bw_ms"), "step", predict_e2e),
@@ -388,6 +404,7 @@ TABLE_KINDS: tuple[TableKind, ...] = (
               ("busbw_GBps", "algbw_GBps", "time_us"), "collective", predict_published_collectives),
     TableKind("published_gemm", frozenset({"gpu_id", "dtype", "m", "n", "k", "tflops"}),
               ("tflops",), "gemm_published", _predict_published_gemm),
+    TableKind("serving_energy", ENERGY_REQUIRED, ENERGY_TARGETS, "serving", predict_serving_energy),
 )
 
 

@@ -1,0 +1,63 @@
+"""The energy model's fitted coefficients: ``data/coefficients/energy.json``, versioned JSON, never pickle.
+
+The power model's energy-only terms (:class:`~perfcast.coefficients.kernel.PowerCoefficients`): ``idle_frac``,
+the share of TDP a GPU draws while held with no kernel running, and ``active_frac``, the share of its dynamic
+budget any running kernel draws whatever it computes. Neither changes a clock or a time (the sustained clock
+uses the leakage share and the datapaths' energy per FLOP, fitted on kernel times), so they are fitted on
+measured power alone (``perfcast fit --stages energy``, :mod:`perfcast.validate.fit_energy`). The values fitted
+on every visible row are also written into ``kernel.json``'s ``power`` block, which every prediction reads;
+``held_out`` keeps, per GPU, the same fit without that GPU's rows, which ``perfcast validate`` predicts that
+GPU's rows with (leave-one-GPU-out). ``fitted_on`` says what each was fitted on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from perfcast.coefficients.kernel import Coefficients
+from perfcast.datafiles import data_path
+from perfcast.jsonio import CanonicalJson, versioned_loader
+
+__all__ = ["ENERGY_SCHEMA_VERSION", "EnergyCoefficients", "EnergyFit", "load_energy_coefficients"]
+
+ENERGY_SCHEMA_VERSION = 1
+
+
+class EnergyFit(BaseModel):
+    """One fit of the power model's energy-only terms (shares of TDP and of the dynamic budget)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    idle_frac: float = Field(ge=0.0, le=1.0)
+    active_frac: float = Field(ge=0.0, le=1.0)
+
+    def apply(self, coeffs: Coefficients) -> Coefficients:
+        """``coeffs`` with this fit's terms in its power block."""
+        power = coeffs.power.model_copy(update={"idle_frac": self.idle_frac, "active_frac": self.active_frac})
+        return coeffs.model_copy(update={"power": power})
+
+
+class EnergyCoefficients(EnergyFit, CanonicalJson):
+    """The fit on every visible row, its per-GPU held-out fits and what they were fitted on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int
+    produced_by: str
+    fitted_on: dict[str, str]
+    held_out: dict[str, EnergyFit] = {}
+
+    def without(self, gpu: str) -> EnergyFit:
+        """The fit without ``gpu``'s rows (the fit on every row when none is stored)."""
+        return self.held_out.get(gpu, EnergyFit(idle_frac=self.idle_frac, active_frac=self.active_frac))
+
+
+_LOAD = versioned_loader(data_path("coefficients", "energy.json"), EnergyCoefficients,
+                         version=ENERGY_SCHEMA_VERSION, what="energy coefficients")
+
+
+def load_energy_coefficients(path: str | Path | None = None) -> EnergyCoefficients:
+    """Load the energy coefficients (the package's own when ``path`` is None)."""
+    return _LOAD(path)

@@ -1,0 +1,259 @@
+"""Fit the energy model on measured GPU energy (``energy/``: ML.ENERGY serving, diffusion and batch-1 runs).
+
+Two steps, each on the visible rows and again per GPU without that GPU's rows (``held_out``, what ``perfcast
+validate`` predicts a GPU's rows with):
+
+1. **The serving engine's CPU time** (vLLM 0.5, :mod:`perfcast.serving.engines` ``vllm-0.5``): its time per
+   iteration, per running sequence (sampling, detokenizing and streaming in the API server's process) and, under
+   tensor parallelism, per layer (each rank's worker process launches the layer and all meet at its all-reduce), from
+   the log ratios of predicted to measured output throughput and mean TPOT of ``llm_serving_energy.csv``
+   (``ENGINE_ROWS_PER_GPU`` rows per GPU, a fixed sample: each row simulates twice), Gauss-Newton with each
+   coefficient held to its prior (a Gaussian in its logarithm): 3 ms per iteration, 0.2 ms per sequence
+   (a Python engine's per-request output processing) and 0.5 ms per layer under tensor parallelism (a guess:
+   a Python layer's launches and a cross-process all-reduce), each within a factor of three. Times set the energy
+   (static and idle power run for them), so they come first.
+2. **The power model's energy-only terms** (:mod:`perfcast.coefficients.energy`): ``idle_frac`` and
+   ``active_frac``. Neither moves a time, and a run's energy is linear in both below the power cap, so each
+   row is simulated three times (at the priors and one step along each) and the fit is a weighted least
+   squares on the log ratios of predicted to measured average power per GPU over those slopes, Huber's loss
+   (quadratic to 0.2), priors 0.15 (the leakage share) within a factor of two and 0.2 within a factor of three.
+   Power, not energy per token, is the target: energy per token is power over throughput, and the throughput
+   error is the engine's, fitted in step 1.
+
+The held-out power fits reuse the slopes of the other GPUs' rows as simulated with the engine fitted on every
+row (their times are that fit's): a second-order leak of the held-out GPU's throughput, stated in
+``fitted_on``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from perfcast.coefficients.bundle import Calibration
+from perfcast.coefficients.energy import ENERGY_SCHEMA_VERSION, EnergyCoefficients, EnergyFit
+from perfcast.coefficients.serving import EngineOverhead, ServingFit
+from perfcast.errors import ConfigError
+from perfcast.groundtruth.files import find_groundtruth, read_header, read_rows
+from perfcast.groundtruth.tables import predict_table, recognize
+
+__all__ = ["ENGINE", "ENGINE_ROWS_PER_GPU", "POWER_TARGETS", "EnergyRows", "fit_energy", "fit_engine",
+           "fit_power", "power_slopes"]
+
+ENGINE = "vllm-0.5"
+ENGINE_ROWS_PER_GPU = 24
+POWER_ROWS_PER_GPU = 60  # serving rows per GPU in the power fit (each simulates twice per point)
+# table kind -> the measured column of average power per GPU (W), or of the run's total over num_gpus
+POWER_TARGETS: dict[str, str] = {"serving_energy": "avg_power_per_gpu_W", "energy_diffusion": "avg_power_total_W",
+                                 "energy_legacy_bs1": "avg_power_W"}
+ENERGY_FILES = ("llm_serving_energy.csv", "mllm_serving_energy.csv", "diffusion_energy.csv",
+                "legacy_v1_bs1_llm_energy.csv")
+_HUBER = 0.2
+_PRIORS = {"idle_frac": (0.15, math.log(2.0)), "active_frac": (0.2, math.log(3.0))}
+_ENGINE_PRIORS = {"iteration_overhead_s": (3e-3, math.log(3.0)), "per_sequence_overhead_s": (2e-4, math.log(3.0)),
+                  "tp_sync_per_layer_s": (5e-4, math.log(3.0))}
+_STEP = 0.1
+
+
+def _sample(rows: list[dict[str, str]], per_gpu: int) -> list[dict[str, str]]:
+    """``per_gpu`` rows of each GPU, evenly spaced down the table (a fixed sample)."""
+    out: list[dict[str, str]] = []
+    for g in sorted({r.get("gpu_id", "") for r in rows}):
+        mine = [r for r in rows if r.get("gpu_id", "") == g]
+        idx = np.unique(np.linspace(0, len(mine) - 1, min(per_gpu, len(mine))).round().astype(int))
+        out += [mine[int(i)] for i in idx]
+    return out
+
+
+@dataclass
+class EnergyRows:
+    """The visible energy tables' rows by table kind."""
+
+    by_kind: dict[str, list[dict[str, str]]]
+
+    @classmethod
+    def load(cls, groundtruth: Path | None = None) -> EnergyRows:
+        root = groundtruth or find_groundtruth()
+        if root is None:
+            raise ConfigError("no ground truth found: give --groundtruth")
+        by_kind: dict[str, list[dict[str, str]]] = {}
+        for name in ENERGY_FILES:
+            path = root / "energy" / name
+            if not path.is_file():
+                continue
+            try:
+                kind = recognize(read_header(path)).name
+            except ConfigError:  # a table this build does not predict
+                continue
+            if kind in POWER_TARGETS:
+                by_kind.setdefault(kind, []).extend(read_rows(path))
+        return cls(by_kind)
+
+
+def _with_engine(cal: Calibration, *values: float) -> Calibration:
+    eng = cal.serving.engines[ENGINE].model_copy(update=dict(zip(_ENGINE_PRIORS, values, strict=True)))
+    return cal.with_serving(cal.serving.model_copy(update={"engines": {**cal.serving.engines, ENGINE: eng}}))
+
+
+def _engine_residuals(rows: Sequence[dict[str, str]], cal: Calibration) -> np.ndarray:
+    p = predict_table(recognize(list(rows[0])), list(rows), cal)
+    out = []
+    for col in ("output_throughput_tok_per_s", "tpot_mean_s"):
+        meas = np.array([float(r[col]) if r.get(col) else math.nan for r in rows])
+        r = np.log(p.pred[col] / meas)
+        out.append(np.where(np.isfinite(r), r, 0.0))
+    return np.concatenate(out)
+
+
+def fit_engine(rows: Sequence[dict[str, str]], cal: Calibration, *, iterations: int = 3,
+               log: Callable[[str], None] = lambda _m: None) -> EngineOverhead:
+    """The ``vllm-0.5`` engine's CPU times fitted on serving energy ``rows`` (module docstring, step 1)."""
+    names = list(_ENGINE_PRIORS)
+    prior = np.log([_ENGINE_PRIORS[n][0] for n in names])
+    sigma = np.array([_ENGINE_PRIORS[n][1] for n in names])
+    x = prior.copy()
+
+    def res(xx: np.ndarray) -> np.ndarray:
+        return _engine_residuals(rows, _with_engine(cal, *np.exp(xx)))
+
+    def cost(r: np.ndarray, xx: np.ndarray) -> float:
+        a = np.abs(r)
+        loss = np.where(a <= _HUBER, r**2, 2 * _HUBER * a - _HUBER**2).sum()
+        return float(loss + (((xx - prior) / sigma) ** 2).sum())
+
+    r = res(x)
+    c = cost(r, x)
+    for it in range(iterations):
+        jac = np.zeros((r.size, x.size))
+        for k in range(x.size):
+            xk = x.copy()
+            xk[k] += _STEP
+            jac[:, k] = (res(xk) - r) / _STEP
+        w = np.minimum(1.0, _HUBER / np.maximum(np.abs(r), 1e-12))
+        pw = np.diag(1.0 / sigma**2)
+        step = np.clip(np.linalg.solve(jac.T @ (w[:, None] * jac) + pw, -(jac.T @ (w * r) + pw @ (x - prior))),
+                       -1.0, 1.0)
+        for scale in (1.0, 0.5, 0.25):
+            x_new = x + scale * step
+            r_new = res(x_new)
+            c_new = cost(r_new, x_new)
+            if c_new < c:
+                x, r, c = x_new, r_new, c_new
+                break
+        log(f"  engine {ENGINE} iteration {it + 1}: rms log error {math.sqrt(float((r**2).mean())):.3f}; "
+            + ", ".join(f"{n}={v:.3g}" for n, v in zip(names, np.exp(x), strict=True)))
+    base = cal.serving.engines[ENGINE]
+    return base.model_copy(update=dict(zip(names, np.exp(x).tolist(), strict=True)))
+
+
+def power_slopes(rows_by_kind: dict[str, list[dict[str, str]]], cal: Calibration, *,
+                 log: Callable[[str], None] = lambda _m: None) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Per row: log of measured power, predicted power at the priors and its slopes along ``idle_frac`` and
+    ``active_frac`` (W per unit), stacked ``(measured_log, p0, slopes[n, 2])``, and each row's GPU."""
+    at = {n: _PRIORS[n][0] for n in _PRIORS}
+    steps = {"idle_frac": 0.05, "active_frac": 0.1}
+    meas, p0, slopes, gpus = [], [], [], []
+    for kind_name, rows in rows_by_kind.items():
+        kind = recognize(list(rows[0]))
+        col = POWER_TARGETS[kind_name]
+        preds = []
+        for point in ({}, {"idle_frac": steps["idle_frac"]}, {"active_frac": steps["active_frac"]}):
+            fit = EnergyFit(**{n: at[n] + point.get(n, 0.0) for n in at})
+            preds.append(predict_table(kind, rows, cal.with_kernel(fit.apply(cal.kernel))).pred[col])
+        log(f"  power: {kind_name} {len(rows)} rows priced at 3 points")
+        for i, r in enumerate(rows):
+            m = float(r.get(col) or "nan")
+            n = float(r.get("num_gpus") or 1) if col == "avg_power_total_W" else 1.0
+            if not (math.isfinite(m) and m > 0 and math.isfinite(preds[0][i]) and preds[0][i] > 0):
+                continue
+            meas.append(math.log(m / n))
+            p0.append(preds[0][i] / n)
+            slopes.append([(preds[1][i] - preds[0][i]) / n / steps["idle_frac"],
+                           (preds[2][i] - preds[0][i]) / n / steps["active_frac"]])
+            gpus.append(r.get("gpu_id", ""))
+    return np.array(meas), np.array(p0), np.array(slopes).reshape(-1, 2), gpus
+
+
+def fit_power(meas_log: np.ndarray, p0: np.ndarray, slopes: np.ndarray) -> EnergyFit:
+    """``idle_frac`` and ``active_frac`` from rows' slopes (module docstring, step 2): Gauss-Newton on the Huber
+    loss of the log power ratios, with the priors."""
+    names = list(_PRIORS)
+    x0 = np.array([_PRIORS[n][0] for n in names])
+    sigma = np.array([_PRIORS[n][1] for n in names])
+    x = x0.copy()
+    for _ in range(30):
+        pred = p0 + slopes @ (x - x0)
+        pred = np.maximum(pred, 1e-3)
+        r = np.log(pred) - meas_log
+        jac = slopes / pred[:, None]
+        # priors in log space: d/dx log(x) = 1/x
+        pr = (np.log(x) - np.log(x0)) / sigma
+        pj = np.diag(1.0 / (x * sigma))
+        w = np.minimum(1.0, _HUBER / np.maximum(np.abs(r), 1e-12))
+        h = jac.T @ (w[:, None] * jac) + pj.T @ pj
+        g = jac.T @ (w * r) + pj.T @ pr
+        step = np.linalg.solve(h, -g)
+        x = np.clip(x + step, [0.02, 0.0], [0.8, 1.0])
+        if np.abs(step).max() < 1e-7:
+            break
+    return EnergyFit(**dict(zip(names, x.tolist(), strict=True)))
+
+
+def fit_energy(cal: Calibration, *, groundtruth: Path | None = None,
+               log: Callable[[str], None] = lambda _m: None) -> tuple[Calibration, EnergyCoefficients]:
+    """Fit both steps on the visible energy rows (module docstring): the calibration with the fitted engine (in
+    its serving coefficients, held-out folds included) and power terms (in its kernel coefficients), and the
+    energy coefficients to write."""
+    data = EnergyRows.load(groundtruth)
+    serving_rows = data.by_kind.get("serving_energy", [])
+    text_rows = [r for r in serving_rows if r.get("task") in ("v2-chat", "v2-code")]
+    engine_rows = _sample(text_rows, ENGINE_ROWS_PER_GPU)
+    gpus = sorted({r["gpu_id"] for r in engine_rows})
+    log(f"fit energy: engine {ENGINE} on {len(engine_rows)} serving rows ({', '.join(gpus)})")
+    full_engine = fit_engine(engine_rows, cal, log=log)
+    serving = cal.serving
+    held = dict(serving.held_out)
+    for g in gpus:
+        log(f"fit energy: engine {ENGINE} without {g}")
+        fold = fit_engine([r for r in engine_rows if r["gpu_id"] != g], cal, log=log)
+        base = held.get(g, ServingFit(engines=serving.engines, custom_allreduce=serving.custom_allreduce,
+                                      stacks=serving.stacks))
+        held[g] = base.model_copy(update={"engines": {**base.engines, ENGINE: fold}})
+    for g, fold_fit in held.items():  # every other fold keeps the engine fitted on every row
+        if g not in gpus:
+            held[g] = fold_fit.model_copy(update={"engines": {**fold_fit.engines, ENGINE: full_engine}})
+    fitted_on = dict(serving.fitted_on)
+    fitted_on["engines"] = (fitted_on.get("engines", "") + f"; {ENGINE}: iteration_overhead_s, "
+                            "per_sequence_overhead_s and tp_sync_per_layer_s on energy/llm_serving_energy.csv "
+                            f"({len(engine_rows)} rows, {ENGINE_ROWS_PER_GPU} per GPU), log residuals of output "
+                            "throughput and mean TPOT, "
+                            "priors 3 ms, 0.2 ms and 0.5 ms within a factor of 3 (perfcast fit --stages energy)")
+    serving = serving.model_copy(update={"engines": {**serving.engines, ENGINE: full_engine}, "held_out": held,
+                                         "fitted_on": fitted_on})
+    cal = cal.with_serving(serving)
+    power_rows = {k: (_sample(v, POWER_ROWS_PER_GPU) if k == "serving_energy" else v) for k, v in data.by_kind.items()}
+    meas, p0, slopes, row_gpus = power_slopes(power_rows, cal, log=log)
+    full = fit_power(meas, p0, slopes)
+    log(f"fit energy: power idle_frac={full.idle_frac:.3f} active_frac={full.active_frac:.3f} on {meas.size} rows")
+    folds = {}
+    gpu_arr = np.array(row_gpus)
+    for g in sorted(set(row_gpus)):
+        keep = gpu_arr != g
+        folds[g] = fit_power(meas[keep], p0[keep], slopes[keep])
+        log(f"  power without {g}: idle_frac={folds[g].idle_frac:.3f} active_frac={folds[g].active_frac:.3f}")
+    counts = ", ".join(f"{k} {len(v)}" for k, v in power_rows.items())
+    coeffs = EnergyCoefficients(
+        schema_version=ENERGY_SCHEMA_VERSION, produced_by="perfcast fit --stages energy",
+        idle_frac=full.idle_frac, active_frac=full.active_frac, held_out=folds,
+        fitted_on={
+            "idle_frac": f"energy/*.csv measured average power per GPU ({counts} rows; serving rows "
+                         f"{POWER_ROWS_PER_GPU} per GPU), Huber loss on log ratios, prior 0.15 within a factor of 2",
+            "active_frac": "the same rows and loss, prior 0.2 within a factor of 3",
+            "held_out": "per GPU: the same fit without that GPU's rows; the other GPUs' rows keep the times of the "
+                        f"{ENGINE} engine fitted on every row (a second-order leak of the held-out GPU's throughput)",
+        })
+    return cal.with_kernel(full.apply(cal.kernel)), coeffs
