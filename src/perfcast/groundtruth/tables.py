@@ -18,9 +18,11 @@ from perfcast.coefficients.bundle import Calibration
 from perfcast.compose.types import MemoryBreakdown
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.groundtruth.files import ROW_ERRORS, row_status
+from perfcast.groundtruth.legacy_energy_columns import LEGACY_ENERGY_REQUIRED, LEGACY_ENERGY_TARGETS
 from perfcast.groundtruth.online_columns import ONLINE_TARGETS as ONLINE_TARGET_COLUMNS
 
-__all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_e2e", "predict_published_collectives",
+__all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_e2e", "predict_energy_legacy",
+           "predict_published_collectives",
            "predict_published_inference", "predict_published_training", "predict_serving_online", "predict_table",
            "predict_vidur_network",
            "recognize", "target_columns"]
@@ -354,6 +356,21 @@ def predict_serving_online(rows: list[dict[str, str]], cal: Calibration) -> Tabl
     return out
 
 
+# -- ML.ENERGY v1 batch-size-1 generation -----------------------------------------------------------
+def predict_energy_legacy(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
+    """ML.ENERGY v1 batch-size-1 generation: each row's mean response priced as eager transformers + FastChat ran
+    it (latency, throughput, energy per request and per output token, average power; grouped by GPU)."""
+    from perfcast.groundtruth.legacy_energy_tables import predict_legacy_rows
+
+    out = _empty(len(rows), LEGACY_ENERGY_TARGETS)
+    pred, status, groups = predict_legacy_rows(rows, cal)
+    out.status, out.groups = status, groups
+    out.pred.update(pred)
+    # a sum of compose steps: the step interval (energy and power carry the time's until an energy interval is fitted)
+    _apply_interval(out, "step", cal, inverse={"throughput_tok_per_s"})
+    return out
+
+
 TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("neusight_e2e", frozenset({"device", "model", "mode", "batch_size", "seq_len", "measured_ms"}),
               ("measured_ms", "measured_fw_ms", "measured_bw_ms"), "step", predict_e2e),
@@ -388,6 +405,7 @@ TABLE_KINDS: tuple[TableKind, ...] = (
               ("busbw_GBps", "algbw_GBps", "time_us"), "collective", predict_published_collectives),
     TableKind("published_gemm", frozenset({"gpu_id", "dtype", "m", "n", "k", "tflops"}),
               ("tflops",), "gemm_published", _predict_published_gemm),
+    TableKind("energy_legacy_bs1", LEGACY_ENERGY_REQUIRED, LEGACY_ENERGY_TARGETS, "step", predict_energy_legacy),
 )
 
 
