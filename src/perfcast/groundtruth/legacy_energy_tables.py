@@ -21,8 +21,8 @@ One mean response is reproduced as:
   small model at batch 1 runs at the pace of the host, a large one at the pace of its weight reads. The prefill
   is an ``inference`` step (transformers computes the LM head over every prompt position and keeps the new K/V as
   the cache, no copy); a decode step is a ``decode`` step with the context so far. Not modelled: transformers'
-  ``torch.cat`` of the past K/V (it re-copies the cache every step; the builder writes only the new token's K/V,
-  about 3 % of a 7B step's bytes at these contexts);
+  ``torch.cat`` of the past K/V (it re-copies the cache every step; the builder writes only the new token's K/V:
+  2-4 % of a 7B-13B step's bytes at these 200-650-token contexts);
 - **FastChat's token loop**, per generated token: ``TOKEN_LOOP_LAUNCHES`` small launches outside the model's
   layers and one host synchronization (``.tolist()`` of the sampled token drains the queue, so the steps do not
   overlap). Its detokenization every ``stream_interval`` tokens (a CPU cost perfcast has no coefficient for) is
@@ -31,6 +31,12 @@ One mean response is reproduced as:
   the GPU's static power over the step's wall time (host gaps included, :func:`perfcast.compose.energy.with_energy`),
   the token loop at the idle power (:attr:`~perfcast.kernel.energy.PowerModel.idle_W`); per request, per output
   token, and the average power = energy / latency.
+
+Why compose's step and not the serving simulator with one sequence: the serving iteration model prices an
+engine's kernels (fused QKV and gate-up GEMMs, FlashAttention over a paged cache, CUDA graphs) and the CPU time of
+an iteration as one coefficient fitted per engine on serving benchmarks; none of that is what eager transformers
+runs, and an "HF eager" engine profile would have no fitted CPU time. Compose's step builds the model as
+transformers writes it and launches every kernel from the host, the mechanism that sets the pace at batch 1.
 
 The decode steps' time and energy are priced at every multiple of ``GRID_TOKENS`` of context inside the response
 and at its first and last context, and interpolated linearly in between (a step's attention work is linear in
