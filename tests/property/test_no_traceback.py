@@ -283,6 +283,8 @@ HEADERS = {
     "vidur": ["gpu_id", "model_id", "num_tokens", "num_tensor_parallel_workers", "n_head", "n_kv_head", "n_embd",
               "n_expanded_embd", "vocab_size", "use_gated_mlp", "time_stats.emb.median", "time_stats.add.median"],
     "published_gemm": ["gpu_id", "dtype", "m", "n", "k", "tflops"],
+    "energy_legacy": ["system_prompt_variant", "model_id", "gpu_id", "num_gpus", "batch_size", "dtype",
+                      "mean_output_tokens", "latency_per_response_s", "energy_per_request_J", "avg_power_W"],
     "unknown": ["a", "b"],
 }
 CELLS = ["", "0", "-1", "1", "2", "8", "512", "1e400", "nan", "inf", "-inf", "abc", "true", "false", "none", "dp4",

@@ -19,11 +19,12 @@ from perfcast.compose.types import MemoryBreakdown
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.groundtruth.energy_columns import ENERGY_REQUIRED, ENERGY_TARGETS
 from perfcast.groundtruth.files import ROW_ERRORS, row_status
+from perfcast.groundtruth.legacy_energy_columns import LEGACY_ENERGY_REQUIRED, LEGACY_ENERGY_TARGETS
 from perfcast.groundtruth.online_columns import ONLINE_TARGETS as ONLINE_TARGET_COLUMNS
 
-__all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_e2e", "predict_published_collectives",
-           "predict_published_inference", "predict_published_training", "predict_serving_energy",
-           "predict_serving_online", "predict_table",
+__all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_e2e", "predict_energy_legacy",
+           "predict_published_collectives", "predict_published_inference", "predict_published_training",
+           "predict_serving_energy", "predict_serving_online", "predict_table",
            "predict_vidur_network",
            "recognize", "target_columns"]
 
@@ -370,6 +371,21 @@ def predict_serving_energy(rows: list[dict[str, str]], cal: Calibration) -> Tabl
     return out
 
 
+# -- ML.ENERGY v1 batch-size-1 generation -----------------------------------------------------------
+def predict_energy_legacy(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
+    """ML.ENERGY v1 batch-size-1 generation: each row's mean response priced as eager transformers + FastChat ran
+    it (latency, throughput, energy per request and per output token, average power; grouped by GPU)."""
+    from perfcast.groundtruth.legacy_energy_tables import predict_legacy_rows
+
+    out = _empty(len(rows), LEGACY_ENERGY_TARGETS)
+    pred, status, groups = predict_legacy_rows(rows, cal)
+    out.status, out.groups = status, groups
+    out.pred.update(pred)
+    # a sum of compose steps: the step interval (energy and power carry the time's until an energy interval is fitted)
+    _apply_interval(out, "step", cal, inverse={"throughput_tok_per_s"})
+    return out
+
+
 TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("neusight_e2e", frozenset({"device", "model", "mode", "batch_size", "seq_len", "measured_ms"}),
               ("measured_ms", "measured_fw_ms", "measured_bw_ms"), "step", predict_e2e),
@@ -405,6 +421,7 @@ TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("published_gemm", frozenset({"gpu_id", "dtype", "m", "n", "k", "tflops"}),
               ("tflops",), "gemm_published", _predict_published_gemm),
     TableKind("serving_energy", ENERGY_REQUIRED, ENERGY_TARGETS, "serving", predict_serving_energy),
+    TableKind("energy_legacy_bs1", LEGACY_ENERGY_REQUIRED, LEGACY_ENERGY_TARGETS, "step", predict_energy_legacy),
 )
 
 
