@@ -17,6 +17,8 @@ from typing import Protocol
 import pytest
 
 import perfcast
+from perfcast.coefficients.energy import load_energy_coefficients
+from perfcast.serving.sources.datasets import dataset_names, load_dataset
 from perfcast.accel.spec import load_arch, load_mapping
 from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.hardware import load_hardware
@@ -98,6 +100,13 @@ def _mlperf(path: Path) -> None:
         assert bench.input.mean_basis and bench.output.mean_basis, name
 
 
+def _datasets(path: Path) -> None:
+    assert path == data_path("presets", "datasets.yaml")
+    for name in dataset_names():
+        preset = load_dataset(name)
+        assert preset.input.mean_basis and preset.output.mean_basis, name
+
+
 def _published(path: Path) -> list[str]:
     assert path == data_path("presets", "published_plans.yaml")
     source, plans = load_published()
@@ -160,7 +169,7 @@ KINDS: dict[str, list[tuple[str, Loader]]] = {
     "clusters": [("*.yaml", _cluster)],
     "accelerators": [("*.yaml", _arch), ("mappings/*.yaml", _mapping)],
     "traces": [("index.yaml", _trace_index), ("*.csv.gz", _trace), ("README.md", _doc)],
-    "presets": [("mlperf.yaml", _mlperf), ("published_plans.yaml", _published)],
+    "presets": [("mlperf.yaml", _mlperf), ("published_plans.yaml", _published), ("datasets.yaml", _datasets)],
     "scenarios": [("*.yaml", _scenario)],
     "engines": [("*.yaml", _engine)],
     "coefficients": [("kernel.json", _fitted(load_coefficients)),
@@ -168,6 +177,7 @@ KINDS: dict[str, list[tuple[str, Loader]]] = {
                      ("collectives.json", _fitted(load_collective_coefficients)),
                      ("training.json", _fitted(load_training_coefficients)),
                      ("serving.json", _fitted(load_serving_coefficients)),
+                     ("energy.json", _fitted(load_energy_coefficients)),
                      ("intervals.json", _intervals)],
     "defaults": [("hf_config_defaults.yaml", _config_defaults), ("sc21_heads.yaml", _heads)],
 }

@@ -30,6 +30,7 @@ from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.groundtruth.predict_batch import BatchResult, predict_batch
 from perfcast.groundtruth.tables import TablePrediction
+from perfcast.validate.fit_energy import ENERGY_FILES, POWER_TARGETS
 from perfcast.validate.metrics import ErrorSummary, summarize
 
 __all__ = ["MAX_POINTS", "Points", "ReportSummary", "TableReport", "TableSummary", "ValidationReport", "default_tables",
@@ -127,6 +128,7 @@ def default_tables(root: Path) -> list[Path]:
     out += [root / "published" / "gemm.csv", root / "published" / "training.csv",
             root / "published" / "inference.csv", root / "published" / "collectives.csv",
             root / "serving_online" / "serving_online.csv"]
+    out += [root / "energy" / name for name in ENERGY_FILES]
     out += sorted((root / "vidur" / "network").glob("*/*.csv"))
     return [p for p in out if p.exists()]
 
@@ -339,6 +341,48 @@ def _online_reports(res: BatchResult, name: str, cal: Calibration) -> list[Table
     return reports
 
 
+def energy_fold(cal: Calibration, gpu: str) -> Calibration:
+    """``cal`` as fitted without ``gpu``'s rows for the energy tables: the power model's idle and active shares
+    (the shipped ``energy.json``'s ``held_out``) and the serving engines' CPU times (``serving.json``'s)."""
+    from perfcast.coefficients.energy import load_energy_coefficients
+
+    fold = load_energy_coefficients().without(gpu)
+    return cal.with_kernel(fold.apply(cal.kernel)).with_serving(cal.serving.without(gpu))
+
+
+def _energy_reports(path: Path, name: str, cal: Calibration) -> list[TableReport]:
+    """A measured-energy table leave-one-GPU-out only: each GPU's rows predicted with the energy fit (and the
+    serving engines' CPU times) fitted without them (one pass: the in-sample pass would double a long run)."""
+    from perfcast.coefficients.energy import load_energy_coefficients
+    from perfcast.groundtruth.files import read_header, read_rows
+    from perfcast.groundtruth.tables import predict_table, recognize, target_columns
+
+    header = read_header(path)
+    kind = recognize(header)
+    rows = list(read_rows(path))
+    gpus = sorted({(r.get("gpu_id") or "").strip() for r in rows})
+    n = len(rows)
+    pred: TablePrediction | None = None
+    for g in gpus:
+        idx = np.flatnonzero(np.array([(r.get("gpu_id") or "").strip() == g for r in rows]))
+        sub = predict_table(kind, [rows[i] for i in idx], energy_fold(cal, g))
+        if pred is None:
+            pred = TablePrediction({t: np.full(n, np.nan) for t in sub.pred}, {t: np.full(n, np.nan) for t in sub.pred},
+                                   {t: np.full(n, np.nan) for t in sub.pred}, status=[""] * n, groups=[""] * n)
+        for t in sub.pred:
+            pred.pred[t][idx], pred.low[t][idx], pred.high[t][idx] = sub.pred[t], sub.low[t], sub.high[t]
+        for j, i in enumerate(idx):
+            pred.status[i], pred.groups[i] = sub.status[j], sub.groups[j] if sub.groups else g
+    assert pred is not None
+    targets = [t for t in target_columns(kind, header) if t in pred.pred]
+    held = sorted(load_energy_coefficients().held_out)
+    note = (f"each GPU predicted with the power model's idle/active shares (and vLLM 0.5's CPU times) fitted on the "
+            f"other GPUs' energy rows ({', '.join(held)}); {POWER_TARGETS.get(kind.name, 'power')} is the fitted "
+            "target, the rest follow" if held else
+            "no held-out energy fits shipped: run perfcast fit --stages energy")
+    return _reports(BatchResult(kind, header, rows, targets, pred), f"{name} [leave-one-GPU-out]", note)
+
+
 def _training_logo(paths: list[Path], name: Callable[[Path], str], cal: Calibration,
                    log: Callable[[str], None]) -> list[TableReport]:
     """Published training tables predicted leave-one-GPU-out (refits on the other GPUs' rows)."""
@@ -387,8 +431,12 @@ def run_validation(tables: list[Path] | None = None, *, calibration: Calibration
     training_paths: list[Path] = []
     for p in others:
         progress(str(p))
-        res = predict_batch(p, cal)
         name = table_name(p)
+        if p.name in ENERGY_FILES:
+            progress(f"{name} (leave-one-GPU-out)")
+            reports += _energy_reports(p, name, cal)
+            continue
+        res = predict_batch(p, cal)
         if res.kind.name == "serving_online":
             progress(f"{name} (leave-one-GPU-out)")
             reports += _online_reports(res, name, cal)

@@ -53,7 +53,7 @@ def test_a_bad_override_is_one_line_naming_what_is_accepted(name: str) -> None:
         load_hardware(name)
     message = str(info.value)
     assert "\n" not in message
-    assert message.startswith(f"bad memory override {name!r}: ") and "h100-sxm-80gb@94gb" in message
+    assert message.startswith(f"bad hardware override {name!r}: ") and "h100-sxm-80gb@94gb" in message
 
 
 def test_an_override_of_an_unknown_device_names_the_device() -> None:

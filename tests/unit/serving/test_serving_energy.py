@@ -47,29 +47,32 @@ def test_serving_energy_is_the_sum_of_its_parts(tp: int) -> None:
     pm = power_model(counts.hardware, counts.coeffs)
     span = float(res.finish_s.max())
     assert e.duration_s == span
-    # static power of every GPU over the run, the priced ops' dynamic energy on each tensor-parallel GPU,
-    # active power during the collectives
-    assert e.static_J == pytest.approx(tp * pm.static_W * span, rel=1e-12)
+    # static power of every GPU while its kernels run (the iterations less the engine's CPU work), idle power for
+    # the rest of the run, the priced ops' dynamic energy on each tensor-parallel GPU, active power during the
+    # collectives
+    busy = tp * (res.gpu_time_s - counts.cpu_s)
+    assert 0 < counts.cpu_s < res.gpu_time_s
+    assert e.static_J == pytest.approx(pm.static_W * busy, rel=1e-12)
     assert e.dynamic_J == pytest.approx((counts.dynamic_J + counts.attention_dynamic_J()) * tp, rel=1e-12)
     assert e.comm_J == pytest.approx(pm.active_W * counts.comm_s * tp, rel=1e-12)
     assert (e.comm_J > 0) == (tp > 1)
-    assert e.energy_J == pytest.approx(e.static_J + e.dynamic_J + e.comm_J, rel=1e-12)
+    assert e.idle_energy_J == pytest.approx(pm.idle_W * (tp * span - busy), rel=1e-9)
+    assert e.energy_J == pytest.approx(e.static_J + e.idle_energy_J + e.dynamic_J + e.comm_J, rel=1e-12)
     assert e.energy_J == pytest.approx(e.busy_energy_J + e.idle_energy_J, rel=1e-12)
-    assert e.idle_energy_J == pytest.approx(pm.idle_W * (tp * span - tp * res.gpu_time_s), rel=1e-9)
     # every part is there: linear layers and head, both attention calls
     assert counts.dynamic_J > 0 and counts.prefill_attention_flops > 0 and counts.decode_attention_bytes > 0
     assert counts.prefill_attention_s + counts.decode_attention_s < res.gpu_time_s
 
 
-def test_more_gpus_held_idle_cost_their_static_energy() -> None:
+def test_more_gpus_held_idle_cost_their_idle_energy() -> None:
     res = simulate_serving(_cfg(4.0))
     e = res.energy()
     assert res.energy_counts is not None
     pm = power_model(res.energy_counts.hardware, res.energy_counts.coeffs)
-    # the same iterations on a deployment of three replicas: two more GPUs draw static power for the whole run
+    # the same iterations on a deployment of three replicas: two more GPUs draw idle power for the whole run
     held = replace(res, config=res.config.model_copy(update={"num_replicas": 3})).energy()
     assert held.dynamic_J == e.dynamic_J and held.busy_energy_J == pytest.approx(e.busy_energy_J, rel=1e-12)
-    assert held.energy_J - e.energy_J == pytest.approx(2 * pm.static_W * e.duration_s, rel=1e-9)
+    assert held.energy_J - e.energy_J == pytest.approx(2 * pm.idle_W * e.duration_s, rel=1e-9)
     assert held.energy_per_output_token_J > e.energy_per_output_token_J
 
 
