@@ -78,7 +78,7 @@ def print_serving(d: dict[str, Any], trace_out: Path | None, requests_out: Path 
                  f"{100 * d['kv_utilization_frac']['mean']:.1f}%, max {100 * d['kv_utilization_frac']['max']:.1f}%")
     head.add_row("preemptions", str(d["preemptions"]))
     if d.get("energy_J"):
-        head.add_row("energy (prior model)", f"{d['energy_J'] / 1e3:,.3g} kJ; {d['energy_per_output_token_J']:.3g} J "
+        head.add_row("energy", f"{d['energy_J'] / 1e3:,.3g} kJ; {d['energy_per_output_token_J']:.3g} J "
                      f"per output token; {d['avg_power_per_gpu_W']:,.0f} W per GPU")
     con.print(head)
     lat = _table(title="latency" + (" (every request of the run at that load)" if "max_qps" in d else ""))

@@ -302,7 +302,7 @@ def _print(result: Any, trace: Path | None, defaults: list[str], precision_note:
                  f"{result.peak_flops_per_s / 1e12:.0f} TFLOP/s ({p.precision} dense peak; {formula})")
     head.add_row("micro-batches per step", f"{result.microbatches} (pipeline bubble {100 * result.bubble_frac:.1f}%)")
     if result.energy_per_gpu_J > 0:
-        head.add_row("energy (prior model)", f"{result.energy_per_step_J / 1e3:,.3g} kJ per step, "
+        head.add_row("energy", f"{result.energy_per_step_J / 1e3:,.3g} kJ per step, "
                      f"{result.energy_per_token_J:.3g} J per token, {result.avg_power_per_gpu_W:,.0f} W per GPU")
     con.print(head)
     bd = _table(title="where the step goes (critical pipeline rank)")

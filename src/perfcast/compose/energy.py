@@ -4,8 +4,8 @@ Every op's energy was priced with its time by the kernel layer (``KernelTime.dyn
 :mod:`perfcast.kernel.energy`); the step adds them up, once per copy of the op list it runs (each data- or
 tensor-parallel GPU runs one; a pipeline runs one per micro-batch, spread over its stages), and
 :func:`perfcast.kernel.energy.step_energy_J` puts every GPU's static power over the wall time (host gaps,
-pipeline bubbles and waits included) and active power over exposed communication, capped at TDP. A prior
-model (no measured power to fit it on): :data:`perfcast.kernel.energy.ENERGY_STATUS`.
+pipeline bubbles and waits included) and active power over exposed communication, capped at the power limit.
+How settled the model is: :data:`perfcast.kernel.energy.ENERGY_STATUS`.
 """
 
 from __future__ import annotations

@@ -26,11 +26,12 @@ priced with :func:`step_energy_J`, the rule compose's step, the training step an
 static power of every device for the whole wall time, the ops' dynamic energy, active power during
 exposed communication, capped at TDP.
 
-Status: a prior. The energies per FLOP are the fitted coefficients of the clock
-model (fitted on kernel *times*, where throttling shows); no measured power or
-energy of a run is in the ground truth, so ``leakage_frac`` (static and idle
-power), ``active_frac`` and the DRAM energies per bit are literature priors,
-not fitted. :data:`ENERGY_STATUS` says so in every output.
+Status: fitted where the ground truth measures it. The energies per FLOP are the fitted coefficients of the
+clock model (fitted on kernel *times*, where throttling shows); ``idle_frac`` (the power of a GPU held with no
+kernel running) and ``active_frac`` are fitted on measured GPU power (``perfcast fit --stages energy``:
+ML.ENERGY's vLLM serving runs, diffusion runs and batch-1 generation, :mod:`perfcast.coefficients.energy`);
+``leakage_frac`` (it sets the clocks) and the DRAM energies per bit stay literature priors.
+:data:`ENERGY_STATUS` says so in every output.
 """
 
 from __future__ import annotations
@@ -59,9 +60,9 @@ from perfcast.workload.types import Op, OpKind
 __all__ = ["ENERGY_STATUS", "MATRIX_KINDS", "OpEnergy", "PowerModel", "dynamic_energy_J", "energy_arrays",
            "kernel_dynamic_J", "op_energy", "ops_energy", "power_model", "step_energy_J"]
 
-ENERGY_STATUS = ("prior: power model of the sustained-clock fit (energy per FLOP fitted on kernel times); "
-                 "static/idle share, active share and DRAM energy per bit are literature priors; "
-                 "no measured power in the ground truth")
+ENERGY_STATUS = ("fitted: idle and active power shares on measured GPU power (ML.ENERGY runs on A100 and H100 "
+                 "serving, A100/A40/V100 batch-1 generation, diffusion); energy per FLOP on kernel times (the "
+                 "sustained-clock fit); leakage share and DRAM energy per bit are literature priors")
 
 MATRIX_KINDS = (OpKind.GEMM, OpKind.ATTENTION, OpKind.CONV)  # run on the matrix datapaths; the rest is memory-bound
 

@@ -42,7 +42,7 @@ def step_table(st: StepTime, *, dtype_note: str | None = None) -> Table:
     t.add_row("FLOPs", f"{st.flops / 1e12:.3f} TFLOP")
     t.add_row("achieved", f"{st.achieved_flops_per_s / 1e12:.2f} TFLOP/s")
     if st.energy_J > 0:
-        t.add_row("energy (prior model)", f"{st.energy_J:,.3g} J  (mean {st.avg_power_W:,.0f} W per GPU)")
+        t.add_row("energy", f"{st.energy_J:,.3g} J  (mean {st.avg_power_W:,.0f} W per GPU)")
     if mem is not None:
         gpu = "" if st.parallelism == "none" else " per GPU"
         t.add_row(f"memory{gpu}", f"{_gib(mem.total_bytes)} of {_gib(mem.capacity_bytes)}")

@@ -127,7 +127,7 @@ class TrainingResult:
 
     @property
     def energy_per_step_J(self) -> float:
-        """Energy of one step over every GPU of the job, joules (a prior model, see :func:`training_energy`)."""
+        """Energy of one step over every GPU of the job, joules (see :func:`training_energy`)."""
         return self.energy_per_gpu_J * self.num_gpus
 
     @property
@@ -563,7 +563,7 @@ def training_energy(own: list[_Stage], microbatches: int, optimizer: KernelTime,
     (:func:`perfcast.kernel.energy.step_energy_J`, the rule ``predict`` uses). The parts: the matrix ops
     (GEMMs, attention, convolutions) and the others with the static power over their kernel time, exposed
     communication, and the static power of the rest of the step (bubbles, overhead, the gaps and the
-    sustained-run slowdown the training coefficients add to the kernels). A prior model: :data:`ENERGY_STATUS`.
+    sustained-run slowdown the training coefficients add to the kernels). How settled: :data:`ENERGY_STATUS`.
     """
     pm = power_model(hw, coeffs)
     m = microbatches
