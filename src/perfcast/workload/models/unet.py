@@ -28,10 +28,13 @@ from __future__ import annotations
 
 from perfcast.catalog.diffusion import UNetConfig, VAEDecoderConfig
 from perfcast.catalog.models import ModelConfig
+from perfcast.dtypes import DType
 from perfcast.errors import UnsupportedError
 from perfcast.workload.graph import Graph
 
 __all__ = ["build_diffusion", "build_unet", "build_vae_decoder"]
+
+_TIME_IDS = 6  # SDXL's micro-conditioning: original height/width, crop top/left, target height/width
 
 
 def build_diffusion(g: Graph, cfg: ModelConfig, batch: int) -> int:
@@ -80,27 +83,37 @@ def _attention(g: Graph, name: str, batch: int, q_len: int, kv_len: int, width: 
         g.linear("to_out", batch * q_len, width, width, bias=True, tp_split="row")
 
 
-def _transformer(g: Graph, name: str, batch: int, c: int, hw: int, u: UNetConfig, heads: int) -> None:
-    """diffusers ``Transformer2DModel`` with one ``BasicTransformerBlock`` (conv ``proj_in``/``proj_out``)."""
+def _transformer(g: Graph, name: str, batch: int, c: int, hw: int, u: UNetConfig, heads: int, layers: int) -> None:
+    """diffusers ``Transformer2DModel`` with ``layers`` ``BasicTransformerBlock``s (``proj_in``/``proj_out``: 1x1
+    convs, or linear layers on the tokens with ``use_linear_projection``)."""
     tokens = batch * hw * hw
     pixels = hw * hw
     with g.scope(name):
         _group_norm(g, "norm", batch, c, hw, u.norm_num_groups, silu=False)
-        g.conv2d("proj_in", batch, c, c, 1, hw, bias=True)
-        g.copy("to_tokens", tokens * c)  # NCHW -> (B, HW, C)
-        g.norm("norm1", "layernorm", tokens, c)
-        _attention(g, "attn1", batch, pixels, pixels, c, heads)
-        g.pointwise("attn1.residual", "add", tokens * c, inputs=2)
-        g.norm("norm2", "layernorm", tokens, c)
-        _attention(g, "attn2", batch, pixels, u.text_tokens, c, heads, u.cross_attention_dim)
-        g.pointwise("attn2.residual", "add", tokens * c, inputs=2)
-        g.norm("norm3", "layernorm", tokens, c)
-        g.linear("ff.proj", tokens, c, 8 * c)  # GEGLU: hidden and gate, 4c each
-        g.pointwise("ff.geglu", "gelu_mul", tokens * 4 * c, inputs=2)
-        g.linear("ff.out", tokens, 4 * c, c, tp_split="row")
-        g.pointwise("ff.residual", "add", tokens * c, inputs=2)
-        g.copy("to_image", tokens * c)  # (B, HW, C) -> NCHW
-        g.conv2d("proj_out", batch, c, c, 1, hw, bias=True)
+        if u.linear_projection:
+            g.copy("to_tokens", tokens * c)  # NCHW -> (B, HW, C)
+            g.linear("proj_in", tokens, c, c, bias=True)
+        else:
+            g.conv2d("proj_in", batch, c, c, 1, hw, bias=True)
+            g.copy("to_tokens", tokens * c)  # NCHW -> (B, HW, C)
+        with g.scope("block" if layers > 1 else "", count=layers):  # identical blocks: emitted once, counted
+            g.norm("norm1", "layernorm", tokens, c)
+            _attention(g, "attn1", batch, pixels, pixels, c, heads)
+            g.pointwise("attn1.residual", "add", tokens * c, inputs=2)
+            g.norm("norm2", "layernorm", tokens, c)
+            _attention(g, "attn2", batch, pixels, u.text_tokens, c, heads, u.cross_attention_dim)
+            g.pointwise("attn2.residual", "add", tokens * c, inputs=2)
+            g.norm("norm3", "layernorm", tokens, c)
+            g.linear("ff.proj", tokens, c, 8 * c)  # GEGLU: hidden and gate, 4c each
+            g.pointwise("ff.geglu", "gelu_mul", tokens * 4 * c, inputs=2)
+            g.linear("ff.out", tokens, 4 * c, c, tp_split="row")
+            g.pointwise("ff.residual", "add", tokens * c, inputs=2)
+        if u.linear_projection:
+            g.linear("proj_out", tokens, c, c, bias=True, tp_split="row")
+            g.copy("to_image", tokens * c)  # (B, HW, C) -> NCHW
+        else:
+            g.copy("to_image", tokens * c)  # (B, HW, C) -> NCHW
+            g.conv2d("proj_out", batch, c, c, 1, hw, bias=True)
         g.pointwise("residual", "add", tokens * c, inputs=2)
 
 
@@ -123,17 +136,25 @@ def build_unet(g: Graph, u: UNetConfig, batch: int) -> int:
         g.linear("linear_1", batch, c0, temb, tp_split="none")
         g.pointwise("silu", "silu", batch * temb)
         g.linear("linear_2", batch, temb, temb, tp_split="none")
+    if u.addition_embed_dim:  # SDXL: pooled text embedding + sinusoids of the 6 size/crop numbers -> MLP -> + temb
+        with g.scope("add_embedding", group="embedding"):
+            g.pointwise("time_ids.sinusoid", "exp", batch * _TIME_IDS * u.addition_time_embed_dim)
+            g.linear("linear_1", batch, u.addition_embed_dim, temb, tp_split="none")
+            g.pointwise("silu", "silu", batch * temb)
+            g.linear("linear_2", batch, temb, temb, tp_split="none")
+            g.pointwise("add", "add", batch * temb, inputs=2)
     g.conv2d("conv_in", batch, u.in_channels, c0, 3, hw, padding=1, bias=True)
     skips = [c0]
     cin = c0
     levels = len(u.block_out_channels)
+    depth = u.layers_per_level
     for i, (c, cross, heads) in enumerate(zip(u.block_out_channels, u.cross_attention_levels, u.num_heads,
                                               strict=True)):
         with g.scope(f"down{i}", group=f"down{i}"):
             for j in range(u.layers_per_block):
                 _resnet(g, f"resnet{j}", batch, cin, c, hw, groups, temb)
                 if cross:
-                    _transformer(g, f"attn{j}", batch, c, hw, u, heads)
+                    _transformer(g, f"attn{j}", batch, c, hw, u, heads, depth[i])
                 cin = c
                 skips.append(c)
             if i < levels - 1:
@@ -142,17 +163,18 @@ def build_unet(g: Graph, u: UNetConfig, batch: int) -> int:
                 skips.append(c)
     with g.scope("mid", group="mid"):
         _resnet(g, "resnet0", batch, cin, cin, hw, groups, temb)
-        _transformer(g, "attn", batch, cin, hw, u, u.num_heads[-1])
+        _transformer(g, "attn", batch, cin, hw, u, u.num_heads[-1], depth[-1])
         _resnet(g, "resnet1", batch, cin, cin, hw, groups, temb)
-    up = zip(reversed(u.block_out_channels), reversed(u.cross_attention_levels), reversed(u.num_heads), strict=True)
-    for i, (c, cross, heads) in enumerate(up):
+    up = zip(reversed(u.block_out_channels), reversed(u.cross_attention_levels), reversed(u.num_heads),
+             reversed(depth), strict=True)
+    for i, (c, cross, heads, d) in enumerate(up):
         with g.scope(f"up{i}", group=f"up{i}"):
             for j in range(u.layers_per_block + 1):
                 skip = skips.pop()
                 g.copy(f"cat{j}", batch * (cin + skip) * hw * hw)  # torch.cat of the output and the skip
                 _resnet(g, f"resnet{j}", batch, cin + skip, c, hw, groups, temb)
                 if cross:
-                    _transformer(g, f"attn{j}", batch, c, hw, u, heads)
+                    _transformer(g, f"attn{j}", batch, c, hw, u, heads, d)
                 cin = c
             if i < levels - 1:
                 hw = _upsample(g, "upsample", batch, c, hw)
@@ -177,6 +199,12 @@ def build_vae_decoder(g: Graph, v: VAEDecoderConfig, batch: int) -> int:
         _resnet(g, "resnet1", batch, top, top, hw, groups, 0)
     cin = top
     levels = len(v.block_out_channels)
+    run_dtype = g.dtype
+    if v.upcast_up_blocks and g.dtype.bytes < 4:
+        # diffusers' upcast_vae: FP32 weights from the up blocks on, the latents cast to them; PyTorch runs FP32
+        # convolutions on TF32 tensor cores (torch.backends.cudnn.allow_tf32 defaults to True)
+        g.copy("upcast", batch * top * hw * hw, out_dtype=DType.FP32)
+        g.dtype = DType.TF32
     for i, c in enumerate(reversed(v.block_out_channels)):
         with g.scope(f"up{i}", group=f"up{i}"):
             for j in range(v.layers_per_block + 1):
@@ -187,4 +215,5 @@ def build_vae_decoder(g: Graph, v: VAEDecoderConfig, batch: int) -> int:
     with g.scope("out", group="out"):
         _group_norm(g, "conv_norm_out", batch, cin, hw, groups, silu=True)
         g.conv2d("conv_out", batch, cin, v.out_channels, 3, hw, padding=1, bias=True)
+    g.dtype = run_dtype
     return v.sample_size_px
