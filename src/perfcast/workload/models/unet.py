@@ -8,14 +8,16 @@ arXiv:2112.10752; diffusers ``models/unets/unet_2d_condition.py``,
 ``models/resnet.py``, ``models/attention.py``, ``models/autoencoders/vae.py``).
 
 - GroupNorm is one row reduction per (image, group) over its channels x pixels;
-  SiLU, the residual adds and the time-embedding add are pointwise kernels.
+  SiLU, the residual adds and the time-embedding add are pointwise kernels, and so are
+  the divisions diffusers writes after every ResNet block (``/ output_scale_factor``) and
+  attention (``/ rescale_output_factor``), which launch a kernel although both factors are 1.
 - Convolutions are NCHW ``conv2d`` ops (3x3 padding 1, 1x1, stride-2 downsampling
   3x3); upsampling is a nearest-neighbour 2x copy then a 3x3 convolution.
 - Attention is PyTorch's fused ``scaled_dot_product_attention`` (no causal mask):
   self-attention over the ``H*W`` pixels of a level, cross-attention from them to
   the ``text_tokens`` text-encoder outputs (whose K/V projections run on those 77
-  tokens). The GEGLU feed-forward is one linear to ``2 x 4C``, a GELU-and-multiply
-  kernel and one linear back.
+  tokens). The GEGLU feed-forward is one linear to ``2 x 4C``, a GELU kernel on the gate
+  half, a multiply and one linear back (eager PyTorch: ``hidden * F.gelu(gate)``).
 - The image side is the config's (64 px latent, 512 px image); a workload's
   ``seq_len`` does not set it, and the builder returns it (as the ResNet builder does).
 
@@ -35,6 +37,9 @@ from perfcast.workload.graph import Graph
 __all__ = ["build_diffusion", "build_unet", "build_vae_decoder"]
 
 _TIME_IDS = 6  # SDXL's micro-conditioning: original height/width, crop top/left, target height/width
+# diffusers' get_timestep_embedding + Timesteps: arange, x -log(max_period), / half_dim, exp, t x freqs, x scale,
+# sin, cos, cat, the flip cat, the cast to the UNet's dtype: eleven tiny kernels per call
+_SINUSOID_KERNELS = 11
 
 
 def build_diffusion(g: Graph, cfg: ModelConfig, batch: int) -> int:
@@ -68,6 +73,7 @@ def _resnet(g: Graph, name: str, batch: int, cin: int, cout: int, hw: int, group
         if cin != cout:
             g.conv2d("conv_shortcut", batch, cin, cout, 1, hw, bias=True)
         g.pointwise("residual", "add", numel, inputs=2)
+        g.pointwise("output_scale", "div", numel)  # (x + h) / output_scale_factor: a kernel even at 1.0
 
 
 def _attention(g: Graph, name: str, batch: int, q_len: int, kv_len: int, width: int, heads: int,
@@ -81,6 +87,7 @@ def _attention(g: Graph, name: str, batch: int, q_len: int, kv_len: int, width: 
         g.linear("to_v", batch * kv_len, kvw, width, bias=bias)
         g.attention("sdpa", batch, heads, heads, q_len, kv_len, width // heads, causal=False)
         g.linear("to_out", batch * q_len, width, width, bias=True, tp_split="row")
+        g.pointwise("rescale_output", "div", batch * q_len * width)  # / rescale_output_factor (1.0): a kernel
 
 
 def _transformer(g: Graph, name: str, batch: int, c: int, hw: int, u: UNetConfig, heads: int, layers: int) -> None:
@@ -105,7 +112,8 @@ def _transformer(g: Graph, name: str, batch: int, c: int, hw: int, u: UNetConfig
             g.pointwise("attn2.residual", "add", tokens * c, inputs=2)
             g.norm("norm3", "layernorm", tokens, c)
             g.linear("ff.proj", tokens, c, 8 * c)  # GEGLU: hidden and gate, 4c each
-            g.pointwise("ff.geglu", "gelu_mul", tokens * 4 * c, inputs=2)
+            g.pointwise("ff.gelu", "gelu", tokens * 4 * c)  # GEGLU: gelu(gate), then hidden * it (two kernels)
+            g.pointwise("ff.mul", "mul", tokens * 4 * c, inputs=2)
             g.linear("ff.out", tokens, 4 * c, c, tp_split="row")
             g.pointwise("ff.residual", "add", tokens * c, inputs=2)
         if u.linear_projection:
@@ -131,14 +139,17 @@ def build_unet(g: Graph, u: UNetConfig, batch: int) -> int:
     """One denoising step of the UNet over ``batch`` latents; returns the latent side in pixels."""
     hw = u.sample_size_px
     c0, temb, groups = u.block_out_channels[0], u.time_embed_dim, u.norm_num_groups
+    with g.scope("time_proj", count=_SINUSOID_KERNELS, group="embedding"):
+        g.pointwise("kernel", "exp", batch * c0)
     with g.scope("time_embedding", group="embedding"):
-        g.pointwise("sinusoid", "exp", batch * c0)
         g.linear("linear_1", batch, c0, temb, tp_split="none")
         g.pointwise("silu", "silu", batch * temb)
         g.linear("linear_2", batch, temb, temb, tp_split="none")
     if u.addition_embed_dim:  # SDXL: pooled text embedding + sinusoids of the 6 size/crop numbers -> MLP -> + temb
+        with g.scope("add_time_proj", count=_SINUSOID_KERNELS, group="embedding"):
+            g.pointwise("kernel", "exp", batch * _TIME_IDS * u.addition_time_embed_dim)
         with g.scope("add_embedding", group="embedding"):
-            g.pointwise("time_ids.sinusoid", "exp", batch * _TIME_IDS * u.addition_time_embed_dim)
+            g.copy("cat_text_embeds", batch * u.addition_embed_dim)
             g.linear("linear_1", batch, u.addition_embed_dim, temb, tp_split="none")
             g.pointwise("silu", "silu", batch * temb)
             g.linear("linear_2", batch, temb, temb, tp_split="none")
