@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.coefficients.bundle import Calibration
 from perfcast.compose.predict import StepRequest, predict
@@ -91,7 +92,7 @@ def at_resolution(cfg: ModelConfig, image_px: int, vae_factor: int) -> ModelConf
     raise ConfigError(f"{cfg.id} is not a diffusion UNet or VAE (model_type {cfg.model_type!r})")
 
 
-def predict_generation(unet: str | ModelConfig, vae: str | ModelConfig | None, hardware: str, *, batch_size: int,
+def predict_generation(unet: str | ModelConfig, vae: str | ModelConfig | None, hardware: str | Hardware, *, batch_size: int,
                        steps: int, guidance: bool = True, dtype: str = "fp16", resolution_px: int | None = None,
                        vae_upcast: bool = False, calibration: Calibration | None = None) -> GenerationTime:
     """Price one batch of ``batch_size`` images (see the module docstring). ``resolution_px`` None keeps the

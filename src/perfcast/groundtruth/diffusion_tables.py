@@ -15,8 +15,8 @@ are left out, see there). Then, per the table's definitions (its README):
 - ``throughput_outputs_per_s`` = ``batch_size`` / the latency.
 
 Refused, each with a one-line status (the row is kept): video rows (text-to-video, image-to-video: frames,
-not modelled), pipelines perfcast does not model (their catalog reason), rows on more than one GPU, a power
-limit other than the catalog GPU's TDP, precisions other than FP16/BF16/FP32, non-square images.
+not modelled), pipelines perfcast does not model (their catalog reason), rows on more than one GPU,
+precisions other than FP16/BF16/FP32, non-square images.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from perfcast.catalog.hardware import load_hardware
+from perfcast.catalog.hardware import load_hardware, with_power_limit
 from perfcast.catalog.pipelines import load_pipeline
 from perfcast.coefficients.bundle import Calibration
 from perfcast.compose.diffusion import GenerationTime, predict_generation
@@ -37,7 +37,6 @@ from perfcast.groundtruth.gpus import row_gpu_id
 __all__ = ["PRECISIONS", "diffusion_figures", "predict_diffusion_rows", "row_resolution_px"]
 
 PRECISIONS = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}  # torch_dtype -> perfcast dtype
-_POWER_LIMIT_TOLERANCE_W = 1.0
 
 
 def _count(row: dict[str, str], key: str) -> int:
@@ -94,12 +93,8 @@ def _predict_row(row: dict[str, str], cal: Calibration) -> tuple[GenerationTime,
         raise UnsupportedError(f"weight_precision {precision!r} is not modelled; supported: {', '.join(PRECISIONS)}")
     gpu = row_gpu_id(row)
     limit = (row.get("gpu_power_limit_W") or "").strip()
-    if limit:
-        tdp = load_hardware(gpu).tdp_W
-        if abs(float(limit) - tdp) > _POWER_LIMIT_TOLERANCE_W:
-            raise UnsupportedError(f"gpu_power_limit_W {limit}: a power limit other than {gpu}'s TDP ({tdp:g} W) "
-                                   "is not modelled")
-    gen = predict_generation(pipe.unet, pipe.vae, gpu, batch_size=_count(row, "batch_size"),
+    hw = with_power_limit(gpu, float(limit)) if limit else load_hardware(gpu)
+    gen = predict_generation(pipe.unet, pipe.vae, hw, batch_size=_count(row, "batch_size"),
                              steps=_count(row, "inference_steps"), guidance=pipe.guidance,
                              dtype=PRECISIONS[precision], resolution_px=row_resolution_px(row),
                              vae_upcast=pipe.vae_upcast, calibration=cal)

@@ -102,16 +102,24 @@ def test_sdxl_decodes_with_an_upcast_vae() -> None:
 
 def test_rows_perfcast_does_not_model_keep_their_place_with_a_reason(tmp_path: Path) -> None:
     rows = [VIDEO, ROW | {"model_id": "kandinsky-community/kandinsky-3"}, ROW | {"num_gpus": "2"},
-            ROW | {"gpu_power_limit_W": "300"}, ROW | {"weight_precision": "int8"}, ROW | {"model_id": "no/such-pipe"},
+            ROW | {"gpu_power_limit_W": "5"}, ROW | {"weight_precision": "int8"}, ROW | {"model_id": "no/such-pipe"},
             ROW]
     p = _predict(tmp_path, rows).prediction
     assert len(p.status) == len(rows) and p.status[-1] == "ok"
     for status, words in zip(p.status, ("video generation is not modelled", "model_type 'diffusers kandinsky "
-                                        "pipeline' is not modelled", "num_gpus 2", "power limit other than",
+                                        "pipeline' is not modelled", "num_gpus 2", "power limit 5 W",
                                         "weight_precision 'int8'", "unknown diffusion pipeline"), strict=False):
         assert status.startswith("unsupported: ") and words in status and "\n" not in status
     for t in DIFFUSION_TARGETS:
         assert all(math.isnan(v) for v in p.pred[t][:-1])
+
+
+def test_a_lower_power_limit_slows_the_batch_and_caps_its_power(tmp_path: Path) -> None:
+    rows = [ROW | {"batch_size": "16"}, ROW | {"batch_size": "16", "gpu_power_limit_W": "200"}]
+    p = _predict(tmp_path, rows).prediction
+    assert p.status == ["ok", "ok"]
+    assert p.pred["batch_latency_s"][1] >= p.pred["batch_latency_s"][0]
+    assert p.pred["avg_power_total_W"][1] <= 200.0 + 1e-6
 
 
 GROUNDTRUTH = find_groundtruth(required=False)
