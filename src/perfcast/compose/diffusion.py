@@ -92,9 +92,10 @@ def at_resolution(cfg: ModelConfig, image_px: int, vae_factor: int) -> ModelConf
     raise ConfigError(f"{cfg.id} is not a diffusion UNet or VAE (model_type {cfg.model_type!r})")
 
 
-def predict_generation(unet: str | ModelConfig, vae: str | ModelConfig | None, hardware: str | Hardware, *, batch_size: int,
-                       steps: int, guidance: bool = True, dtype: str = "fp16", resolution_px: int | None = None,
-                       vae_upcast: bool = False, calibration: Calibration | None = None) -> GenerationTime:
+def predict_generation(unet: str | ModelConfig, vae: str | ModelConfig | None, hardware: str | Hardware, *,
+                       batch_size: int, steps: int, guidance: bool = True, dtype: str = "fp16",
+                       resolution_px: int | None = None, vae_upcast: bool = False,
+                       calibration: Calibration | None = None) -> GenerationTime:
     """Price one batch of ``batch_size`` images (see the module docstring). ``resolution_px`` None keeps the
     configs' sides; ``vae_upcast`` decodes with the VAE's up blocks in FP32 (diffusers' SDXL pipelines).
     Raises ConfigError when ``unet`` is not a diffusion UNet or ``vae`` not a VAE."""
