@@ -17,8 +17,6 @@ from typing import Protocol
 import pytest
 
 import perfcast
-from perfcast.coefficients.energy import load_energy_coefficients
-from perfcast.serving.sources.datasets import dataset_names, load_dataset
 from perfcast.accel.spec import load_arch, load_mapping
 from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.hardware import load_hardware
@@ -28,6 +26,7 @@ from perfcast.catalog.synthetic import sc21_heads
 from perfcast.catalog.unmodelled import unmodelled_entries
 from perfcast.coefficients.collectives import load_collective_coefficients
 from perfcast.coefficients.compose import load_compose_coefficients
+from perfcast.coefficients.energy import load_energy_coefficients
 from perfcast.coefficients.intervals import load_intervals
 from perfcast.coefficients.kernel import load_coefficients
 from perfcast.coefficients.serving import load_serving_coefficients
@@ -36,6 +35,7 @@ from perfcast.datafiles import DATA_KINDS, data_dir, data_path
 from perfcast.errors import UnsupportedError
 from perfcast.scenarios.schema import load_scenario
 from perfcast.serving.engines import load_engine
+from perfcast.serving.sources.datasets import dataset_names, load_dataset
 from perfcast.serving.sources.mlperf import benchmark_names, load_benchmark
 from perfcast.serving.sources.traces import load_trace, shipped_traces
 from perfcast.sweep.published import load_published
