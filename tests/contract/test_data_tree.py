@@ -17,16 +17,16 @@ from typing import Protocol
 import pytest
 
 import perfcast
-from perfcast.coefficients.energy import load_energy_coefficients
-from perfcast.serving.sources.datasets import dataset_names, load_dataset
 from perfcast.accel.spec import load_arch, load_mapping
 from perfcast.catalog.config_defaults import load_config_defaults
 from perfcast.catalog.hardware import load_hardware
 from perfcast.catalog.models import load_model
+from perfcast.catalog.pipelines import load_pipeline
 from perfcast.catalog.synthetic import sc21_heads
 from perfcast.catalog.unmodelled import unmodelled_entries
 from perfcast.coefficients.collectives import load_collective_coefficients
 from perfcast.coefficients.compose import load_compose_coefficients
+from perfcast.coefficients.energy import load_energy_coefficients
 from perfcast.coefficients.intervals import load_intervals
 from perfcast.coefficients.kernel import load_coefficients
 from perfcast.coefficients.serving import load_serving_coefficients
@@ -35,6 +35,7 @@ from perfcast.datafiles import DATA_KINDS, data_dir, data_path
 from perfcast.errors import UnsupportedError
 from perfcast.scenarios.schema import load_scenario
 from perfcast.serving.engines import load_engine
+from perfcast.serving.sources.datasets import dataset_names, load_dataset
 from perfcast.serving.sources.mlperf import benchmark_names, load_benchmark
 from perfcast.serving.sources.traces import load_trace, shipped_traces
 from perfcast.sweep.published import load_published
@@ -66,6 +67,13 @@ def _unmodelled(path: Path) -> list[str]:
         with pytest.raises(UnsupportedError, match=re.escape(said)):
             load_model(name)
     return _sources(entry.source)
+
+
+def _pipeline(path: Path) -> list[str]:
+    pipe = load_pipeline(path.stem)  # through the catalog; its networks resolve to diffusion entries
+    assert load_pipeline(pipe.id) is pipe
+    assert load_model(pipe.unet).unet is not None and load_model(pipe.vae).vae is not None
+    return _sources(pipe.source)
 
 
 def _cluster(path: Path) -> list[str]:
@@ -165,7 +173,8 @@ def _doc(path: Path) -> None:
 Loader = Callable[[Path], "list[str] | None"]
 KINDS: dict[str, list[tuple[str, Loader]]] = {
     "hardware": [("*.yaml", _hardware)],
-    "models": [("*.json", _model), ("*.yaml", _model), ("unmodelled/*.yaml", _unmodelled)],
+    "models": [("*.json", _model), ("*.yaml", _model), ("unmodelled/*.yaml", _unmodelled),
+               ("pipelines/*.yaml", _pipeline)],
     "clusters": [("*.yaml", _cluster)],
     "accelerators": [("*.yaml", _arch), ("mappings/*.yaml", _mapping)],
     "traces": [("index.yaml", _trace_index), ("*.csv.gz", _trace), ("README.md", _doc)],

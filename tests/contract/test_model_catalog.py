@@ -41,7 +41,7 @@ needs_groundtruth = pytest.mark.skipif(
 
 # names the ground truth uses for checkpoints perfcast does not model, each -> (the model_type its refusal names,
 # why it is refused); every other name in the tables must resolve (issue 16)
-_DIFFUSION = ("diffusers pipeline", "whole diffusion pipelines: another issue")
+_VIDEO = ("diffusers video pipeline", "3D / spatio-temporal UNets")
 NOT_MODELLED: dict[str, tuple[str, str]] = {
     "RWKV/rwkv-raven-7b": ("rwkv", "recurrent RWKV-4 blocks, no attention"),
     "facebook/chameleon-7b": ("chameleon", "early-fusion image-token model"),
@@ -51,10 +51,11 @@ NOT_MODELLED: dict[str, tuple[str, str]] = {
     "Neutralzz/BiLLa-7B-SFT": ("llama", "extended vocabulary of unknown size: no config shipped"),
     **dict.fromkeys((
         "ali-vilab/i2vgen-xl", "ali-vilab/text-to-video-ms-1.7b", "guoyww/animatediff-motion-adapter-v1-5-3",
-        "kandinsky-community/kandinsky-2-2-decoder", "kandinsky-community/kandinsky-3", "prompthero/openjourney-v4",
-        "segmind/SSD-1B", "stabilityai/sdxl-turbo", "stabilityai/stable-diffusion-2-1",
-        "stabilityai/stable-diffusion-3-medium-diffusers", "stabilityai/stable-diffusion-xl-base-1.0",
-        "stabilityai/stable-video-diffusion-img2vid", "stabilityai/stable-video-diffusion-img2vid-xt"), _DIFFUSION),
+        "stabilityai/stable-video-diffusion-img2vid", "stabilityai/stable-video-diffusion-img2vid-xt"), _VIDEO),
+    **dict.fromkeys(("kandinsky-community/kandinsky-2-2-decoder", "kandinsky-community/kandinsky-3"),
+                    ("diffusers kandinsky pipeline", "image-embedding UNet + MoVQ; Kandinsky 3's own UNet")),
+    "stabilityai/stable-diffusion-3-medium-diffusers": ("sd3_transformer_2d", "MMDiT denoiser"),
+    "segmind/SSD-1B": ("unet_2d_condition", "distilled SDXL whose per-block config is not shipped"),
 }
 # the tables whose model columns name checkpoints (energy, online serving), beside the published and vidur ones
 _MODEL_ID_TABLES = ("energy/llm_serving_energy.csv", "energy/mllm_serving_energy.csv", "energy/diffusion_energy.csv",

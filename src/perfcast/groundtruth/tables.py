@@ -17,12 +17,14 @@ import numpy as np
 from perfcast.coefficients.bundle import Calibration
 from perfcast.compose.types import MemoryBreakdown
 from perfcast.errors import ConfigError, PerfcastError
+from perfcast.groundtruth.diffusion_columns import DIFFUSION_RATES, DIFFUSION_REQUIRED, DIFFUSION_TARGETS
 from perfcast.groundtruth.energy_columns import ENERGY_REQUIRED, ENERGY_TARGETS
 from perfcast.groundtruth.files import ROW_ERRORS, row_status
 from perfcast.groundtruth.legacy_energy_columns import LEGACY_ENERGY_REQUIRED, LEGACY_ENERGY_TARGETS
 from perfcast.groundtruth.online_columns import ONLINE_TARGETS as ONLINE_TARGET_COLUMNS
 
-__all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_e2e", "predict_energy_legacy",
+__all__ = ["TABLE_KINDS", "TableKind", "TablePrediction", "predict_e2e", "predict_energy_diffusion",
+           "predict_energy_legacy",
            "predict_published_collectives", "predict_published_inference", "predict_published_training",
            "predict_serving_energy", "predict_serving_online", "predict_table",
            "predict_vidur_network",
@@ -386,6 +388,19 @@ def predict_energy_legacy(rows: list[dict[str, str]], cal: Calibration) -> Table
     return out
 
 
+# -- measured diffusion energy (ML.ENERGY) ---------------------------------------------------------------------
+def predict_energy_diffusion(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
+    """Diffusers text-to-image runs: batch latency, energy per image, average power and images/s per row."""
+    from perfcast.groundtruth.diffusion_tables import predict_diffusion_rows
+
+    out = _empty(len(rows), DIFFUSION_TARGETS)
+    pred, status, groups = predict_diffusion_rows(rows, cal)
+    out.status, out.groups = status, groups
+    out.pred.update(pred)
+    _apply_interval(out, "step", cal, inverse=set(DIFFUSION_RATES))
+    return out
+
+
 TABLE_KINDS: tuple[TableKind, ...] = (
     TableKind("neusight_e2e", frozenset({"device", "model", "mode", "batch_size", "seq_len", "measured_ms"}),
               ("measured_ms", "measured_fw_ms", "measured_bw_ms"), "step", predict_e2e),
@@ -422,6 +437,7 @@ TABLE_KINDS: tuple[TableKind, ...] = (
               ("tflops",), "gemm_published", _predict_published_gemm),
     TableKind("serving_energy", ENERGY_REQUIRED, ENERGY_TARGETS, "serving", predict_serving_energy),
     TableKind("energy_legacy_bs1", LEGACY_ENERGY_REQUIRED, LEGACY_ENERGY_TARGETS, "step", predict_energy_legacy),
+    TableKind("energy_diffusion", DIFFUSION_REQUIRED, DIFFUSION_TARGETS, "step", predict_energy_diffusion),
 )
 
 

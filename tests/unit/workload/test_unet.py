@@ -2,7 +2,8 @@
 
 Expected numbers are published figures, none produced by perfcast:
 - diffusers' ``UNet2DConditionModel`` of SD 1.5 has 859,520,964 parameters and its ``AutoencoderKL`` decoder
-  (with ``post_quant_conv``) 49,490,199 (``sum(p.numel() for p in m.parameters())``);
+  (with ``post_quant_conv``) 49,490,199 (``sum(p.numel() for p in m.parameters())``); SD 2.1's UNet 865,910,724
+  and SDXL base 1.0's 2,567,463,684 (the "2.6B" of Podell et al. 2023, arXiv:2307.01952, Table 1);
 - BK-SDM (Kim et al. 2023, arXiv:2305.15798) reports 339G MACs for one SD U-Net pass over a 64x64 latent and
   1240G MACs for the image decoder at 512x512, counted per module (convolutions and linear layers; the matmuls
   inside attention are not modules and are left out of those counts).
@@ -20,6 +21,8 @@ from perfcast.workload.build import WorkloadSpec, build_workload
 from perfcast.workload.types import Mode, OpKind
 
 UNET_PARAMS = 859_520_964
+SD21_UNET_PARAMS = 865_910_724
+SDXL_UNET_PARAMS = 2_567_463_684
 VAE_DECODER_PARAMS = 49_490_199
 UNET_MODULE_MACS = 339e9
 VAE_DECODER_MODULE_MACS = 1240e9
@@ -35,7 +38,9 @@ def _module_macs(model: str) -> float:
     return sum(o.flops * o.count for o in ops if o.kind in (OpKind.GEMM, OpKind.CONV)) / 2
 
 
-@pytest.mark.parametrize(("model", "params"), [("sd-1.5-unet", UNET_PARAMS), ("sd-1.5-vae", VAE_DECODER_PARAMS)])
+@pytest.mark.parametrize(("model", "params"), [("sd-1.5-unet", UNET_PARAMS), ("sd-1.5-vae", VAE_DECODER_PARAMS),
+                                               ("sd-2.1-unet", SD21_UNET_PARAMS), ("sdxl-unet", SDXL_UNET_PARAMS),
+                                               ("sdxl-vae", VAE_DECODER_PARAMS)])
 def test_parameter_counts_match_diffusers(model: str, params: int) -> None:
     cfg = load_model(model)
     assert cfg.kind == "diffusion" and cfg.num_params() == params
@@ -56,6 +61,36 @@ def test_unet_attention_shapes() -> None:
     cross = [o for o in att if o.dims[4] == 77]
     assert len(self_64) == 5 and len(cross) == 16
     assert all(o.dims[:3] == (2, 8, 8) and o.dims[5] == 40 and o.dims[6] == 0 for o in self_64)
+
+
+def test_sd2_heads_are_64_wide_as_diffusers_reads_attention_head_dim() -> None:
+    # SD 2.x's attention_head_dim [5, 10, 20, 20] is the number of heads per level (diffusers' naming quirk)
+    att = [o for o in _forward("sd-2.1-unet").ops if o.kind is OpKind.ATTENTION]
+    assert {o.dims[5] for o in att} == {64}
+    assert {o.dims[1] for o in att} == {5, 10, 20}
+    assert load_model("sd-2.1-unet").unet.linear_projection  # type: ignore[union-attr]
+
+
+def test_sdxl_runs_its_transformer_blocks_per_level() -> None:
+    att = [o for o in _forward("sdxl-unet").ops if o.kind is OpKind.ATTENTION]
+    # blocks [-, 2, 10] per attention: down 2x2 + 2x10, mid 10, up 3x10 + 3x2 = 70 blocks, self- and cross-attention
+    assert sum(o.count for o in att) == 2 * 70
+    assert {o.dims[4] for o in att if o.dims[3] != o.dims[4]} == {77}  # cross-attention to the text tokens
+    assert max(o.dims[3] for o in att) == (128 // 2) ** 2  # no attention on the first (128x128) level
+
+
+def test_unet_variants_perfcast_does_not_build_are_refused_by_field() -> None:
+    from perfcast.catalog.model_config import from_hf_config
+    from perfcast.errors import UnsupportedError
+
+    raw = dict(load_model("sdxl-unet").hf_config)
+    with pytest.raises(UnsupportedError, match="addition_embed_type='image'"):
+        from_hf_config(raw | {"addition_embed_type": "image"}, model_id="kandinsky-like")
+    with pytest.raises(UnsupportedError, match="per-block transformer_layers_per_block"):
+        from_hf_config(raw | {"transformer_layers_per_block": [1, 2, [4, 4, 10]]}, model_id="ssd-like")
+    with pytest.raises(UnsupportedError, match="SimpleCrossAttnDownBlock2D"):
+        from_hf_config(raw | {"down_block_types": ["DownBlock2D", "SimpleCrossAttnDownBlock2D",
+                                                   "CrossAttnDownBlock2D"]}, model_id="odd")
 
 
 def test_flops_scale_with_the_batch() -> None:
