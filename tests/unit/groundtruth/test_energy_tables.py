@@ -61,7 +61,8 @@ def test_the_steady_state_is_what_the_longer_run_adds() -> None:
     tokens = el.output_tokens - es.output_tokens
     assert fig["output_throughput_tok_per_s"] == pytest.approx(tokens / dt)
     assert fig["avg_power_per_gpu_W"] == pytest.approx((el.energy_J - es.energy_J) / dt)
-    assert fig["energy_per_output_token_J"] == pytest.approx(fig["avg_power_total_W"] / fig["output_throughput_tok_per_s"])
+    power, tput = fig["avg_power_total_W"], fig["output_throughput_tok_per_s"]
+    assert fig["energy_per_output_token_J"] == pytest.approx(power / tput)
     # the batch stays full while the queue holds requests, and the power lies between idle and the 300 W cap
     assert 14 <= fig["avg_batch_size"] <= 16
     assert 30 < fig["avg_power_per_gpu_W"] <= 300
