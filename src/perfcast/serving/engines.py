@@ -1,9 +1,9 @@
 """Serving engines as data: one profile per engine and version (``data/engines/<id>.yaml``).
 
 vLLM, SGLang and TensorRT-LLM schedule differently (which requests share an iteration, whether prompts are
-chunked, the token and sequence budgets), capture CUDA graphs up to different batch sizes, overlap their CPU
-work with the GPU or not, and reduce small tensor-parallel messages with their own all-reduce kernels rather
-than NCCL. A profile states those settings with their sources; the scheduler plug-ins
+chunked, the token and sequence budgets), hide more or less of their CPU work behind the GPU (an overlap
+scheduler, captured graphs), and reduce small tensor-parallel messages with their own all-reduce kernels
+rather than NCCL. A profile states those settings with their sources; the scheduler plug-ins
 (:mod:`perfcast.serving.schedulers`) stay the mechanism and the profile names the one to use and its limits.
 What a profile cannot state, the CPU time an iteration exposes, is a fitted coefficient per engine
 (:class:`perfcast.coefficients.serving.ServingCoefficients`), keyed by the profile's ``id``.
@@ -53,8 +53,6 @@ class EngineProfile(BaseModel):
     gpu_memory_utilization: float = Field(gt=0, le=1)
     kv_fraction_of_free_memory: bool = Field(default=False, description="gpu_memory_utilization is a share of the "
                                              "memory the weights leave free (TensorRT-LLM), not of the GPU (vLLM)")
-    cuda_graph_max_batch: int = Field(ge=0, description="largest decode batch replayed from a captured graph")
-    overlap_cpu: bool = Field(description="the CPU schedules the next iteration while the GPU runs this one")
     custom_allreduce: bool = Field(description="small tensor-parallel all-reduces run the engine's one-shot / "
                                    "two-shot kernels over the GPUs' direct links, not NCCL")
     custom_allreduce_max_bytes: float = Field(ge=0)

@@ -203,12 +203,19 @@ def fit_power(meas_log: np.ndarray, p0: np.ndarray, slopes: np.ndarray) -> Energ
     return EnergyFit(**dict(zip(names, x.tolist(), strict=True)))
 
 
-def fit_energy(cal: Calibration, *, groundtruth: Path | None = None,
+def fit_energy(cal: Calibration, *, groundtruth: Path | None = None, engine: bool = True,
                log: Callable[[str], None] = lambda _m: None) -> tuple[Calibration, EnergyCoefficients]:
     """Fit both steps on the visible energy rows (module docstring): the calibration with the fitted engine (in
     its serving coefficients, held-out folds included) and power terms (in its kernel coefficients), and the
-    energy coefficients to write."""
+    energy coefficients to write. ``engine`` False keeps ``cal``'s engine (step 2 only)."""
     data = EnergyRows.load(groundtruth)
+    if engine:
+        cal = _fit_engines(cal, data, log)
+    return _fit_power(cal, data, log)
+
+
+def _fit_engines(cal: Calibration, data: EnergyRows, log: Callable[[str], None]) -> Calibration:
+    """Step 1 on every row and per held-out GPU: ``cal`` with the fitted engine in its serving coefficients."""
     serving_rows = data.by_kind.get("serving_energy", [])
     text_rows = [r for r in serving_rows if r.get("task") in ("v2-chat", "v2-code")]
     engine_rows = _sample(text_rows, ENGINE_ROWS_PER_GPU)
@@ -234,7 +241,12 @@ def fit_energy(cal: Calibration, *, groundtruth: Path | None = None,
                             "priors 3 ms, 0.2 ms and 0.5 ms within a factor of 3 (perfcast fit --stages energy)")
     serving = serving.model_copy(update={"engines": {**serving.engines, ENGINE: full_engine}, "held_out": held,
                                          "fitted_on": fitted_on})
-    cal = cal.with_serving(serving)
+    return cal.with_serving(serving)
+
+
+def _fit_power(cal: Calibration, data: EnergyRows,
+               log: Callable[[str], None]) -> tuple[Calibration, EnergyCoefficients]:
+    """Step 2 on every row and per held-out GPU: ``cal`` with the fitted shares, and the energy coefficients."""
     power_rows = {k: (_sample(v, POWER_ROWS_PER_GPU) if k == "serving_energy" else v) for k, v in data.by_kind.items()}
     meas, p0, slopes, row_gpus = power_slopes(power_rows, cal, log=log)
     full = fit_power(meas, p0, slopes)
@@ -256,4 +268,10 @@ def fit_energy(cal: Calibration, *, groundtruth: Path | None = None,
             "held_out": "per GPU: the same fit without that GPU's rows; the other GPUs' rows keep the times of the "
                         f"{ENGINE} engine fitted on every row (a second-order leak of the held-out GPU's throughput)",
         })
-    return cal.with_kernel(full.apply(cal.kernel)), coeffs
+    kernel = full.apply(cal.kernel)
+    note = ("energy_pJ_per_flop_7nm.simt/.tensor fitted on kernel times with the gemm/tensor stages (they set the "
+            "sustained clock); idle_frac and active_frac fitted on measured GPU power (perfcast fit --stages energy, "
+            "see energy.json); leakage_frac, vmin_frac, process_exponent, memory_pJ_per_bit and flop_per_dram_byte "
+            "are priors")
+    kernel = kernel.model_copy(update={"fitted_on": {**kernel.fitted_on, "power": note}})
+    return cal.with_kernel(kernel), coeffs
