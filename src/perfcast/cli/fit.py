@@ -26,8 +26,9 @@ def fit(
                                     "collectives (VIDUR network and published collective tables), training "
                                     "(published training runs), serving (online serving benchmarks, with one "
                                     "fit per held-out GPU), energy (measured GPU energy: the vLLM 0.5 engine's "
-                                    "CPU time and the power model's idle and active shares, with one fit per "
-                                    "held-out GPU; writes -o, --serving-out and --energy-out); "
+                                    "CPU time, the host time per eager kernel and the power model's idle and active "
+                                    "shares, with one fit per held-out GPU; writes -o, --compose-out, --serving-out "
+                                    "and --energy-out); "
                                     "none = keep the current coefficients (e.g. to recompute --intervals-out)."),
     intervals: Path = typer.Option(None, "--intervals-out", help="Also write prediction intervals to this JSON."),
     compose_output: Path = typer.Option(None, "--compose-out",
@@ -58,7 +59,7 @@ def fit(
     check_output_paths(output, intervals, compose_output, collectives_output, training_output, serving_output,
                        energy_output, force=force)
     chosen = _chosen_stages(stages, compose_output, collectives_output, training_output, serving_output)
-    _check_energy_stage(chosen, output, serving_output, energy_output)
+    _check_energy_stage(chosen, output, compose_output, serving_output, energy_output)
     lines: list[str] = []
     logger = lines.append if as_json else _console(stderr=True).print  # the log is not the result
     kernel_stages = [s for s in chosen if s not in ("host", "collectives", "training", "serving", "energy")]
@@ -89,9 +90,11 @@ def fit(
         from perfcast.validate.fit_energy import fit_energy
 
         assert output is not None and serving_output is not None and energy_output is not None
+        assert compose_output is not None
         cal, enc = fit_energy(cal, log=logger)
         co, svc = cal.kernel, cal.serving
         output.write_text(co.to_json(), encoding="utf-8")
+        compose_output.write_text(cal.compose.to_json(), encoding="utf-8")
         serving_output.write_text(svc.to_json(), encoding="utf-8")
         energy_output.write_text(enc.to_json(), encoding="utf-8")
     iv = None
@@ -129,19 +132,21 @@ def _chosen_stages(stages: str, compose_output: Path | None, collectives_output:
     return chosen
 
 
-def _check_energy_stage(chosen: list[str], output: Path | None, serving_output: Path | None,
-                        energy_output: Path | None) -> None:
-    """The energy stage writes the kernel (-o), serving and energy coefficients, and runs without the serving
-    stage (both would write --serving-out)."""
+def _check_energy_stage(chosen: list[str], output: Path | None, compose_output: Path | None,
+                        serving_output: Path | None, energy_output: Path | None) -> None:
+    """The energy stage writes the kernel (-o), composition, serving and energy coefficients, and runs without the
+    serving and host stages (they would write the same files)."""
     from perfcast.errors import ConfigError
 
     if "energy" not in chosen:
         return
-    if "serving" in chosen:
-        raise ConfigError("run the energy stage after the serving stage, not with it: both write --serving-out")
-    if output is None or serving_output is None or energy_output is None:
-        raise ConfigError("the energy stage needs -o PATH (kernel coefficients: its power block), --serving-out PATH "
-                          "(the vllm-0.5 engine) and --energy-out PATH (the energy coefficients)")
+    if "serving" in chosen or "host" in chosen:
+        raise ConfigError("run the energy stage after the serving and host stages, not with them: they write "
+                          "--serving-out and --compose-out too")
+    if output is None or compose_output is None or serving_output is None or energy_output is None:
+        raise ConfigError("the energy stage needs -o PATH (kernel coefficients: its power block), --compose-out PATH "
+                          "(the host time per eager kernel), --serving-out PATH (the vllm-0.5 engine) and "
+                          "--energy-out PATH (the energy coefficients)")
 
 
 def _fit_training(cal: Any, training_output: Path, logger: Callable[[str], Any]) -> Any:

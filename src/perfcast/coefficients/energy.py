@@ -1,6 +1,8 @@
 """The energy model's fitted coefficients: ``data/coefficients/energy.json``, versioned JSON, never pickle.
 
-The power model's energy-only terms (:class:`~perfcast.coefficients.kernel.PowerCoefficients`): ``idle_frac``,
+The host time per eager PyTorch kernel (``compose.json``'s ``host.eager_op_s``), fitted on the latency of the
+measured eager runs (batch-1 generation, diffusers pipelines) that set how long their GPUs are held, and the
+power model's energy-only terms (:class:`~perfcast.coefficients.kernel.PowerCoefficients`): ``idle_frac``,
 the share of TDP a GPU draws while held with no kernel running, and ``active_frac``, the share of its dynamic
 budget any running kernel draws whatever it computes. Neither changes a clock or a time (the sustained clock
 uses the leakage share and the datapaths' energy per FLOP, fitted on kernel times), so they are fitted on
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from perfcast.coefficients.compose import ComposeCoefficients
 from perfcast.coefficients.kernel import Coefficients
 from perfcast.datafiles import data_path
 from perfcast.jsonio import CanonicalJson, versioned_loader
@@ -32,11 +35,19 @@ class EnergyFit(BaseModel):
 
     idle_frac: float = Field(ge=0.0, le=1.0)
     active_frac: float = Field(ge=0.0, le=1.0)
+    eager_op_s: float | None = Field(default=None, gt=0.0, description="host time per eager PyTorch kernel "
+                                     "(s), fitted on the measured eager runs' latency (None: compose.json's)")
 
     def apply(self, coeffs: Coefficients) -> Coefficients:
         """``coeffs`` with this fit's terms in its power block."""
         power = coeffs.power.model_copy(update={"idle_frac": self.idle_frac, "active_frac": self.active_frac})
         return coeffs.model_copy(update={"power": power})
+
+    def apply_host(self, compose: ComposeCoefficients) -> ComposeCoefficients:
+        """``compose`` with this fit's host time per eager kernel (itself when the fit has none)."""
+        if self.eager_op_s is None:
+            return compose
+        return compose.model_copy(update={"host": compose.host.model_copy(update={"eager_op_s": self.eager_op_s})})
 
 
 class EnergyCoefficients(EnergyFit, CanonicalJson):
@@ -51,7 +62,8 @@ class EnergyCoefficients(EnergyFit, CanonicalJson):
 
     def without(self, gpu: str) -> EnergyFit:
         """The fit without ``gpu``'s rows (the fit on every row when none is stored)."""
-        return self.held_out.get(gpu, EnergyFit(idle_frac=self.idle_frac, active_frac=self.active_frac))
+        return self.held_out.get(gpu, EnergyFit(idle_frac=self.idle_frac, active_frac=self.active_frac,
+                                                eager_op_s=self.eager_op_s))
 
 
 _LOAD = versioned_loader(data_path("coefficients", "energy.json"), EnergyCoefficients,

@@ -1,6 +1,6 @@
 """Fit the energy model on measured GPU energy (``energy/``: ML.ENERGY serving, diffusion and batch-1 runs).
 
-Two steps, each on the visible rows and again per GPU without that GPU's rows (``held_out``, what ``perfcast
+Three steps, each on the visible rows and again per GPU without that GPU's rows (``held_out``, what ``perfcast
 validate`` predicts a GPU's rows with):
 
 1. **The serving engine's CPU time** (vLLM 0.5, :mod:`perfcast.serving.engines` ``vllm-0.5``): its time per
@@ -12,13 +12,18 @@ validate`` predicts a GPU's rows with):
    (a Python engine's per-request output processing) and 0.5 ms per layer under tensor parallelism (a guess:
    a Python layer's launches and a cross-process all-reduce), each within a factor of three. Times set the energy
    (static and idle power run for them), so they come first.
-2. **The power model's energy-only terms** (:mod:`perfcast.coefficients.energy`): ``idle_frac`` and
+2. **The host time per eager kernel** (``compose.json``'s ``eager_op_s``): batch-1 generation and small diffusers
+   batches are launch-bound, so their latency (``batch_latency_s``, ``latency_per_response_s``) measures it; the
+   rows are priced on a grid of host times and the Huber loss of the log errors plus a prior (10 us within a
+   factor of three) is minimized, per held-out GPU too. A GPU-bound step hides it (the NeuSight end-to-end rows
+   move by 0.1 point between 10 and 30 us).
+3. **The power model's energy-only terms** (:mod:`perfcast.coefficients.energy`): ``idle_frac`` and
    ``active_frac``. Neither moves a time, and a run's energy is linear in both below the power cap, so each
    row is simulated three times (at the priors and one step along each) and the fit is a weighted least
    squares on the log ratios of predicted to measured average power per GPU over those slopes, Huber's loss
    (quadratic to 0.2), priors 0.15 (the leakage share) within a factor of two and 0.2 within a factor of three.
    Power, not energy per token, is the target: energy per token is power over throughput, and the throughput
-   error is the engine's, fitted in step 1.
+   error is the engine's and the host's, fitted in steps 1 and 2.
 
 The held-out power fits reuse the slopes of the other GPUs' rows as simulated with the engine fitted on every
 row (their times are that fit's): a second-order leak of the held-out GPU's throughput, stated in
@@ -205,13 +210,80 @@ def fit_power(meas_log: np.ndarray, p0: np.ndarray, slopes: np.ndarray) -> Energ
 
 def fit_energy(cal: Calibration, *, groundtruth: Path | None = None, engine: bool = True,
                log: Callable[[str], None] = lambda _m: None) -> tuple[Calibration, EnergyCoefficients]:
-    """Fit both steps on the visible energy rows (module docstring): the calibration with the fitted engine (in
-    its serving coefficients, held-out folds included) and power terms (in its kernel coefficients), and the
-    energy coefficients to write. ``engine`` False keeps ``cal``'s engine (step 2 only)."""
+    """Fit the three steps on the visible energy rows (module docstring): the calibration with the fitted engine
+    (in its serving coefficients, held-out folds included), host time (in its compose coefficients) and power
+    terms (in its kernel coefficients), and the energy coefficients to write. ``engine`` False keeps ``cal``'s
+    engine (steps 2 and 3 only)."""
     data = EnergyRows.load(groundtruth)
     if engine:
         cal = _fit_engines(cal, data, log)
-    return _fit_power(cal, data, log)
+    cal, host_folds = _fit_host(cal, data, log)
+    return _fit_power(cal, data, log, host_folds)
+
+
+# table kind -> its measured latency of one eager run (the host-time fit's target)
+HOST_TARGETS: dict[str, str] = {"energy_diffusion": "batch_latency_s", "energy_legacy_bs1": "latency_per_response_s"}
+_HOST_GRID = np.geomspace(4e-6, 1e-4, 25)  # host seconds per eager kernel tried (the fit refines between them)
+_HOST_PRIOR = (1e-5, math.log(3.0))  # compose.json's prior for eager PyTorch 2.x, within a factor of three
+
+
+def _host_cost(resid: np.ndarray, log_x: np.ndarray) -> np.ndarray:
+    a = np.abs(resid)
+    loss = np.where(a <= _HUBER, resid**2, 2 * _HUBER * a - _HUBER**2).sum(axis=0)
+    return loss + ((log_x - math.log(_HOST_PRIOR[0])) / _HOST_PRIOR[1]) ** 2
+
+
+def _best_host(resid: np.ndarray) -> float:
+    """The host time per kernel (s) minimizing the Huber loss of ``resid`` (rows x grid) plus the prior: the grid's
+    best point refined by a parabola through it and its neighbours (in log seconds)."""
+    lx = np.log(_HOST_GRID)
+    cost = _host_cost(resid, lx)
+    k = int(np.argmin(cost))
+    if 0 < k < lx.size - 1:
+        y0, y1, y2 = cost[k - 1], cost[k], cost[k + 1]
+        denom = y0 - 2 * y1 + y2
+        if denom > 0:
+            shift = 0.5 * (y0 - y2) / denom
+            return float(math.exp(lx[k] + shift * (lx[1] - lx[0])))
+    return float(_HOST_GRID[k])
+
+
+def _fit_host(cal: Calibration, data: EnergyRows,
+              log: Callable[[str], None]) -> tuple[Calibration, dict[str, float]]:
+    """The host time per eager kernel, on the eager runs' latency (diffusers, batch-1 generation): on every row
+    and per held-out GPU (module docstring). ``cal`` with the full fit in its compose coefficients."""
+    columns: list[np.ndarray] = []
+    gpus: list[str] = []
+    meas: list[float] = []
+    rows_by_kind = {k: v for k, v in data.by_kind.items() if k in HOST_TARGETS}
+    if not rows_by_kind:
+        return cal, {}
+    for kind_name, rows in rows_by_kind.items():
+        meas += [float(r.get(HOST_TARGETS[kind_name]) or "nan") for r in rows]
+        gpus += [(r.get("gpu_id") or "").strip() for r in rows]
+    for x in _HOST_GRID:
+        c = cal.with_compose(cal.compose.model_copy(
+            update={"host": cal.compose.host.model_copy(update={"eager_op_s": float(x)})}))
+        pred: list[float] = []
+        for kind_name, rows in rows_by_kind.items():
+            pred += predict_table(recognize(list(rows[0])), rows, c).pred[HOST_TARGETS[kind_name]].tolist()
+        columns.append(np.array(pred))
+    p = np.stack(columns, axis=1)
+    m = np.array(meas)[:, None]
+    ok = np.all(np.isfinite(p) & (p > 0), axis=1) & np.isfinite(m[:, 0]) & (m[:, 0] > 0)
+    resid = np.log(p[ok] / m[ok])
+    g = np.array(gpus)[ok]
+    full = _best_host(resid)
+    folds = {gpu: _best_host(resid[g != gpu]) for gpu in sorted(set(g.tolist()))}
+    log(f"fit energy: host time per eager kernel {full * 1e6:.1f} us on {int(ok.sum())} rows; without "
+        + ", ".join(f"{k} {v * 1e6:.1f}" for k, v in folds.items()))
+    compose = cal.compose.model_copy(update={
+        "host": cal.compose.host.model_copy(update={"eager_op_s": full}),
+        "fitted_on": {**cal.compose.fitted_on, "eager_op_s": (
+            f"perfcast fit --stages energy: the latency of energy/ eager runs ({int(ok.sum())} rows: diffusers "
+            "text-to-image, 2023 batch-1 generation), Huber loss on log errors, prior 10 us within a factor of 3; "
+            "held-out fits in energy.json")}})
+    return cal.with_compose(compose), folds
 
 
 def _fit_engines(cal: Calibration, data: EnergyRows, log: Callable[[str], None]) -> Calibration:
@@ -244,8 +316,8 @@ def _fit_engines(cal: Calibration, data: EnergyRows, log: Callable[[str], None])
     return cal.with_serving(serving)
 
 
-def _fit_power(cal: Calibration, data: EnergyRows,
-               log: Callable[[str], None]) -> tuple[Calibration, EnergyCoefficients]:
+def _fit_power(cal: Calibration, data: EnergyRows, log: Callable[[str], None],
+               host_folds: dict[str, float]) -> tuple[Calibration, EnergyCoefficients]:
     """Step 2 on every row and per held-out GPU: ``cal`` with the fitted shares, and the energy coefficients."""
     power_rows = {k: (_sample(v, POWER_ROWS_PER_GPU) if k == "serving_energy" else v) for k, v in data.by_kind.items()}
     meas, p0, slopes, row_gpus = power_slopes(power_rows, cal, log=log)
@@ -255,16 +327,20 @@ def _fit_power(cal: Calibration, data: EnergyRows,
     gpu_arr = np.array(row_gpus)
     for g in sorted(set(row_gpus)):
         keep = gpu_arr != g
-        folds[g] = fit_power(meas[keep], p0[keep], slopes[keep])
+        folds[g] = fit_power(meas[keep], p0[keep], slopes[keep]).model_copy(
+            update={"eager_op_s": host_folds.get(g, cal.compose.host.eager_op_s)})
         log(f"  power without {g}: idle_frac={folds[g].idle_frac:.3f} active_frac={folds[g].active_frac:.3f}")
     counts = ", ".join(f"{k} {len(v)}" for k, v in power_rows.items())
     coeffs = EnergyCoefficients(
         schema_version=ENERGY_SCHEMA_VERSION, produced_by="perfcast fit --stages energy",
-        idle_frac=full.idle_frac, active_frac=full.active_frac, held_out=folds,
+        idle_frac=full.idle_frac, active_frac=full.active_frac, eager_op_s=cal.compose.host.eager_op_s,
+        held_out=folds,
         fitted_on={
             "idle_frac": f"energy/*.csv measured average power per GPU ({counts} rows; serving rows "
                          f"{POWER_ROWS_PER_GPU} per GPU), Huber loss on log ratios, prior 0.15 within a factor of 2",
             "active_frac": "the same rows and loss, prior 0.2 within a factor of 3",
+            "eager_op_s": "the host time per eager kernel (also in compose.json): the latency of the diffusers and "
+                          "batch-1 rows, Huber loss on log errors, prior 10 us within a factor of 3",
             "held_out": "per GPU: the same fit without that GPU's rows; the other GPUs' rows keep the times of the "
                         f"{ENGINE} engine fitted on every row (a second-order leak of the held-out GPU's throughput)",
         })

@@ -343,11 +343,13 @@ def _online_reports(res: BatchResult, name: str, cal: Calibration) -> list[Table
 
 def energy_fold(cal: Calibration, gpu: str) -> Calibration:
     """``cal`` as fitted without ``gpu``'s rows for the energy tables: the power model's idle and active shares
-    (the shipped ``energy.json``'s ``held_out``) and the serving engines' CPU times (``serving.json``'s)."""
+    and the host time per eager kernel (the shipped ``energy.json``'s ``held_out``) and the serving engines' CPU
+    times (``serving.json``'s)."""
     from perfcast.coefficients.energy import load_energy_coefficients
 
     fold = load_energy_coefficients().without(gpu)
-    return cal.with_kernel(fold.apply(cal.kernel)).with_serving(cal.serving.without(gpu))
+    return (cal.with_kernel(fold.apply(cal.kernel)).with_compose(fold.apply_host(cal.compose))
+            .with_serving(cal.serving.without(gpu)))
 
 
 def _energy_reports(path: Path, name: str, cal: Calibration) -> list[TableReport]:
@@ -376,7 +378,8 @@ def _energy_reports(path: Path, name: str, cal: Calibration) -> list[TableReport
     assert pred is not None
     targets = [t for t in target_columns(kind, header) if t in pred.pred]
     held = sorted(load_energy_coefficients().held_out)
-    note = (f"each GPU predicted with the power model's idle/active shares (and vLLM 0.5's CPU times) fitted on the "
+    note = (f"each GPU predicted with the power model's idle/active shares, the eager host time and vLLM 0.5's CPU "
+            "times fitted on the "
             f"other GPUs' energy rows ({', '.join(held)}); {POWER_TARGETS.get(kind.name, 'power')} is the fitted "
             "target, the rest follow" if held else
             "no held-out energy fits shipped: run perfcast fit --stages energy")
