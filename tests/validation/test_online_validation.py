@@ -73,7 +73,7 @@ def test_in_sample_and_leave_one_gpu_out_errors(target: str,
 
 def test_the_held_out_fits_differ_from_the_full_one() -> None:
     sc = Calibration.shipped().serving
-    assert set(sc.held_out) == {r["gpu_id"] for r in ROWS}
+    assert set(sc.held_out) >= {r["gpu_id"] for r in ROWS}  # and the energy rows' GPUs (vLLM 0.5's fit)
     # without the AMD GPU, ROCm's efficiency has no row to move it: it stays at its prior
     assert "rocm" not in sc.held_out["mi300x"].stacks or sc.held_out["mi300x"].stacks["rocm"] != sc.stacks["rocm"]
     assert sc.held_out["h100-sxm-80gb"].engines["vllm"] != sc.engines["vllm"]

@@ -3,8 +3,9 @@
 Every op's energy was priced with its time by the kernel layer (``KernelTime.dynamic_J``,
 :mod:`perfcast.kernel.energy`); the step adds them up, once per copy of the op list it runs (each data- or
 tensor-parallel GPU runs one; a pipeline runs one per micro-batch, spread over its stages), and
-:func:`perfcast.kernel.energy.step_energy_J` puts every GPU's static power over the wall time (host gaps,
-pipeline bubbles and waits included) and active power over exposed communication, capped at the power limit.
+:func:`perfcast.kernel.energy.step_energy_J` puts every GPU's static power over its kernels' time, its idle
+power over the host gaps (the wall time its kernels and exposed communication leave) and active power over
+exposed communication, capped at the power limit.
 How settled the model is: :data:`perfcast.kernel.energy.ENERGY_STATUS`.
 """
 
@@ -36,6 +37,7 @@ def with_energy(step: StepTime, hw: Hardware, coeffs: Coefficients, *, gpus: int
         g = t.op.group or "other"
         by_group[g] = by_group.get(g, 0.0) + t.kernel.energy_J * t.op.count * n
     wall = step.time_s
-    total = step_energy_J(pm, wall_s=wall, dynamic_J=n * dynamic, comm_s=step.comm_s, devices=gpus)
+    idle = max(0.0, wall - step.device_busy_s - step.comm_s)  # per GPU: held with no kernel running (host gaps)
+    total = step_energy_J(pm, wall_s=wall, dynamic_J=n * dynamic, comm_s=step.comm_s, devices=gpus, idle_s=idle)
     avg = total / (gpus * wall) if wall > 0 else 0.0
     return replace(step, energy_J=total, avg_power_W=avg, energy_by_group_J=by_group)

@@ -559,10 +559,10 @@ def training_energy(own: list[_Stage], microbatches: int, optimizer: KernelTime,
 
     The sum of what the step's ops were priced at by the kernel layer (``KernelTime.dynamic_J``: every
     micro-batch's forward, backward and recompute, and the optimizer step) on top of the GPU's static power
-    over the step and its active power over exposed communication
+    over its kernels, its idle power over the rest and its active power over exposed communication
     (:func:`perfcast.kernel.energy.step_energy_J`, the rule ``predict`` uses). The parts: the matrix ops
     (GEMMs, attention, convolutions) and the others with the static power over their kernel time, exposed
-    communication, and the static power of the rest of the step (bubbles, overhead, the gaps and the
+    communication, and the idle power of the rest of the step (bubbles, overhead, the gaps and the
     sustained-run slowdown the training coefficients add to the kernels). How settled: :data:`ENERGY_STATUS`.
     """
     pm = power_model(hw, coeffs)
@@ -572,9 +572,10 @@ def training_energy(own: list[_Stage], microbatches: int, optimizer: KernelTime,
     matrix_J = m * sum(s.matrix_J for s in own)
     other_J = m * sum(s.other_J for s in own) + optimizer.dynamic_J
     comm = sum(breakdown_s.get(k, 0.0) for k in _COMM_PARTS)
-    total = step_energy_J(pm, wall_s=step_s, dynamic_J=matrix_J + other_J, comm_s=comm)
+    idle_s = max(0.0, step_s - matrix_s - other_s - comm)  # bubbles, overhead and gaps: no kernel running
+    total = step_energy_J(pm, wall_s=step_s, dynamic_J=matrix_J + other_J, comm_s=comm, idle_s=idle_s)
     parts = {"matrix_J": pm.static_W * matrix_s + matrix_J, "memory_bound_J": pm.static_W * other_s + other_J,
-             "comm_J": pm.comm_W * comm, "idle_J": pm.idle_W * max(0.0, step_s - matrix_s - other_s - comm)}
+             "comm_J": pm.comm_W * comm, "idle_J": pm.idle_W * idle_s}
     summed = sum(parts.values())
     if summed > total:  # capped at TDP
         parts = {k: v * total / summed for k, v in parts.items()}

@@ -5,7 +5,7 @@ compute-bound op draws more than a memory-bound one of the same duration; a lowe
 draws less; energy adds up over ops, steps and tokens. Sanity against public figures: a large BF16 GEMM holds
 an H100 SXM (700 W) near its power limit, a batch-16 decode GEMV well below it. The model shares its
 constants with the sustained-clock model: a datapath saturated at its sustained clock spends exactly the
-clock model's budget. The energy is a prior (no measured power in the ground truth) and says so.
+clock model's budget. The energy model says what it was fitted on (measured GPU power) and what stays a prior.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from perfcast.catalog.hardware import list_hardware, load_hardware
+from perfcast.catalog.hardware import list_hardware, load_hardware, with_power_limit
 from perfcast.catalog.models import load_model
 from perfcast.coefficients.bundle import Calibration
 from perfcast.coefficients.kernel import Coefficients, load_coefficients
@@ -63,7 +63,7 @@ def test_compute_bound_draws_more_than_memory_bound_at_equal_time() -> None:
     t = 1e-3  # the same duration for both, at the work each does per second
     scaled_gemm = KernelTime(t, "compute", k_gemm.flops * t / k_gemm.time_s, k_gemm.bytes * t / k_gemm.time_s)
     scaled_gemv = KernelTime(t, "memory", k_gemv.flops * t / k_gemv.time_s, k_gemv.bytes * t / k_gemv.time_s)
-    assert op_energy(gemm, scaled_gemm, hw, KERNEL).energy_J > 1.3 * op_energy(gemv, scaled_gemv, hw, KERNEL).energy_J
+    assert op_energy(gemm, scaled_gemm, hw, KERNEL).energy_J > 1.15 * op_energy(gemv, scaled_gemv, hw, KERNEL).energy_J
 
 
 def test_a_lower_tdp_part_of_the_same_chip_draws_less() -> None:
@@ -83,7 +83,7 @@ def test_public_sanity_h100_gemm_near_tdp_and_decode_well_below() -> None:
     kg, kv = predict_ops([gemm, gemv], hw)
     pg, pv = op_energy(gemm, kg, hw, KERNEL).avg_power_W, op_energy(gemv, kv, hw, KERNEL).avg_power_W
     assert 0.8 * hw.tdp_W <= pg <= hw.tdp_W
-    assert pv < 0.6 * hw.tdp_W
+    assert pv < 0.85 * hw.tdp_W
 
 
 def _with_power(**changes: float) -> Coefficients:
@@ -117,7 +117,12 @@ def test_a_power_limited_op_is_capped_and_flagged() -> None:
     fast = KernelTime(kt.time_s / 4, "compute", kt.flops, kt.bytes)  # four times the FLOP rate it can sustain
     e = op_energy(gemm, fast, hw, KERNEL)
     assert e.power_limited and e.avg_power_W == pytest.approx(hw.tdp_W)
-    assert not op_energy(gemm, kt, hw, KERNEL).power_limited
+    # at the time it takes, the measured-power fit puts a saturated BF16 GEMM on an H100 at its 700 W limit (as
+    # large GEMMs run there); under a higher limit it is not capped
+    at_own = op_energy(gemm, kt, hw, KERNEL)
+    assert at_own.avg_power_W >= 0.9 * hw.tdp_W
+    roomy = with_power_limit(hw, 2 * hw.tdp_W)
+    assert not op_energy(gemm, kt, roomy, KERNEL).power_limited
 
 
 def test_predict_ops_prices_energy_beside_time() -> None:
@@ -181,8 +186,9 @@ def test_training_energy_scales_with_the_work_of_a_step() -> None:
 
 
 def test_training_energy_sums_the_ops_the_step_priced() -> None:
-    """One GPU, two micro-batches, no recompute: static power over the step plus every priced op's dynamic energy
-    (per micro-batch, and the optimizer step) plus active power over the exposed communication (none here)."""
+    """One GPU, two micro-batches, no recompute: static power over its kernels, idle power over the rest of the step,
+    every priced op's dynamic energy (per micro-batch, and the optimizer step) and active power over the exposed
+    communication (none here)."""
     from perfcast.coefficients.compose import load_compose_coefficients
     from perfcast.system.layers import micro_batch_costs
     from perfcast.system.training import optimizer_kernel
@@ -197,7 +203,10 @@ def test_training_energy_sums_the_ops_the_step_priced() -> None:
     dynamic = 2 * per_mb + optimizer_kernel(trainable, plan, hw, co).dynamic_J
     pm = power_model(hw, KERNEL)
     assert res.breakdown_s["dp_comm_s"] == 0.0
-    assert res.energy_per_gpu_J == pytest.approx(pm.static_W * res.step_time_s + dynamic, rel=1e-9)
+    idle_s = res.energy_breakdown_J["idle_J"] / pm.idle_W  # the step less its kernels (and exposed communication)
+    assert 0 < idle_s < res.step_time_s
+    assert res.energy_per_gpu_J == pytest.approx(pm.static_W * (res.step_time_s - idle_s) + pm.idle_W * idle_s
+                                                 + dynamic, rel=1e-9)
 
 
 def test_pipeline_bubbles_lower_the_mean_power() -> None:
@@ -209,6 +218,7 @@ def test_pipeline_bubbles_lower_the_mean_power() -> None:
     assert bubbly.avg_power_per_gpu_W < dense.avg_power_per_gpu_W
 
 
-def test_the_model_states_that_it_is_a_prior() -> None:
-    assert "prior" in ENERGY_STATUS and "no measured power" in ENERGY_STATUS
-    assert "prior" in load_coefficients().fitted_on["power"]
+def test_the_model_states_what_is_fitted_and_what_is_a_prior() -> None:
+    assert "fitted" in ENERGY_STATUS and "measured GPU power" in ENERGY_STATUS and "priors" in ENERGY_STATUS
+    note = load_coefficients().fitted_on["power"]
+    assert "idle_frac and active_frac fitted on measured GPU power" in note and "priors" in note
