@@ -28,6 +28,9 @@ class HostCoefficients(_Model):
     """Host (CPU) time per launched kernel, seconds, including the framework ops around it (views, sizes)."""
 
     eager_op_s: float = Field(description="eager PyTorch forward under no_grad (inference)")
+    diffusers_op_s: float | None = Field(default=None, gt=0, description="an eager diffusers pipeline's networks "
+                                         "(their Python does more per kernel: attention processors, reshapes, "
+                                         "scheduler steps); None: eager_op_s")
     eager_training_op_s: float = Field(description="eager PyTorch forward with autograd recording (training)")
     autograd_op_s: float = Field(description="backward kernels, dispatched by the C++ autograd engine")
     compiled_op_s: float = Field(description="a torch.compile (Inductor) graph's kernels")

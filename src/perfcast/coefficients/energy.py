@@ -36,7 +36,9 @@ class EnergyFit(BaseModel):
     idle_frac: float = Field(ge=0.0, le=1.0)
     active_frac: float = Field(ge=0.0, le=1.0)
     eager_op_s: float | None = Field(default=None, gt=0.0, description="host time per eager PyTorch kernel "
-                                     "(s), fitted on the measured eager runs' latency (None: compose.json's)")
+                                     "(s), fitted on the measured batch-1 runs' latency (None: compose.json's)")
+    diffusers_op_s: float | None = Field(default=None, gt=0.0, description="the same in diffusers pipelines (s), "
+                                         "fitted on the diffusion runs' latency (None: compose.json's)")
 
     def apply(self, coeffs: Coefficients) -> Coefficients:
         """``coeffs`` with this fit's terms in its power block."""
@@ -44,10 +46,10 @@ class EnergyFit(BaseModel):
         return coeffs.model_copy(update={"power": power})
 
     def apply_host(self, compose: ComposeCoefficients) -> ComposeCoefficients:
-        """``compose`` with this fit's host time per eager kernel (itself when the fit has none)."""
-        if self.eager_op_s is None:
-            return compose
-        return compose.model_copy(update={"host": compose.host.model_copy(update={"eager_op_s": self.eager_op_s})})
+        """``compose`` with this fit's host times per eager kernel (those it has)."""
+        update = {k: v for k, v in (("eager_op_s", self.eager_op_s), ("diffusers_op_s", self.diffusers_op_s))
+                  if v is not None}
+        return compose.model_copy(update={"host": compose.host.model_copy(update=update)}) if update else compose
 
 
 class EnergyCoefficients(EnergyFit, CanonicalJson):
@@ -63,7 +65,7 @@ class EnergyCoefficients(EnergyFit, CanonicalJson):
     def without(self, gpu: str) -> EnergyFit:
         """The fit without ``gpu``'s rows (the fit on every row when none is stored)."""
         return self.held_out.get(gpu, EnergyFit(idle_frac=self.idle_frac, active_frac=self.active_frac,
-                                                eager_op_s=self.eager_op_s))
+                                                eager_op_s=self.eager_op_s, diffusers_op_s=self.diffusers_op_s))
 
 
 _LOAD = versioned_loader(data_path("coefficients", "energy.json"), EnergyCoefficients,

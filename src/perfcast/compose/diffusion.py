@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig, load_model
-from perfcast.coefficients.bundle import Calibration
+from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.compose.predict import StepRequest, predict
 from perfcast.compose.types import StepTime
 from perfcast.errors import ConfigError
@@ -92,6 +92,16 @@ def at_resolution(cfg: ModelConfig, image_px: int, vae_factor: int) -> ModelConf
     raise ConfigError(f"{cfg.id} is not a diffusion UNet or VAE (model_type {cfg.model_type!r})")
 
 
+def _diffusers_host(cal: Calibration) -> Calibration:
+    """``cal`` with a diffusers pipeline's host time per eager kernel (``host.diffusers_op_s``) in place of plain
+    eager PyTorch's, where one is fitted."""
+    host = cal.compose.host
+    if host.diffusers_op_s is None:
+        return cal
+    return cal.with_compose(cal.compose.model_copy(
+        update={"host": host.model_copy(update={"eager_op_s": host.diffusers_op_s})}))
+
+
 def predict_generation(unet: str | ModelConfig, vae: str | ModelConfig | None, hardware: str | Hardware, *,
                        batch_size: int, steps: int, guidance: bool = True, dtype: str = "fp16",
                        resolution_px: int | None = None, vae_upcast: bool = False,
@@ -113,6 +123,7 @@ def predict_generation(unet: str | ModelConfig, vae: str | ModelConfig | None, h
     elif resolution_px is not None:
         raise ConfigError("an image side needs the VAE (its upsampling sets the latent side)")
     unet_batch = batch_size * (2 if guidance else 1)
+    calibration = _diffusers_host(resolve_calibration(calibration))
     step = predict(StepRequest(model=u, hardware=hardware, mode=Mode.INFERENCE, batch_size=unet_batch, dtype=dtype,
                                attention="flash"), calibration)
     dec = None

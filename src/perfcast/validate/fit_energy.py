@@ -12,8 +12,9 @@ validate`` predicts a GPU's rows with):
    (a Python engine's per-request output processing) and 0.5 ms per layer under tensor parallelism (a guess:
    a Python layer's launches and a cross-process all-reduce), each within a factor of three. Times set the energy
    (static and idle power run for them), so they come first.
-2. **The host time per eager kernel** (``compose.json``'s ``eager_op_s``): batch-1 generation and small diffusers
-   batches are launch-bound, so their latency (``batch_latency_s``, ``latency_per_response_s``) measures it; the
+2. **The host time per eager kernel** (``compose.json``'s ``eager_op_s``, and ``diffusers_op_s`` for diffusers
+   pipelines, whose Python does more per kernel): batch-1 generation and small diffusers batches are
+   launch-bound, so their latency (``latency_per_response_s``, ``batch_latency_s``) measures it; each table's
    rows are priced on a grid of host times and the Huber loss of the log errors plus a prior (10 us within a
    factor of three) is minimized, per held-out GPU too. A GPU-bound step hides it (the NeuSight end-to-end rows
    move by 0.1 point between 10 and 30 us).
@@ -225,8 +226,9 @@ def fit_energy(cal: Calibration, *, groundtruth: Path | None = None, engine: boo
     return _fit_power(cal, data, log, host_folds)
 
 
-# table kind -> its measured latency of one eager run (the host-time fit's target)
-HOST_TARGETS: dict[str, str] = {"energy_diffusion": "batch_latency_s", "energy_legacy_bs1": "latency_per_response_s"}
+# table kind -> its measured latency of one eager run, and the host coefficient that run's kernels take
+HOST_TARGETS: dict[str, tuple[str, str]] = {"energy_legacy_bs1": ("latency_per_response_s", "eager_op_s"),
+                                            "energy_diffusion": ("batch_latency_s", "diffusers_op_s")}
 _HOST_GRID = np.geomspace(4e-6, 1e-4, 25)  # host seconds per eager kernel tried (the fit refines between them)
 _HOST_PRIOR = (1e-5, math.log(3.0))  # compose.json's prior for eager PyTorch 2.x, within a factor of three
 
@@ -252,42 +254,48 @@ def _best_host(resid: np.ndarray) -> float:
     return float(_HOST_GRID[k])
 
 
-def _fit_host(cal: Calibration, data: EnergyRows,
-              log: Callable[[str], None]) -> tuple[Calibration, dict[str, float]]:
-    """The host time per eager kernel, on the eager runs' latency (diffusers, batch-1 generation): on every row
-    and per held-out GPU (module docstring). ``cal`` with the full fit in its compose coefficients."""
-    columns: list[np.ndarray] = []
-    gpus: list[str] = []
-    meas: list[float] = []
-    rows_by_kind = {k: v for k, v in data.by_kind.items() if k in HOST_TARGETS}
-    if not rows_by_kind:
-        return cal, {}
-    for kind_name, rows in rows_by_kind.items():
-        meas += [float(r.get(HOST_TARGETS[kind_name]) or "nan") for r in rows]
-        gpus += [(r.get("gpu_id") or "").strip() for r in rows]
+def _host_residuals(cal: Calibration, kind_name: str, rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+    """The log latency errors of ``rows`` (a table of ``kind_name``) at each host time of the grid (rows x grid,
+    predictable rows only) and each row's GPU."""
+    column, coefficient = HOST_TARGETS[kind_name]
+    kind = recognize(list(rows[0]))
+    pred = []
     for x in _HOST_GRID:
-        c = cal.with_compose(cal.compose.model_copy(
-            update={"host": cal.compose.host.model_copy(update={"eager_op_s": float(x)})}))
-        pred: list[float] = []
-        for kind_name, rows in rows_by_kind.items():
-            pred += predict_table(recognize(list(rows[0])), rows, c).pred[HOST_TARGETS[kind_name]].tolist()
-        columns.append(np.array(pred))
-    p = np.stack(columns, axis=1)
-    m = np.array(meas)[:, None]
+        host = cal.compose.host.model_copy(update={coefficient: float(x)})
+        c = cal.with_compose(cal.compose.model_copy(update={"host": host}))
+        pred.append(predict_table(kind, rows, c).pred[column])
+    p = np.stack(pred, axis=1)
+    m = np.array([float(r.get(column) or "nan") for r in rows])[:, None]
     ok = np.all(np.isfinite(p) & (p > 0), axis=1) & np.isfinite(m[:, 0]) & (m[:, 0] > 0)
-    resid = np.log(p[ok] / m[ok])
-    g = np.array(gpus)[ok]
-    full = _best_host(resid)
-    folds = {gpu: _best_host(resid[g != gpu]) for gpu in sorted(set(g.tolist()))}
-    log(f"fit energy: host time per eager kernel {full * 1e6:.1f} us on {int(ok.sum())} rows; without "
-        + ", ".join(f"{k} {v * 1e6:.1f}" for k, v in folds.items()))
+    return np.log(p[ok] / m[ok]), np.array([(r.get("gpu_id") or "").strip() for r in rows])[ok]
+
+
+def _fit_host(cal: Calibration, data: EnergyRows,
+              log: Callable[[str], None]) -> tuple[Calibration, dict[str, dict[str, float]]]:
+    """The host times per eager kernel (batch-1 generation's, diffusers'), each on its eager runs' latency: on
+    every row and per held-out GPU (module docstring). ``cal`` with the full fits in its compose coefficients;
+    per GPU, the held-out fits."""
+    folds: dict[str, dict[str, float]] = {}
+    host = cal.compose.host
+    notes = dict(cal.compose.fitted_on)
+    for kind_name, (column, coefficient) in HOST_TARGETS.items():
+        rows = data.by_kind.get(kind_name)
+        if not rows:
+            continue
+        resid, gpus = _host_residuals(cal, kind_name, rows)
+        full = _best_host(resid)
+        host = host.model_copy(update={coefficient: full})
+        for gpu in sorted(set(gpus.tolist())):
+            folds.setdefault(gpu, {})[coefficient] = _best_host(resid[gpus != gpu])
+        log(f"fit energy: {coefficient} {full * 1e6:.1f} us on {len(gpus)} {kind_name} rows; without "
+            + ", ".join(f"{g} {f[coefficient] * 1e6:.1f}" for g, f in folds.items() if coefficient in f))
+        notes[coefficient] = (f"perfcast fit --stages energy: {column} of {len(gpus)} {kind_name} rows "
+                              "(energy/), Huber loss on log errors, prior 10 us within a factor of 3; held-out fits "
+                              "in energy.json")
     compose = cal.compose.model_copy(update={
-        "host": cal.compose.host.model_copy(update={"eager_op_s": full}),
-        "produced_by": "perfcast fit --stages energy (eager_op_s); the rest are priors (see fitted_on)",
-        "fitted_on": {**cal.compose.fitted_on, "eager_op_s": (
-            f"perfcast fit --stages energy: the latency of energy/ eager runs ({int(ok.sum())} rows: diffusers "
-            "text-to-image, 2023 batch-1 generation), Huber loss on log errors, prior 10 us within a factor of 3; "
-            "held-out fits in energy.json")}})
+        "host": host, "fitted_on": notes,
+        "produced_by": ("perfcast fit --stages energy (eager_op_s, diffusers_op_s); the rest are priors (see "
+                        "fitted_on)")})
     return cal.with_compose(compose), folds
 
 
@@ -322,7 +330,7 @@ def _fit_engines(cal: Calibration, data: EnergyRows, log: Callable[[str], None])
 
 
 def _fit_power(cal: Calibration, data: EnergyRows, log: Callable[[str], None],
-               host_folds: dict[str, float]) -> tuple[Calibration, EnergyCoefficients]:
+               host_folds: dict[str, dict[str, float]]) -> tuple[Calibration, EnergyCoefficients]:
     """Step 2 on every row and per held-out GPU: ``cal`` with the fitted shares, and the energy coefficients."""
     power_rows = {k: (_sample(v, POWER_ROWS_PER_GPU) if k == "serving_energy" else v) for k, v in data.by_kind.items()}
     meas, p0, slopes, row_gpus = power_slopes(power_rows, cal, log=log)
@@ -332,20 +340,24 @@ def _fit_power(cal: Calibration, data: EnergyRows, log: Callable[[str], None],
     gpu_arr = np.array(row_gpus)
     for g in sorted(set(row_gpus)):
         keep = gpu_arr != g
-        folds[g] = fit_power(meas[keep], p0[keep], slopes[keep]).model_copy(
-            update={"eager_op_s": host_folds.get(g, cal.compose.host.eager_op_s)})
+        host = cal.compose.host
+        folds[g] = fit_power(meas[keep], p0[keep], slopes[keep]).model_copy(update={
+            "eager_op_s": host_folds.get(g, {}).get("eager_op_s", host.eager_op_s),
+            "diffusers_op_s": host_folds.get(g, {}).get("diffusers_op_s", host.diffusers_op_s)})
         log(f"  power without {g}: idle_frac={folds[g].idle_frac:.3f} active_frac={folds[g].active_frac:.3f}")
     counts = ", ".join(f"{k} {len(v)}" for k, v in power_rows.items())
     coeffs = EnergyCoefficients(
         schema_version=ENERGY_SCHEMA_VERSION, produced_by="perfcast fit --stages energy",
         idle_frac=full.idle_frac, active_frac=full.active_frac, eager_op_s=cal.compose.host.eager_op_s,
+        diffusers_op_s=cal.compose.host.diffusers_op_s,
         held_out=folds,
         fitted_on={
             "idle_frac": f"energy/*.csv measured average power per GPU ({counts} rows; serving rows "
                          f"{POWER_ROWS_PER_GPU} per GPU), Huber loss on log ratios, prior 0.15 within a factor of 2",
             "active_frac": "the same rows and loss, prior 0.2 within a factor of 3",
-            "eager_op_s": "the host time per eager kernel (also in compose.json): the latency of the diffusers and "
-                          "batch-1 rows, Huber loss on log errors, prior 10 us within a factor of 3",
+            "eager_op_s": "the host time per eager kernel (also in compose.json): the latency of the batch-1 rows, "
+                          "Huber loss on log errors, prior 10 us within a factor of 3",
+            "diffusers_op_s": "the same for diffusers pipelines, on the latency of the text-to-image rows",
             "held_out": "per GPU: the same fit without that GPU's rows; the other GPUs' rows keep the times of the "
                         f"{ENGINE} engine fitted on every row (a second-order leak of the held-out GPU's throughput)",
         })
