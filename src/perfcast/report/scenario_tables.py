@@ -90,6 +90,8 @@ def _diffusion(r: ScenarioResult) -> list[Any]:
         ("UNet, all steps", lambda row: _s(row["unet_s"])),
         ("VAE decode", lambda row: f"{_s(row['vae_decode_s'])} ({_pct(row['vae_frac'])})"),
         ("UNet TFLOP/s", lambda row: f"{float(str(row['unet_achieved_tflops'])):.0f}"),
+        ("energy/image", lambda row: f"{float(str(row['energy_per_image_J'])):.3g} J"),
+        ("power", lambda row: f"{float(str(row['avg_power_W'])):.0f} W"),
     ]
     return [_columns(r, f"{r.id}: seconds per image", lines)]
 

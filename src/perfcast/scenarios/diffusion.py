@@ -7,8 +7,9 @@ diffusers does), then the VAE decoder once over the batch, priced by
 :func:`perfcast.compose.diffusion.predict_generation` (what it leaves out is listed there).
 
 A row has ``seconds_per_image``, ``images_per_s``, ``unet_step_s`` (one step of the
-batch), ``unet_s`` (all steps), ``vae_decode_s`` and ``total_s`` (the batch), and the
-share of the VAE decoder.
+batch), ``unet_s`` (all steps), ``vae_decode_s`` and ``total_s`` (the batch), the
+share of the VAE decoder, ``energy_per_image_J`` (the GPU's energy over the batch, per image) and
+``avg_power_W``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def diffusion_row(run: DiffusionRun) -> dict[str, object]:
         "vae_frac": vae_s / total if total > 0 else 0.0,
         "unet_flops_per_step": step_flops, "vae_flops": vae_flops,
         "unet_achieved_tflops": step_flops / step_s / 1e12 if step_s > 0 else 0.0,
+        "energy_per_image_J": gen.energy_J / run.batch_size, "avg_power_W": gen.avg_power_W,
     }
 
 
