@@ -47,9 +47,10 @@ class EngineOverhead(BaseModel):
     prompt_token_overhead_s: float = Field(default=0.0, ge=0, description="the front end's time per prompt token "
                                            "(s): tokenizing the prompt's text on the API server's CPU")
     tp_sync_per_layer_s: float = Field(default=0.0, ge=0, description="under tensor parallelism, the CPU time per "
-                                       "layer an iteration exposes (s): every rank's worker process launches the "
-                                       "layer's kernels and all must reach its all-reduce, so the slowest paces "
-                                       "(engines whose ranks replay captured graphs from one process: 0)")
+                                       "layer an iteration exposes, per doubling of the ranks (s; x log2 tp): "
+                                       "every rank's worker process launches the layer's kernels and all must "
+                                       "reach its all-reduce, so the slowest paces (engines whose ranks replay "
+                                       "captured graphs from one process: 0)")
 
 
 class CustomAllReduce(BaseModel):

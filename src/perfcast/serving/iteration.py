@@ -287,9 +287,10 @@ class IterationModel:
         self._head, self._head_J = self._head_table(head_ops)
         self._scan_tables(grid, dense)
         eng = self.sc.engines[self.profile.id]
-        # the engine's CPU time per iteration: its own, and under tensor parallelism its ranks' per-layer sync
+        # the engine's CPU time per iteration: its own, and under tensor parallelism its ranks' per-layer sync,
+        # which grows with each doubling of the ranks that must all reach a layer's all-reduce
         self._cpu_fixed = eng.iteration_overhead_s + (eng.tp_sync_per_layer_s * self.layers_per_stage
-                                                      if self.tp > 1 else 0.0)
+                                                      * math.log2(self.tp) if self.tp > 1 else 0.0)
         self.request_overhead_s = eng.request_overhead_s
         self.prompt_token_overhead_s = eng.prompt_token_overhead_s
         self._cpu_per_seq = eng.per_sequence_overhead_s

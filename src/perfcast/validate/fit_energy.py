@@ -5,13 +5,14 @@ validate`` predicts a GPU's rows with):
 
 1. **The serving engine's CPU time** (vLLM 0.5, :mod:`perfcast.serving.engines` ``vllm-0.5``): its time per
    iteration, per running sequence (sampling, detokenizing and streaming in the API server's process) and, under
-   tensor parallelism, per layer (each rank's worker process launches the layer and all meet at its all-reduce), from
+   tensor parallelism, per layer and doubling of the ranks (each rank's worker process launches the layer and all
+   meet at its all-reduce: the slowest of more ranks is slower), from
    the log ratios of predicted to measured output throughput of ``llm_serving_energy.csv`` (:data:`ENGINE_TARGETS`)
    (``ENGINE_ROWS_PER_GPU`` rows per GPU, a fixed sample: each row simulates twice), Gauss-Newton with each
-   coefficient held to its prior (a Gaussian in its logarithm): 3 ms per iteration, 0.2 ms per sequence
-   (a Python engine's per-request output processing) and 0.5 ms per layer under tensor parallelism (a guess:
-   a Python layer's launches and a cross-process all-reduce), each within a factor of three. Times set the energy
-   (static and idle power run for them), so they come first.
+   coefficient held to its prior (a Gaussian in its logarithm): 3 ms per iteration, 0.2 ms per sequence (a
+   Python engine's per-request output processing) and 0.3 ms per layer and doubling of tensor-parallel ranks (a
+   guess: a Python layer's launches and a cross-process all-reduce), each within a factor of three. Times set
+   the energy (static and idle power run for them), so they come first.
 2. **The host time per eager kernel** (``compose.json``'s ``eager_op_s``, and ``diffusers_op_s`` for diffusers
    pipelines, whose Python does more per kernel): batch-1 generation and small diffusers batches are
    launch-bound, so their latency (``latency_per_response_s``, ``batch_latency_s``) measures it; each table's
@@ -65,7 +66,7 @@ ENERGY_FILES = ("llm_serving_energy.csv", "mllm_serving_energy.csv", "diffusion_
 _HUBER = 0.2
 _PRIORS = {"idle_frac": (0.15, math.log(2.0)), "active_frac": (0.2, math.log(3.0))}
 _ENGINE_PRIORS = {"iteration_overhead_s": (3e-3, math.log(3.0)), "per_sequence_overhead_s": (2e-4, math.log(3.0)),
-                  "tp_sync_per_layer_s": (5e-4, math.log(3.0))}
+                  "tp_sync_per_layer_s": (3e-4, math.log(3.0))}
 _STEP = 0.1
 
 
@@ -323,7 +324,7 @@ def _fit_engines(cal: Calibration, data: EnergyRows, log: Callable[[str], None])
                             "per_sequence_overhead_s and tp_sync_per_layer_s on energy/llm_serving_energy.csv "
                             f"({len(engine_rows)} rows, {ENGINE_ROWS_PER_GPU} per GPU), log residuals of output "
                             "throughput (the rows' TPOT is not fitted: see fit_energy.ENGINE_TARGETS), "
-                            "priors 3 ms, 0.2 ms and 0.5 ms within a factor of 3 (perfcast fit --stages energy)")
+                            "priors 3 ms, 0.2 ms and 0.3 ms within a factor of 3 (perfcast fit --stages energy)")
     serving = serving.model_copy(update={"engines": {**serving.engines, ENGINE: full_engine}, "held_out": held,
                                          "fitted_on": fitted_on})
     return cal.with_serving(serving)
