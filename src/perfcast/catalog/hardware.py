@@ -279,7 +279,7 @@ def _plain(value: float) -> str:
     return f"{value:.6f}".rstrip("0").rstrip(".")
 
 
-def _memory_override(text: str) -> Hardware:
+def _override(text: str) -> Hardware:
     """``<hardware>@<size>gb[@<watts>w]``: the hardware with that memory and power limit (see the module
     docstring)."""
     base, *suffixes = text.split(MEMORY_OVERRIDE_SEP)
@@ -310,7 +310,7 @@ def load_hardware(name: str | Path | Hardware) -> Hardware:
         return name
     text = str(name)
     if MEMORY_OVERRIDE_SEP in text and not text.endswith((".yaml", ".yml")):
-        return _memory_override(text)
+        return _override(text)
     if text.endswith((".yaml", ".yml")):
         path = Path(text)
         if not path.is_file():
