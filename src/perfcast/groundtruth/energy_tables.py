@@ -37,7 +37,7 @@ from perfcast.catalog.hardware import load_hardware, with_power_limit
 from perfcast.coefficients.bundle import Calibration
 from perfcast.errors import ConfigError
 from perfcast.groundtruth.energy_columns import ENERGY_TARGETS
-from perfcast.groundtruth.files import ROW_ERRORS, row_status
+from perfcast.groundtruth.files import ROW_ERRORS, row_number, row_status
 from perfcast.groundtruth.gpus import row_gpu_id
 from perfcast.serving.config import ServingConfig, WorkloadConfig
 from perfcast.serving.engines import engine_for_version, engine_settings
@@ -55,18 +55,6 @@ TASK_DATASETS: dict[str, tuple[str, int]] = {
     "v2-chat": ("dataset:sharegpt", 0), "v2-code": ("dataset:humaneval-plus", 0),
     "v2-visual-chat": ("dataset:llava-instruct", 1),
 }
-
-
-def _num(row: dict[str, str], key: str, default: float | None = None) -> float:
-    v = (row.get(key) or "").strip()
-    if not v:
-        if default is None:
-            raise ConfigError(f"the row gives no {key}")
-        return default
-    try:
-        return float(v)
-    except ValueError:
-        raise ConfigError(f"{key} {v!r} is not a number") from None
 
 
 def _engine_version(row: dict[str, str]) -> tuple[str, str]:
@@ -100,23 +88,23 @@ def energy_config(row: dict[str, str], *, scale: int = 1) -> ServingConfig:
     dataset, images = TASK_DATASETS[task]
     profile = engine_for_version(*_engine_version(row))
     gpu = row_gpu_id(row)
-    limit = _num(row, "gpu_power_limit_W", 0.0)
+    limit = row_number(row, "gpu_power_limit_W", 0.0)
     hw = with_power_limit(gpu, limit) if limit > 0 else load_hardware(gpu)
-    tp = int(_num(row, "vllm_tensor_parallel_size"))
-    pp = int(_num(row, "vllm_pipeline_parallel_size", 1))
-    dp = int(_num(row, "vllm_data_parallel_size", 1))
+    tp = int(row_number(row, "vllm_tensor_parallel_size"))
+    pp = int(row_number(row, "vllm_pipeline_parallel_size", 1))
+    dp = int(row_number(row, "vllm_data_parallel_size", 1))
     if (row.get("vllm_enable_expert_parallel") or "").strip().lower() == "true":
         raise ConfigError("vLLM expert parallelism in an energy row is not reproduced (tensor-parallel experts only)")
     settings: dict[str, Any] = engine_settings(profile, float(hw.memory_bytes))
-    settings |= {"max_num_seqs": int(_num(row, "max_num_seqs")), "gpu_memory_utilization": 0.95,
+    settings |= {"max_num_seqs": int(row_number(row, "max_num_seqs")), "gpu_memory_utilization": 0.95,
                  "enable_chunked_prefill": False, "preemption_mode": "recompute"}
-    max_len = int(_num(row, "max_model_len", 4096))
-    batched = _num(row, "max_num_batched_tokens", 0.0)
+    max_len = int(row_number(row, "max_model_len", 4096))
+    batched = row_number(row, "max_num_batched_tokens", 0.0)
     settings["max_num_batched_tokens"] = int(batched) if batched > 0 else max(max_len, 2048)
     size = load_dataset(dataset).prompts
-    prompts = int(_num(row, "num_prompts", float(size) if size else None)) * request_repeats(row) * scale
-    mean_out = _num(row, "mean_output_tokens")
-    cap = int(_num(row, "max_output_tokens", 1024))
+    prompts = int(row_number(row, "num_prompts", float(size) if size else None)) * request_repeats(row) * scale
+    mean_out = row_number(row, "mean_output_tokens")
+    cap = int(row_number(row, "max_output_tokens", 1024))
     model = (row.get("model_id") or "").strip()
     return ServingConfig(
         model=model, hardware=hw.id, tensor_parallel_size=tp, pipeline_parallel_size=pp, num_replicas=dp,

@@ -12,12 +12,14 @@ import csv
 import gzip
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from perfcast.compose.types import MemoryBreakdown
 from perfcast.errors import ConfigError, DataError, PerfcastError
 
-__all__ = ["ROW_ERRORS", "find_groundtruth", "open_table", "read_header", "read_rows", "row_status"]
+__all__ = ["ROW_ERRORS", "find_groundtruth", "memory_status", "open_table", "read_header", "read_rows", "row_number",
+           "row_status"]
 
 # what predicting one row can raise and still leave the table going: perfcast refusing the row (PerfcastError),
 # or the row's cells not reading (a missing column, a cell that is not a number, a count of inf, or 0 where it
@@ -31,6 +33,30 @@ def row_status(exc: Exception) -> str:
     if isinstance(exc, PerfcastError):
         return f"unsupported: {exc}"
     return f"unsupported: malformed row ({exc})"
+
+
+def row_number(row: Mapping[str, str], key: str, default: float | None = None) -> float:
+    """The number in ``row``'s ``key`` cell; ``default`` when the cell is empty or absent (a one-line ConfigError
+    when there is no default, or the cell is not a number)."""
+    v = (row.get(key) or "").strip()
+    if not v:
+        if default is None:
+            raise ConfigError(f"the row gives no {key}")
+        return default
+    try:
+        return float(v)
+    except ValueError:
+        raise ConfigError(f"{key} {v!r} is not a number") from None
+
+
+def memory_status(memory: MemoryBreakdown | None, kept: str) -> str:
+    """A row's status from one GPU's memory: ``ok``, or the out-of-memory verdict whose parenthesis says what the
+    row's predictions are (``kept``, e.g. "times for a configuration that does not fit")."""
+    if memory is None or memory.fits:
+        return "ok"
+    gib = 2.0**30
+    return (f"out of memory: needs {memory.total_bytes / gib:.1f} GiB per GPU of {memory.capacity_bytes / gib:.1f} "
+            f"GiB ({kept})")
 
 
 def find_groundtruth(required: bool = True) -> Path | None:

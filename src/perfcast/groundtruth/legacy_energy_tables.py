@@ -59,7 +59,7 @@ from perfcast.compose.predict import StepRequest, predict
 from perfcast.compose.types import MemoryBreakdown, StepTime
 from perfcast.dtypes import parse_dtype
 from perfcast.errors import ConfigError, UnsupportedError
-from perfcast.groundtruth.files import ROW_ERRORS, row_status
+from perfcast.groundtruth.files import ROW_ERRORS, memory_status, row_status
 from perfcast.groundtruth.gpus import row_gpu_id
 from perfcast.groundtruth.legacy_energy_columns import LEGACY_ENERGY_TARGETS
 from perfcast.kernel.energy import power_model
@@ -197,14 +197,6 @@ def predict_response(model: str, hardware: str, *, prompt_tokens: int, output_to
                             decode_s=decode_s, token_loop_s=loop_s, energy_J=energy, memory=memory)
 
 
-def _memory_status(memory: MemoryBreakdown | None) -> str:
-    if memory is None or memory.fits:
-        return "ok"
-    gib = 2.0**30
-    return (f"out of memory: needs {memory.total_bytes / gib:.1f} GiB of {memory.capacity_bytes / gib:.1f} GiB "
-            "(figures for a run that does not fit)")
-
-
 def _row_response(row: dict[str, str], cal: Calibration, cache: StepCache) -> ResponseEstimate:
     batch = (row.get("batch_size") or "1").strip()
     if float(batch) != 1:
@@ -241,5 +233,5 @@ def predict_legacy_rows(rows: list[dict[str, str]], calibration: Calibration | N
             continue
         for t, v in res.figures().items():
             out[t][i] = v
-        status[i] = _memory_status(res.memory)
+        status[i] = memory_status(res.memory, "figures for a run that does not fit")
     return out, status, groups

@@ -44,7 +44,7 @@ from perfcast.catalog.hardware import load_hardware
 from perfcast.coefficients.bundle import Calibration
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError
-from perfcast.groundtruth.files import ROW_ERRORS, row_status
+from perfcast.groundtruth.files import ROW_ERRORS, row_number, row_status
 from perfcast.groundtruth.gpus import row_gpu_id
 from perfcast.groundtruth.online_columns import ONLINE_TARGETS, STATS
 from perfcast.serving.config import ServingConfig, WorkloadConfig
@@ -62,15 +62,7 @@ PROMPTS_PER_CONCURRENCY = 10  # --num-prompts = 10 x concurrency (the launch scr
 MTP_DRAFT_TOKENS = 3  # spec_decode mtp: tokens drafted per step (ASSUMPTION, module docstring)
 MTP_ACCEPTANCE = 0.7  # ... and the probability each is accepted (ASSUMPTION)
 def _int(row: dict[str, str], key: str, default: int | None = None) -> int:
-    v = (row.get(key) or "").strip()
-    if not v:
-        if default is None:
-            raise ConfigError(f"the row gives no {key}")
-        return default
-    try:
-        return int(float(v))
-    except ValueError:
-        raise ConfigError(f"{key} {v!r} is not a number") from None
+    return int(row_number(row, key, None if default is None else float(default)))
 
 
 def _flag(row: dict[str, str], key: str) -> bool:

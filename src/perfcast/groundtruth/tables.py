@@ -19,7 +19,7 @@ from perfcast.compose.types import MemoryBreakdown
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.groundtruth.diffusion_columns import DIFFUSION_RATES, DIFFUSION_REQUIRED, DIFFUSION_TARGETS
 from perfcast.groundtruth.energy_columns import ENERGY_REQUIRED, ENERGY_TARGETS
-from perfcast.groundtruth.files import ROW_ERRORS, row_status
+from perfcast.groundtruth.files import ROW_ERRORS, memory_status, row_status
 from perfcast.groundtruth.legacy_energy_columns import LEGACY_ENERGY_REQUIRED, LEGACY_ENERGY_TARGETS
 from perfcast.groundtruth.online_columns import ONLINE_TARGETS as ONLINE_TARGET_COLUMNS
 
@@ -91,6 +91,18 @@ def _apply_interval(p: TablePrediction, kind: str, cal: Calibration,
         p.high[t] = v * np.exp(b)
 
 
+def _from_rows(targets: tuple[str, ...], result: tuple[dict[str, np.ndarray], list[str], list[str]],
+               cal: Calibration, interval: str, inverse: set[str] | frozenset[str] = frozenset()) -> TablePrediction:
+    """A table's prediction from a row predictor's ``(predictions by target, statuses, groups)``, with the
+    ``interval`` kind of ``cal`` around each target (``inverse``: rates, the interval reversed)."""
+    pred, status, groups = result
+    out = _empty(len(status), targets)
+    out.status, out.groups = status, groups
+    out.pred.update(pred)
+    _apply_interval(out, interval, cal, inverse=inverse)
+    return out
+
+
 # -- NeuSight end-to-end ----------------------------------------------------------
 def predict_e2e(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction:
     """NeuSight end-to-end rows, one model step each, priced with ``cal`` (``perfcast fit`` passes its
@@ -135,11 +147,7 @@ def predict_e2e(rows: list[dict[str, str]], cal: Calibration) -> TablePrediction
 def _memory_status(memory: MemoryBreakdown | None) -> str:
     """A row's status from its step's memory: ``ok``, or the out-of-memory verdict (the times are kept: they are
     for a configuration that does not fit, as ``perfcast predict`` prints them)."""
-    if memory is None or memory.fits:
-        return "ok"
-    gib = 2.0**30
-    return (f"out of memory: needs {memory.total_bytes / gib:.1f} GiB per GPU of {memory.capacity_bytes / gib:.1f} "
-            "GiB (times for a configuration that does not fit)")
+    return memory_status(memory, "times for a configuration that does not fit")
 
 
 # -- NeuSight kernels --------------------------------------------------------------
@@ -323,13 +331,9 @@ def predict_published_training(rows: list[dict[str, str]], cal: Calibration) -> 
     """Published training throughput: tokens/s and TFLOP/s per GPU, MFU, HFU and step time per row."""
     from perfcast.groundtruth.training_tables import TRAINING_TARGETS, predict_training_rows
 
-    out = _empty(len(rows), TRAINING_TARGETS)
-    pred, status, groups = predict_training_rows(rows, cal)
-    out.status, out.groups = status, groups
-    out.pred.update(pred)
     # rates: inverse step times
-    _apply_interval(out, "training", cal, inverse=set(TRAINING_TARGETS) - {"step_time_s"})
-    return out
+    return _from_rows(TRAINING_TARGETS, predict_training_rows(rows, cal), cal, "training",
+                      inverse=set(TRAINING_TARGETS) - {"step_time_s"})
 
 
 # -- published serving throughput ----------------------------------------------------------------
@@ -351,12 +355,8 @@ def predict_serving_online(rows: list[dict[str, str]], cal: Calibration) -> Tabl
     simulated (grouped by GPU and engine)."""
     from perfcast.groundtruth.online_tables import predict_online_rows
 
-    out = _empty(len(rows), ONLINE_TARGET_COLUMNS)
-    pred, status, groups = predict_online_rows(rows, cal)
-    out.status, out.groups = status, groups
-    out.pred.update(pred)
-    _apply_interval(out, "serving", cal, inverse={t for t in ONLINE_TARGET_COLUMNS if "tput" in t})
-    return out
+    return _from_rows(ONLINE_TARGET_COLUMNS, predict_online_rows(rows, cal), cal, "serving",
+                      inverse={t for t in ONLINE_TARGET_COLUMNS if "tput" in t})
 
 
 # -- measured serving energy (ML.ENERGY) ---------------------------------------------------------------------
@@ -365,12 +365,8 @@ def predict_serving_energy(rows: list[dict[str, str]], cal: Calibration) -> Tabl
     steady state, simulated (grouped by GPU)."""
     from perfcast.groundtruth.energy_tables import predict_energy_rows
 
-    out = _empty(len(rows), ENERGY_TARGETS)
-    pred, status, groups = predict_energy_rows(rows, cal)
-    out.status, out.groups = status, groups
-    out.pred.update(pred)
-    _apply_interval(out, "serving", cal, inverse={"output_throughput_tok_per_s", "request_throughput_req_per_s"})
-    return out
+    return _from_rows(ENERGY_TARGETS, predict_energy_rows(rows, cal), cal, "serving",
+                      inverse={"output_throughput_tok_per_s", "request_throughput_req_per_s"})
 
 
 # -- ML.ENERGY v1 batch-size-1 generation -----------------------------------------------------------
@@ -379,13 +375,9 @@ def predict_energy_legacy(rows: list[dict[str, str]], cal: Calibration) -> Table
     it (latency, throughput, energy per request and per output token, average power; grouped by GPU)."""
     from perfcast.groundtruth.legacy_energy_tables import predict_legacy_rows
 
-    out = _empty(len(rows), LEGACY_ENERGY_TARGETS)
-    pred, status, groups = predict_legacy_rows(rows, cal)
-    out.status, out.groups = status, groups
-    out.pred.update(pred)
     # a sum of compose steps: the step interval (energy and power carry the time's until an energy interval is fitted)
-    _apply_interval(out, "step", cal, inverse={"throughput_tok_per_s"})
-    return out
+    return _from_rows(LEGACY_ENERGY_TARGETS, predict_legacy_rows(rows, cal), cal, "step",
+                      inverse={"throughput_tok_per_s"})
 
 
 # -- measured diffusion energy (ML.ENERGY) ---------------------------------------------------------------------
@@ -393,12 +385,7 @@ def predict_energy_diffusion(rows: list[dict[str, str]], cal: Calibration) -> Ta
     """Diffusers text-to-image runs: batch latency, energy per image, average power and images/s per row."""
     from perfcast.groundtruth.diffusion_tables import predict_diffusion_rows
 
-    out = _empty(len(rows), DIFFUSION_TARGETS)
-    pred, status, groups = predict_diffusion_rows(rows, cal)
-    out.status, out.groups = status, groups
-    out.pred.update(pred)
-    _apply_interval(out, "step", cal, inverse=set(DIFFUSION_RATES))
-    return out
+    return _from_rows(DIFFUSION_TARGETS, predict_diffusion_rows(rows, cal), cal, "step", inverse=set(DIFFUSION_RATES))
 
 
 TABLE_KINDS: tuple[TableKind, ...] = (
