@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -308,3 +309,26 @@ def test_custom_coefficients_change_the_prediction(tmp_path: Path) -> None:
     op = _vector("add", 8192, 8192)
     slow = predict_kernel(op, "a100-pcie-40gb", Calibration.shipped().with_kernel(load_coefficients(path))).time_s
     assert slow > 1.5 * predict_kernel(op, "a100-pcie-40gb").time_s
+
+
+# -- model terms from the kernels PyTorch and the boards actually run ---------------------------------------------
+def test_short_softmax_rows_stream_like_an_elementwise_op() -> None:
+    """Rows of at most 1024 elements take PyTorch's warp-per-row softmax: one read and one write per element, the
+    time of a one-input elementwise op over the same bytes; longer rows take the block kernel, slower per byte."""
+    from perfcast.kernel.vector import PERSISTENT_SOFTMAX_MAX_COLS, vector_times
+
+    co = load_coefficients()
+    hw = load_hardware("a100-pcie-40gb")
+    rows = 81920
+    per_byte = []
+    for cols in (PERSISTENT_SOFTMAX_MAX_COLS, 2 * PERSISTENT_SOFTMAX_MAX_COLS):
+        nbytes = rows * cols * 4.0 * 2
+        soft = vector_times(["softmax"], np.array([nbytes]), np.array([cols]), hw, co)[0]
+        relu = vector_times(["relu"], np.array([nbytes]), np.array([cols]), hw, co)[0]
+        per_byte.append(soft / nbytes)
+        if cols <= PERSISTENT_SOFTMAX_MAX_COLS:
+            assert soft == pytest.approx(relu, rel=1e-12)
+        else:
+            assert soft > relu * 1.2
+    assert per_byte[1] > per_byte[0]
+
