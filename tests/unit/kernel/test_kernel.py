@@ -332,3 +332,24 @@ def test_short_softmax_rows_stream_like_an_elementwise_op() -> None:
             assert soft > relu * 1.2
     assert per_byte[1] > per_byte[0]
 
+
+def test_fp32_matrix_cores_count_the_per_tile_cost_at_their_own_rate() -> None:
+    """The FP32 MFMA path takes the tensor-core per-tile cost (a time counted in K steps at the FP16 matrix rate):
+    on a device whose FP16 rate were its FP32 matrix rate, that cost is the coefficient itself."""
+    from perfcast.kernel.gemm import gemm_times
+
+    co = load_coefficients()
+    hw = load_hardware("mi250")
+    p = hw.peak_flops_per_s
+    ratio = p.fp32_matrix / p.fp16
+    assert ratio == pytest.approx(0.25, rel=1e-3)  # CDNA 2: FP32 MFMA at a quarter of the FP16 rate
+    same_rate = hw.model_copy(update={"peak_flops_per_s": p.model_copy(update={"fp16": p.fp32_matrix,
+                                                                              "bf16": p.fp32_matrix})})
+    raw = co.model_dump(mode="json")
+    raw["gemm"]["paths"]["matrix"]["k_overhead"] *= ratio
+    scaled = type(co).model_validate(raw)
+    dims = [np.array([v], dtype=float) for v in (80, 1024, 64, 1024)]  # attention scores: K = head size
+    t = gemm_times(*dims, hw, DType.FP32, co, batched=True).time_s[0]
+    assert t == pytest.approx(gemm_times(*dims, same_rate, DType.FP32, scaled, batched=True).time_s[0], rel=1e-12)
+    assert t < gemm_times(*dims, same_rate, DType.FP32, co, batched=True).time_s[0]
+
