@@ -353,3 +353,19 @@ def test_fp32_matrix_cores_count_the_per_tile_cost_at_their_own_rate() -> None:
     assert t == pytest.approx(gemm_times(*dims, same_rate, DType.FP32, scaled, batched=True).time_s[0], rel=1e-12)
     assert t < gemm_times(*dims, same_rate, DType.FP32, co, batched=True).time_s[0]
 
+
+def test_one_die_of_a_shared_board_may_draw_what_its_idle_sibling_leaves() -> None:
+    """MI250: two GCDs under one board power limit, each described with half of it. Used alone (a single-device
+    run), a GCD sustains the clock of a die with the whole board's budget; a single-die device is unchanged."""
+    from perfcast.catalog.hardware import alone_on_board
+
+    co = load_coefficients()
+    gcd = load_hardware("mi250")
+    alone = alone_on_board(gcd)
+    assert alone.siblings_idle and alone.id == gcd.id
+    whole = gcd.model_copy(update={"tdp_W": gcd.tdp_W * gcd.dies_per_board, "dies_per_board": 1})
+    x_alone = sustained_clock_frac(alone, "matrix", co)
+    assert x_alone == pytest.approx(sustained_clock_frac(whole, "matrix", co), rel=1e-9)
+    assert x_alone > sustained_clock_frac(gcd, "matrix", co)
+    single = load_hardware("mi210")
+    assert alone_on_board(single) is single
