@@ -367,5 +367,11 @@ def test_one_die_of_a_shared_board_may_draw_what_its_idle_sibling_leaves() -> No
     x_alone = sustained_clock_frac(alone, "matrix", co)
     assert x_alone == pytest.approx(sustained_clock_frac(whole, "matrix", co), rel=1e-9)
     assert x_alone > sustained_clock_frac(gcd, "matrix", co)
+    # its power may then exceed its half of the board: the board's limit less the idle sibling's static power
+    from perfcast.kernel.energy import power_model
+    from perfcast.kernel.power import static_power_W
+
+    cap = power_model(alone, co).tdp_W
+    assert cap == pytest.approx(2 * gcd.tdp_W - static_power_W(gcd, co)) and cap > power_model(gcd, co).tdp_W
     single = load_hardware("mi210")
     assert alone_on_board(single) is single
