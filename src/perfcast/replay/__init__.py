@@ -1,0 +1,1 @@
+"""Replay a PyTorch profiler (Kineto) trace, on its own GPU or repriced for another (``perfcast replay``)."""
