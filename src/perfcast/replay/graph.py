@@ -141,11 +141,11 @@ def build_graph(trace: KinetoTrace) -> ReplayGraph:
     b = _Builder(trace)
     by_corr: dict[int, Node] = {}
     threads: dict[int, list[Node]] = {}
-    for call in trace.calls:
-        node = b.add(NodeKind.HOST, call.name, f"thread {call.thread}", call.start_s, call.dur_s)
-        threads.setdefault(call.thread, []).append(node)
-        if call.correlation is not None:
-            by_corr.setdefault(call.correlation, node)
+    for hc in trace.calls:
+        node = b.add(NodeKind.HOST, hc.name, f"thread {hc.thread}", hc.start_s, hc.dur_s)
+        threads.setdefault(hc.thread, []).append(node)
+        if hc.correlation is not None:
+            by_corr.setdefault(hc.correlation, node)
     spans: list[StepSpan] = []
     for step in trace.steps:
         lane = f"thread {step.thread}"
@@ -263,30 +263,29 @@ def _sync_waits(b: _Builder, threads: dict[int, list[Node]], streams: dict[tuple
         return nodes[n.launch].start_s if n.launch is not None else n.start_s
 
     by_stream = {key: (ns, [launch_t(n) for n in ns]) for key, ns in streams.items()}
-    for ns in by_stream.values():  # launch order within a stream follows stream order; keep keys monotone
-        keys = ns[1]
+    for _, keys in by_stream.values():  # launch order within a stream follows stream order; keep keys monotone
         for i in range(1, len(keys)):
             keys[i] = max(keys[i], keys[i - 1])
     by_thread = {tid: (ns, [launch_t(n) for n in ns]) for tid, ns in launched.items()}
     gpu_of_call = {n.launch: n for ns in launched.values() for n in ns}
 
     def last_on(key: tuple[int, int], t: float) -> Node | None:
-        ns, keys = by_stream[key]
-        return _last_before(ns, keys, t)
+        ops, keys = by_stream[key]
+        return _last_before(ops, keys, t)
 
     def last_launched(tid: int, t: float) -> Node | None:
         if tid not in by_thread:
             return None
-        ns, keys = by_thread[tid]
-        return _last_before(ns, keys, t)
+        ops, keys = by_thread[tid]
+        return _last_before(ops, keys, t)
 
     def stream_key(n: Node) -> tuple[int, int]:
         assert n.gpu is not None
         return (n.gpu.device, n.gpu.stream)
 
-    for tid, ns in threads.items():
+    for tid, host in threads.items():
         last_record: Node | None = None
-        for call in ns:
+        for call in host:
             if call.kind is not NodeKind.HOST:
                 continue
             name = call.name

@@ -203,7 +203,7 @@ def parse_kineto(data: Any, path: str = "<trace>") -> KinetoTrace:
     sync_streams: dict[int, int] = {}
     for e in xs:
         cat = e.get("cat")
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        args: dict[str, Any] = e["args"] if isinstance(e.get("args"), dict) else {}
         start, dur = t(e)
         if cat in _RUNTIME_CATS:
             corr = _int(args.get("correlation"))

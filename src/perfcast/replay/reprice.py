@@ -274,12 +274,12 @@ def _shape_op(cls: str, cpu: CpuOp, name_dtype: DType | None) -> Op | None:
         if name in ("addmm", "baddbmm") and len(dims) >= 3:
             dims = dims[1:]
         if name == "linear" and len(dims) >= 2 and len(dims[1]) == 2:
-            a, w = dims[0], dims[1]
-            return g.bmm(cpu.name, 1, _prod(a[:-1]), a[-1], w[0]) if a[-1] == w[1] else None
+            act, weight = dims[0], dims[1]
+            return g.bmm(cpu.name, 1, _prod(act[:-1]), act[-1], weight[0]) if act[-1] == weight[1] else None
         if len(dims) >= 2 and len(dims[0]) >= 2 and len(dims[1]) >= 2 and dims[0][-1] == dims[1][-2]:
-            a, b = dims[0], dims[1]
-            batch = _prod(a[:-2]) if len(a) > 2 else 1
-            return g.bmm(cpu.name, batch, a[-2], a[-1], b[-1])
+            lhs, rhs = dims[0], dims[1]
+            batch = _prod(lhs[:-2]) if len(lhs) > 2 else 1
+            return g.bmm(cpu.name, batch, lhs[-2], lhs[-1], rhs[-1])
         return None
     if cls == "attention":
         if len(dims) >= 2 and len(dims[0]) == 4 and len(dims[1]) == 4:

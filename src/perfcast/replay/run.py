@@ -72,12 +72,12 @@ class ReplayResult:
         }
 
 
-def replay_trace(path: str | Path, *, hardware: str | None = None, from_hardware: str | None = None,
+def replay_trace(path: str | Path | KinetoTrace, *, hardware: str | None = None, from_hardware: str | None = None,
                  world_size: int | None = None) -> ReplayResult:
-    """Replay the Kineto trace at ``path``: on its own GPU (``hardware`` None), or repriced for ``hardware``
-    and/or a data-parallel ``world_size`` (``from_hardware``: the recorded device when its name is not in the
-    catalog)."""
-    trace = load_kineto(path)
+    """Replay the Kineto trace at ``path`` (or already read): on its own GPU (``hardware`` None), or repriced for
+    ``hardware`` and/or a data-parallel ``world_size`` (``from_hardware``: the recorded device when its name is not
+    in the catalog)."""
+    trace = path if isinstance(path, KinetoTrace) else load_kineto(path)
     graph = build_graph(trace)
     rec = load_hardware(from_hardware) if from_hardware else recorded_hardware(trace.device_name)
     new_world = world_size if world_size is not None else trace.world_size
