@@ -162,20 +162,13 @@ class _Pricer:
             return self.bw_ratio, "character: memory"
         if cpu is not None:
             wl = _shape_op(cls, cpu, _name_dtype(op.name))
-            if wl is not None:
-                try:
-                    return self._model_ratio(wl), f"kernel model: {cls}"
-                except UnsupportedError:
-                    pass  # a format one device lacks: priced by its character below
-        try:
-            if cls in _MEMORY_CLASSES:
-                return self.bw_ratio, "character: memory"
-            dtype = _name_dtype(op.name) or DType.FP32
-            if cls in _COMPUTE_CLASSES:
-                return self.peak_ratio(dtype), "character: compute"
-            return math.sqrt(self.bw_ratio * self.peak_ratio(DType.FP32)), "character: unknown (mix)"
-        except UnsupportedError:
+            if wl is not None:  # a format one of the devices lacks (bf16 on a V100) is refused, not re-priced
+                return self._model_ratio(wl), f"kernel model: {cls}"
+        if cls in _MEMORY_CLASSES:
             return self.bw_ratio, "character: memory"
+        if cls in _COMPUTE_CLASSES:
+            return self.peak_ratio(_name_dtype(op.name) or DType.FP32), "character: compute"
+        return math.sqrt(self.bw_ratio * self.peak_ratio(DType.FP32)), "character: unknown (mix)"
 
     def _model_ratio(self, wl: Op) -> float:
         tgt_op = wl
@@ -188,7 +181,8 @@ class _Pricer:
             t_rec = predict_ops([rec_op], self.how.recorded)[0].time_s
             t_tgt = predict_ops([tgt_op], self.how.target)[0].time_s
             if not (t_rec > 0 and math.isfinite(t_rec) and math.isfinite(t_tgt)):
-                raise UnsupportedError(f"no kernel-model time for {wl.op}")
+                raise UnsupportedError(f"the kernel model gives no time for {wl.op} {wl.dims} on "
+                                       f"{self.how.recorded.id} or {self.how.target.id}")
             self._model[key] = t_tgt / t_rec
         return self._model[key]
 

@@ -119,3 +119,15 @@ def test_an_unknown_device_refuses_hardware_but_takes_from_hardware(tmp_path: Pa
 def test_recorded_device_names_resolve_through_catalog_aliases() -> None:
     assert recorded_hardware("Tesla V100-SXM2-32GB").id == "v100-sxm2-32gb"  # type: ignore[union-attr]
     assert recorded_hardware("NVIDIA A100-SXM4-40GB").id == "a100-sxm-40gb"  # type: ignore[union-attr]
+
+
+def test_a_format_the_target_lacks_is_refused() -> None:
+    from perfcast.errors import UnsupportedError
+
+    tb = TraceBuilder("NVIDIA A100-SXM4-40GB")
+    tb.step(1, 0, 3000)
+    tb.cpu_op("aten::mm", 5, 20, dims=[[4096, 4096], [4096, 4096]], types=["c10::BFloat16", "c10::BFloat16"])
+    tb.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", 20, 2000, launch_ts=10)
+    with pytest.raises(UnsupportedError, match="bf16"):
+        _durations(tb, "a100-sxm-40gb", "v100-sxm2-32gb")
+    assert _durations(tb, "a100-sxm-40gb", "h100-sxm-80gb")["ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn"] < 2e-3
