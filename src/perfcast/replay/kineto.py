@@ -208,14 +208,14 @@ def parse_kineto(data: Any, path: str = "<trace>") -> KinetoTrace:
         if cat in _RUNTIME_CATS:
             corr = _int(args.get("correlation"))
             if corr is None:
-                corr = flows.get(("s", _int(e.get("tid")), float(e["ts"])))
+                corr = flows.get((_int(e.get("pid")), _int(e.get("tid")), float(e["ts"])))
             calls.append(HostCall(e["name"], _int(e.get("tid")) or 0, start, dur, corr))
         elif cat in _GPU_CATS:
             stream = _int(args.get("stream"))
             stream = stream if stream is not None else _int(e.get("tid")) or 0
             corr = _int(args.get("correlation"))
             if corr is None:
-                corr = flows.get(("f", _int(e.get("tid")), float(e["ts"])))
+                corr = flows.get((_int(e.get("pid")), _int(e.get("tid")), float(e["ts"])))
             device = _int(args.get("device"))
             gpu_ops.append(GpuOp(e["name"], _GPU_CATS[cat], device if device is not None else _int(e.get("pid")) or 0,
                                  stream, start, dur, corr, float(_num(args.get("bytes")) or 0.0)))
@@ -253,13 +253,14 @@ def _main_device(ops: list[GpuOp]) -> int | None:
     return max(counts, key=lambda d: counts[d]) if counts else None
 
 
-def _flow_links(events: list[Any]) -> dict[tuple[str, int | None, float], int]:
-    """``ac2g`` flow ends (phase, tid, ts) -> flow id: the launch/op link of traces whose events lack
-    ``correlation`` args (the flow id is the correlation id)."""
-    out: dict[tuple[str, int | None, float], int] = {}
+def _flow_links(events: list[Any]) -> dict[tuple[int | None, int | None, float], int]:
+    """``ac2g`` flow ends (pid, tid, ts) -> flow id: the launch/op link of traces whose events lack
+    ``correlation`` args (the flow id is the correlation id). Both ends are keyed alike: profiler versions
+    differ in which end ('s' or 'f') sits on the launch."""
+    out: dict[tuple[int | None, int | None, float], int] = {}
     for e in events:
         if isinstance(e, dict) and e.get("cat") in ("ac2g", "async_cpu_to_gpu") and e.get("ph") in ("s", "f"):
             ident, ts = _int(e.get("id")), _num(e.get("ts"))
             if ident is not None and ts is not None:
-                out[(str(e["ph"]), _int(e.get("tid")), ts)] = ident
+                out[(_int(e.get("pid")), _int(e.get("tid")), ts)] = ident
     return out

@@ -199,3 +199,17 @@ def test_plain_and_gzip_traces_read_alike(tmp_path: Path) -> None:
     b = load_kineto(tb.write(tmp_path / "t.json", gz=False))
     assert a.gpu_ops == b.gpu_ops and a.calls == b.calls and a.steps == b.steps
     assert a.gpu_ops[0].correlation == a.calls[0].correlation
+
+
+def test_launches_link_to_kernels_by_flow_events_without_correlation_args() -> None:
+    tb = TraceBuilder()
+    tb.step(1, 0, 300)
+    tb.kernel("K", 15, 200, launch_ts=10)
+    tb.call("cudaDeviceSynchronize", 20, 197)
+    for e in tb.events:
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "cuda_runtime"):
+            e["args"].pop("correlation")
+    g = _graph(tb)
+    kernel = g.nodes[_node(g, "K")]
+    assert kernel.launch is not None and g.nodes[kernel.launch].name == "cudaLaunchKernel"
+    assert _us(_scaled(g, 2.0).end_s[_node(g, "cudaDeviceSynchronize")]) == 417
