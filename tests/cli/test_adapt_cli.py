@@ -69,6 +69,10 @@ def test_bad_sample_tables_are_one_line_errors(tmp_path: Path) -> None:
     header, *lines = empty.read_text().splitlines()
     empty.write_text("\n".join([header, *(line.rsplit(",", 1)[0] + "," for line in lines)]) + "\n")  # unmeasured
     assert "no measured value" in user_error(invoke(["adapt", str(empty), "-o", str(tmp_path / "x.yaml")]))
+    kernels = tmp_path / "gemm.csv"  # isolated kernels are priced without the corrected coefficients
+    kernels.write_text("device,op,batch,m_rows,k_reduction,n_cols,latency_ms\n"
+                       "V100-PCIE-32GB,linear,1,1024,1024,1024,0.5\n")
+    assert "do not depend" in user_error(invoke(["adapt", str(kernels), "-o", str(tmp_path / "x.yaml")]))
     missing = tmp_path / "nope.csv"
     assert "does not exist" in user_error(invoke(["adapt", str(missing), "-o", str(tmp_path / "x.yaml")]))
     assert not (tmp_path / "x.yaml").exists()
