@@ -14,6 +14,7 @@ later GPUs it is slowed as :mod:`perfcast.kernel.legacy_mma` says.
 
 from __future__ import annotations
 
+from perfcast.catalog.corrections import correct_compose
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.coefficients.compose import HostCoefficients
@@ -105,6 +106,8 @@ def predict_step(workload: Workload, hardware: Hardware | str, *, fused: bool = 
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     cal = resolve_calibration(calibration)
     co, cc = cal.kernel, cal.compose
+    if hw.corrections is not None:  # host time per kernel fitted on the device (the kernels' own: price_ops)
+        cc = correct_compose(cc, hw.corrections)
     fw = framework or ("compiled" if fused else "eager")
     if fw not in FRAMEWORKS:
         raise ConfigError(f"unknown framework {fw!r}; use one of {', '.join(FRAMEWORKS)}")
