@@ -52,6 +52,7 @@ RANK: dict[str, int] = {
     "groundtruth": 10,  # the measured tables (and this CPU) and their predictions by every layer below
     "validate": 11,  # error metrics and fitting over groundtruth's predictions; only the CLI imports it
     "sweep": 11,  # design-space search over system and serving plans
+    "replay": 11,  # profiler traces replayed as dependency graphs, repriced by kernel, system and catalog
     "scenarios": 12,  # the suite: runs the layers, groundtruth's tables and sweep's searches
     "report": 13,  # tables, JSON, HTML of result types only (results, <layer>.types); never calls a predictor
     "cli": 14,  # one Typer app, a thin shell over everything; nothing imports it

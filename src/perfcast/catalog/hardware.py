@@ -19,6 +19,10 @@ Power limits. A board runs under a power limit its owner sets (``nvidia-smi -pl`
 override) is the entry with ``power_limit_W`` set and the suffix kept in its id: the clocks a saturated
 datapath sustains and every op's energy are capped at the limit, while the static power and the datapaths'
 energy stay the board's (they do not change with the limit). A limit equal to the TDP is the entry itself.
+
+Adapted devices. A device fitted to a few of its own measurements carries :class:`DeviceCorrections`
+(``corrections``; ``perfcast adapt`` writes such a file). :func:`adapted_hardware` makes catalog names resolve to
+such devices within a block (``perfcast predict-batch --adapt``: the table's rows keep naming their devices).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
@@ -33,14 +40,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from perfcast.catalog.corrections import DeviceCorrections
 from perfcast.catalog.cpu import LOCAL_CPU_ID, CpuEfficiency
 from perfcast.catalog.paths import catalog_dirs, normalize_name
 from perfcast.dtypes import DType
 from perfcast.errors import CatalogError, ConfigError, UnknownNameError, UnsupportedError
 from perfcast.yamlio import load_model_file
 
-__all__ = ["MEMORY_OVERRIDE_SEP", "Fabric", "Hardware", "Interconnect", "PeakFlops", "alone_on_board",
-           "base_hardware_id", "list_hardware", "load_hardware", "with_memory", "with_power_limit"]
+__all__ = ["MEMORY_OVERRIDE_SEP", "DeviceCorrections", "Fabric", "Hardware", "Interconnect", "PeakFlops",
+           "adapted_hardware", "alone_on_board", "base_hardware_id", "list_hardware", "load_hardware", "with_memory",
+           "with_power_limit"]
 
 MEMORY_OVERRIDE_SEP = "@"  # "h100-sxm-80gb@94gb": the entry with 94 GiB of memory
 _MEMORY_SIZE = re.compile(r"^(?P<value>[0-9]+(?:\.[0-9]+)?)(?P<unit>gb|gib)$")
@@ -141,6 +150,8 @@ class Hardware(_Frozen):
                                 "busy die may draw what the idle ones leave")
     cpu: CpuEfficiency | None = Field(default=None, description="fitted CPU cost model (`perfcast calibrate`); "
                                       "a device with one is priced by perfcast.kernel.cpu")
+    corrections: DeviceCorrections | None = Field(default=None, description="multipliers fitted on this device's "
+                                                  "own measurements (`perfcast adapt`); None: the datasheet alone")
 
     source: tuple[str, ...] = Field(min_length=1)
     notes: str = ""
@@ -315,6 +326,22 @@ def _override(text: str) -> Hardware:
     return hw
 
 
+# within adapted_hardware(): what a catalog entry looked up by name becomes (None: the entry itself)
+_ADAPT: ContextVar[Callable[[Hardware], Hardware] | None] = ContextVar("perfcast_adapt_hardware", default=None)
+
+
+@contextmanager
+def adapted_hardware(adapt: Callable[[Hardware], Hardware]) -> Iterator[None]:
+    """Within the block, every catalog entry looked up by id or alias (memory and power overrides included) is
+    ``adapt(entry)``: e.g. the entry with the corrections fitted on its measurements, under its own id so that
+    a second lookup by that id adapts it again. Files given by path are read as they are."""
+    token = _ADAPT.set(adapt)
+    try:
+        yield
+    finally:
+        _ADAPT.reset(token)
+
+
 def load_hardware(name: str | Path | Hardware) -> Hardware:
     """Look up a device by id, alias (case-insensitive) or path to a YAML file, each optionally followed by a
     memory override ``@<size>gb`` (see the module docstring)."""
@@ -339,4 +366,5 @@ def load_hardware(name: str | Path | Hardware) -> Hardware:
                           "calibrate` measures its CPU and writes local-cpu where the catalog reads it")
     if key is None:
         raise UnknownNameError("hardware", text, by_id.keys(), list_command="perfcast hardware list")
-    return by_id[key]
+    adapt = _ADAPT.get()
+    return by_id[key] if adapt is None else adapt(by_id[key])

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 # isort: off
 from perfcast.cli import accel, calibrate, capture
-from perfcast.cli import collective, predict, predict_batch, validate, fit, suite
-from perfcast.cli import report, run, search, serve, train
+from perfcast.cli import collective, predict, predict_batch, adapt, validate, fit, suite
+from perfcast.cli import replay, report, run, search, serve, train
 from perfcast.cli import catalog  # the command groups hardware, models and clusters
 # isort: on
 from perfcast.cli.app import app, main
 
-__all__ = ["accel", "app", "calibrate", "capture", "catalog", "collective", "fit", "main", "predict", "predict_batch",
-           "report", "run", "search", "serve", "suite", "train", "validate"]
+__all__ = ["accel", "adapt", "app", "calibrate", "capture", "catalog", "collective", "fit", "main", "predict",
+           "predict_batch", "replay", "report", "run", "search", "serve", "suite", "train", "validate"]
 
 if __name__ == "__main__":
     main()

@@ -42,6 +42,9 @@ def validate(
     force: bool = typer.Option(False, "--force", help="Overwrite a validation.json perfcast did not write."),
     local: bool = typer.Option(False, "--local", help="Measure BERT-base, GPT-2 and ResNet-50 here with PyTorch "
                                                       "and compare with local-cpu's predictions (after calibrate)."),
+    adapt_samples: int = typer.Option(None, "--adapt-samples", min=1, help="Also adapt each GPU of the "
+                                      "end-to-end tables to N of its rows and report the rest (leave-one-GPU-out; "
+                                      "perfcast adapt)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict the measured tables and print the error per table and device."""
@@ -58,18 +61,21 @@ def validate(
         check_output_folder(out_dir, protect=(), force=force)
         check_validation_path(out_dir, force=force)
     if as_json:
-        rep = run_validation(list(tables) if tables else None)
+        rep = run_validation(list(tables) if tables else None, adapt_samples=adapt_samples)
         written = write_validation(rep, out_dir) if out_dir is not None else None
         emit_json({**to_json(rep), **({"validation_file": str(written)} if written else {})})
         return
     with _progress() as prog:
         task = prog.add_task("validating", total=None)
         rep = run_validation(list(tables) if tables else None,
-                             progress=lambda m: prog.update(task, description=f"validating {m}"))
+                             progress=lambda m: prog.update(task, description=f"validating {m}"),
+                             adapt_samples=adapt_samples)
     if out_dir is not None:
         _console(stderr=True).print(f"wrote {write_validation(rep, out_dir)}", markup=False)
-    for t in rep.tables:
-        tbl = _table(title=f"{t.table}: {t.target}", caption=t.note)
+    from rich.markup import escape
+
+    for t in rep.tables:  # escaped: "[split=test]" or "[leave-one-GPU-out]" in a name is not markup
+        tbl = _table(title=escape(f"{t.table}: {t.target}"), caption=escape(t.note))
         for c in ("device", "rows", "coverage", "MAPE", "median", "max", "in interval"):
             tbl.add_column(c, justify="left" if c == "device" else "right")
         s = t.overall

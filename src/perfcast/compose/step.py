@@ -7,10 +7,14 @@ ahead. A host synchronization (``nonzero``, ``.item()``) drains the queue and
 exposes the next dispatches. The step is simulated as that two-clock queue,
 per run of ops that repeat together (a layer), so its cost does not grow with
 the number of layers.
+
+Eager and compiled PyTorch run attention through SDPA, whose flash backend is FlashAttention-2: on Hopper and
+later GPUs it is slowed as :mod:`perfcast.kernel.legacy_mma` says.
 """
 
 from __future__ import annotations
 
+from perfcast.catalog.corrections import correct_compose
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.coefficients.compose import HostCoefficients
@@ -19,6 +23,7 @@ from perfcast.compose.interval import interval_for
 from perfcast.compose.types import OpTime, StepTime
 from perfcast.digest import content_digest, content_key
 from perfcast.errors import ConfigError
+from perfcast.kernel.legacy_mma import fa2_attention
 from perfcast.kernel.predict import price_ops
 from perfcast.workload.types import Mode, Op, OpKind, Phase, Workload
 
@@ -101,6 +106,8 @@ def predict_step(workload: Workload, hardware: Hardware | str, *, fused: bool = 
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     cal = resolve_calibration(calibration)
     co, cc = cal.kernel, cal.compose
+    if hw.corrections is not None:  # host time per kernel fitted on the device (the kernels' own: price_ops)
+        cc = correct_compose(cc, hw.corrections)
     fw = framework or ("compiled" if fused else "eager")
     if fw not in FRAMEWORKS:
         raise ConfigError(f"unknown framework {fw!r}; use one of {', '.join(FRAMEWORKS)}")
@@ -111,6 +118,8 @@ def predict_step(workload: Workload, hardware: Hardware | str, *, fused: bool = 
     else:
         ops = fuse_chains(workload.ops) if fused else list(workload.ops)
         kernels = price_ops(ops, hw, co)
+        if fw in ("eager", "compiled"):  # SDPA's flash backend is FlashAttention-2
+            kernels = fa2_attention(ops, kernels, hw, co)
         launch = _host_times(fw, workload.mode is Mode.TRAINING, cc.host)
         times = [OpTime(op=o, kernel=k, host_s=cc.host.sync_s if o.kind is OpKind.HOST else launch[o.phase])
                  for o, k in zip(ops, kernels, strict=True)]

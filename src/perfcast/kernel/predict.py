@@ -7,6 +7,7 @@ from typing import cast
 
 import numpy as np
 
+from perfcast.catalog.corrections import correct_kernel
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.coefficients.kernel import Coefficients
@@ -56,6 +57,8 @@ def price_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, *,
 
     ``clock_frac`` overrides the sustained-clock model (benchmark bursts); such calls are not cached.
     """
+    if hw.corrections is not None:  # a device adapted to its own measurements (perfcast.catalog.corrections)
+        co = correct_kernel(co, hw.corrections)
     if clock_frac is not None:
         return _predict_ops(ops, hw, co, clock_frac)
     owner = (content_digest(hw), content_digest(co))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -58,6 +58,10 @@ class EngineProfile(BaseModel):
     custom_allreduce_max_bytes: float = Field(ge=0)
     fp8_context_attention: bool = Field(description="prefill attention in FP8 with an FP8 KV cache on GPUs with "
                                         "FP8 tensor cores")
+    attention_kernels: Literal["native", "fa2"] = Field(
+        default="native", description="native: attention kernels built for the GPU (FlashAttention-3, FlashInfer, "
+        "TensorRT-LLM's FMHA); fa2: FlashAttention-2, whose Ampere mma.sync reaches about 2/3 of the tensor peak "
+        "of Hopper and later GPUs (perfcast.kernel.legacy_mma)")
     moe_expand_kernel: bool = Field(default=False, description="MoE: every token's top-k rows are copied into "
                                     "expert order by a kernel of their own that writes them quantized, and the "
                                     "gated activation writes the second grouped GEMM's quantized input "

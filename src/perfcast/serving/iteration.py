@@ -85,6 +85,7 @@ from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, UnsupportedError
 from perfcast.kernel.attention import attention_rates
+from perfcast.kernel.legacy_mma import legacy_mma_slowdown
 from perfcast.kernel.predict import price_ops
 from perfcast.serving.engines import load_engine
 from perfcast.serving.kv.layout import KVLayout, kv_layout
@@ -490,6 +491,8 @@ class IterationModel:
         FLOPs / bytes per query-key pair, cached token and sequence (FlashAttention / paged decode)."""
         mla = self.cfg.mla
         self._att = attention_rates(self.hw, self.dtype, self.co)
+        if self.profile.attention_kernels == "fa2":  # Ampere's mma.sync on Hopper and later (kernel.legacy_mma)
+            self._att = self._att._replace(s_per_flop=self._att.s_per_flop * legacy_mma_slowdown(self.hw, self.dtype))
         h, kvh, d, vd = self.heads, self.kv_heads, self.head_dim, self.v_head_dim
         e, kve = self.dtype.bytes, self.kv.bytes
         self._flop_per_pair = 2.0 * h * (d + vd)

@@ -12,9 +12,10 @@ GPU count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from perfcast.catalog.corrections import correct_compose
 from perfcast.catalog.hardware import Hardware
 from perfcast.catalog.models import ModelConfig
 from perfcast.coefficients.compose import ComposeCoefficients
@@ -22,6 +23,7 @@ from perfcast.coefficients.kernel import Coefficients
 from perfcast.digest import content_digest
 from perfcast.dtypes import DType
 from perfcast.kernel.energy import MATRIX_KINDS
+from perfcast.kernel.legacy_mma import fa2_attention
 from perfcast.kernel.predict import price_ops
 from perfcast.kernel.types import KernelTime
 from perfcast.system.plan import ParallelPlan
@@ -35,10 +37,6 @@ from perfcast.workload.types import Mode, Op, OpKind, Phase
 
 __all__ = ["LayerCost", "MicroBatchCosts", "micro_batch_costs", "mtp_layers"]
 
-# FlashAttention-2 issues Ampere's mma.sync: on Hopper only the warpgroup wgmma instructions reach the tensor
-# peak, mma.sync about two thirds of it (Shah et al. 2024, FlashAttention-3, Sec. 1; FA2 runs at ~35 % of an
-# H100's peak where FA3 and cuDNN reach 60-75 %), so its kernels take 1.5x what the GPU's native ones take
-FA2_LEGACY_MMA_SLOWDOWN = 1.5
 _LOW_PRECISION = (DType.FP8, DType.FP4)  # GEMM datapaths the fitted fp8_gemm_efficiency applies to
 
 
@@ -313,10 +311,9 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
         ops = _sequence_parallel(ops, plan.tp)
     priced = [o for o in ops if o.kind is not OpKind.COMM]
     kernels = price_ops(priced, hw, coeffs)
-    if plan.attention_kernels == "fa2" and (hw.compute_capability or 0.0) >= 9.0:
-        kernels = [replace(kt, time_s=kt.time_s * FA2_LEGACY_MMA_SLOWDOWN) if op.kind is OpKind.ATTENTION else kt
-                   for op, kt in zip(priced, kernels, strict=True)]
-    host = compose.host
+    if plan.attention_kernels == "fa2":
+        kernels = fa2_attention(priced, kernels, hw, coeffs)
+    host = (compose if hw.corrections is None else correct_compose(compose, hw.corrections)).host
     launch_s = {"eager": host.autograd_op_s, "compiled": host.compiled_op_s, "graph": 0.0}[plan.framework]
     parts = _sum_parts(ops, kernels, plan, launch_s)
     e = get_recipe(plan.precision).activation_dtype.bytes

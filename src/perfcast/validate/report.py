@@ -416,10 +416,26 @@ def _training_logo(paths: list[Path], name: Callable[[Path], str], cal: Calibrat
     return reports
 
 
+def _adapted_report(path: Path, name: str, cal: Calibration, samples: int,
+                    log: Callable[[str], None]) -> TableReport:
+    """An end-to-end table adapted leave-one-GPU-out to ``samples`` rows per GPU
+    (:mod:`perfcast.validate.adapt_logo`)."""
+    from perfcast.validate.adapt_logo import adapt_logo
+
+    s = adapt_logo(path, cal, samples=samples, log=log)
+    return TableReport(f"{name} [adapted: {samples} samples per GPU]", s.kind, s.target, s.note, s.overall,
+                       [GroupReport(g, summary) for g, summary in s.groups],
+                       points=_points(s.measured, s.predicted, s.labels))
+
+
 def run_validation(tables: list[Path] | None = None, *, calibration: Calibration | None = None,
                    log: Callable[[str], None] = lambda _m: None,
-                   progress: Callable[[str], None] = lambda _m: None) -> ValidationReport:
-    """Validate the given (default: all visible) tables with ``calibration`` (the shipped one when None)."""
+                   progress: Callable[[str], None] = lambda _m: None,
+                   adapt_samples: int | None = None) -> ValidationReport:
+    """Validate the given (default: all visible) tables with ``calibration`` (the shipped one when None).
+
+    ``adapt_samples``: also report each end-to-end table adapted leave-one-GPU-out to that many of each GPU's
+    rows (:mod:`perfcast.validate.adapt_logo`)."""
     root = find_groundtruth(required=not tables)
     cal = resolve_calibration(calibration)
     paths = tables or default_tables(root)  # type: ignore[arg-type]
@@ -485,6 +501,9 @@ def run_validation(tables: list[Path] | None = None, *, calibration: Calibration
                 if overall.rows:
                     reports.append(TableReport(name, res.kind.name, target, note, overall, groups,
                                                points=_res_points(res, target)))
+        if adapt_samples and res.kind.name == "neusight_e2e":
+            progress(f"{name} (adapted to {adapt_samples} samples, leave-one-GPU-out)")
+            reports.append(_adapted_report(p, name, cal, adapt_samples, log))
     if collective_paths:
         progress("collectives (leave-one-cluster-out)")
         fit_root = root or find_groundtruth()

@@ -314,7 +314,7 @@ def test_recompute_modules_need_selective_and_moe_modules_an_moe_model() -> None
 def test_flashattention2_runs_slower_on_hopper_only() -> None:
     # FA2's mma.sync reaches ~2/3 of Hopper's tensor peak: its attention kernels take 1.5x the native ones on an
     # H100 and the same on an A100 (FA2 is the A100's native kernel)
-    from perfcast.system.layers import FA2_LEGACY_MMA_SLOWDOWN
+    from perfcast.kernel.legacy_mma import FA2_LEGACY_MMA_SLOWDOWN
 
     kw = dict(dp=8, seq_len=16384, micro_batch=1, global_batch=8, zero=1)
     for cluster, slowdown in (("dgx-h100", FA2_LEGACY_MMA_SLOWDOWN), ("dgx-a100", 1.0)):
