@@ -48,7 +48,7 @@ from perfcast.errors import CatalogError, ConfigError, UnknownNameError, Unsuppo
 from perfcast.yamlio import load_model_file
 
 __all__ = ["MEMORY_OVERRIDE_SEP", "DeviceCorrections", "Fabric", "Hardware", "Interconnect", "PeakFlops",
-           "adapted_hardware", "base_hardware_id", "list_hardware", "load_hardware", "with_memory",
+           "adapted_hardware", "alone_on_board", "base_hardware_id", "list_hardware", "load_hardware", "with_memory",
            "with_power_limit"]
 
 MEMORY_OVERRIDE_SEP = "@"  # "h100-sxm-80gb@94gb": the entry with 94 GiB of memory
@@ -145,6 +145,9 @@ class Hardware(_Frozen):
     power_limit_W: float | None = Field(default=None, gt=0, description="the board's power limit when it is not "
                                         "the TDP (an override, @<watts>w; see the module docstring)")
     dies_per_board: int = Field(default=1, ge=1)
+    siblings_idle: bool = Field(default=False, description="the other dies of this device's board idle (one die "
+                                "used alone, see :func:`alone_on_board`): the board's power limit is shared, so the "
+                                "busy die may draw what the idle ones leave")
     cpu: CpuEfficiency | None = Field(default=None, description="fitted CPU cost model (`perfcast calibrate`); "
                                       "a device with one is priced by perfcast.kernel.cpu")
     corrections: DeviceCorrections | None = Field(default=None, description="multipliers fitted on this device's "
@@ -265,6 +268,15 @@ def with_memory(hardware: str | Path | Hardware, memory_bytes: float) -> Hardwar
         **hw.model_dump(), "id": override, "name": f"{hw.name} ({size_gib} GB)", "aliases": (),
         "memory_bytes": memory_bytes, "power_limit_W": None, "notes": f"{hw.notes} {note}".strip()})
     return out if hw.power_limit_W is None else with_power_limit(out, hw.power_limit_W)
+
+
+def alone_on_board(hw: Hardware) -> Hardware:
+    """``hw`` used as the only busy die of its board (a single-device run on one GCD of a two-GCD MI250): the
+    board's power limit is shared by its dies, so the busy die may draw what its idle siblings leave
+    (:func:`perfcast.kernel.power.sustained_clock_frac`). A single-die device is returned as it is."""
+    if hw.dies_per_board <= 1 or hw.siblings_idle:
+        return hw
+    return hw.model_copy(update={"siblings_idle": True})
 
 
 def with_power_limit(hardware: str | Path | Hardware, power_limit_W: float) -> Hardware:

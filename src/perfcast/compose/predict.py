@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from perfcast.catalog.defaults import default_dtype
-from perfcast.catalog.hardware import Hardware, load_hardware
+from perfcast.catalog.hardware import Hardware, alone_on_board, load_hardware
 from perfcast.catalog.models import ModelConfig, load_model
 from perfcast.coefficients.bundle import Calibration, resolve_calibration
 from perfcast.compose.energy import with_energy
@@ -130,5 +130,6 @@ def predict(req: StepRequest, calibration: Calibration | None = None) -> StepTim
                           "parallelism ppN (got none)")
     step = prepare(req, calibration)
     w = step.build(req.batch_size)
-    st = predict_step(w, step.hw, calibration=step.calibration, fused=req.fused, framework=req.framework)
-    return replace(with_energy(st, step.hw, step.calibration.kernel), memory=step_memory(w, step.hw))
+    hw = alone_on_board(step.hw)  # one device: the other dies of a multi-die board idle
+    st = predict_step(w, hw, calibration=step.calibration, fused=req.fused, framework=req.framework)
+    return replace(with_energy(st, hw, step.calibration.kernel), memory=step_memory(w, hw))

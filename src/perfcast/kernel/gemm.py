@@ -8,7 +8,11 @@ per-SM share of the sustained peak, scaled by the tile's efficiency (larger
 tiles reuse operands better: ``ai / (ai + ai0)`` with ``ai = tm*tn/(tm+tn)``).
 Linear layers may pick any candidate tile and split K across tiles when the
 grid is too small to fill the device; batched products use the library's
-batched tile. The compute time is blended with the DRAM time of the operands
+batched tile. The fixed per-tile cost ``k0`` is a time (prologue loads,
+epilogue stores) counted in K steps at the rate of the units it was fitted on;
+AMD's FP32 matrix cores (MFMA) take the tensor-core terms, and their FP32 rate is
+a fraction of the FP16 one (a quarter on CDNA 1-2), so the same time spans that
+fraction of the K steps. The compute time is blended with the DRAM time of the operands
 (a smooth maximum), and no kernel is shorter than the launch floor.
 """
 
@@ -58,6 +62,7 @@ def gemm_times(b: np.ndarray, m: np.ndarray, k: np.ndarray, n: np.ndarray, hw: H
     esize = dtype.bytes if operand_bytes is None else operand_bytes
     bw = hw.memory_bandwidth_Bps * pc.memory_efficiency
     shape = np.broadcast(b, m, k, n).shape
+    pc = _per_tile_cost_at_rate(pc, hw, path)
     if b.size * len(tiles) * len(splits) <= _GRID_LIMIT:
         best = _best_grid(b, m, k, n, hw, pc, tiles, splits, peak_sm, ref, bw, coeffs.launch.kernel_min_s)
     else:
@@ -93,6 +98,17 @@ def _best_grid(b: np.ndarray, m: np.ndarray, k: np.ndarray, n: np.ndarray, hw: H
                                                                                  + pc.k_overhead) / rate)
     t = t + np.where(s > 1, b * m * n * 4.0 * (s + 1) / bw + kmin, 0.0)
     return t.min(axis=(0, 1))
+
+
+def _per_tile_cost_at_rate(pc: GemmPath, hw: Hardware, path: str) -> GemmPath:
+    """``pc`` with its per-tile fixed cost in K steps of ``path``'s own rate: the FP32 matrix path takes the
+    tensor-core terms, whose fixed time counts K steps at the FP16 matrix rate (``fp32_matrix / fp16`` as many
+    steps at the FP32 matrix rate)."""
+    p = hw.peak_flops_per_s
+    half = p.fp16 or p.bf16
+    if path != "matrix" or not p.fp32_matrix or not half:
+        return pc
+    return pc.model_copy(update={"k_overhead": pc.k_overhead * min(1.0, p.fp32_matrix / half)})
 
 
 def _tile_eff(tm: int, tn: int, ai0: float) -> float:

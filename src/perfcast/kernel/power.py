@@ -11,8 +11,11 @@ adds interface power (energy per bit of the memory kind, from the literature)
 in proportion to the FLOP rate; it does not depend on the peak bandwidth, so
 more bandwidth never slows a device down. The device runs at the
 largest ``x <= 1`` with ``P(x) <= `` its power cap (the board's power limit, TDP by default;
-``P_static`` stays the board's share of TDP under a lower limit). Every input is a datasheet figure
-(TDP, process, peak) or a global fitted coefficient.
+``P_static`` stays the board's share of TDP under a lower limit). A multi-die board (MI250: two GCDs, each
+described with half the board's TDP) has one power limit for the whole package: when the device's sibling dies
+idle (``Hardware.siblings_idle``, a single-device run), they hold only their static share and the busy die may
+draw the rest of the board's limit. Every input is a datasheet figure (TDP, process, peak) or a global fitted
+coefficient.
 """
 
 from __future__ import annotations
@@ -94,6 +97,9 @@ def _sustained(hw: Hardware, path: str, coeffs: Coefficients) -> float:
     # so its interface power is a per-FLOP cost at the memory's energy per bit
     memory_full = full_power_peak(hw, path) * dram_energy_per_byte_J(hw, coeffs) / pc.flop_per_dram_byte
     budget = hw.power_cap_W - static_power_W(hw, coeffs)
+    if hw.siblings_idle:
+        # the package's limit is every die's share; each idle sibling draws its static power only
+        budget *= hw.dies_per_board
 
     def power(x: float) -> float:
         v = voltage_frac(x, coeffs)

@@ -5,6 +5,11 @@ Such a kernel streams its operands once: ``bytes / (bandwidth * e)``, where
 on that memory kind, times an op factor (a softmax or a LayerNorm makes extra
 passes and synchronizes across a row, so it streams slower than an add).
 Short rows cost more per element in row reductions (one block per row).
+PyTorch's softmax over rows of at most :data:`PERSISTENT_SOFTMAX_MAX_COLS`
+elements runs its warp-per-row kernel, which holds the row in registers: it
+reads the input once and writes the output once, a single stream like an
+elementwise op (op factor 1); longer rows take the block kernel, which makes
+extra passes over the row (the fitted ``softmax`` factor).
 Kernels with narrow (16-bit, non-vectorized) accesses are also bound by how
 many elements the SMs can issue per cycle; the memory and issue times combine
 as a smooth maximum.
@@ -18,12 +23,16 @@ from perfcast.catalog.hardware import Hardware
 from perfcast.coefficients.kernel import Coefficients
 from perfcast.kernel.power import memory_kind
 
-__all__ = ["REDUCTIONS", "vector_times"]
+__all__ = ["PERSISTENT_SOFTMAX_MAX_COLS", "REDUCTIONS", "vector_times"]
 
 REDUCTIONS = frozenset({
     "softmax", "layernorm", "rmsnorm", "softmax_backward", "layernorm_backward", "rmsnorm_backward",
     "mean", "sum", "max", "cross_entropy", "cross_entropy_backward",
 })
+
+# PyTorch (aten/src/ATen/native/cuda/SoftMax.cu, persistent_softmax.cuh): rows of at most 1024 elements (and
+# 4 KiB) go to the warp-per-row "persistent" softmax, one read and one write per element
+PERSISTENT_SOFTMAX_MAX_COLS = 1024
 
 
 def vector_times(ops: list[str], bytes_moved: np.ndarray, cols: np.ndarray, hw: Hardware,
@@ -37,6 +46,8 @@ def vector_times(ops: list[str], bytes_moved: np.ndarray, cols: np.ndarray, hw: 
     factor = np.array([vc.op_factor.get(o, vc.op_factor.get(_family(o), 1.0)) for o in ops], dtype=float)
     is_row = np.array([o in REDUCTIONS for o in ops], dtype=bool)
     cols = np.maximum(np.asarray(cols, dtype=float), 1.0)
+    persistent = np.array([o == "softmax" for o in ops], dtype=bool) & (cols <= PERSISTENT_SOFTMAX_MAX_COLS)
+    factor = np.where(persistent, 1.0, factor)
     row = np.where(is_row, cols / (cols + vc.row_overhead_elems), 1.0)
     bw = hw.memory_bandwidth_Bps * eff * factor * row
     nbytes = np.asarray(bytes_moved, dtype=float)

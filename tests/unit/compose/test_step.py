@@ -311,3 +311,16 @@ def test_equal_workloads_share_one_priced_step_and_changed_ones_do_not() -> None
     bigger = replace(w, ops=tuple(replace(o, flops=o.flops * 64, bytes_read=o.bytes_read * 64) if i == 0 else o
                                   for i, o in enumerate(w.ops)))
     assert predict_step(bigger, "a100-pcie-40gb").device_busy_s > first.device_busy_s
+
+
+def test_one_device_step_on_a_two_die_board_runs_with_its_sibling_idle() -> None:
+    """A one-GPU request on one GCD of an MI250 prices the GCD alone on its board (its sibling idle, the board's
+    power shared), which sustains a higher FP32 matrix clock than the GCD's half of the board power."""
+    from perfcast.catalog.hardware import alone_on_board
+
+    req = StepRequest(model="gpt2", hardware="mi250", mode=Mode.INFERENCE, batch_size=4, seq_len=512, dtype="fp32")
+    st = predict(req)
+    w = _workload("gpt2", Mode.INFERENCE, 4, 512, DType.FP32)
+    gcd = load_hardware("mi250")
+    assert st.time_s == pytest.approx(predict_step(w, alone_on_board(gcd)).time_s, rel=1e-12)
+    assert st.time_s < predict_step(w, gcd).time_s

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -308,3 +309,69 @@ def test_custom_coefficients_change_the_prediction(tmp_path: Path) -> None:
     op = _vector("add", 8192, 8192)
     slow = predict_kernel(op, "a100-pcie-40gb", Calibration.shipped().with_kernel(load_coefficients(path))).time_s
     assert slow > 1.5 * predict_kernel(op, "a100-pcie-40gb").time_s
+
+
+# -- model terms from the kernels PyTorch and the boards actually run ---------------------------------------------
+def test_short_softmax_rows_stream_like_an_elementwise_op() -> None:
+    """Rows of at most 1024 elements take PyTorch's warp-per-row softmax: one read and one write per element, the
+    time of a one-input elementwise op over the same bytes; longer rows take the block kernel, slower per byte."""
+    from perfcast.kernel.vector import PERSISTENT_SOFTMAX_MAX_COLS, vector_times
+
+    co = load_coefficients()
+    hw = load_hardware("a100-pcie-40gb")
+    rows = 81920
+    per_byte = []
+    for cols in (PERSISTENT_SOFTMAX_MAX_COLS, 2 * PERSISTENT_SOFTMAX_MAX_COLS):
+        nbytes = rows * cols * 4.0 * 2
+        soft = vector_times(["softmax"], np.array([nbytes]), np.array([cols]), hw, co)[0]
+        relu = vector_times(["relu"], np.array([nbytes]), np.array([cols]), hw, co)[0]
+        per_byte.append(soft / nbytes)
+        if cols <= PERSISTENT_SOFTMAX_MAX_COLS:
+            assert soft == pytest.approx(relu, rel=1e-12)
+        else:
+            assert soft > relu * 1.2
+    assert per_byte[1] > per_byte[0]
+
+
+def test_fp32_matrix_cores_count_the_per_tile_cost_at_their_own_rate() -> None:
+    """The FP32 MFMA path takes the tensor-core per-tile cost (a time counted in K steps at the FP16 matrix rate):
+    on a device whose FP16 rate were its FP32 matrix rate, that cost is the coefficient itself."""
+    from perfcast.kernel.gemm import gemm_times
+
+    co = load_coefficients()
+    hw = load_hardware("mi250")
+    p = hw.peak_flops_per_s
+    ratio = p.fp32_matrix / p.fp16
+    assert ratio == pytest.approx(0.25, rel=1e-3)  # CDNA 2: FP32 MFMA at a quarter of the FP16 rate
+    same_rate = hw.model_copy(update={"peak_flops_per_s": p.model_copy(update={"fp16": p.fp32_matrix,
+                                                                              "bf16": p.fp32_matrix})})
+    raw = co.model_dump(mode="json")
+    raw["gemm"]["paths"]["matrix"]["k_overhead"] *= ratio
+    scaled = type(co).model_validate(raw)
+    dims = [np.array([v], dtype=float) for v in (80, 1024, 64, 1024)]  # attention scores: K = head size
+    t = gemm_times(*dims, hw, DType.FP32, co, batched=True).time_s[0]
+    assert t == pytest.approx(gemm_times(*dims, same_rate, DType.FP32, scaled, batched=True).time_s[0], rel=1e-12)
+    assert t < gemm_times(*dims, same_rate, DType.FP32, co, batched=True).time_s[0]
+
+
+def test_one_die_of_a_shared_board_may_draw_what_its_idle_sibling_leaves() -> None:
+    """MI250: two GCDs under one board power limit, each described with half of it. Used alone (a single-device
+    run), a GCD sustains the clock of a die with the whole board's budget; a single-die device is unchanged."""
+    from perfcast.catalog.hardware import alone_on_board
+
+    co = load_coefficients()
+    gcd = load_hardware("mi250")
+    alone = alone_on_board(gcd)
+    assert alone.siblings_idle and alone.id == gcd.id
+    whole = gcd.model_copy(update={"tdp_W": gcd.tdp_W * gcd.dies_per_board, "dies_per_board": 1})
+    x_alone = sustained_clock_frac(alone, "matrix", co)
+    assert x_alone == pytest.approx(sustained_clock_frac(whole, "matrix", co), rel=1e-9)
+    assert x_alone > sustained_clock_frac(gcd, "matrix", co)
+    # its power may then exceed its half of the board: the board's limit less the idle sibling's static power
+    from perfcast.kernel.energy import power_model
+    from perfcast.kernel.power import static_power_W
+
+    cap = power_model(alone, co).tdp_W
+    assert cap == pytest.approx(2 * gcd.tdp_W - static_power_W(gcd, co)) and cap > power_model(gcd, co).tdp_W
+    single = load_hardware("mi210")
+    assert alone_on_board(single) is single
