@@ -15,7 +15,8 @@ kernels really achieved) carries over; only the ratio comes from a model:
   (GEMM, convolution, attention) by the ratio of the peak of their format (TF32 where the kernel name says
   tensor-op FP32 and the target has it, else FP32; FP16/BF16 by name); an unknown kernel, for which the trace
   gives no evidence either way, by the geometric mean of the two ratios. Host-device copies scale by the PCIe
-  bandwidth ratio.
+  bandwidth ratio. An attention kernel built for Ampere (FlashAttention-2's ``mma.sync``) stays so on a Hopper
+  target: :mod:`perfcast.kernel.legacy_mma`'s slowdown multiplies either ratio.
 - **NCCL kernels**: perfcast's collective model (:mod:`perfcast.system.collectives`) on a cluster of each
   device (:func:`perfcast.system.cluster.cluster_for_gpu`, with as many nodes as the group needs), at the
   target group size for ``--dp`` (``send_recv`` stays a two-GPU exchange). The message size is the tensor of the
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from perfcast.catalog.hardware import Hardware
 from perfcast.dtypes import DType
 from perfcast.errors import PerfcastError, UnsupportedError
+from perfcast.kernel.legacy_mma import legacy_mma_slowdown
 from perfcast.kernel.predict import predict_ops
 from perfcast.replay.graph import NodeKind, ReplayGraph
 from perfcast.replay.kineto import CpuOp, GpuOp, KinetoTrace
@@ -68,6 +70,7 @@ _CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 _MEMORY_CLASSES = {"layout", "reduction", "elementwise", "memcpy", "memset"}
 _COMPUTE_CLASSES = {"gemm", "conv", "attention"}
+_NATIVE_HOPPER = re.compile(r"sm90|sm100|hopper|wgmma", re.IGNORECASE)  # kernel names of Hopper-native builds
 _TYPES = {"float": DType.FP32, "c10::Half": DType.FP16, "c10::BFloat16": DType.BF16, "double": DType.FP64,
           "half": DType.FP16, "bfloat16": DType.BF16}
 
@@ -163,12 +166,22 @@ class _Pricer:
         if cpu is not None:
             wl = _shape_op(cls, cpu, _name_dtype(op.name))
             if wl is not None:  # a format one of the devices lacks (bf16 on a V100) is refused, not re-priced
-                return self._model_ratio(wl), f"kernel model: {cls}"
+                return self._model_ratio(wl) * self._mma_ratio(op, cls, wl.dtype), f"kernel model: {cls}"
         if cls in _MEMORY_CLASSES:
             return self.bw_ratio, "character: memory"
         if cls in _COMPUTE_CLASSES:
-            return self.peak_ratio(_name_dtype(op.name) or DType.FP32), "character: compute"
+            dtype = _name_dtype(op.name) or DType.FP32
+            return self.peak_ratio(dtype) * self._mma_ratio(op, cls, dtype), "character: compute"
         return math.sqrt(self.bw_ratio * self.peak_ratio(DType.FP32)), "character: unknown (mix)"
+
+    def _mma_ratio(self, op: GpuOp, cls: str, dtype: DType) -> float:
+        """An attention kernel built for Ampere's ``mma.sync`` (FlashAttention-2, PyTorch's flash and
+        memory-efficient kernels: no ``sm90``/``sm100``/``hopper`` in its name) stays that binary on the target: its
+        :func:`~perfcast.kernel.legacy_mma.legacy_mma_slowdown` there over the one on the recorded device, which
+        the kernel model (native kernels) leaves out."""
+        if cls != "attention" or _NATIVE_HOPPER.search(op.name):
+            return 1.0
+        return legacy_mma_slowdown(self.how.target, dtype) / legacy_mma_slowdown(self.how.recorded, dtype)
 
     def _model_ratio(self, wl: Op) -> float:
         tgt_op = wl

@@ -10,6 +10,7 @@ from replay_traces import TraceBuilder
 
 from perfcast.catalog.hardware import load_hardware
 from perfcast.errors import ConfigError
+from perfcast.kernel.legacy_mma import FA2_LEGACY_MMA_SLOWDOWN
 from perfcast.replay.graph import build_graph
 from perfcast.replay.kineto import GpuOp, parse_kineto
 from perfcast.replay.reprice import FIXED_S, Repricing, classify, reprice
@@ -131,3 +132,19 @@ def test_a_format_the_target_lacks_is_refused() -> None:
     with pytest.raises(UnsupportedError, match="bf16"):
         _durations(tb, "a100-sxm-40gb", "v100-sxm2-32gb")
     assert _durations(tb, "a100-sxm-40gb", "h100-sxm-80gb")["ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn"] < 2e-3
+
+
+def test_an_ampere_attention_kernel_stays_fa2_on_hopper() -> None:
+    # the same shapes, one FlashAttention-2 kernel (mma.sync) and one Hopper-native (FlashAttention-3) kernel:
+    # only the first keeps Ampere's instructions on the H100, at legacy_mma's slowdown
+    fa2, fa3 = "flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, bf16>>", "flash::FlashAttnFwdSm90<bf16>"
+    tb = TraceBuilder()
+    tb.step(1, 0, 3000)
+    for name, at in ((fa2, 0), (fa3, 1000)):
+        tb.cpu_op("aten::_flash_attention_forward", at + 5, 20, dims=[[8, 2048, 16, 64], [8, 2048, 16, 64]],
+                  types=["c10::BFloat16", "c10::BFloat16"])
+        tb.kernel(name, at + 20, 500, launch_ts=at + 10)
+    d = _durations(tb, "a100-sxm-40gb", "h100-sxm-80gb")
+    assert d[fa3] < d[fa2] == pytest.approx(FA2_LEGACY_MMA_SLOWDOWN * d[fa3])
+    back = _durations(tb, "a100-sxm-40gb", "a100-sxm-80gb")  # Ampere to Ampere: no slowdown either way
+    assert back[fa2] == pytest.approx(back[fa3])
