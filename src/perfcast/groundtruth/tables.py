@@ -436,7 +436,7 @@ def recognize(header: list[str]) -> TableKind:
             return kind
     raise ConfigError(
         "unrecognized table: its columns match no ground-truth schema perfcast knows "
-        f"({', '.join(k.name for k in TABLE_KINDS)}); see shared/groundtruth/README.md"
+        f"({', '.join(dict.fromkeys(k.name for k in TABLE_KINDS))}); see shared/groundtruth/README.md"
     )
 
 
