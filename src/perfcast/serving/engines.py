@@ -67,6 +67,11 @@ class EngineProfile(BaseModel):
                                     "gated activation writes the second grouped GEMM's quantized input "
                                     "(TensorRT-LLM's CUTLASS MoE runner); false: the grouped GEMM gathers its rows "
                                     "after one per-token quantize (vLLM's and SGLang's fused_moe)")
+    sampler: Literal["none", "torch-fp32"] = Field(
+        default="none", description="the sampler's GPU kernels beside the LM head, per sampling sequence over the "
+        "full vocabulary: torch-fp32: PyTorch kernels in FP32 (vLLM's V0 Sampler: upcast, temperature, softmax, "
+        "log-softmax, the multinomial draw, the sampled token's rank; perfcast.serving.iteration.TORCH_SAMPLER); "
+        "none: not priced (the engine's profile does not state its sampler)")
     source: list[str]
     notes: str = ""
 

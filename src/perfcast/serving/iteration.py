@@ -100,8 +100,8 @@ from perfcast.workload.sharding import check_tp, shard_tp
 from perfcast.workload.transforms import quantize_weights
 from perfcast.workload.types import Mode, Op, OpKind
 
-__all__ = ["DecodeTerms", "IterationBreakdown", "IterationModel", "PrefillChunk", "Priced", "kv_cache_dtype",
-           "weight_bytes_per_gpu"]
+__all__ = ["TORCH_SAMPLER", "DecodeTerms", "IterationBreakdown", "IterationModel", "PrefillChunk", "Priced",
+           "kv_cache_dtype", "weight_bytes_per_gpu"]
 
 # IterationModel.priced: six parts (s), dynamic energy (J), prefill FLOPs and bytes, decode FLOPs and bytes
 Priced = tuple[float, float, float, float, float, float, float, float, float, float, float]
@@ -109,6 +109,28 @@ Priced = tuple[float, float, float, float, float, float, float, float, float, fl
 # token, decode bytes fixed and per cached token (full-context layers), then the windowed layers' FLOPs and bytes
 # per cached token and the cached tokens they read at most (their window x the sequences)
 DecodeTerms = tuple[float, float, float, float, float, float, float, float, float, float, float]
+
+
+# vLLM V0's Sampler (vllm/model_executor/layers/sampler.py, v0.5.4; recalled, not re-read): the kernels it runs
+# on the GPU for each sampling sequence over the V logits of the full vocabulary (gathered to the driver rank),
+# as (step, vector op, bytes read, bytes written) per vocabulary entry: the upcast to FP32, the temperature, the
+# probabilities and log-probabilities, the random draw (``_multinomial``: a copy of the rows, exponential noise,
+# a division and an argmax; the OpenAI server's default temperature samples), and the sampled token's rank
+# among the log-probabilities (``_get_ranks``, always computed). No top-p / top-k sort or penalties: the
+# requests leave them at their neutral values (an ASSUMPTION for the benchmarks perfcast reproduces).
+TORCH_SAMPLER: tuple[tuple[str, str, float, float], ...] = (
+    ("upcast", "copy", 2.0, 4.0),
+    ("temperature", "div", 4.0, 4.0),
+    ("softmax", "softmax", 4.0, 4.0),
+    ("log_softmax", "softmax", 4.0, 4.0),
+    ("sample_rows", "copy", 4.0, 4.0),
+    ("exponential", "exponential", 0.0, 4.0),
+    ("draw", "div", 8.0, 4.0),
+    ("argmax", "max", 4.0, 0.0),
+    ("rank_rows", "copy", 4.0, 4.0),
+    ("rank_compare", "gt", 4.0, 1.0),
+    ("rank_sum", "sum", 1.0, 0.0),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,10 +462,27 @@ class IterationModel:
         priced = price_ops(scaled, self.hw, self.co)
         ht = np.array([k.time_s for k in priced]).reshape(len(seqs), per_head).sum(1)
         hj = np.array([k.dynamic_J for k in priced]).reshape(len(seqs), per_head).sum(1)
+        if self.profile.sampler == "torch-fp32":
+            st, sj = self._sampler_table(seqs)
+            # the driver rank samples alone: its time paces the iteration, its energy is one GPU's (the energy
+            # tally multiplies a GPU's dynamic energy by the tensor-parallel ranks)
+            ht, hj = ht + st, hj + sj / self.tp
         dense, g = np.arange(self.max_seqs + 1, dtype=float), seqs.astype(float)
         table, table_J = np.interp(dense, g, ht), np.interp(dense, g, hj)
         table[0] = table_J[0] = 0.0
         return table, table_J
+
+    def _sampler_table(self, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds and dynamic energy (joules) of :data:`TORCH_SAMPLER`'s kernels for each count of sampling
+        sequences in ``seqs`` (the driver rank's, over the full vocabulary)."""
+        vocab = int(self.cfg.vocab_size)
+        ops = [Op(name=f"head.sampler.{step}", op=vop, kind=OpKind.VECTOR, dims=(int(n), vocab), dtype=DType.FP32,
+                  flops=float(n) * vocab, bytes_read=float(n) * vocab * rd, bytes_written=float(n) * vocab * wr)
+               for n in seqs for step, vop, rd, wr in TORCH_SAMPLER]
+        priced = price_ops(ops, self.hw, self.co)
+        shape = (len(seqs), len(TORCH_SAMPLER))
+        return (np.array([k.time_s for k in priced]).reshape(shape).sum(1),
+                np.array([k.dynamic_J for k in priced]).reshape(shape).sum(1))
 
     def _kv_bytes_per_token(self) -> float:
         """KV-cache bytes of one token on one GPU, every layer (K and V, or MLA's latent)."""

@@ -161,3 +161,28 @@ def test_mtp_drafts_with_the_targets_own_module_and_only_where_it_has_one() -> N
     with pytest.raises(ConfigError, match="declares none"):
         simulate_serving(ServingConfig(model="llama-2-7b", hardware="a100-sxm-80gb", speculative_model="mtp",
                                        num_speculative_tokens=2, workload=work))
+
+
+
+def test_vllm_v0_samples_over_the_full_vocabulary_on_the_driver_rank() -> None:
+    """vLLM 0.5's sampler (FP32 PyTorch kernels over every sampling sequence's logits) lengthens the LM head step by
+    memory-bound time that grows with the sequences; the full vocabulary on one rank whatever the tensor
+    parallelism, whose energy is that rank's alone."""
+    from perfcast.serving.iteration import TORCH_SAMPLER
+
+    assert load_engine("vllm-0.5").sampler == "torch-fp32" and load_engine("vllm").sampler == "none"
+    v0 = IterationModel("llama-2-7b", "a100-sxm-80gb", engine="vllm-0.5", max_seqs=256)
+    v1 = IterationModel("llama-2-7b", "a100-sxm-80gb", engine="vllm", max_seqs=256)
+    seqs = np.array([1, 64, 256])
+    t, j = v0._sampler_table(seqs)
+    moved = sum(r + w for _, _, r, w in TORCH_SAMPLER) * v0.cfg.vocab_size * seqs
+    assert np.all(np.diff(t) > 0) and np.all(t > moved / v0.hw.memory_bandwidth_Bps)  # memory-bound, below peak
+    assert np.all(j > 0)
+    for i, n in enumerate(seqs):  # the head step holds the sampler's time beside the LM head's
+        assert v0._head_l[n] == pytest.approx(v1._head_l[n] + t[i], rel=1e-9)
+        assert v0._head_J_l[n] == pytest.approx(v1._head_J_l[n] + j[i], rel=1e-9)
+    tp2 = IterationModel("llama-2-7b", "a100-sxm-80gb", engine="vllm-0.5", max_seqs=256, tp=2)
+    t2, j2 = tp2._sampler_table(seqs)
+    assert t2 == pytest.approx(t) and j2 == pytest.approx(j)
+    head2 = IterationModel("llama-2-7b", "a100-sxm-80gb", engine="vllm", max_seqs=256, tp=2)
+    assert tp2._head_J_l[256] == pytest.approx(head2._head_J_l[256] + j2[-1] / 2, rel=1e-9)  # one rank of two
