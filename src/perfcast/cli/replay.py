@@ -31,7 +31,11 @@ def replay(
     from perfcast.replay.run import replay_trace, write_replay_trace
 
     check_output_paths(trace_out, force=force)
-    result = replay_trace(trace, hardware=hardware, from_hardware=from_hardware, world_size=dp)
+    if as_json:
+        result = replay_trace(trace, hardware=hardware, from_hardware=from_hardware, world_size=dp)
+    else:  # a large trace takes seconds to read, link and simulate: say so on stderr
+        with _console(stderr=True).status(f"replaying {trace.name}"):
+            result = replay_trace(trace, hardware=hardware, from_hardware=from_hardware, world_size=dp)
     if trace_out is not None:
         write_replay_trace(result, trace_out)
     data = result.to_dict()
