@@ -48,6 +48,7 @@ from perfcast.digest import content_digest
 from perfcast.dtypes import DType
 from perfcast.kernel.power import (
     datapath,
+    die_power_cap_W,
     dram_energy_per_byte_J,
     energy_per_flop_J,
     static_power_W,
@@ -139,10 +140,7 @@ def power_model(hw: Hardware, co: Coefficients) -> PowerModel:
         return hit
     static = static_power_W(hw, co)
     idle = static if co.power.idle_frac is None else co.power.idle_frac * hw.tdp_W
-    cap = hw.power_cap_W
-    if hw.siblings_idle:  # the board's limit less the idle dies' static power (perfcast.kernel.power)
-        cap = hw.power_cap_W * hw.dies_per_board - static * (hw.dies_per_board - 1)
-    pm = PowerModel(hardware_id=hw.id, tdp_W=cap, static_W=static,
+    pm = PowerModel(hardware_id=hw.id, tdp_W=die_power_cap_W(hw, co), static_W=static,
                     active_W=co.power.active_frac * max(0.0, hw.tdp_W - static),
                     dram_J_per_byte=dram_energy_per_byte_J(hw, co), flop_per_dram_byte=co.power.flop_per_dram_byte,
                     coeffs=co, idle_W=min(idle, hw.power_cap_W))

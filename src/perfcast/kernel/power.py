@@ -25,8 +25,8 @@ from perfcast.coefficients.kernel import Coefficients
 from perfcast.digest import content_digest
 from perfcast.dtypes import DType
 
-__all__ = ["datapath", "dram_energy_per_byte_J", "energy_per_flop_J", "full_power_peak", "memory_kind",
-           "static_power_W", "sustained_clock_frac", "voltage_frac"]
+__all__ = ["datapath", "die_power_cap_W", "dram_energy_per_byte_J", "energy_per_flop_J", "full_power_peak",
+           "memory_kind", "static_power_W", "sustained_clock_frac", "voltage_frac"]
 
 
 def memory_kind(hw: Hardware) -> str:
@@ -55,6 +55,14 @@ def full_power_peak(hw: Hardware, path: str) -> float:
 def static_power_W(hw: Hardware, coeffs: Coefficients) -> float:
     """Power drawn whatever runs (leakage, I/O, the rest of the board), watts: a share of TDP."""
     return hw.tdp_W * coeffs.power.leakage_frac
+
+
+def die_power_cap_W(hw: Hardware, coeffs: Coefficients) -> float:
+    """The power this device may draw, watts: its board's limit (TDP by default); on a multi-die board whose
+    other dies idle (``Hardware.siblings_idle``), the package's limit less the idle dies' static power."""
+    if hw.siblings_idle:
+        return hw.power_cap_W * hw.dies_per_board - static_power_W(hw, coeffs) * (hw.dies_per_board - 1)
+    return hw.power_cap_W
 
 
 def energy_per_flop_J(hw: Hardware, path: str, coeffs: Coefficients) -> float:
@@ -96,10 +104,7 @@ def _sustained(hw: Hardware, path: str, coeffs: Coefficients) -> float:
     # DRAM traffic of a compute-bound kernel follows its FLOP rate (not the device's peak bandwidth),
     # so its interface power is a per-FLOP cost at the memory's energy per bit
     memory_full = full_power_peak(hw, path) * dram_energy_per_byte_J(hw, coeffs) / pc.flop_per_dram_byte
-    budget = hw.power_cap_W - static_power_W(hw, coeffs)
-    if hw.siblings_idle:
-        # the package's limit is every die's share; each idle sibling draws its static power only
-        budget *= hw.dies_per_board
+    budget = die_power_cap_W(hw, coeffs) - static_power_W(hw, coeffs)
 
     def power(x: float) -> float:
         v = voltage_frac(x, coeffs)
