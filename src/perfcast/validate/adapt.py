@@ -125,9 +125,11 @@ def row_devices(samples: Samples, cal: Calibration) -> list[str | None]:
     return out
 
 
-def _with_corrections(device: str, corrections: DeviceCorrections) -> Callable[[Hardware], Hardware]:
+def _with_corrections(fitted: dict[str, DeviceCorrections]) -> Callable[[Hardware], Hardware]:
+    """A catalog entry with the corrections fitted for its id, if any (what :func:`adapted_hardware` applies)."""
     def adapt(hw: Hardware) -> Hardware:
-        return hw.model_copy(update={"corrections": corrections}) if hw.id == device else hw
+        corrections = fitted.get(hw.id)
+        return hw if corrections is None else hw.model_copy(update={"corrections": corrections})
 
     return adapt
 
@@ -152,7 +154,7 @@ def fit_samples(samples: Samples, cal: Calibration | None = None, *,
 
         def predict(corrections: DeviceCorrections, rows: list[dict[str, str]] = rows,
                     name: str = name) -> np.ndarray:
-            with adapted_hardware(_with_corrections(name, corrections)):
+            with adapted_hardware(_with_corrections({name: corrections})):
                 pred = predict_table(samples.kind, rows, c)
             cols = [pred.pred.get(t, np.full(len(rows), np.nan)) for t in targets]
             values = np.stack(cols, axis=1) if cols else np.zeros((len(rows), 0))
@@ -167,13 +169,7 @@ def fit_samples(samples: Samples, cal: Calibration | None = None, *,
 @contextmanager
 def adapting(devices: Sequence[AdaptedDevice]) -> Iterator[None]:
     """Within the block, each adapted device's catalog entry (by id or alias) carries its fitted corrections."""
-    fitted = {d.catalog_id: d.corrections for d in devices}
-
-    def adapt(hw: Hardware) -> Hardware:
-        corrections = fitted.get(hw.id)
-        return hw if corrections is None else hw.model_copy(update={"corrections": corrections})
-
-    with adapted_hardware(adapt):
+    with adapted_hardware(_with_corrections({d.catalog_id: d.corrections for d in devices})):
         yield
 
 
