@@ -60,8 +60,10 @@ _COMPOSE: dict[tuple[int, DeviceCorrections], tuple[ComposeCoefficients, Compose
 _LIMIT = 256
 
 
-def correct_kernel(co: Coefficients, corrections: DeviceCorrections) -> Coefficients:
-    """The kernel coefficients ``co`` as they apply to a device with ``corrections``."""
+def correct_kernel(co: Coefficients, corrections: DeviceCorrections | None) -> Coefficients:
+    """The kernel coefficients ``co`` as they apply to a device with ``corrections`` (``co`` itself for None)."""
+    if corrections is None:
+        return co
     key = (id(co), corrections)
     hit = _KERNEL.get(key)
     if hit is not None and hit[0] is co:
@@ -85,8 +87,11 @@ def correct_kernel(co: Coefficients, corrections: DeviceCorrections) -> Coeffici
     return out
 
 
-def correct_compose(cc: ComposeCoefficients, corrections: DeviceCorrections) -> ComposeCoefficients:
-    """The composition coefficients ``cc`` as they apply to a device with ``corrections``."""
+def correct_compose(cc: ComposeCoefficients, corrections: DeviceCorrections | None) -> ComposeCoefficients:
+    """The composition coefficients ``cc`` as they apply to a device with ``corrections`` (``cc`` itself for
+    None)."""
+    if corrections is None:
+        return cc
     key = (id(cc), corrections)
     hit = _COMPOSE.get(key)
     if hit is not None and hit[0] is cc:

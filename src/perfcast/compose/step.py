@@ -105,9 +105,8 @@ def predict_step(workload: Workload, hardware: Hardware | str, *, fused: bool = 
     """
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     cal = resolve_calibration(calibration)
-    co, cc = cal.kernel, cal.compose
-    if hw.corrections is not None:  # host time per kernel fitted on the device (the kernels' own: price_ops)
-        cc = correct_compose(cc, hw.corrections)
+    # an adapted device's host time per kernel (its kernels' corrections: price_ops)
+    co, cc = cal.kernel, correct_compose(cal.compose, hw.corrections)
     fw = framework or ("compiled" if fused else "eager")
     if fw not in FRAMEWORKS:
         raise ConfigError(f"unknown framework {fw!r}; use one of {', '.join(FRAMEWORKS)}")

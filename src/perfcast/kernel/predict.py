@@ -57,8 +57,7 @@ def price_ops(ops: Sequence[Op], hw: Hardware, co: Coefficients, *,
 
     ``clock_frac`` overrides the sustained-clock model (benchmark bursts); such calls are not cached.
     """
-    if hw.corrections is not None:  # a device adapted to its own measurements (perfcast.catalog.corrections)
-        co = correct_kernel(co, hw.corrections)
+    co = correct_kernel(co, hw.corrections)  # a device adapted to its own measurements (catalog.corrections)
     if clock_frac is not None:
         return _predict_ops(ops, hw, co, clock_frac)
     owner = (content_digest(hw), content_digest(co))

@@ -313,7 +313,7 @@ def _price(cfg: ModelConfig, plan: ParallelPlan, hw: Hardware, coeffs: Coefficie
     kernels = price_ops(priced, hw, coeffs)
     if plan.attention_kernels == "fa2":
         kernels = fa2_attention(priced, kernels, hw, coeffs)
-    host = (compose if hw.corrections is None else correct_compose(compose, hw.corrections)).host
+    host = correct_compose(compose, hw.corrections).host
     launch_s = {"eager": host.autograd_op_s, "compiled": host.compiled_op_s, "graph": 0.0}[plan.framework]
     parts = _sum_parts(ops, kernels, plan, launch_s)
     e = get_recipe(plan.precision).activation_dtype.bytes
