@@ -17,12 +17,19 @@ A row is one vLLM server under the ML.ENERGY Leaderboard's benchmark (read ``ene
   LLaVA-Instruct with one image for visual chat), output lengths of the preset's spread with the row's measured
   ``mean_output_tokens`` as their mean (how long the model answers is the model's, not the server's: a workload
   input) capped at ``max_output_tokens``;
-- **the steady state**: the benchmark measures a window with the batch full. perfcast takes it as the difference
-  of two runs, one of ``N`` and one of ``2 N`` requests of the same draw: their start and their drain match, so
-  the difference is ``N`` requests served with the queue never empty. Throughput, energy and power are those
-  differences (energy per output token = energy / output tokens in the window; energy per request = that times
-  the mean output tokens, as the source builds it), the mean batch is the running requests averaged over the
-  window, and the mean TPOT is over the requests of the longer run whose first token and finish fall in it.
+- **what is measured over which span** (the README's caveat: "v2 energy per token and power are derived in the
+  source from Energy/req and throughput; the ML.ENERGY blog notes v2 power was measured over the whole run"):
+  the *energy* is the whole benchmark run's, the *throughput* a steady state's. perfcast runs the benchmark's
+  ``N`` requests, and a second run of ``2 N`` requests of the same draw for the steady state: the two runs'
+  start and drain match, so their difference is ``N`` requests served with the queue never empty. Energy per
+  output token is the ``N``-request run's GPU energy over its output tokens (its ramp-up and drain included);
+  energy per request is that times the run's mean output tokens (the source's "Energy/req"); throughput and
+  the mean batch are the steady state's (tokens, requests and running requests over the difference's window);
+  the average power is derived as the source derives it, energy per output token times that output
+  throughput; and the mean TPOT is the benchmark's, over every request of the ``N``-request run (its ramp and
+  drain included, as a serving benchmark client reports it). Taking energy and TPOT over the steady state
+  instead left every row's energy per token and power lower (the drain serves small batches) and its TPOT
+  higher, most where ``max_num_seqs`` is large beside ``N``.
 """
 
 from __future__ import annotations
@@ -124,27 +131,28 @@ def _running_mean(res: ServingResult, t0: float, t1: float) -> float:
 
 
 def steady_state_figures(short: ServingResult, long: ServingResult) -> dict[str, float]:
-    """Every target of :data:`ENERGY_TARGETS` from two runs of ``N`` and ``2 N`` requests (module docstring)."""
+    """Every target of :data:`ENERGY_TARGETS` from the benchmark's run of ``N`` requests (``short``) and one of
+    ``2 N`` (``long``): energy and TPOT over the ``N``-request run, throughput and batch over the steady state
+    the longer run adds, power derived from both (module docstring)."""
     es, el = short.energy(), long.energy()
     dt = el.duration_s - es.duration_s
     tokens = float(el.output_tokens - es.output_tokens)
     done = long.metrics.requests_completed - short.metrics.requests_completed
-    if dt <= 0 or tokens <= 0 or done <= 0:
+    if dt <= 0 or tokens <= 0 or done <= 0 or es.output_tokens <= 0:
         raise ConfigError("the runs show no steady state (the longer run served no more tokens)")
-    energy = el.energy_J - es.energy_J
     gpus = el.num_gpus
     # the window of the longer run that the shorter lacks: from the end of its start to the start of its drain
     t0 = max((el.duration_s - dt) / 2, 0.0)  # centred: the start and the drain lie outside it
     t1 = t0 + dt
-    ok = np.array([s == RequestStatus.COMPLETED for s in long.status], dtype=bool)
-    inside = ok & (long.first_token_s >= t0) & (long.finish_s <= t1) & (long.generated_tokens >= 2)
-    tpot = ((long.finish_s - long.first_token_s) / np.maximum(long.generated_tokens - 1, 1))[inside]
-    per_token = energy / tokens
-    mean_out = tokens / done
+    ok = np.array([s == RequestStatus.COMPLETED for s in short.status], dtype=bool) & (short.generated_tokens >= 2)
+    tpot = ((short.finish_s - short.first_token_s) / np.maximum(short.generated_tokens - 1, 1))[ok]
+    per_token = es.energy_J / float(es.output_tokens)
+    mean_out = float(es.output_tokens) / max(short.metrics.requests_completed, 1)
+    throughput = tokens / dt
     return {
         "energy_per_output_token_J": per_token, "energy_per_request_J": per_token * mean_out,
-        "avg_power_total_W": energy / dt, "avg_power_per_gpu_W": energy / dt / gpus,
-        "output_throughput_tok_per_s": tokens / dt, "request_throughput_req_per_s": done / dt,
+        "avg_power_total_W": per_token * throughput, "avg_power_per_gpu_W": per_token * throughput / gpus,
+        "output_throughput_tok_per_s": throughput, "request_throughput_req_per_s": done / dt,
         "avg_batch_size": _running_mean(long, t0, t1),
         "tpot_mean_s": float(tpot.mean()) if tpot.size else math.nan,
     }

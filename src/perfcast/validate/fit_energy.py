@@ -58,7 +58,6 @@ ENGINE = "vllm-0.5"
 # the row says 0.28 s), and the source does not record how it computes it, so TPOT is reported, not fitted
 ENGINE_TARGETS = ("output_throughput_tok_per_s",)
 ENGINE_ROWS_PER_GPU = 24
-POWER_ROWS_PER_GPU = 60  # serving rows per GPU in the power fit (each simulates twice per point)
 # table kind -> the measured column of average power per GPU (W), or of the run's total over num_gpus
 POWER_TARGETS: dict[str, str] = {"serving_energy": "avg_power_per_gpu_W", "energy_diffusion": "avg_power_total_W",
                                  "energy_legacy_bs1": "avg_power_W"}
@@ -345,7 +344,7 @@ def _fit_engines(cal: Calibration, data: EnergyRows, log: Callable[[str], None])
 def _fit_power(cal: Calibration, data: EnergyRows, log: Callable[[str], None],
                host_folds: dict[str, dict[str, float]]) -> tuple[Calibration, EnergyCoefficients]:
     """Step 2 on every row and per held-out GPU: ``cal`` with the fitted shares, and the energy coefficients."""
-    power_rows = {k: (_sample(v, POWER_ROWS_PER_GPU) if k == "serving_energy" else v) for k, v in data.by_kind.items()}
+    power_rows = data.by_kind  # every visible row (a serving row simulates twice per point)
     meas, p0, slopes, row_gpus = power_slopes(power_rows, cal, log=log)
     full = fit_power(meas, p0, slopes)
     log(f"fit energy: power idle_frac={full.idle_frac:.3f} active_frac={full.active_frac:.3f} on {meas.size} rows")
@@ -365,8 +364,8 @@ def _fit_power(cal: Calibration, data: EnergyRows, log: Callable[[str], None],
         diffusers_op_s=cal.compose.host.diffusers_op_s,
         held_out=folds,
         fitted_on={
-            "idle_frac": f"energy/*.csv measured average power per GPU ({counts} rows; serving rows "
-                         f"{POWER_ROWS_PER_GPU} per GPU), Huber loss on log ratios, prior 0.15 within a factor of 2",
+            "idle_frac": f"energy/*.csv measured average power per GPU ({counts} rows: every visible row), "
+                         "Huber loss on log ratios, prior 0.15 within a factor of 2",
             "active_frac": "the same rows and loss, prior 0.2 within a factor of 3",
             "eager_op_s": "the host time per eager kernel (also in compose.json): the latency of the batch-1 rows, "
                           "Huber loss on log errors, prior 10 us within a factor of 3",

@@ -1,9 +1,8 @@
 """The ML.ENERGY serving tables (energy/llm_serving_energy.csv, mllm_serving_energy.csv): recognized by their
-columns, each row run as the benchmark ran it, its steady state taken as the difference of two runs."""
+columns, each row run as the benchmark ran it; energy over that run, throughput over the steady state taken as
+the difference of two runs."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 
@@ -12,6 +11,7 @@ from perfcast.groundtruth.energy_columns import ENERGY_TARGETS
 from perfcast.groundtruth.energy_tables import energy_config, request_repeats, steady_state_figures
 from perfcast.groundtruth.tables import recognize
 from perfcast.serving.experiments.run import Simulation, run_experiment
+from perfcast.serving.outcomes import RequestStatus
 
 ROW = {"task": "v2-chat", "model_id": "meta-llama/Meta-Llama-3.1-8B-Instruct", "gpu": "NVIDIA A100-SXM4-40GB",
        "gpu_id": "a100-sxm-40gb", "gpu_memory_GB": "40", "gpu_power_limit_W": "300", "num_gpus": "1",
@@ -51,7 +51,7 @@ def test_the_repeat_factor_is_read_per_gpu_where_the_row_names_one_per_gpu() -> 
     assert request_repeats(ROW | {"num_request_repeats": ""}) == 4
 
 
-def test_the_steady_state_is_what_the_longer_run_adds() -> None:
+def test_energy_is_the_whole_runs_and_throughput_the_steady_states() -> None:
     short = run_experiment(Simulation(energy_config(ROW)))
     long = run_experiment(Simulation(energy_config(ROW, scale=2)))
     fig = steady_state_figures(short, long)
@@ -59,11 +59,17 @@ def test_the_steady_state_is_what_the_longer_run_adds() -> None:
     es, el = short.energy(), long.energy()
     dt = el.duration_s - es.duration_s
     tokens = el.output_tokens - es.output_tokens
+    # throughput: what the longer run adds, with the queue never empty
     assert fig["output_throughput_tok_per_s"] == pytest.approx(tokens / dt)
-    assert fig["avg_power_per_gpu_W"] == pytest.approx((el.energy_J - es.energy_J) / dt)
-    power, tput = fig["avg_power_total_W"], fig["output_throughput_tok_per_s"]
-    assert fig["energy_per_output_token_J"] == pytest.approx(power / tput)
+    # energy: the benchmark's own run of N requests, its ramp-up and drain included
+    assert fig["energy_per_output_token_J"] == pytest.approx(es.energy_J / es.output_tokens)
+    assert fig["energy_per_request_J"] == pytest.approx(es.energy_J / short.metrics.requests_completed)
+    # power derived as the source derives it: energy per token times the steady output throughput
+    assert fig["avg_power_total_W"] == pytest.approx(fig["energy_per_output_token_J"] * tokens / dt)
     # the batch stays full while the queue holds requests, and the power lies between idle and the 300 W cap
     assert 14 <= fig["avg_batch_size"] <= 16
     assert 30 < fig["avg_power_per_gpu_W"] <= 300
-    assert math.isfinite(fig["tpot_mean_s"]) and fig["tpot_mean_s"] > 0
+    # TPOT over every request of the benchmark's run
+    done = [i for i, s in enumerate(short.status) if s == RequestStatus.COMPLETED and short.generated_tokens[i] >= 2]
+    tpots = [(short.finish_s[i] - short.first_token_s[i]) / (short.generated_tokens[i] - 1) for i in done]
+    assert fig["tpot_mean_s"] == pytest.approx(sum(tpots) / len(tpots))
