@@ -45,6 +45,7 @@ from typing import Any
 
 from perfcast.capture.aten import ELEMENT_BYTES, aten_op, numel, operator_dtype
 from perfcast.errors import ConfigError
+from perfcast.jsonio import json_int as _int
 from perfcast.workload.backward import backward_ops
 from perfcast.workload.graph import Graph
 from perfcast.workload.types import Op, OpKind, Phase
@@ -224,16 +225,6 @@ def load_execution_trace(path: str | Path) -> ExecutionTrace:
     return parse_execution_trace(read_trace_json(path), str(path))
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
 def _tensor_type(t: Any) -> str:
     """``Tensor(float)`` -> ``float``; ``""`` for anything else (lists, scalars, an undefined tensor)."""
     if isinstance(t, str) and t.startswith("Tensor(") and t.endswith(")"):
@@ -290,7 +281,8 @@ def _node(raw: dict[str, Any]) -> EtNode | None:
             attrs[key] = raw[key]
     parent = _int(raw.get("ctrl_deps", raw.get("parent")))
     if isinstance(raw.get("inputs"), dict):
-        ins, outs = raw["inputs"], raw.get("outputs") if isinstance(raw.get("outputs"), dict) else {}
+        ins = raw["inputs"]
+        outs: dict[str, Any] = raw["outputs"] if isinstance(raw.get("outputs"), dict) else {}
         inputs = _args(ins.get("values"), ins.get("shapes"), ins.get("types"))
         outputs = _args(outs.get("values"), outs.get("shapes"), outs.get("types"))
     else:  # schema 1.0.1 and before: flat lists

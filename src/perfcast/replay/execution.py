@@ -159,31 +159,26 @@ def _collective(t: OpTime, hw: Hardware) -> OpTime:
 
 
 def kineto_step_times(path: str | Path, steps: list[EtStep]) -> dict[str, float]:
-    """Step name -> measured seconds from a Kineto trace of the same run: the ``ProfilerStep`` annotation whose
-    ``Record function id`` is the step's ``rf_id`` (by name when ids are missing); steps it lacks are left out."""
+    """Step name -> measured seconds from a Kineto trace of the same run: the annotation of the step's name whose
+    ``Record function id`` is the step's ``rf_id`` (by name alone for a step without an ``rf_id``); a trace that
+    holds none of the steps is a ConfigError (not the same run)."""
     data = read_trace_json(path)
     events = data.get("traceEvents") if isinstance(data, dict) else None
     if not isinstance(events, list):
         raise ConfigError(f"{path}: not a PyTorch profiler (Kineto) trace: no traceEvents list")
-    by_rf: dict[int, float] = {}
-    by_name: dict[str, float] = {}
+    names = {s.name for s in steps}
+    by_rf: dict[tuple[str, int | None], float] = {}
     for e in events:
-        if not (isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))):
+        if not (isinstance(e, dict) and e.get("ph") == "X" and e.get("name") in names
+                and isinstance(e.get("dur"), (int, float))):
             continue
-        name, args = e.get("name"), e.get("args") if isinstance(e.get("args"), dict) else {}
+        args: dict[str, Any] = e["args"] if isinstance(e.get("args"), dict) else {}
         rf = args.get("Record function id")
         dur_s = float(e["dur"]) * 1e-6  # Kineto writes microseconds
-        if isinstance(rf, int) and not isinstance(rf, bool):
-            by_rf[rf] = dur_s
-        if isinstance(name, str) and any(name == s.name for s in steps):
-            by_name.setdefault(name, dur_s)
-    out: dict[str, float] = {}
-    for s in steps:
-        if s.rf_id is not None and s.rf_id in by_rf:
-            out[s.name] = by_rf[s.rf_id]
-        elif s.name in by_name:
-            out[s.name] = by_name[s.name]
+        by_rf.setdefault((e["name"], rf if isinstance(rf, int) and not isinstance(rf, bool) else None), dur_s)
+        by_rf.setdefault((e["name"], None), dur_s)
+    out = {s.name: by_rf[(s.name, s.rf_id)] for s in steps if (s.name, s.rf_id) in by_rf}
     if not out:
-        raise ConfigError(f"{path}: no step of the execution trace is in this Kineto trace (neither a Record "
-                          "function id nor a ProfilerStep name matches): not a trace of the same run")
+        raise ConfigError(f"{path}: no step of the execution trace is in this Kineto trace (no ProfilerStep of the "
+                          "same name and Record function id): not a trace of the same run")
     return out

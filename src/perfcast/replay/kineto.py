@@ -24,6 +24,7 @@ from typing import Any
 
 from perfcast.capture.execution_trace import read_trace_json
 from perfcast.errors import ConfigError
+from perfcast.jsonio import json_int as _int
 
 __all__ = ["CpuOp", "GpuOp", "HostCall", "KinetoTrace", "Step", "load_kineto", "parse_kineto"]
 
@@ -129,21 +130,6 @@ def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value, 0)
-        except ValueError:
-            return None
-    return None
 
 
 def _dims(value: Any) -> tuple[tuple[int, ...], ...]:
