@@ -1,7 +1,7 @@
 """Predict the steps of a PyTorch execution trace on a device (``perfcast replay ET.json --hardware H``).
 
 An execution trace records each host operator with its shapes but no durations, so nothing is replayed as
-recorded: :func:`perfcast.capture.execution_trace.execution_trace_steps` turns each step into workload ops, and
+recorded: :func:`perfcast.capture.execution_ops.execution_trace_steps` turns each step into workload ops, and
 each step is composed as an eager PyTorch step by :func:`perfcast.compose.step.predict_step` (the host launches
 each kernel-launching op at the fitted host time per eager op: the forward's ``eager_training_op_s`` in a
 training step, else ``eager_op_s``, and ``autograd_op_s`` for backward and optimizer ops; the device runs them in
@@ -23,13 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from perfcast.capture.execution_trace import (
-    EtStep,
-    ExecutionTrace,
-    execution_trace_steps,
-    load_execution_trace,
-    read_trace_json,
-)
+from perfcast.capture.execution_ops import EtStep, execution_trace_steps
+from perfcast.capture.execution_trace import ExecutionTrace, load_execution_trace, read_trace_json
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.compose.step import predict_step, simulate_queue
 from perfcast.compose.types import OpTime

@@ -9,12 +9,8 @@ from pathlib import Path
 import pytest
 from execution_traces import MLP_ET, MLP_KINETO, TRANSFORMER_ET, EtBuilder, scalar, tensor, tensor_list
 
-from perfcast.capture.execution_trace import (
-    execution_trace_steps,
-    load_execution_trace,
-    parse_execution_trace,
-    read_trace_json,
-)
+from perfcast.capture.execution_ops import execution_trace_steps
+from perfcast.capture.execution_trace import load_execution_trace, parse_execution_trace, read_trace_json
 from perfcast.errors import ConfigError, UnsupportedError
 from perfcast.replay.execution import replay_execution_trace
 from perfcast.replay.kineto import KinetoTrace
