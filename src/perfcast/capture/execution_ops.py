@@ -14,6 +14,8 @@ Which ops cost GPU time (one rule per node, walking each step's op tree of
 - **Collectives** (``c10d::*`` ops, ``nccl:*`` annotations): a ``comm`` op of the first tensor argument's
   bytes (this rank's buffer, the nccl-tests convention) over the group size the trace's ``record_param_comms``
   names (0 when it names none: the caller must give it).
+- **Copies between host and device** (``copy_`` whose source and destination tensors name ``cpu`` and a device):
+  an ``h2d_copy``/``d2h_copy`` op of the source's bytes, priced on the device's PCIe link by the replay.
 - **Views and metadata** (view, reshape of a contiguous tensor, t, expand, size, detach, empty, ``record_param_comms``
   bookkeeping, the ``[pytorch|profiler|execution_trace|...]`` roots, annotations and autograd nodes themselves):
   no GPU time. ``aten::_local_scalar_dense`` (``.item()``) is a host synchronization.
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfcast.capture.aten import aten_op, numel, operator_dtype
-from perfcast.capture.execution_trace import EtNode, ExecutionTrace
+from perfcast.capture.execution_trace import EtArg, EtNode, ExecutionTrace
 from perfcast.jsonio import json_int as _int
 from perfcast.workload.backward import backward_ops
 from perfcast.workload.graph import Graph
@@ -239,6 +241,8 @@ class _Pricer:
         dims = tuple(a.shape or ((1,) if a.is_tensor else ()) for a in node.inputs)  # a 0-d tensor is 1 element
         types = tuple(a.dtype for a in node.inputs)
         op: Op | None = None
+        if key == "copy" and (host_copy := _host_copy(node, phase)) is not None:
+            return [host_copy]
         if key in _GEMM:
             op = aten_op("gemm", node.name, dims, types)
         elif key in _ATTENTION:
@@ -304,6 +308,29 @@ def _group_size(trace: ExecutionTrace, node: EtNode) -> int | None:
             if ints and int(ints[-1]) > 0:
                 return int(ints[-1])
     return None
+
+
+def _device(arg: EtArg) -> str:
+    """The device a tensor argument's recorded value names (``cuda:0`` -> ``cuda``; ``""`` when none)."""
+    v = arg.value
+    if arg.is_tensor and isinstance(v, list) and len(v) >= 6 and isinstance(v[5], str):
+        return v[5].split(":")[0]
+    return ""
+
+
+def _host_copy(node: EtNode, phase: Phase) -> Op | None:
+    """``copy_(dst, src)`` between host memory and a device: an ``h2d_copy``/``d2h_copy`` op of the source's bytes,
+    which the replay prices on the device's PCIe link (None for a copy within one memory)."""
+    tensors = [a for a in node.inputs if a.is_tensor]
+    if len(tensors) < 2:
+        return None
+    dst, src = _device(tensors[0]), _device(tensors[1])
+    if not dst or not src or dst == src or "cpu" not in (dst, src):
+        return None
+    size = tensors[1].bytes
+    g = Graph(operator_dtype([tensors[1].dtype]), phase=phase)
+    return g.add_op(node.name, "h2d_copy" if src == "cpu" else "d2h_copy", OpKind.VECTOR,
+                    (1, max(1, numel(tensors[1].shape))), flops=0.0, read=size, written=size)
 
 
 def _moved(node: EtNode) -> bool:

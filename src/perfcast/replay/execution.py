@@ -8,7 +8,8 @@ training step, else ``eager_op_s``, and ``autograd_op_s`` for backward and optim
 order: device clock = max(device clock, host clock) + kernel time, the max-plus queue of
 :func:`~perfcast.compose.step.simulate_queue`). Collectives are priced by perfcast's collective model
 (:func:`perfcast.system.collectives.collective_time` on a cluster of the device) at the group size the trace
-records (``record_param_comms``) or ``world_size``, and run in the same queue.
+records (``record_param_comms``) or ``world_size``, and copies between host and device at the PCIe link's one-way
+bandwidth (half the catalog's bidirectional figure); both run in the same queue.
 
 A Kineto trace of the same run (``kineto``) gives each step's measured time: its ``ProfilerStep`` annotation
 whose ``Record function id`` is the step node's ``rf_id`` (by name when the ids are missing).
@@ -33,6 +34,8 @@ from perfcast.kernel.types import Bound
 from perfcast.workload.types import Mode, OpKind, Workload
 
 __all__ = ["EtReplayResult", "EtStepTime", "kineto_step_times", "replay_execution_trace"]
+
+_HOST_COPIES = ("h2d_copy", "d2h_copy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,14 +131,24 @@ def _predict(step: EtStep, path: str, hw: Hardware) -> float:
     wl = Workload(model_id=Path(path).name, mode=Mode.TRAINING if step.training else Mode.INFERENCE, batch_size=1,
                   seq_len=1, dtype=dtype, ops=step.ops)
     st = predict_step(wl, hw, framework="eager")
-    if not any(o.kind is OpKind.COMM for o in step.ops):
+    if not any(o.kind is OpKind.COMM or o.op in _HOST_COPIES for o in step.ops):
         return st.time_s
     times = list(st.ops)
     overhead = st.time_s - simulate_queue(times)[0]  # the composer's fixed cost per step
-    return simulate_queue([_collective(t, hw) if t.op.kind is OpKind.COMM else t for t in times])[0] + overhead
+    return simulate_queue([_priced_here(t, hw) for t in times])[0] + overhead
 
 
-def _collective(t: OpTime, hw: Hardware) -> OpTime:
+def _priced_here(t: OpTime, hw: Hardware) -> OpTime:
+    """A collective by the collective model, a host-device copy at the PCIe link's one-way bandwidth (the kernel
+    model prices neither); any other op as the composer priced it."""
+    if t.op.op in _HOST_COPIES:
+        bidir = hw.interconnect.pcie_bidir_bandwidth_Bps
+        if not bidir:
+            raise UnsupportedError(f"{hw.id} has no PCIe bandwidth in the catalog: the execution trace's "
+                                   f"host-device copy {t.op.name} cannot be priced on it")
+        return replace(t, kernel=replace(t.kernel, time_s=t.op.bytes_read / (bidir / 2), bound=Bound.MEMORY))
+    if t.op.kind is not OpKind.COMM:
+        return t
     from perfcast.system.cluster import cluster_for_gpu
     from perfcast.system.collectives import collective_time
 

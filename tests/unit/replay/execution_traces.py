@@ -20,12 +20,12 @@ TRANSFORMER_ET = DATA / "transformer_et.json.gz"  # one encoder block, 4 x 64 to
 Arg = tuple[list[int] | list[list[int]] | None, str, Any]  # shape, type, value
 
 
-def tensor(*shape: int, dtype: str = "float") -> Arg:
-    """A tensor argument."""
+def tensor(*shape: int, dtype: str = "float", device: str = "cuda:0") -> Arg:
+    """A tensor argument (its value: id, storage id, offset, elements, element size, device)."""
     n = 1
     for s in shape:
         n *= s
-    return list(shape), f"Tensor({dtype})", [0, 0, 0, n, 4, "cuda:0"]
+    return list(shape), f"Tensor({dtype})", [0, 0, 0, n, 4, device]
 
 
 def tensor_list(*shapes: tuple[int, ...], dtype: str = "float") -> Arg:

@@ -11,6 +11,7 @@ from execution_traces import MLP_ET, MLP_KINETO, TRANSFORMER_ET, EtBuilder, scal
 
 from perfcast.capture.execution_ops import execution_trace_steps
 from perfcast.capture.execution_trace import load_execution_trace, parse_execution_trace, read_trace_json
+from perfcast.catalog.hardware import load_hardware
 from perfcast.errors import ConfigError, UnsupportedError
 from perfcast.replay.execution import replay_execution_trace
 from perfcast.replay.kineto import KinetoTrace
@@ -104,6 +105,18 @@ def test_collective_takes_its_group_from_record_param_comms() -> None:
     alone = replay_execution_trace(parse_execution_trace(one_gpu.data()), hardware="h100-sxm-80gb", world_size=1)
     eight = replay_execution_trace(parse_execution_trace(one_gpu.data()), hardware="h100-sxm-80gb", world_size=8)
     assert eight.step_time_s > alone.step_time_s  # a 4 MiB all-reduce over 8 GPUs takes time; over 1 none
+
+
+def test_host_device_copy_runs_at_the_pcie_link_bandwidth() -> None:
+    b = EtBuilder()
+    to = b.op("aten::to", None, (tensor(1024, 1024, device="cpu"),), (tensor(1024, 1024),))
+    b.op("aten::copy_", to, (tensor(1024, 1024), tensor(1024, 1024, device="cpu")), (tensor(1024, 1024),))
+    b.op("aten::copy_", None, (tensor(1024, 1024), tensor(1024, 1024)), (tensor(1024, 1024),))  # on the device
+    (step,), _ = _steps(b)
+    assert [o.op for o in step.ops] == ["h2d_copy", "copy_"]
+    r = replay_execution_trace(parse_execution_trace(b.data()), hardware="h100-sxm-80gb")
+    pcie = load_hardware("h100-sxm-80gb").interconnect.pcie_bidir_bandwidth_Bps
+    assert pcie and r.step_time_s > 4 * 2**20 / (pcie / 2)
 
 
 def test_recorded_mlp_trace_gemm_flops_in_closed_form() -> None:
