@@ -244,6 +244,8 @@ class _Pricer:
         if key == "copy" and (host_copy := _host_copy(node, phase)) is not None:
             return [host_copy]
         if key in _GEMM:
+            if key == "matmul" and len(dims) >= 2 and len(dims[0]) > 2 and len(dims[1]) == 2:
+                dims = ((numel(dims[0][:-1]), dims[0][-1]), dims[1])  # x @ W folds x's batch into rows (one mm)
             op = aten_op("gemm", node.name, dims, types)
         elif key in _ATTENTION:
             op = aten_op("attention", node.name, dims, types)
@@ -298,14 +300,15 @@ def _collective_name(name: str) -> str | None:
 
 
 def _group_size(trace: ExecutionTrace, node: EtNode) -> int | None:
-    """The group size a ``record_param_comms`` node under (or around) ``node`` recorded as its last int argument."""
+    """The group size a ``record_param_comms`` node under (or around) ``node`` recorded: its last integer argument
+    (PyTorch's ``record_param_comms(..., global_rank_start, global_rank_stride, world_size)``)."""
     candidates = [trace.node(c) for c in trace.children.get(node.id, ())]
-    if node.parent in {n.id for n in trace.nodes}:
+    if node.parent in trace.by_id:
         candidates.append(trace.node(node.parent))
     for c in candidates:
         if c.short == "record_param_comms":
-            ints = [v.value for v in c.inputs if _int(v.value) is not None and not v.dtype]
-            if ints and int(ints[-1]) > 0:
+            ints = [v.value for v in c.inputs if isinstance(v.value, int) and not isinstance(v.value, bool)]
+            if ints and ints[-1] > 0:
                 return int(ints[-1])
     return None
 

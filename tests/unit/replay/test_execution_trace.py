@@ -34,6 +34,25 @@ def test_linear_with_its_addmm_child_is_one_gemm(flat: bool) -> None:
     assert step.ops[0].flops == 2 * 64 * 256 * 512
 
 
+def test_matmul_convolution_and_embedding_take_their_recorded_shapes_and_values() -> None:
+    b = EtBuilder()
+    b.op("aten::matmul", None, (tensor(8, 16, 32), tensor(32, 64)), (tensor(8, 16, 64),))
+    ints = "GenericList[Int,Int]"  # stride, padding, dilation, transposed, output_padding, groups
+    b.op("aten::convolution", None, (tensor(2, 3, 32, 32), tensor(16, 3, 3, 3), tensor(16), scalar([2, 2], ints),
+                                     scalar([1, 1], ints), scalar([1, 1], ints), scalar(False, "Bool"),
+                                     scalar([0, 0], ints), scalar(1)), (tensor(2, 16, 16, 16),))
+    b.op("aten::embedding", None, (tensor(1000, 64), tensor(4, 10, dtype="long int")), (tensor(4, 10, 64),))
+    bwd = b.annotation("autograd::engine::evaluate_function: EmbeddingBackward0")
+    b.op("aten::embedding_dense_backward", bwd, (tensor(4, 10, 64), tensor(4, 10, dtype="long int"), scalar(1000),
+                                                 scalar(-1), scalar(False, "Bool")), (tensor(1000, 64),))
+    (step,), _ = _steps(b)
+    mm, conv, emb, *emb_bwd = step.ops
+    assert mm.dims == (1, 128, 32, 64)  # x @ W: the batch folds into the rows, one mm
+    assert conv.kind is OpKind.CONV and conv.dims == (2, 3, 16, 3, 32, 2, 1, 1)  # stride 2, padding 1
+    assert emb.kind is OpKind.EMBEDDING and emb.dims == (40, 64, 1000)
+    assert emb_bwd and all(o.phase is Phase.BACKWARD for o in emb_bwd) and step.unknown_ops == 0
+
+
 def test_views_and_annotations_cost_nothing() -> None:
     b = EtBuilder()
     b.op("aten::view", None, (tensor(8, 4), scalar([32], "GenericList[Int]")), (tensor(32),))
