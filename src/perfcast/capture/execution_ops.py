@@ -4,7 +4,8 @@ Which ops cost GPU time (one rule per node, walking each step's op tree of
 :class:`~perfcast.capture.execution_trace.ExecutionTrace` from the top):
 
 - **A class perfcast models** (``aten::linear/addmm/mm/bmm/matmul/baddbmm``, scaled-dot-product attention and
-  its backward, convolution and its backward, norms/softmax/reductions, elementwise ops, ``embedding``): the
+  its backward, convolution and its backward, 2-D max/average pooling and its backward, norms/softmax/reductions,
+  elementwise ops, ``embedding``): the
   OUTERMOST such op is priced by :func:`perfcast.capture.aten.aten_op` (the Kineto replay's rule) from its
   recorded input shapes and types, and its children are not counted again (an ``aten::linear`` and the
   ``aten::addmm`` it calls are one GEMM). Convolutions take their stride and padding from the recorded values.
@@ -59,6 +60,8 @@ _CONV = {"convolution", "_convolution", "conv2d", "cudnn_convolution", "mkldnn_c
          "convolution_overrideable"}
 _CONV_BACKWARD = {"convolution_backward", "convolution_backward_overrideable", "mkldnn_convolution_backward",
                   "cudnn_convolution_backward", "miopen_convolution_backward"}
+_POOL = {"max_pool2d": "maxpool", "max_pool2d_with_indices": "maxpool", "avg_pool2d": "avgpool",
+         "max_pool2d_with_indices_backward": "maxpool", "avg_pool2d_backward": "avgpool"}
 _REDUCTION = {"layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm", "native_batch_norm",
               "_native_batch_norm_legit", "_native_batch_norm_legit_no_training", "_batch_norm_impl_index",
               "rms_norm", "_fused_rms_norm", "softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax",
@@ -257,6 +260,11 @@ class _Pricer:
         elif key in _CONV_BACKWARD:
             fwd = _conv(node, first=1)  # grad_output, input, weight, ...
             return [o.with_(phase=phase) for o in backward_ops([fwd])] if fwd is not None else []
+        elif key in _POOL:
+            fwd = _pool(node, _POOL[key], first=1 if key.endswith("backward") else 0)
+            if fwd is None or not key.endswith("backward"):
+                return [fwd.with_(phase=phase)] if fwd is not None else []
+            return [o.with_(phase=phase) for o in backward_ops([fwd])]
         elif key in ("embedding", "embedding_dense_backward", "embedding_backward"):
             return _embedding(node, key, phase)
         elif key in _REDUCTION:
@@ -352,14 +360,14 @@ def _ints(value: Any) -> list[int] | None:
 
 
 def _conv(node: EtNode, first: int = 0) -> Op | None:
-    """A 2-D convolution from ``convolution(input, weight, bias, stride, padding, dilation, transposed,
-    output_padding, groups)``'s recorded shapes and values (``first``: index of ``input``; the backward's is 1)."""
+    """A 2-D convolution from ``convolution(input, weight, bias, stride, padding, ...)``'s (``conv2d``'s alike)
+    recorded shapes and values (``first``: index of ``input``; the backward's is 1); stride 1 and "same" padding
+    where the values are not integers."""
     args = node.inputs[first:]
     if len(args) < 2 or len(args[0].shape) != 4 or len(args[1].shape) != 4:
         return None
     x, w = args[0].shape, args[1].shape
-    scalars = [a.value for a in args[3:] if not a.dtype] if node.short.endswith("convolution") or \
-        "backward" in node.short else []
+    scalars = [a.value for a in args[3:] if not a.dtype]  # conv2d's padding may be "same"/"valid": the default
     stride = (_ints(scalars[0]) if len(scalars) > 0 else None) or [1]
     padding = (_ints(scalars[1]) if len(scalars) > 1 else None) or [w[2] // 2]
     groups = max(1, x[1] // max(1, w[1]))
@@ -367,6 +375,23 @@ def _conv(node: EtNode, first: int = 0) -> Op | None:
     side = x[2] if x[2] == x[3] else int(round((x[2] * x[3]) ** 0.5))
     return Graph(dtype).conv2d(node.name, x[0], x[1], w[0], w[2], side, stride=stride[0], padding=padding[0],
                                groups=groups)
+
+
+def _pool(node: EtNode, kind: str, first: int = 0) -> Op | None:
+    """2-D pooling from ``max_pool2d(input, kernel_size, stride, padding, ...)`` (``avg_pool2d`` alike; the
+    backward's ``input`` is its second argument); an empty stride is the kernel size, as PyTorch takes it."""
+    args = node.inputs[first:]
+    if not args or len(args[0].shape) != 4 or len(args) < 2:
+        return None
+    x = args[0].shape
+    kernel = _ints(args[1].value)
+    if not kernel:
+        return None
+    stride = (_ints(args[2].value) if len(args) > 2 else None) or kernel
+    padding = (_ints(args[3].value) if len(args) > 3 else None) or [0]
+    side = x[2] if x[2] == x[3] else int(round((x[2] * x[3]) ** 0.5))
+    return Graph(operator_dtype([args[0].dtype])).pool(node.name, kind, x[0], x[1], side, kernel[0], stride[0],
+                                                       padding=padding[0])
 
 
 def _embedding(node: EtNode, key: str, phase: Phase) -> list[Op]:

@@ -34,7 +34,7 @@ def test_linear_with_its_addmm_child_is_one_gemm(flat: bool) -> None:
     assert step.ops[0].flops == 2 * 64 * 256 * 512
 
 
-def test_matmul_convolution_and_embedding_take_their_recorded_shapes_and_values() -> None:
+def test_matmul_convolution_embedding_and_pooling_take_their_recorded_shapes_and_values() -> None:
     b = EtBuilder()
     b.op("aten::matmul", None, (tensor(8, 16, 32), tensor(32, 64)), (tensor(8, 16, 64),))
     ints = "GenericList[Int,Int]"  # stride, padding, dilation, transposed, output_padding, groups
@@ -45,8 +45,11 @@ def test_matmul_convolution_and_embedding_take_their_recorded_shapes_and_values(
     bwd = b.annotation("autograd::engine::evaluate_function: EmbeddingBackward0")
     b.op("aten::embedding_dense_backward", bwd, (tensor(4, 10, 64), tensor(4, 10, dtype="long int"), scalar(1000),
                                                  scalar(-1), scalar(False, "Bool")), (tensor(1000, 64),))
+    b.op("aten::max_pool2d", None, (tensor(2, 16, 16, 16), scalar([2, 2], ints), scalar([], "GenericList[]"),
+                                    scalar([0, 0], ints)), (tensor(2, 16, 8, 8),))
     (step,), _ = _steps(b)
-    mm, conv, emb, *emb_bwd = step.ops
+    mm, conv, emb, *emb_bwd, pool = step.ops
+    assert pool.kind is OpKind.POOL and pool.dims == (2, 16, 16, 2, 2)  # an empty stride is the kernel size
     assert mm.dims == (1, 128, 32, 64)  # x @ W: the batch folds into the rows, one mm
     assert conv.kind is OpKind.CONV and conv.dims == (2, 3, 16, 3, 32, 2, 1, 1)  # stride 2, padding 1
     assert emb.kind is OpKind.EMBEDDING and emb.dims == (40, 64, 1000)
