@@ -19,12 +19,14 @@ def replay(
     trace: Path = typer.Argument(..., help="A torch.profiler Chrome trace, or a PyTorch execution trace "
                                            "(ExecutionTraceObserver; not Chakra's protobuf .et), .json or .json.gz."),
     hardware: str | None = typer.Option(None, "--hardware", help="Reprice the GPU work for this device (id, alias "
-                                                                 "or YAML; default: replay on the recorded GPU)."),
+                                                                 "or YAML; default: replay on the recorded GPU); "
+                                                                 "required for an execution trace."),
     from_hardware: str | None = typer.Option(None, "--from-hardware",
                                              help="The device that recorded the trace, when its name is not in the "
                                                   "catalog."),
     dp: int | None = typer.Option(None, "--dp", "--world-size", min=1,
-                                  help="Reprice the NCCL collectives for this data-parallel (world) size."),
+                                  help="Reprice the NCCL collectives for this data-parallel (world) size (an "
+                                       "execution trace: their group where it records none)."),
     trace_out: Path | None = typer.Option(None, "--trace-out", help="Write the replayed timeline (Perfetto JSON)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --trace-out."),
     kineto: Path | None = typer.Option(None, "--kineto", help="With an execution trace: a Kineto trace of the same "
