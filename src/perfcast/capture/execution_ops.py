@@ -48,7 +48,7 @@ __all__ = ["EtStep", "execution_trace_steps"]
 
 _STEP = re.compile(r"^(ProfilerStep#\d+|(train_?)?(step|iteration|iter)[ #_:-]*\d+"
                    r"|##\s*(train_?)?(step|iteration|iter)\b.*##)$", re.IGNORECASE)
-_ROOT = re.compile(r"^\[pytorch\|profiler\|execution_trace\|(process|thread)\]$")
+_ROOT = re.compile(r"^\[pytorch\|profiler\|execution_(trace|graph)\|(process|thread)\]$")  # "graph": PyTorch 1.13
 
 # classes perfcast models, by operator name without namespace and without an in-place trailing "_"
 _GEMM = {"linear", "addmm", "mm", "bmm", "matmul", "baddbmm", "addbmm", "_addmm_activation"}
@@ -122,12 +122,12 @@ class EtStep:
         """Leaf operators of unknown kind priced as memory-bound."""
         return len(self.unknown)
 
+
 # -- steps -----------------------------------------------------------------------------------------------------------
 def _tops(trace: ExecutionTrace) -> list[EtNode]:
     """The nodes right under the trace's roots (the thread roots' children), in id order."""
-    ids = {n.id for n in trace.nodes}
-    roots = {n.id for n in trace.nodes if n.parent not in ids or n.parent == n.id or _ROOT.match(n.name)}
-    return [n for n in trace.nodes if n.id not in roots and (n.parent in roots or n.parent not in ids)]
+    roots = {n.id for n in trace.nodes if n.parent == n.id or _ROOT.match(n.name)}
+    return [n for n in trace.nodes if n.id not in roots and (n.parent in roots or n.parent not in trace.by_id)]
 
 
 def _descendants(trace: ExecutionTrace, node_id: int) -> Iterator[int]:
@@ -168,7 +168,7 @@ def _step_nodes(trace: ExecutionTrace) -> list[EtNode]:
     """The outermost step-like nodes, in id order."""
     found = [n for n in trace.nodes if not n.operator and _STEP.match(n.name.strip())]
     ids = {n.id for n in found}
-    by_id = {n.id: n for n in trace.nodes}
+    by_id = trace.by_id
     outer = []
     for n in found:
         p, seen = n.parent, 0

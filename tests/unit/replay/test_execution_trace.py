@@ -219,3 +219,12 @@ def test_recorded_here_with_torch(tmp_path: Path) -> None:
     assert [s.name for s in r.steps] == ["ProfilerStep#1", "ProfilerStep#2"]
     assert all(s.measured_s for s in r.steps) and not r.unknown
     assert r.to_dict()["ops"] == 2 * 18
+
+
+def test_nodes_without_a_recorded_root_are_the_top_of_the_tree() -> None:
+    b = EtBuilder()
+    b.linear(None, 4, 8, 8)
+    data = b.data()
+    data["nodes"] = [n for n in data["nodes"] if not n["name"].startswith("[pytorch")]  # roots cut off
+    (step,), whole = execution_trace_steps(parse_execution_trace(data))
+    assert whole and [o.kind for o in step.ops] == [OpKind.GEMM]
