@@ -90,15 +90,15 @@ _VIEWS = {
     "numel", "sym_numel", "dim", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
     "resize", "set", "broadcast_tensors", "unflatten", "movedim", "swapaxes", "diagonal", "view_as",
     "record_param_comms", "_has_compatible_shallow_copy_type", "is_same_size", "_nested_tensor_from_mask_left_aligned",
-    "is_nonzero", "result_type", "can_cast", "promote_types", "requires_grad", "retain_grad", "_version",
+    "result_type", "can_cast", "promote_types", "requires_grad", "retain_grad", "_version",
     "barrier", "monitored_barrier",
 }
 # no GPU time of their own; their children carry it (a leaf one is a no-op: contiguous of a contiguous tensor,
 # a conversion to the same type, dropout with p=0 or in eval)
 _WRAPPERS = {"reshape", "flatten", "contiguous", "to", "_to_copy", "type_as", "dropout", "feature_dropout",
              "alpha_dropout", "cross_entropy_loss", "nll_loss_nd", "nll_loss", "ones_like", "zeros_like",
-             "full_like", "zeros", "ones", "full", "new_zeros", "new_ones", "new_full", "item", "float", "half",
-             "bfloat16", "long", "int", "bool"}
+             "full_like", "zeros", "ones", "full", "new_zeros", "new_ones", "new_full", "item", "is_nonzero",
+             "float", "half", "bfloat16", "long", "int", "bool"}
 _COLLECTIVES = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
                 ("broadcast", "broadcast"), ("alltoall", "all_to_all"), ("send", "send_recv"), ("recv", "send_recv"),
                 ("reduce", "all_reduce"))

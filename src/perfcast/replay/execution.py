@@ -29,6 +29,7 @@ from perfcast.capture.execution_trace import ExecutionTrace, load_execution_trac
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.compose.step import predict_step, simulate_queue
 from perfcast.compose.types import OpTime
+from perfcast.dtypes import DType
 from perfcast.errors import ConfigError, UnsupportedError
 from perfcast.kernel.types import Bound
 from perfcast.workload.types import Mode, OpKind, Workload
@@ -124,10 +125,9 @@ def replay_execution_trace(path: str | Path | ExecutionTrace, *, hardware: str |
 
 
 def _predict(step: EtStep, path: str, hw: Hardware) -> float:
-    """One step composed as an eager PyTorch step (module docstring), s."""
-    if not step.ops:
-        return 0.0
-    dtype = next((o.dtype for o in step.ops if o.kind is not OpKind.HOST), step.ops[0].dtype)
+    """One step composed as an eager PyTorch step (module docstring), s; a step without device work costs the
+    composer's fixed cost per step."""
+    dtype = next((o.dtype for o in step.ops if o.kind is not OpKind.HOST), DType.FP32)
     wl = Workload(model_id=Path(path).name, mode=Mode.TRAINING if step.training else Mode.INFERENCE, batch_size=1,
                   seq_len=1, dtype=dtype, ops=step.ops)
     st = predict_step(wl, hw, framework="eager")
