@@ -25,8 +25,8 @@ from pydantic import BaseModel, ValidationError
 
 from perfcast.errors import DataError, PerfcastError
 
-__all__ = ["MAX_FILE_BYTES", "MAX_NESTING", "MAX_VALUES", "CanonicalJson", "check_data", "load_versioned",
-           "read_json", "read_text", "versioned_loader"]
+__all__ = ["MAX_FILE_BYTES", "MAX_NESTING", "MAX_VALUES", "CanonicalJson", "check_data", "json_int",
+           "load_versioned", "read_json", "read_text", "versioned_loader"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -39,6 +39,23 @@ MAX_NESTING = 32
 # 2 million values: ~10x the values of a 64 MiB JSON file of small numbers is more than any real input; an
 # alias-expanded YAML document beyond it would take minutes and gigabytes to validate
 MAX_VALUES = 2_000_000
+
+
+def json_int(value: Any) -> int | None:
+    """An integer read from a JSON value written by another tool: an int, an integral float or an integer string
+    (``"0x1f"`` too); None for anything else (a bool, a fraction, text)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value, 0)
+        except ValueError:
+            return None
+    return None
 
 
 def read_text(path: Path, *, what: str, error: type[PerfcastError]) -> str:

@@ -89,3 +89,43 @@ def test_an_unknown_device_refuses_hardware(tmp_path: Path) -> None:
     assert "'AMD Radeon Graphics'" in line and "--from-hardware" in line
     data = parse_json(invoke(["replay", path, "--hardware", "h100-sxm-80gb", "--from-hardware", "mi250", "--json"]))
     assert data["recorded_hardware"] == "mi250"
+
+
+# -- PyTorch execution traces (ExecutionTraceObserver JSON) -------------------------------------------------------
+ET_DATA = Path(__file__).parents[1] / "unit" / "replay" / "data"
+
+
+def test_execution_trace_json_is_one_object_like_a_kineto_replay() -> None:
+    data = parse_json(invoke(["replay", str(ET_DATA / "mlp_et.json.gz"), "--hardware", "h100-sxm-80gb", "--json"]))
+    assert data["input"] == "execution_trace" and data["hardware"] == "h100-sxm-80gb"
+    assert [s["name"] for s in data["steps"]] == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
+    assert all(s["measured_s"] is None and s["predicted_s"] > 0 for s in data["steps"])
+    assert data["step_time_s"] > 0 and data["measured_step_time_s"] is None and data["error_pct"] is None
+    assert data["whole_trace"] is False and data["unknown_ops"] == 0
+    assert sum(data["priced"].values()) == data["ops"] == 3 * 18
+
+
+def test_execution_trace_with_its_kineto_trace_reports_measured_steps() -> None:
+    res = invoke(["replay", str(ET_DATA / "mlp_et.json.gz"), "--hardware", "a100-sxm-80gb",
+                  "--kineto", str(ET_DATA / "mlp_kineto.json.gz")])
+    assert res.exit_code == 0, res.stderr
+    assert "ProfilerStep#3" in res.stdout and "median step:" in res.stdout and "measured" in res.stdout
+    data = parse_json(invoke(["replay", str(ET_DATA / "mlp_et.json.gz"), "--hardware", "a100-sxm-80gb",
+                              "--kineto", str(ET_DATA / "mlp_kineto.json.gz"), "--json"]))
+    assert all(s["measured_s"] > 0 for s in data["steps"]) and data["error_pct"] is not None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "give --hardware"),
+    (["--hardware", "a100-sxm-80gb", "--trace-out", "x.json"], "--trace-out applies to a Kineto trace"),
+])
+def test_execution_trace_user_errors_are_one_line(args: list[str], message: str) -> None:
+    line = user_error(invoke_main(["replay", str(ET_DATA / "mlp_et.json.gz"), *args]))
+    assert message in line
+
+
+def test_chakra_protobuf_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "trace.0.et"
+    path.write_bytes(b"\x0a\x05\x31\x2e\x30\x2e\x30\x12\x00")
+    line = user_error(invoke_main(["replay", str(path), "--hardware", "h100-sxm-80gb"]))
+    assert "Chakra protobuf" in line and "ExecutionTraceObserver" in line

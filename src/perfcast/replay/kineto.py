@@ -16,15 +16,15 @@ What is kept (times in seconds from the trace's first event, as floats; Kineto w
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfcast.capture.execution_trace import read_trace_json
 from perfcast.errors import ConfigError
+from perfcast.jsonio import json_int as _int
 
 __all__ = ["CpuOp", "GpuOp", "HostCall", "KinetoTrace", "Step", "load_kineto", "parse_kineto"]
 
@@ -123,39 +123,13 @@ class KinetoTrace:
 
 def load_kineto(path: str | Path) -> KinetoTrace:
     """Read a Kineto trace file (``.json`` or ``.json.gz``); a missing or unreadable file is a ConfigError."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"trace file {p} does not exist")
-    try:
-        with p.open("rb") as fh:
-            head = fh.read(2)
-        opener = gzip.open if head == b"\x1f\x8b" else open
-        with opener(p, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
-            data = json.load(fh)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, EOFError) as exc:
-        raise ConfigError(f"{p}: not a readable JSON trace ({type(exc).__name__}: {exc})") from None
-    return parse_kineto(data, str(p))
+    return parse_kineto(read_trace_json(path), str(path))
 
 
 def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value, 0)
-        except ValueError:
-            return None
-    return None
 
 
 def _dims(value: Any) -> tuple[tuple[int, ...], ...]:

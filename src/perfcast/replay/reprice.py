@@ -35,9 +35,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 
+from perfcast.capture.aten import ELEMENT_BYTES, aten_op, numel
 from perfcast.catalog.hardware import Hardware
 from perfcast.dtypes import DType
 from perfcast.errors import PerfcastError, UnsupportedError
@@ -45,7 +45,6 @@ from perfcast.kernel.legacy_mma import legacy_mma_slowdown
 from perfcast.kernel.predict import predict_ops
 from perfcast.replay.graph import NodeKind, ReplayGraph
 from perfcast.replay.kineto import CpuOp, GpuOp, KinetoTrace
-from perfcast.workload.graph import Graph
 from perfcast.workload.types import Op
 
 __all__ = ["FIXED_S", "Repricing", "classify", "reprice"]
@@ -71,8 +70,6 @@ _CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
 _MEMORY_CLASSES = {"layout", "reduction", "elementwise", "memcpy", "memset"}
 _COMPUTE_CLASSES = {"gemm", "conv", "attention"}
 _NATIVE_HOPPER = re.compile(r"sm90|sm100|hopper|wgmma", re.IGNORECASE)  # kernel names of Hopper-native builds
-_TYPES = {"float": DType.FP32, "c10::Half": DType.FP16, "c10::BFloat16": DType.BF16, "double": DType.FP64,
-          "half": DType.FP16, "bfloat16": DType.BF16}
 
 
 def classify(op: GpuOp) -> str:
@@ -164,7 +161,7 @@ class _Pricer:
         if cls == "memset":
             return self.bw_ratio, "character: memory"
         if cpu is not None:
-            wl = _shape_op(cls, cpu, _name_dtype(op.name))
+            wl = aten_op(cls, cpu.name, cpu.input_dims, cpu.input_types, _name_dtype(op.name))
             if wl is not None:  # a format one of the devices lacks (bf16 on a V100) is refused, not re-priced
                 return self._model_ratio(wl) * self._mma_ratio(op, cls, wl.dtype), f"kernel model: {cls}"
         if cls in _MEMORY_CLASSES:
@@ -255,60 +252,6 @@ class _Pricer:
             return dur_s, "unchanged (collective model refused)"
 
 
-def _dtype(cpu: CpuOp, name_dtype: DType | None) -> DType:
-    base = next((_TYPES[t] for t in cpu.input_types if t in _TYPES), DType.FP32)
-    if base is DType.FP32 and name_dtype is DType.TF32:
-        return DType.TF32
-    return base
-
-
-def _prod(xs: Sequence[int]) -> int:
-    out = 1
-    for x in xs:
-        out *= max(1, int(x))
-    return out
-
-
-def _shape_op(cls: str, cpu: CpuOp, name_dtype: DType | None) -> Op | None:
-    """A workload op for the kernel class from the CPU operator's recorded input shapes (None when the shapes
-    do not fit a rule)."""
-    dims = [d for d in cpu.input_dims if d]
-    if not dims:
-        return None
-    g = Graph(_dtype(cpu, name_dtype))
-    name = cpu.name.split("::")[-1]
-    if cls == "gemm":
-        if name in ("addmm", "baddbmm") and len(dims) >= 3:
-            dims = dims[1:]
-        if name == "linear" and len(dims) >= 2 and len(dims[1]) == 2:
-            act, weight = dims[0], dims[1]
-            return g.bmm(cpu.name, 1, _prod(act[:-1]), act[-1], weight[0]) if act[-1] == weight[1] else None
-        if len(dims) >= 2 and len(dims[0]) >= 2 and len(dims[1]) >= 2 and dims[0][-1] == dims[1][-2]:
-            lhs, rhs = dims[0], dims[1]
-            batch = _prod(lhs[:-2]) if len(lhs) > 2 else 1
-            return g.bmm(cpu.name, batch, lhs[-2], lhs[-1], rhs[-1])
-        return None
-    if cls == "attention":
-        if len(dims) >= 2 and len(dims[0]) == 4 and len(dims[1]) == 4:
-            q, k = dims[0], dims[1]
-            return g.attention(cpu.name, q[0], q[1], k[1], q[2], k[2], q[3], causal=False)
-        return None
-    if cls == "conv":
-        if len(dims) >= 2 and len(dims[0]) == 4 and len(dims[1]) == 4 and "backward" not in name:
-            x, w = dims[0], dims[1]
-            groups = max(1, x[1] // max(1, w[1]))
-            return g.conv2d(cpu.name, x[0], x[1], w[0], w[2], x[2], padding=w[2] // 2, groups=groups)
-        return None
-    if cls in ("elementwise", "layout"):
-        numel = _prod(dims[0])
-        inputs = sum(1 for d in dims if _prod(d) == numel)
-        return g.pointwise(cpu.name, name, numel, inputs=max(1, inputs))
-    if cls == "reduction":
-        d = dims[0]
-        return g.reduction(cpu.name, name, _prod(d[:-1]), d[-1])
-    return None
-
-
 def _enclosing(graph: ReplayGraph, trace: KinetoTrace) -> dict[int, list[CpuOp]]:
     """Launch call index -> the CPU ops/annotations open on its thread when it started, outermost first."""
     launch_calls = {n.launch for n in graph.nodes if n.launch is not None}
@@ -357,17 +300,12 @@ def _launch_annotations(graph: ReplayGraph, enclosing: dict[int, list[CpuOp]]) -
             if n.launch is not None and n.gpu is not None and classify(n.gpu) == "nccl"}
 
 
-_ELEMENT_BYTES = {"float": 4, "int": 4, "unsigned int": 4, "long": 8, "long int": 8, "int64_t": 8, "double": 8,
-                  "c10::Half": 2, "c10::BFloat16": 2, "short": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
-                  "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
-
-
 def _message_bytes(around: list[CpuOp]) -> float | None:
     """The message size (nccl-tests convention: this rank's buffer) from the innermost ``nccl:*`` annotation
     that recorded its tensor's shape and type; None when none did."""
     for c in reversed(around):
         if c.name.startswith("nccl:") and c.input_dims and c.input_dims[0] and c.input_types:
-            size = _ELEMENT_BYTES.get(c.input_types[0])
+            size = ELEMENT_BYTES.get(c.input_types[0])
             if size is not None:
-                return float(_prod(c.input_dims[0]) * size)
+                return float(numel(c.input_dims[0]) * size)
     return None

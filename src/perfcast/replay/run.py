@@ -8,14 +8,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfcast.capture.execution_trace import (
+    ExecutionTrace,
+    is_execution_trace,
+    parse_execution_trace,
+    read_trace_json,
+)
 from perfcast.catalog.hardware import Hardware, load_hardware
 from perfcast.errors import ConfigError, PerfcastError
 from perfcast.replay.graph import NodeKind, ReplayGraph, build_graph
-from perfcast.replay.kineto import KinetoTrace, load_kineto
+from perfcast.replay.kineto import KinetoTrace, load_kineto, parse_kineto
 from perfcast.replay.reprice import Repricing, reprice
 from perfcast.replay.simulate import Replay, replay
 
-__all__ = ["ReplayResult", "recorded_hardware", "replay_chrome_trace", "replay_trace", "write_replay_trace"]
+__all__ = ["ReplayResult", "load_trace", "recorded_hardware", "replay_chrome_trace", "replay_trace",
+           "write_replay_trace"]
 
 _PREFIXES = ("NVIDIA ", "AMD ", "Tesla ", "NVIDIA Tesla ")
 
@@ -31,6 +38,18 @@ def recorded_hardware(device_name: str) -> Hardware | None:
         except PerfcastError:
             continue
     return None
+
+
+def load_trace(path: str | Path) -> KinetoTrace | ExecutionTrace:
+    """Read a trace file and tell its format from its top level: a Kineto trace (``traceEvents``) or a PyTorch
+    execution trace (``nodes`` and ``schema``); anything else is a one-line ConfigError."""
+    data = read_trace_json(path)
+    if is_execution_trace(data):
+        return parse_execution_trace(data, str(path))
+    if isinstance(data, dict) and "traceEvents" in data:
+        return parse_kineto(data, str(path))
+    raise ConfigError(f"{path}: not a PyTorch profiler (Kineto) trace (no traceEvents list) nor a PyTorch execution "
+                      "trace (no top-level nodes and schema)")
 
 
 @dataclass(frozen=True)
