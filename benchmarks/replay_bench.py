@@ -8,7 +8,9 @@ Run from the repository root::
 For each visible profiler trace (``traces/*.json.gz`` of the ground truth): ``perfcast replay TRACE --json`` on its
 own GPU and repriced for an H100 (``--hardware h100-sxm-80gb``; the MI250 trace names its device only as "AMD Radeon
 Graphics", so it takes ``--from-hardware mi250``), median wall seconds of ``--runs`` runs after one untimed run
-that fills the OS file cache; then ``perfcast adapt`` of five NeuSight end-to-end rows of one GPU. No target is
+that fills the OS file cache; each execution trace shipped with the tests (``tests/unit/replay/data/*_et.json.gz``,
+recorded with torch 2.13's ExecutionTraceObserver) predicted for an H100 the same way; then ``perfcast adapt`` of
+five NeuSight end-to-end rows of one GPU. No target is
 set for either (issue 20 asks for accuracy, not speed); the numbers are for comparing before and after a change.
 Standard library + perfcast only; the script exits 0 whenever it could measure.
 """
@@ -73,17 +75,26 @@ def main() -> int:
         print(f"replay {trace.name}", file=sys.stderr)
         replay[trace.name] = {"own_gpu_s": _wall_s(base, args.runs),
                               "h100_s": _wall_s([*base, "--hardware", "h100-sxm-80gb"], args.runs)}
+    execution: dict[str, float] = {}
+    data = Path(__file__).resolve().parent.parent / "tests" / "unit" / "replay" / "data"
+    for et in sorted(data.glob("*_et.json.gz")):
+        print(f"replay {et.name}", file=sys.stderr)
+        execution[et.name] = _wall_s([*PERFCAST, "replay", str(et), "--hardware", "h100-sxm-80gb", "--json"],
+                                     args.runs)
     with tempfile.TemporaryDirectory() as tmp:
         samples, device = _five_rows(root / "neusight" / "e2e.csv", Path(tmp) / "samples.csv")
         print(f"adapt 5 rows of {device}", file=sys.stderr)
         adapt_s = _wall_s([*PERFCAST, "adapt", str(samples), "-o", str(Path(tmp) / "dev.yaml"), "--force"],
                           args.runs)
-    result = {"replay_wall_s": replay, "adapt_5_rows_wall_s": adapt_s, "adapt_device": device, "runs": args.runs}
+    result = {"replay_wall_s": replay, "execution_trace_h100_wall_s": execution, "adapt_5_rows_wall_s": adapt_s,
+              "adapt_device": device, "runs": args.runs}
     if args.json:
         print(json.dumps(result))
     else:
         for name, r in replay.items():
             print(f"perfcast replay {name}: {r['own_gpu_s']:.2f} s on its GPU, {r['h100_s']:.2f} s repriced for H100")
+        for name, t in execution.items():
+            print(f"perfcast replay {name} --hardware h100-sxm-80gb: {t:.2f} s")
         print(f"perfcast adapt (5 rows of {device}): {adapt_s:.2f} s")
     return 0
 
