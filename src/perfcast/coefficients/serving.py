@@ -51,6 +51,10 @@ class EngineOverhead(BaseModel):
                                        "every rank's worker process launches the layer's kernels and all must "
                                        "reach its all-reduce, so the slowest paces (engines whose ranks replay "
                                        "captured graphs from one process: 0)")
+    image_overhead_s: float = Field(default=0.0, ge=0, description="CPU time per image the engine's own process "
+                                    "spends before the request's prefill (s): fetching and decoding it and the HF "
+                                    "image processor (resize, crop, normalize), in the iteration that starts the "
+                                    "request; 0 where a separate front-end process does it beside the GPU work")
 
 
 class CustomAllReduce(BaseModel):

@@ -121,6 +121,12 @@ class IterationClock:
         self.vision_J += dynamic
         return seconds
 
+    def image_cpu_s(self, images: int) -> float:
+        """The engine's CPU work on ``images`` images of the requests an iteration starts (s): the GPUs idle."""
+        seconds = images * self.model.image_overhead_s
+        self.cpu_s += seconds
+        return seconds
+
     def draft_s(self, draft: IterationModel, num: int, ctx: int, k: int) -> float:
         """A speculative step's ``k`` draft decode iterations of ``num`` sequences holding ``ctx`` cached tokens
         (growing by ``num`` per iteration) on ``draft`` (s, one stage), their energy summed."""
@@ -221,6 +227,11 @@ class ExplainingClock(IterationClock):
     def vision_s(self, images: int) -> float:
         seconds = super().vision_s(images)
         self._vision_s += seconds
+        return seconds
+
+    def image_cpu_s(self, images: int) -> float:
+        seconds = super().image_cpu_s(images)
+        self._parts[5] += seconds  # the iteration's CPU part
         return seconds
 
     def draft_s(self, draft: IterationModel, num: int, ctx: int, k: int) -> float:

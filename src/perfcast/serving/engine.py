@@ -58,7 +58,9 @@ its output tokens, which count once (the returned sequence). Not modelled with p
 speculative decoding (a one-line error).
 
 Multimodal prompts: each image adds the vision tower's image tokens to the prompt
-and its encoder time to the iteration that starts the request's prefill.
+and its encoder time to the iteration that starts the request's prefill, with the engine's CPU time per image
+(its fitted ``image_overhead_s``: fetching, decoding and the image processor, where the engine's own process
+does them, as vLLM 0.5 did; the GPUs idle meanwhile).
 Retrieval (RAG): a request reaches the engine after its retrieval stage with the
 retrieved tokens in its prompt; its TTFT counts from its arrival, retrieval included. Every request also
 crosses the engine's front end first (its fitted ``request_overhead_s``: the API server's hand-off to the
@@ -326,7 +328,7 @@ class Engine:
             self._audit_decode(sched, batch)
         if self.images:
             starting = sum(1 for r, _ in batch.prefill if r.computed_tokens == 0 and r.preemptions == 0)
-            dt_vision = self.clock.vision_s(starting * self.images)
+            dt_vision = self.clock.vision_s(starting * self.images) + self.clock.image_cpu_s(starting * self.images)
         else:
             dt_vision = 0.0
         spec = self.spec

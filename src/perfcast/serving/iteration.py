@@ -317,6 +317,7 @@ class IterationModel:
         self.request_overhead_s = eng.request_overhead_s
         self.prompt_token_overhead_s = eng.prompt_token_overhead_s
         self._cpu_per_seq = eng.per_sequence_overhead_s
+        self.image_overhead_s = eng.image_overhead_s  # CPU per image of a starting request (s)
         self.kv_bytes_per_token = self._kv_bytes_per_token()
         self._attention_constants()
         self._linear_l = self._linear.tolist()

@@ -12,7 +12,11 @@ validate`` predicts a GPU's rows with):
    coefficient held to its prior (a Gaussian in its logarithm): 3 ms per iteration, 0.2 ms per sequence (a
    Python engine's per-request output processing) and 0.3 ms per layer and doubling of tensor-parallel ranks (a
    guess: a Python layer's launches and a cross-process all-reduce), each within a factor of three. Times set
-   the energy (static and idle power run for them), so they come first.
+   the energy (static and idle power run for them), so they come first. Then **its CPU time per image**
+   (``image_overhead_s``): vLLM 0.5's engine process fetches, decodes and processes each request's image (the HF
+   image processor) in the iteration that starts it, with the GPUs idle; on the output throughput of the
+   visual-chat rows (``mllm_serving_energy.csv``, one image per request), priced on a grid of times with the
+   engine's other CPU times kept, Huber loss plus a prior of 20 ms within a factor of three.
 2. **The host time per eager kernel** (``compose.json``'s ``eager_op_s``, and ``diffusers_op_s`` for diffusers
    pipelines, whose Python does more per kernel): batch-1 generation and small diffusers batches are
    launch-bound, so their latency (``latency_per_response_s``, ``batch_latency_s``) measures it; each table's
@@ -106,7 +110,11 @@ class EnergyRows:
 
 
 def _with_engine(cal: Calibration, *values: float) -> Calibration:
-    eng = cal.serving.engines[ENGINE].model_copy(update=dict(zip(_ENGINE_PRIORS, values, strict=True)))
+    return _with_engine_values(cal, **dict(zip(_ENGINE_PRIORS, values, strict=True)))
+
+
+def _with_engine_values(cal: Calibration, **values: float) -> Calibration:
+    eng = cal.serving.engines[ENGINE].model_copy(update=values)
     return cal.with_serving(cal.serving.model_copy(update={"engines": {**cal.serving.engines, ENGINE: eng}}))
 
 
@@ -223,6 +231,7 @@ def fit_energy(cal: Calibration, *, groundtruth: Path | None = None, engine: boo
     data = EnergyRows.load(groundtruth)
     if engine:
         cal = _fit_engines(cal, data, log)
+    cal = _fit_images(cal, data, log)
     cal, host_folds = _fit_host(cal, data, log)
     return _fit_power(cal, data, log, host_folds)
 
@@ -240,11 +249,11 @@ def _host_cost(resid: np.ndarray, log_x: np.ndarray, prior_s: float) -> np.ndarr
     return loss + ((log_x - math.log(prior_s)) / _HOST_PRIOR[1]) ** 2
 
 
-def _best_host(resid: np.ndarray, prior_s: float = _HOST_PRIOR[0]) -> float:
-    """The host time per kernel (s) minimizing the Huber loss of ``resid`` (rows x grid) plus the prior (``prior_s``
-    within a factor of three): the grid's best point refined by a parabola through it and its neighbours (in log
-    seconds)."""
-    lx = np.log(_HOST_GRID)
+def _best_host(resid: np.ndarray, prior_s: float = _HOST_PRIOR[0], grid: np.ndarray = _HOST_GRID) -> float:
+    """The seconds (a host time per kernel, or per image) minimizing the Huber loss of ``resid`` (rows x ``grid``)
+    plus the prior (``prior_s`` within a factor of three): the grid's best point refined by a parabola through it
+    and its neighbours (in log seconds; ``grid`` is geometric)."""
+    lx = np.log(grid)
     cost = _host_cost(resid, lx, prior_s)
     k = int(np.argmin(cost))
     if 0 < k < lx.size - 1:
@@ -253,7 +262,56 @@ def _best_host(resid: np.ndarray, prior_s: float = _HOST_PRIOR[0]) -> float:
         if denom > 0:
             shift = 0.5 * (y0 - y2) / denom
             return float(math.exp(lx[k] + shift * (lx[1] - lx[0])))
-    return float(_HOST_GRID[k])
+    return float(grid[k])
+
+
+_IMAGE_GRID = np.geomspace(2e-3, 2e-1, 21)  # the engine's CPU seconds per image tried
+_IMAGE_PRIOR_S = 0.02  # JPEG decode, resize and normalize of a photo in PIL/numpy: tens of ms, within a factor of 3
+_IMAGE_TASKS = ("v2-visual-chat",)
+
+
+def _fit_images(cal: Calibration, data: EnergyRows, log: Callable[[str], None]) -> Calibration:
+    """Step 1b: the ``vllm-0.5`` engine's CPU time per image (``image_overhead_s``) on the visual-chat rows'
+    output throughput, on every row and per held-out GPU (the other GPUs' rows), the engine's other CPU times kept
+    (each row priced once per grid point with ``cal``'s engine)."""
+    rows = [r for r in data.by_kind.get("serving_energy", []) if r.get("task") in _IMAGE_TASKS]
+    if not rows:
+        return cal
+    kind = recognize(list(rows[0]))
+    column = "output_throughput_tok_per_s"
+    pred = []
+    for x in _IMAGE_GRID:
+        c = _with_engine_values(cal, image_overhead_s=float(x))
+        pred.append(predict_table(kind, rows, c).pred[column])
+    p = np.stack(pred, axis=1)
+    m = np.array([float(r.get(column) or "nan") for r in rows])[:, None]
+    ok = np.all(np.isfinite(p) & (p > 0), axis=1) & np.isfinite(m[:, 0]) & (m[:, 0] > 0)
+    resid = -np.log(p[ok] / m[ok])  # a throughput's log error, signed as a time's
+    gpus = np.array([(r.get("gpu_id") or "").strip() for r in rows])[ok]
+    full = _best_host(resid, _IMAGE_PRIOR_S, _IMAGE_GRID)
+    serving = cal.serving
+    held = dict(serving.held_out)
+    folds = {}
+    for g in sorted(set(gpus.tolist())):
+        folds[g] = _best_host(resid[gpus != g], _IMAGE_PRIOR_S, _IMAGE_GRID)
+        if g in held and ENGINE in held[g].engines:
+            eng = held[g].engines[ENGINE].model_copy(update={"image_overhead_s": folds[g]})
+            held[g] = held[g].model_copy(update={"engines": {**held[g].engines, ENGINE: eng}})
+    for g, fold_fit in held.items():  # a GPU without visual rows keeps the fit on every row
+        if g not in folds and ENGINE in fold_fit.engines:
+            eng = fold_fit.engines[ENGINE].model_copy(update={"image_overhead_s": full})
+            held[g] = fold_fit.model_copy(update={"engines": {**fold_fit.engines, ENGINE: eng}})
+    log(f"fit energy: {ENGINE} image_overhead_s {full * 1e3:.1f} ms on {int(ok.sum())} visual-chat rows; without "
+        + ", ".join(f"{g} {v * 1e3:.1f}" for g, v in folds.items()))
+    fitted_on = dict(serving.fitted_on)
+    fitted_on["engines"] = (fitted_on.get("engines", "") + f"; {ENGINE}: image_overhead_s on the output throughput "
+                            f"of {int(ok.sum())} visual-chat rows (energy/mllm_serving_energy.csv, one image per "
+                            "request), Huber loss on log errors, prior 20 ms within a factor of 3, the engine's other "
+                            "CPU times kept (perfcast fit --stages energy)")
+    engine = serving.engines[ENGINE].model_copy(update={"image_overhead_s": full})
+    serving = serving.model_copy(update={"engines": {**serving.engines, ENGINE: engine}, "held_out": held,
+                                         "fitted_on": fitted_on})
+    return cal.with_serving(serving)
 
 
 def _host_residuals(cal: Calibration, kind_name: str, rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:

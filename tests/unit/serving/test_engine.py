@@ -278,6 +278,34 @@ def test_images_add_tokens_and_vision_encoder_time() -> None:
         simulate_serving(_cfg("vllm", images_per_request=1, **(kw | {"model": "llama-2-7b"})))
 
 
+def test_an_engine_that_prepares_images_on_its_own_cpu_holds_the_gpus_idle_per_image() -> None:
+    """vLLM 0.5's engine process fetches, decodes and processes each image in the iteration that starts the
+    request: its ``image_overhead_s`` per image is CPU time (the GPUs idle), in the TTFT and the idle energy."""
+    from perfcast.coefficients.bundle import resolve_calibration
+
+    cal = resolve_calibration(None)
+    engines = cal.serving.engines
+
+    def with_image_s(seconds: float):  # type: ignore[no-untyped-def]
+        eng = engines["vllm-0.5"].model_copy(update={"image_overhead_s": seconds})
+        return cal.with_serving(cal.serving.model_copy(update={"engines": {**engines, "vllm-0.5": eng}}))
+
+    kw = dict(trace=None, prompt_tokens=200, output_tokens=32, qps=2.0, model="llava-1.5-7b", engine="vllm-0.5",
+              images_per_request=1)
+    # one request: the same iterations, the first one longer by the image's CPU time
+    one0 = simulate_serving(_cfg("vllm", n=1, **kw), calibration=with_image_s(0.0))
+    one1 = simulate_serving(_cfg("vllm", n=1, **kw), calibration=with_image_s(0.05))
+    assert one1.energy_counts.cpu_s - one0.energy_counts.cpu_s == pytest.approx(0.05)
+    assert one1.metrics.ttft_s.p50 - one0.metrics.ttft_s.p50 == pytest.approx(0.05)
+    assert one1.energy().idle_energy_J > one0.energy().idle_energy_J
+    assert one1.energy().busy_energy_J == pytest.approx(one0.energy().busy_energy_J)  # the GPUs ran nothing more
+    # many: every request's image is prepared once, in the CPU part of the iteration that starts it
+    many = simulate_serving(_cfg("vllm", n=20, **kw), calibration=with_image_s(0.05), audit=True, explain=True)
+    _assert_conserved(many)
+    assert int(many.preemptions_per_request.sum()) == 0
+    assert many.energy_counts.cpu_s >= 20 * 0.05
+
+
 @pytest.mark.parametrize(("model", "tokens"), [("qwen2.5-vl-7b", 256), ("mistral-small-3.1-24b", 272),
                                                ("llava-next-llama3-8b", 2928)])
 def test_todays_vision_towers_add_their_image_tokens(model: str, tokens: int) -> None:
