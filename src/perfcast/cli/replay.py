@@ -4,11 +4,15 @@ predict the steps of a PyTorch execution trace (ExecutionTraceObserver JSON) on 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from perfcast.cli.app import _console, _table, app, emit_json, handled
 from perfcast.cli.output_paths import check_output_paths
+
+if TYPE_CHECKING:
+    from perfcast.capture.execution_trace import ExecutionTrace
 
 __all__ = ["replay"]
 
@@ -90,12 +94,11 @@ def replay(
         con.print(f"replayed timeline: {trace_out}")
 
 
-def _execution_trace(trace: object, hardware: str | None, kineto: Path | None, dp: int | None, as_json: bool) -> None:
+def _execution_trace(trace: ExecutionTrace, hardware: str | None, kineto: Path | None, dp: int | None,
+                     as_json: bool) -> None:
     """Predict an execution trace's steps on ``hardware``; a table, or one JSON object."""
-    from perfcast.capture.execution_trace import ExecutionTrace
     from perfcast.replay.execution import replay_execution_trace
 
-    assert isinstance(trace, ExecutionTrace)
     data = replay_execution_trace(trace, hardware=hardware, kineto=kineto, world_size=dp).to_dict()
     if as_json:
         emit_json(data)

@@ -277,35 +277,22 @@ def _fit_images(cal: Calibration, data: EnergyRows, log: Callable[[str], None]) 
     rows = [r for r in data.by_kind.get("serving_energy", []) if r.get("task") in _IMAGE_TASKS]
     if not rows:
         return cal
-    kind = recognize(list(rows[0]))
-    column = "output_throughput_tok_per_s"
-    pred = []
-    for x in _IMAGE_GRID:
-        c = _with_engine_values(cal, image_overhead_s=float(x))
-        pred.append(predict_table(kind, rows, c).pred[column])
-    p = np.stack(pred, axis=1)
-    m = np.array([float(r.get(column) or "nan") for r in rows])[:, None]
-    ok = np.all(np.isfinite(p) & (p > 0), axis=1) & np.isfinite(m[:, 0]) & (m[:, 0] > 0)
-    resid = -np.log(p[ok] / m[ok])  # a throughput's log error, signed as a time's
-    gpus = np.array([(r.get("gpu_id") or "").strip() for r in rows])[ok]
+    # a throughput's log error, signed as a time's
+    resid, gpus = _grid_residuals(rows, "output_throughput_tok_per_s", _IMAGE_GRID,
+                                  lambda x: _with_engine_values(cal, image_overhead_s=x), sign=-1.0)
     full = _best_host(resid, _IMAGE_PRIOR_S, _IMAGE_GRID)
+    folds = {g: _best_host(resid[gpus != g], _IMAGE_PRIOR_S, _IMAGE_GRID) for g in sorted(set(gpus.tolist()))}
     serving = cal.serving
     held = dict(serving.held_out)
-    folds = {}
-    for g in sorted(set(gpus.tolist())):
-        folds[g] = _best_host(resid[gpus != g], _IMAGE_PRIOR_S, _IMAGE_GRID)
-        if g in held and ENGINE in held[g].engines:
-            eng = held[g].engines[ENGINE].model_copy(update={"image_overhead_s": folds[g]})
-            held[g] = held[g].model_copy(update={"engines": {**held[g].engines, ENGINE: eng}})
     for g, fold_fit in held.items():  # a GPU without visual rows keeps the fit on every row
-        if g not in folds and ENGINE in fold_fit.engines:
-            eng = fold_fit.engines[ENGINE].model_copy(update={"image_overhead_s": full})
+        if ENGINE in fold_fit.engines:
+            eng = fold_fit.engines[ENGINE].model_copy(update={"image_overhead_s": folds.get(g, full)})
             held[g] = fold_fit.model_copy(update={"engines": {**fold_fit.engines, ENGINE: eng}})
-    log(f"fit energy: {ENGINE} image_overhead_s {full * 1e3:.1f} ms on {int(ok.sum())} visual-chat rows; without "
+    log(f"fit energy: {ENGINE} image_overhead_s {full * 1e3:.1f} ms on {gpus.size} visual-chat rows; without "
         + ", ".join(f"{g} {v * 1e3:.1f}" for g, v in folds.items()))
     fitted_on = dict(serving.fitted_on)
     fitted_on["engines"] = (fitted_on.get("engines", "") + f"; {ENGINE}: image_overhead_s on the output throughput "
-                            f"of {int(ok.sum())} visual-chat rows (energy/mllm_serving_energy.csv, one image per "
+                            f"of {gpus.size} visual-chat rows (energy/mllm_serving_energy.csv, one image per "
                             "request), Huber loss on log errors, prior 20 ms within a factor of 3, the engine's other "
                             "CPU times kept (perfcast fit --stages energy)")
     engine = serving.engines[ENGINE].model_copy(update={"image_overhead_s": full})
@@ -314,20 +301,27 @@ def _fit_images(cal: Calibration, data: EnergyRows, log: Callable[[str], None]) 
     return cal.with_serving(serving)
 
 
+def _grid_residuals(rows: list[dict[str, str]], column: str, grid: np.ndarray,
+                    at: Callable[[float], Calibration], *, sign: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """The log errors of ``rows``' ``column`` (``sign`` x log predicted / measured) with the calibration ``at`` gives
+    for each value of ``grid`` (rows x grid, predictable rows only), and each row's GPU."""
+    kind = recognize(list(rows[0]))
+    p = np.stack([predict_table(kind, rows, at(float(x))).pred[column] for x in grid], axis=1)
+    m = np.array([float(r.get(column) or "nan") for r in rows])[:, None]
+    ok = np.all(np.isfinite(p) & (p > 0), axis=1) & np.isfinite(m[:, 0]) & (m[:, 0] > 0)
+    return sign * np.log(p[ok] / m[ok]), np.array([(r.get("gpu_id") or "").strip() for r in rows])[ok]
+
+
 def _host_residuals(cal: Calibration, kind_name: str, rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
     """The log latency errors of ``rows`` (a table of ``kind_name``) at each host time of the grid (rows x grid,
     predictable rows only) and each row's GPU."""
     column, coefficient = HOST_TARGETS[kind_name]
-    kind = recognize(list(rows[0]))
-    pred = []
-    for x in _HOST_GRID:
-        host = cal.compose.host.model_copy(update={coefficient: float(x)})
-        c = cal.with_compose(cal.compose.model_copy(update={"host": host}))
-        pred.append(predict_table(kind, rows, c).pred[column])
-    p = np.stack(pred, axis=1)
-    m = np.array([float(r.get(column) or "nan") for r in rows])[:, None]
-    ok = np.all(np.isfinite(p) & (p > 0), axis=1) & np.isfinite(m[:, 0]) & (m[:, 0] > 0)
-    return np.log(p[ok] / m[ok]), np.array([(r.get("gpu_id") or "").strip() for r in rows])[ok]
+
+    def at(x: float) -> Calibration:
+        host = cal.compose.host.model_copy(update={coefficient: x})
+        return cal.with_compose(cal.compose.model_copy(update={"host": host}))
+
+    return _grid_residuals(rows, column, _HOST_GRID, at)
 
 
 def _host_prior(coefficient: str, eager_op_s: float) -> float:
