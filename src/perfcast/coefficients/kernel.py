@@ -3,16 +3,22 @@
 ``data/coefficients/kernel.json`` in this package is what ``perfcast fit`` wrote; it names
 the command and the ground-truth rows it was fitted on. A file with another
 ``schema_version`` is refused (DataError) rather than misread.
+
+``held_out`` keeps, per GPU (catalog id), the coefficients the NeuSight kernel stages fit without that GPU's
+rows, by dotted path: ``perfcast validate`` predicts each GPU of the end-to-end and kernel tables with
+:meth:`Coefficients.without` it, so no GPU is scored with coefficients its own measurements moved.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from functools import lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from perfcast.coefficients.dotted import set_path
 from perfcast.datafiles import data_path
 from perfcast.jsonio import load_versioned
 
@@ -135,6 +141,21 @@ class Coefficients(_Model):
     conv: ConvCoefficients
     launch: LaunchCoefficients
     measurement: MeasurementCoefficients
+    held_out: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="per GPU (catalog id): the kernel-table stages' coefficients fitted "
+                                          "without its rows, by dotted path")
+
+    def without(self, gpu: str) -> Coefficients:
+        """These coefficients as fitted without ``gpu``'s rows (catalog id; themselves when no fold is stored,
+        i.e. no fitted row was that GPU's)."""
+        fold = self.held_out.get(gpu)
+        if not fold:
+            return self
+        raw = copy.deepcopy(self.model_dump(mode="json"))
+        for path, value in fold.items():
+            set_path(raw, path, value)
+        raw["held_out"] = {}
+        return Coefficients.model_validate(raw)
 
     def to_json(self) -> str:
         """The canonical JSON text of these coefficients."""

@@ -31,7 +31,7 @@ from perfcast.coefficients.kernel import Coefficients
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.groundtruth.kernel_tables import KernelRows, load_kernel_rows, predict_kernel_rows
 from perfcast.groundtruth.vidur_tables import load_vidur_rows, predict_vidur_rows, rows_ops
-from perfcast.validate.dotted import get_path, set_path
+from perfcast.coefficients.dotted import get_path, set_path
 from perfcast.validate.optimize import fit_least_squares
 
 __all__ = ["FitStage", "collective_interval_residuals", "fit_coefficients"]
@@ -184,17 +184,21 @@ def _sample(rows: KernelRows, per_group: int, seed: int) -> KernelRows:
 
 def fit_coefficients(groundtruth: Path | None = None, *, calibration: Calibration | None = None,
                      stages: Sequence[str] = ("vector", "gemm", "conv", "tensor", "attention"), per_group: int = 1500,
-                     seed: int = 0, tensor_gpus: Sequence[str] | None = None,
-                     log: Callable[[str], None] = print) -> Coefficients:
+                     seed: int = 0, tensor_gpus: Sequence[str] | None = None, exclude_devices: Sequence[str] = (),
+                     held_out: bool = True, log: Callable[[str], None] = print) -> Coefficients:
     """Fit the requested stages in order, starting from ``calibration``'s kernel coefficients (the shipped ones
-    when None); returns the new kernel coefficients."""
+    when None); returns the new kernel coefficients.
+
+    ``exclude_devices`` (NeuSight device ids) leaves those GPUs' rows out of the NeuSight kernel stages (vector,
+    gemm, conv). With ``held_out`` the result also keeps, per GPU those stages fitted on, the same stages fitted
+    without its rows (:func:`fit_held_out`)."""
     root = groundtruth or find_groundtruth()
     assert root is not None
-    co = resolve_calibration(calibration).kernel
+    base = resolve_calibration(calibration)
+    co = base.kernel
     fitted_on = dict(co.fitted_on)
     fitted_on.pop("all", None)
-    tables = {"vector": ("kernels_vector", VECTOR_STAGE), "gemm": ("kernels_gemm", GEMM_STAGE),
-              "conv": ("kernels_conv", CONV_STAGE)}
+    tables = _NEUSIGHT_STAGES
     for name in stages:
         if name == "tensor":
             data, desc = _vidur_data(root, gpus=tensor_gpus, per_group=per_group, seed=seed)
@@ -211,7 +215,8 @@ def fit_coefficients(groundtruth: Path | None = None, *, calibration: Calibratio
         else:
             fname, stage = tables[name]
             rows = load_kernel_rows(root / "neusight" / f"{fname}.csv.gz", name)
-            rows = rows.subset((rows.split == "train") & np.isfinite(rows.latency_s))
+            rows = rows.subset((rows.split == "train") & np.isfinite(rows.latency_s)
+                               & ~np.isin(rows.device, list(exclude_devices)))
             rows = _sample(rows, per_group, seed)
             data = _Data(rows.latency_s, functools.partial(_predict_kernels, rows), len(rows))
             desc = f"{stage.description} ({len(rows)} rows sampled, seed {seed})"
@@ -231,7 +236,68 @@ def fit_coefficients(groundtruth: Path | None = None, *, calibration: Calibratio
         fitted_on["matrix"] = "no visible rows: GEMM terms copied from the tensor stage"
     raw["fitted_on"] = fitted_on
     raw["produced_by"] = "perfcast fit --stages " + ",".join(stages)
-    return Coefficients.model_validate(raw)
+    co = Coefficients.model_validate(raw)
+    kernel_stages = [s for s in stages if s in _NEUSIGHT_STAGES]
+    if held_out and kernel_stages and not exclude_devices:
+        co = with_held_out(co, fit_held_out(base.with_kernel(co), root, stages=kernel_stages, per_group=per_group,
+                                            seed=seed, log=log))
+    return co
+
+
+_NEUSIGHT_STAGES = {"vector": ("kernels_vector", VECTOR_STAGE), "gemm": ("kernels_gemm", GEMM_STAGE),
+                    "conv": ("kernels_conv", CONV_STAGE)}
+
+
+def with_held_out(co: Coefficients, folds: dict[str, dict[str, float]]) -> Coefficients:
+    """``co`` with ``folds`` merged into its held-out fits (a GPU's new values replace its stored ones)."""
+    held = {g: dict(v) for g, v in co.held_out.items()}
+    for gpu, fold in folds.items():
+        held.setdefault(gpu, {}).update(fold)
+    fitted_on = {**co.fitted_on, "held_out": "per GPU: the NeuSight kernel stages (vector, gemm, conv) it has "
+                                             "split=train rows in, fitted again without them (perfcast validate's "
+                                             "leave-one-GPU-out)"}
+    return co.model_copy(update={"held_out": held, "fitted_on": fitted_on})
+
+
+def fit_held_out(cal: Calibration, groundtruth: Path | None = None, *,
+                 stages: Sequence[str] = ("vector", "gemm", "conv"), per_group: int = 1500, seed: int = 0,
+                 log: Callable[[str], None] = print) -> dict[str, dict[str, float]]:
+    """Per GPU with fitted rows in the NeuSight kernel ``stages``: those of the stages it has rows in, fitted
+    again from ``cal``'s kernel coefficients without its rows; the fitted values by dotted path, keyed by the
+    GPU's catalog id (:attr:`Coefficients.held_out`)."""
+    from perfcast.catalog.hardware import load_hardware
+    from perfcast.kernel.power import memory_kind
+
+    root = groundtruth or find_groundtruth()
+    assert root is not None
+    has_rows: dict[str, list[str]] = {}
+    vector_devices: set[str] = set()
+    for name in stages:
+        fname, _ = _NEUSIGHT_STAGES[name]
+        rows = load_kernel_rows(root / "neusight" / f"{fname}.csv.gz", name)
+        for dev in np.unique(rows.device[(rows.split == "train") & np.isfinite(rows.latency_s)]):
+            has_rows.setdefault(str(dev), []).append(name)
+            if name == "vector":
+                vector_devices.add(str(dev))
+    folds: dict[str, dict[str, float]] = {}
+    for dev, dev_stages in sorted(has_rows.items()):
+        log(f"fit {', '.join(dev_stages)} without {dev}")
+        fold = fit_coefficients(root, calibration=cal, stages=dev_stages, per_group=per_group, seed=seed,
+                                exclude_devices=[dev], held_out=False, log=lambda _m: None)
+        raw = fold.model_dump(mode="json")
+        paths = [p for name in dev_stages for p, _ in _NEUSIGHT_STAGES[name][1].params]
+        if "gemm" in dev_stages:
+            paths.append("power.energy_pJ_per_flop_7nm.matrix")
+        values = {p: get_path(raw, p) for p in paths}
+        hw = load_hardware(dev)
+        if "vector" in dev_stages and not any(memory_kind(load_hardware(str(d))) == memory_kind(hw)
+                                              for d in vector_devices - {dev}):
+            # the only GPU with its memory kind: without it nothing fits that kind's streaming efficiency,
+            # which then takes the other kind's (the full fit's value would carry this GPU's own rows)
+            other = "hbm" if memory_kind(hw) == "gddr" else "gddr"
+            values[f"vector.memory_efficiency.{memory_kind(hw)}"] = values[f"vector.memory_efficiency.{other}"]
+        folds[hw.id] = values
+    return folds
 
 
 def _log_ratio(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from perfcast.groundtruth.collective_tables import (
 )
 from perfcast.groundtruth.files import find_groundtruth, read_rows
 from perfcast.system.collectives import CollectiveCoefficients
-from perfcast.validate.dotted import get_path, set_path
+from perfcast.coefficients.dotted import get_path, set_path
 from perfcast.validate.optimize import fit_least_squares
 
 __all__ = ["COLLECTIVE_PARAMS", "PRIOR_ONLY", "fit_collectives", "leave_one_cluster_out", "load_collective_rows"]

@@ -1,7 +1,7 @@
 """Read and write one coefficient of a coefficient file's raw dict by its dotted path (``"gemm.power.static"``).
 
 The fitting stages (:mod:`perfcast.validate.fit`, :mod:`perfcast.validate.fit_collectives`) name the
-coefficients they fit this way.
+coefficients they fit this way, and the kernel coefficients' held-out folds store them by these names.
 """
 
 from __future__ import annotations
