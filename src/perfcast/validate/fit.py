@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 
 from perfcast.coefficients.bundle import Calibration, resolve_calibration
+from perfcast.coefficients.dotted import get_path, set_path
 from perfcast.coefficients.kernel import Coefficients
 from perfcast.groundtruth.files import find_groundtruth
 from perfcast.groundtruth.kernel_tables import KernelRows, load_kernel_rows, predict_kernel_rows
 from perfcast.groundtruth.vidur_tables import load_vidur_rows, predict_vidur_rows, rows_ops
-from perfcast.coefficients.dotted import get_path, set_path
 from perfcast.validate.optimize import fit_least_squares
 
 __all__ = ["FitStage", "collective_interval_residuals", "fit_coefficients"]
@@ -63,7 +63,7 @@ VECTOR_STAGE = FitStage(
 GEMM_STAGE = FitStage(
     "gemm",
     (
-        ("power.energy_pJ_per_flop_7nm.simt", "log"),
+        ("power.simt_per_tensor_energy", "log"),
         ("gemm.paths.simt.max_efficiency", "logit"), ("gemm.paths.simt.k_overhead", "log"),
         ("gemm.paths.simt.tile_ai0", "log"), ("gemm.paths.simt.memory_efficiency", "logit"),
         ("launch.dispatch_s.bmm", "log"), ("launch.dispatch_s.linear", "log"),
@@ -244,13 +244,16 @@ def fit_coefficients(groundtruth: Path | None = None, *, calibration: Calibratio
     return co
 
 
+_MATRIX_ENERGY = "power.energy_pJ_per_flop_7nm.matrix"  # set from the CUDA-core energy by the gemm stage
 _NEUSIGHT_STAGES = {"vector": ("kernels_vector", VECTOR_STAGE), "gemm": ("kernels_gemm", GEMM_STAGE),
                     "conv": ("kernels_conv", CONV_STAGE)}
 
 
 def with_held_out(co: Coefficients, folds: dict[str, dict[str, float]]) -> Coefficients:
     """``co`` with ``folds`` merged into its held-out fits (a GPU's new values replace its stored ones)."""
-    held = {g: dict(v) for g, v in co.held_out.items()}
+    fitted = {p for _, stage in _NEUSIGHT_STAGES.values() for p, _ in stage.params} | {_MATRIX_ENERGY}
+    # a value of a stage's earlier parameterization is dropped, not carried into the fold
+    held = {g: {p: x for p, x in v.items() if p in fitted} for g, v in co.held_out.items()}
     for gpu, fold in folds.items():
         held.setdefault(gpu, {}).update(fold)
     fitted_on = {**co.fitted_on, "held_out": "per GPU: the NeuSight kernel stages (vector, gemm, conv) it has "
@@ -287,7 +290,7 @@ def fit_held_out(cal: Calibration, groundtruth: Path | None = None, *,
         raw = fold.model_dump(mode="json")
         paths = [p for name in dev_stages for p, _ in _NEUSIGHT_STAGES[name][1].params]
         if "gemm" in dev_stages:
-            paths.append("power.energy_pJ_per_flop_7nm.matrix")
+            paths.append(_MATRIX_ENERGY)
         values = {p: get_path(raw, p) for p in paths}
         hw = load_hardware(dev)
         if "vector" in dev_stages and not any(memory_kind(load_hardware(str(d))) == memory_kind(hw)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from perfcast.coefficients.bundle import Calibration, resolve_calibration
+from perfcast.coefficients.dotted import get_path, set_path
 from perfcast.groundtruth.collective_tables import (
     CollectiveRows,
     predict_collective_rows,
@@ -34,7 +35,6 @@ from perfcast.groundtruth.collective_tables import (
 )
 from perfcast.groundtruth.files import find_groundtruth, read_rows
 from perfcast.system.collectives import CollectiveCoefficients
-from perfcast.coefficients.dotted import get_path, set_path
 from perfcast.validate.optimize import fit_least_squares
 
 __all__ = ["COLLECTIVE_PARAMS", "PRIOR_ONLY", "fit_collectives", "leave_one_cluster_out", "load_collective_rows"]

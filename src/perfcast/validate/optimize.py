@@ -12,6 +12,8 @@ import numpy as np
 
 __all__ = ["fit_least_squares"]
 
+_EDGE = 1e-9
+
 
 def _to_free(x: np.ndarray, kinds: Sequence[str]) -> np.ndarray:
     out = np.empty_like(x)
@@ -19,6 +21,7 @@ def _to_free(x: np.ndarray, kinds: Sequence[str]) -> np.ndarray:
         if k == "log":
             out[i] = np.log(v)
         elif k == "logit":
+            v = min(max(v, _EDGE), 1.0 - _EDGE)  # a fraction fitted onto its bound (1.0) starts just inside it
             out[i] = np.log(v / (1.0 - v))
         else:
             out[i] = v

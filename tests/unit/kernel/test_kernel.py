@@ -225,6 +225,34 @@ def test_tighter_power_limit_lowers_the_clock() -> None:
     assert predict_kernel(op, low_power).time_s > predict_kernel(op, hw).time_s
 
 
+def test_the_base_clock_sets_how_far_cuda_core_fp32_throttles() -> None:
+    """Two boards of one process node (12 nm) throttle as their datasheets say: the 250 W V100, base 1230 of
+    1380 MHz, keeps its boost clock on FP32 GEMMs; the 70 W T4, base 585 of 1590 MHz, runs them far below it.
+    A board whose datasheet gives no base clock (AMD) keeps the process-node energy."""
+    from perfcast.kernel.power import base_clock_simt_energy_J, energy_per_flop_J
+
+    co = load_coefficients()
+    v100, t4 = load_hardware("v100-pcie-32gb"), load_hardware("t4")
+    assert base_clock_simt_energy_J(v100, co) is not None and base_clock_simt_energy_J(t4, co) is not None
+    assert sustained_clock_frac(v100, "simt", co) > 0.95
+    x_t4 = sustained_clock_frac(t4, "simt", co)
+    assert t4.base_clock_hz / t4.boost_clock_hz <= x_t4 < 0.6  # never below the guaranteed base clock
+    assert base_clock_simt_energy_J(load_hardware("mi100"), co) is None
+    no_base = t4.model_copy(update={"base_clock_hz": None})
+    assert base_clock_simt_energy_J(no_base, co) is None
+    assert energy_per_flop_J(no_base, "simt", co) != energy_per_flop_J(t4, "simt", co)
+
+
+def test_a_power_limit_below_tdp_lowers_the_anchored_fp32_clock() -> None:
+    """The base clock is specified at TDP: a board capped below it loses FP32 clock (the anchor stays at TDP)."""
+    from perfcast.catalog.hardware import with_power_limit
+
+    co = load_coefficients()
+    hw = load_hardware("a100-pcie-40gb")
+    capped = with_power_limit(hw, 150.0)
+    assert sustained_clock_frac(capped, "simt", co) < sustained_clock_frac(hw, "simt", co)
+
+
 def test_datapath_by_dtype() -> None:
     assert datapath(load_hardware("a100-pcie-40gb"), DType.FP32) == "simt"
     assert datapath(load_hardware("mi250"), DType.FP32) == "matrix"  # MFMA FP32
