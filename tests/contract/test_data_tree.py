@@ -157,6 +157,14 @@ def _heads(path: Path) -> list[str]:
     return _sources(sc21_heads().source)
 
 
+def _blas_tiles(path: Path) -> list[str]:
+    from perfcast.catalog.blas_tiles import _table, fp32_tiles
+
+    assert path == data_path("defaults", "blas_tiles.yaml")
+    assert all(fp32_tiles(arch) is not None for arch in _table().fp32)
+    return _sources(_table().source)
+
+
 def _engine(path: Path) -> list[str]:
     profile = load_engine(path)
     assert profile.id == path.stem and load_engine(path.stem) == profile
@@ -188,7 +196,8 @@ KINDS: dict[str, list[tuple[str, Loader]]] = {
                      ("serving.json", _fitted(load_serving_coefficients)),
                      ("energy.json", _fitted(load_energy_coefficients)),
                      ("intervals.json", _intervals)],
-    "defaults": [("hf_config_defaults.yaml", _config_defaults), ("sc21_heads.yaml", _heads)],
+    "defaults": [("hf_config_defaults.yaml", _config_defaults), ("sc21_heads.yaml", _heads),
+                 ("blas_tiles.yaml", _blas_tiles)],
 }
 
 FILES = sorted(p for p in ROOT.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p != ROOT / "README.md")

@@ -8,7 +8,9 @@ per-SM share of the sustained peak, scaled by the tile's efficiency (larger
 tiles reuse operands better: ``ai / (ai + ai0)`` with ``ai = tm*tn/(tm+tn)``).
 Linear layers may pick any candidate tile and split K across tiles when the
 grid is too small to fill the device; batched products use the library's
-batched tile. The fixed per-tile cost ``k0`` is a time (prologue loads,
+batched tiles. On CUDA cores the candidates are the tiles of the
+architecture's own FP32 kernels where they are known
+(:mod:`perfcast.catalog.blas_tiles`). The fixed per-tile cost ``k0`` is a time (prologue loads,
 epilogue stores) counted in K steps at the rate of the units it was fitted on;
 AMD's FP32 matrix cores (MFMA) take the tensor-core terms, and their FP32 rate is
 a fraction of the FP16 one (a quarter on CDNA 1-2), so the same time spans that
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfcast.catalog.blas_tiles import fp32_tiles
 from perfcast.catalog.hardware import Hardware
 from perfcast.coefficients.kernel import Coefficients, GemmPath
 from perfcast.dtypes import DType
@@ -58,6 +61,9 @@ def gemm_times(b: np.ndarray, m: np.ndarray, k: np.ndarray, n: np.ndarray, hw: H
     peak_sm = hw.peak(dtype) * np.asarray(x) * pc.max_efficiency / hw.num_sms
     ref = _tile_eff(128, 128, pc.tile_ai0)
     tiles = pc.batched_tiles if batched else pc.linear_tiles
+    library = fp32_tiles(hw.architecture) if path == "simt" else None
+    if library is not None:  # the tiles this architecture's FP32 kernels have (perfcast.catalog.blas_tiles)
+        tiles = library.batched if batched else library.linear
     splits = [1] if batched else pc.split_k
     esize = dtype.bytes if operand_bytes is None else operand_bytes
     bw = hw.memory_bandwidth_Bps * pc.memory_efficiency

@@ -253,6 +253,25 @@ def test_a_power_limit_below_tdp_lowers_the_anchored_fp32_clock() -> None:
     assert sustained_clock_frac(capped, "simt", co) < sustained_clock_frac(hw, "simt", co)
 
 
+def test_fp32_gemms_pick_among_their_architectures_library_tiles() -> None:
+    """Pascal's cuBLAS has only 32x128, 64x64 and 128x32 tiles for linear layers (maxwell_sgemm_*_tn): a large
+    FP32 linear layer on a P100 is slower than the generic tile list would price it; FP16 and architectures the
+    table does not list keep the generic tiles."""
+    from perfcast.catalog.blas_tiles import fp32_tiles
+    from perfcast.kernel.gemm import gemm_times
+
+    co = load_coefficients()
+    p100 = load_hardware("p100-pcie-16gb")
+    assert fp32_tiles("pascal") is not None and fp32_tiles("hopper") is None
+    unknown = p100.model_copy(update={"architecture": "not-in-the-table"})
+    args = (np.array([1.0]), np.array([4096.0]), np.array([4096.0]), np.array([4096.0]))
+    own = gemm_times(*args, p100, DType.FP32, co, batched=False).time_s[0]
+    generic = gemm_times(*args, unknown, DType.FP32, co, batched=False).time_s[0]
+    assert own > generic
+    assert gemm_times(*args, p100, DType.FP16, co, batched=False).time_s[0] == pytest.approx(
+        gemm_times(*args, unknown, DType.FP16, co, batched=False).time_s[0])
+
+
 def test_datapath_by_dtype() -> None:
     assert datapath(load_hardware("a100-pcie-40gb"), DType.FP32) == "simt"
     assert datapath(load_hardware("mi250"), DType.FP32) == "matrix"  # MFMA FP32
