@@ -28,7 +28,7 @@ from perfcast.catalog.blas_tiles import fp32_tiles
 from perfcast.catalog.hardware import Hardware
 from perfcast.coefficients.kernel import Coefficients, GemmPath
 from perfcast.dtypes import DType
-from perfcast.kernel.power import datapath, sustained_clock_frac
+from perfcast.kernel.power import datapath, simt_issue_share, sustained_clock_frac
 
 __all__ = ["GemmTimes", "gemm_times"]
 
@@ -58,7 +58,8 @@ def gemm_times(b: np.ndarray, m: np.ndarray, k: np.ndarray, n: np.ndarray, hw: H
     path = datapath(hw, dtype)
     pc = coeffs.gemm.paths[path]
     x = sustained_clock_frac(hw, path, coeffs) if clock_frac is None else clock_frac
-    peak_sm = hw.peak(dtype) * np.asarray(x) * pc.max_efficiency / hw.num_sms
+    issue = simt_issue_share(hw) if path == "simt" else 1.0
+    peak_sm = hw.peak(dtype) * issue * np.asarray(x) * pc.max_efficiency / hw.num_sms
     ref = _tile_eff(128, 128, pc.tile_ai0)
     tiles = pc.batched_tiles if batched else pc.linear_tiles
     library = fp32_tiles(hw.architecture) if path == "simt" else None

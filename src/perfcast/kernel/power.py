@@ -33,9 +33,9 @@ from perfcast.coefficients.kernel import Coefficients
 from perfcast.digest import content_digest
 from perfcast.dtypes import DType
 
-__all__ = ["TENSOR_OVER_SIMT", "base_clock_simt_energy_J", "datapath", "die_power_cap_W", "dram_energy_per_byte_J",
-           "energy_per_flop_J", "full_power_peak",
-           "memory_kind", "static_power_W", "sustained_clock_frac", "voltage_frac"]
+__all__ = ["FFMA_ISSUE_SHARE", "TENSOR_OVER_SIMT", "base_clock_simt_energy_J", "datapath", "die_power_cap_W",
+           "dram_energy_per_byte_J", "energy_per_flop_J", "full_power_peak", "memory_kind", "simt_issue_share",
+           "static_power_W", "sustained_clock_frac", "voltage_frac"]
 
 
 def memory_kind(hw: Hardware) -> str:
@@ -51,11 +51,29 @@ def datapath(hw: Hardware, dtype: DType) -> str:
     return "tensor"
 
 
+FFMA_ISSUE_SHARE = 0.92  # FFMAs among the instructions a register-blocked SGEMM loop issues (see simt_issue_share)
+_DUAL_ISSUE = ("kepler", "maxwell", "pascal")  # schedulers that issue a load beside an FFMA in one cycle
+
+
+def simt_issue_share(hw: Hardware) -> float:
+    """The share of CUDA-core FP32 peak a GEMM can issue: 1, or :data:`FFMA_ISSUE_SHARE` on an SM whose four
+    schedulers each feed 32 FP32 lanes (128 per SM: Ampere GA10x, Ada, Hopper, Blackwell) without dual issue.
+    There one FFMA warp instruction fills the lanes for one cycle, so every other instruction a GEMM issues
+    (shared-memory loads of the operands, the K loop's global loads, barriers, address arithmetic) takes an FFMA's
+    slot: an 8x8 register tile issues 64 FFMAs and 4 LDS.128 per K step and about 10 more per 8-step K block,
+    64 of 69 slots. With 16 lanes per scheduler (GV100, TU10x, GA100, P100) an FFMA holds its lanes two cycles
+    and the other instructions issue in between; Maxwell and Pascal schedulers dual-issue them."""
+    if hw.vendor != "nvidia" or hw.fp32_lanes_per_sm < 128 or hw.architecture in _DUAL_ISSUE:
+        return 1.0
+    return FFMA_ISSUE_SHARE
+
+
 def full_power_peak(hw: Hardware, path: str) -> float:
-    """Peak FLOP/s of datapath ``path`` at boost clock (the rate its full power ``P_full`` goes with)."""
+    """Peak FLOP/s of datapath ``path`` at boost clock (the rate its full power ``P_full`` goes with; the CUDA
+    cores' as far as a GEMM can issue FFMAs, :func:`simt_issue_share`)."""
     p = hw.peak_flops_per_s
     if path == "simt":
-        return p.fp32
+        return p.fp32 * simt_issue_share(hw)
     if path == "matrix":
         return p.fp32_matrix or p.fp32
     return p.fp16 or p.bf16 or p.fp8 or p.fp32

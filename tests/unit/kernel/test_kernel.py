@@ -272,6 +272,21 @@ def test_fp32_gemms_pick_among_their_architectures_library_tiles() -> None:
         gemm_times(*args, unknown, DType.FP16, co, batched=False).time_s[0])
 
 
+def test_fp32_gemms_on_single_issue_128_lane_sms_lose_the_slots_other_instructions_take() -> None:
+    """Hopper, Ada and Ampere GA10x feed 32 FP32 lanes per scheduler: a GEMM's loads take FFMA slots there.
+    GA100 and GV100 (16 lanes per scheduler), Pascal's dual-issue GP104 and AMD do not lose them."""
+    from perfcast.kernel.power import FFMA_ISSUE_SHARE, simt_issue_share
+
+    for hid in ("h100-sxm-80gb", "l4", "a40"):
+        assert simt_issue_share(load_hardware(hid)) == FFMA_ISSUE_SHARE
+    for hid in ("a100-sxm-40gb", "v100-pcie-32gb", "p4", "mi250"):
+        assert simt_issue_share(load_hardware(hid)) == 1.0
+    h100 = load_hardware("h100-sxm-80gb")
+    eight_k = _linear(8192, 8192, 8192, DType.FP32)
+    achieved = eight_k.flops / predict_kernel(eight_k, h100).time_s
+    assert achieved < FFMA_ISSUE_SHARE * h100.peak(DType.FP32)
+
+
 def test_datapath_by_dtype() -> None:
     assert datapath(load_hardware("a100-pcie-40gb"), DType.FP32) == "simt"
     assert datapath(load_hardware("mi250"), DType.FP32) == "matrix"  # MFMA FP32
