@@ -222,6 +222,10 @@ def fit_coefficients(groundtruth: Path | None = None, *, calibration: Calibratio
             desc = f"{stage.description} ({len(rows)} rows sampled, seed {seed})"
         co = _fit_stage(stage, co, data, log)
         fitted_on[name] = desc
+    if "gemm" in stages or "conv" in stages:
+        co = _fit_cuda_core_energy(co, root, per_group=per_group, seed=seed, exclude_devices=exclude_devices,
+                                   log=log)
+        fitted_on["power"] = POWER_NOTE
     raw = co.model_dump(mode="json")
     if "gemm" in stages:
         # FP32 on AMD matrix cores reuses operands inside the unit; no FP32 MFMA rows are visible to
@@ -244,6 +248,38 @@ def fit_coefficients(groundtruth: Path | None = None, *, calibration: Calibratio
     return co
 
 
+POWER_STAGE = FitStage(
+    "power",
+    (("power.simt_per_tensor_energy", "log"),),
+    "power.simt_per_tensor_energy refitted on neusight/kernels_gemm and kernels_conv split=train together (every "
+    "FP32 CUDA-core kernel row)",
+)
+
+
+POWER_NOTE = ("simt_per_tensor_energy (boards with a base clock) fitted with the gemm stage, then on the gemm and "
+              "conv train rows together; energy_pJ_per_flop_7nm.simt is the process-node energy of boards without "
+              "a base clock (the last fit before the base-clock anchor, kept as a prior), .matrix 0.7x it, .tensor "
+              "fitted with the tensor stage (they set the sustained clock); idle_frac and active_frac fitted on "
+              "measured GPU power (perfcast fit --stages energy, see energy.json); leakage_frac, vmin_frac, "
+              "process_exponent, memory_pJ_per_bit and flop_per_dram_byte are priors")
+
+
+def _fit_cuda_core_energy(co: Coefficients, root: Path, *, per_group: int, seed: int,
+                          exclude_devices: Sequence[str], log: Callable[[str], None]) -> Coefficients:
+    """The CUDA-core energy ratio fitted again on the GEMM and convolution train rows together: it sets how far
+    every FP32 CUDA-core kernel throttles, and the two tables see different GPUs throttle differently (T4's
+    convolutions run at a clock its GEMM sweep does not reach)."""
+    parts = []
+    for kind in ("gemm", "conv"):
+        rows = load_kernel_rows(root / "neusight" / f"kernels_{kind}.csv.gz", kind)
+        rows = rows.subset((rows.split == "train") & np.isfinite(rows.latency_s)
+                           & ~np.isin(rows.device, list(exclude_devices)))
+        parts.append(_sample(rows, per_group, seed))
+    data = _Data(np.concatenate([r.latency_s for r in parts]),
+                 lambda c: np.concatenate([predict_kernel_rows(r, c) for r in parts]), sum(len(r) for r in parts))
+    return _fit_stage(POWER_STAGE, co, data, log)
+
+
 _MATRIX_ENERGY = "power.energy_pJ_per_flop_7nm.matrix"  # set from the CUDA-core energy by the gemm stage
 _NEUSIGHT_STAGES = {"vector": ("kernels_vector", VECTOR_STAGE), "gemm": ("kernels_gemm", GEMM_STAGE),
                     "conv": ("kernels_conv", CONV_STAGE)}
@@ -251,7 +287,8 @@ _NEUSIGHT_STAGES = {"vector": ("kernels_vector", VECTOR_STAGE), "gemm": ("kernel
 
 def with_held_out(co: Coefficients, folds: dict[str, dict[str, float]]) -> Coefficients:
     """``co`` with ``folds`` merged into its held-out fits (a GPU's new values replace its stored ones)."""
-    fitted = {p for _, stage in _NEUSIGHT_STAGES.values() for p, _ in stage.params} | {_MATRIX_ENERGY}
+    fitted = ({p for _, stage in _NEUSIGHT_STAGES.values() for p, _ in stage.params} | {_MATRIX_ENERGY}
+              | {p for p, _ in POWER_STAGE.params})
     # a value of a stage's earlier parameterization is dropped, not carried into the fold
     held = {g: {p: x for p, x in v.items() if p in fitted} for g, v in co.held_out.items()}
     for gpu, fold in folds.items():
@@ -291,6 +328,8 @@ def fit_held_out(cal: Calibration, groundtruth: Path | None = None, *,
         paths = [p for name in dev_stages for p, _ in _NEUSIGHT_STAGES[name][1].params]
         if "gemm" in dev_stages:
             paths.append(_MATRIX_ENERGY)
+        if "gemm" in dev_stages or "conv" in dev_stages:
+            paths += [p for p, _ in POWER_STAGE.params if p not in paths]
         values = {p: get_path(raw, p) for p in paths}
         hw = load_hardware(dev)
         if "vector" in dev_stages and not any(memory_kind(load_hardware(str(d))) == memory_kind(hw)

@@ -52,6 +52,7 @@ from perfcast.coefficients.serving import EngineOverhead, ServingFit
 from perfcast.errors import ConfigError
 from perfcast.groundtruth.files import find_groundtruth, read_header, read_rows
 from perfcast.groundtruth.tables import predict_table, recognize
+from perfcast.validate.fit import POWER_NOTE
 
 __all__ = ["ENGINE", "ENGINE_ROWS_PER_GPU", "POWER_TARGETS", "EnergyRows", "fit_energy", "fit_engine",
            "fit_power", "power_slopes"]
@@ -427,9 +428,5 @@ def _fit_power(cal: Calibration, data: EnergyRows, log: Callable[[str], None],
                         f"{ENGINE} engine fitted on every row (a second-order leak of the held-out GPU's throughput)",
         })
     kernel = full.apply(cal.kernel)
-    note = ("energy_pJ_per_flop_7nm.simt/.tensor fitted on kernel times with the gemm/tensor stages (they set the "
-            "sustained clock); idle_frac and active_frac fitted on measured GPU power (perfcast fit --stages energy, "
-            "see energy.json); leakage_frac, vmin_frac, process_exponent, memory_pJ_per_bit and flop_per_dram_byte "
-            "are priors")
-    kernel = kernel.model_copy(update={"fitted_on": {**kernel.fitted_on, "power": note}})
+    kernel = kernel.model_copy(update={"fitted_on": {**kernel.fitted_on, "power": POWER_NOTE}})
     return cal.with_kernel(kernel), coeffs

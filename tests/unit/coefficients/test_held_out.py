@@ -35,7 +35,7 @@ def test_a_refit_replaces_the_fold_values_and_drops_stale_ones() -> None:
 def test_fit_held_out_refits_each_gpus_stages_without_its_rows() -> None:
     from perfcast.coefficients.bundle import Calibration
     from perfcast.groundtruth.files import find_groundtruth
-    from perfcast.validate.fit import CONV_STAGE, fit_held_out
+    from perfcast.validate.fit import CONV_STAGE, POWER_STAGE, fit_held_out
 
     root = find_groundtruth(required=False)
     if root is None:
@@ -43,8 +43,8 @@ def test_fit_held_out_refits_each_gpus_stages_without_its_rows() -> None:
     cal = Calibration.shipped()
     folds = fit_held_out(cal, root, stages=("conv",), per_group=200, log=lambda _m: None)
     assert set(folds) == {"a100-pcie-80gb", "p100-pcie-16gb", "t4", "v100-pcie-32gb"}  # the conv table's GPUs
-    for fold in folds.values():
-        assert set(fold) == {p for p, _ in CONV_STAGE.params}
+    for fold in folds.values():  # a convolution's clock comes from the CUDA-core energy ratio, refitted with it
+        assert set(fold) == {p for p, _ in CONV_STAGE.params + POWER_STAGE.params}
     # each fold saw other rows: no two agree with each other
     values = [tuple(f.values()) for f in folds.values()]
     assert len(set(values)) == len(values)
