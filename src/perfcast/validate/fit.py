@@ -198,7 +198,6 @@ def fit_coefficients(groundtruth: Path | None = None, *, calibration: Calibratio
     co = base.kernel
     fitted_on = dict(co.fitted_on)
     fitted_on.pop("all", None)
-    tables = _NEUSIGHT_STAGES
     for name in stages:
         if name == "tensor":
             data, desc = _vidur_data(root, gpus=tensor_gpus, per_group=per_group, seed=seed)
@@ -213,11 +212,8 @@ def fit_coefficients(groundtruth: Path | None = None, *, calibration: Calibratio
             stage = ATTENTION_STAGE
             desc = f"{stage.description} ({len(arows)} rows)"
         else:
-            fname, stage = tables[name]
-            rows = load_kernel_rows(root / "neusight" / f"{fname}.csv.gz", name)
-            rows = rows.subset((rows.split == "train") & np.isfinite(rows.latency_s)
-                               & ~np.isin(rows.device, list(exclude_devices)))
-            rows = _sample(rows, per_group, seed)
+            stage = _NEUSIGHT_STAGES[name][1]
+            rows = _sample(_train_rows(root, name, exclude_devices), per_group, seed)
             data = _Data(rows.latency_s, functools.partial(_predict_kernels, rows), len(rows))
             desc = f"{stage.description} ({len(rows)} rows sampled, seed {seed})"
         co = _fit_stage(stage, co, data, log)
@@ -269,15 +265,24 @@ def _fit_cuda_core_energy(co: Coefficients, root: Path, *, per_group: int, seed:
     """The CUDA-core energy ratio fitted again on the GEMM and convolution train rows together: it sets how far
     every FP32 CUDA-core kernel throttles, and the two tables see different GPUs throttle differently (T4's
     convolutions run at a clock its GEMM sweep does not reach)."""
-    parts = []
-    for kind in ("gemm", "conv"):
-        rows = load_kernel_rows(root / "neusight" / f"kernels_{kind}.csv.gz", kind)
-        rows = rows.subset((rows.split == "train") & np.isfinite(rows.latency_s)
-                           & ~np.isin(rows.device, list(exclude_devices)))
-        parts.append(_sample(rows, per_group, seed))
+    parts = [_sample(_train_rows(root, kind, exclude_devices), per_group, seed) for kind in ("gemm", "conv")]
     data = _Data(np.concatenate([r.latency_s for r in parts]),
                  lambda c: np.concatenate([predict_kernel_rows(r, c) for r in parts]), sum(len(r) for r in parts))
     return _fit_stage(POWER_STAGE, co, data, log)
+
+
+@functools.lru_cache(maxsize=3)
+def _kernel_table(path: Path, kind: str) -> KernelRows:
+    """A NeuSight kernel table, read once per process (a fit and its held-out refits read each one many times)."""
+    return load_kernel_rows(path, kind)
+
+
+def _train_rows(root: Path, kind: str, exclude_devices: Sequence[str] = ()) -> KernelRows:
+    """The ``split=train`` rows with a measured latency of NeuSight's ``kind`` kernel table (vector, gemm, conv),
+    without ``exclude_devices``' rows."""
+    rows = _kernel_table(root / "neusight" / f"{_NEUSIGHT_STAGES[kind][0]}.csv.gz", kind)
+    return rows.subset((rows.split == "train") & np.isfinite(rows.latency_s)
+                       & ~np.isin(rows.device, list(exclude_devices)))
 
 
 _MATRIX_ENERGY = "power.energy_pJ_per_flop_7nm.matrix"  # set from the CUDA-core energy by the gemm stage
@@ -293,9 +298,9 @@ def with_held_out(co: Coefficients, folds: dict[str, dict[str, float]]) -> Coeff
     held = {g: {p: x for p, x in v.items() if p in fitted} for g, v in co.held_out.items()}
     for gpu, fold in folds.items():
         held.setdefault(gpu, {}).update(fold)
-    fitted_on = {**co.fitted_on, "held_out": "per GPU: the NeuSight kernel stages (vector, gemm, conv) it has "
-                                             "split=train rows in, fitted again without them (perfcast validate's "
-                                             "leave-one-GPU-out)"}
+    fitted_on = {**co.fitted_on, "held_out": "per GPU: the NeuSight kernel stages (vector, gemm, conv; power with "
+                                             "gemm or conv) it has split=train rows in, fitted again without them "
+                                             "(perfcast validate's leave-one-GPU-out)"}
     return co.model_copy(update={"held_out": held, "fitted_on": fitted_on})
 
 
@@ -313,9 +318,7 @@ def fit_held_out(cal: Calibration, groundtruth: Path | None = None, *,
     has_rows: dict[str, list[str]] = {}
     vector_devices: set[str] = set()
     for name in stages:
-        fname, _ = _NEUSIGHT_STAGES[name]
-        rows = load_kernel_rows(root / "neusight" / f"{fname}.csv.gz", name)
-        for dev in np.unique(rows.device[(rows.split == "train") & np.isfinite(rows.latency_s)]):
+        for dev in np.unique(_train_rows(root, name).device):
             has_rows.setdefault(str(dev), []).append(name)
             if name == "vector":
                 vector_devices.add(str(dev))
